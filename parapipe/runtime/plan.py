@@ -1,0 +1,352 @@
+"""Execution plans: a mapping (stages of blocks on PUs) turned into per-PU ONNX sub-models ("tasks").
+
+A mapping is an ordered list of stages; each stage owns a set of PUs and assigns each of its blocks to one of
+them. :func:`build_plan` splits every stage into *tasks*: maximal runs of one PU's blocks (in the stage's
+execution order) that need nothing from another PU of the same stage except at their start. Each task is a
+convex operator set, so it can be cut out as a self-contained ONNX model whose cross-PU inputs all arrive before
+it starts; the executor (:mod:`parapipe.runtime.executor`) runs one thread per (stage, PU) over these tasks.
+
+Why the split rule yields a deadlock-free plan: order tasks by the position of their first block in the stage's
+(topological) order. A task waits only on (a) earlier tasks of its own PU and (b) tasks of other PUs that produce
+inputs of its *first* block, which start strictly earlier. Every wait therefore points to a task with a smaller
+position, so the wait graph is acyclic.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import networkx as nx
+import onnx
+
+from parapipe.errors import input_error
+
+logger = logging.getLogger(__name__)
+
+_SOURCE = "mapping"  # the "file" named in error messages: the mapping handed to build_plan
+
+
+@dataclass
+class PUBinding:
+    """How one PU is realised on the host running the executor.
+
+    Parameters
+    ----------
+    cpus : tuple of int or None
+        Logical CPU ids the PU's worker threads are pinned to (``os.sched_setaffinity``); ``None`` leaves the
+        affinity alone (e.g. a GPU PU whose feeding thread may run anywhere).
+    threads : int
+        ONNX Runtime ``intra_op_num_threads`` for the PU's sessions (default 1: one ORT thread per core PU).
+    provider : str
+        ONNX Runtime execution provider name, e.g. ``"CPUExecutionProvider"``, ``"CUDAExecutionProvider"``.
+    provider_options : dict
+        Options passed with ``provider`` (e.g. ``{"device_id": 0}``).
+    """
+
+    cpus: Optional[Tuple[int, ...]]
+    threads: int = 1
+    provider: str = "CPUExecutionProvider"
+    provider_options: dict = field(default_factory=dict)
+
+
+@dataclass
+class Task:
+    """One ONNX sub-model run by one PU for every frame of one stage.
+
+    Parameters
+    ----------
+    name : str
+        Unique task name (``"s<stage>.<pu>.t<k>"`` from :func:`build_plan`).
+    stage : int
+        Index of the stage the task belongs to.
+    pu : str
+        PU that runs the task.
+    model : onnx.ModelProto
+        Self-contained sub-model; its graph inputs are exactly ``inputs`` (weights are initializers).
+    inputs : list of str
+        Tensor names the task reads: model inputs, tensors forwarded from earlier stages, or outputs of ``deps``.
+    outputs : list of str
+        Tensor names the task produces that someone else (a task, a later stage, the model output) needs.
+    deps : list of str
+        Names of tasks of the SAME stage that must finish first (they produce some of ``inputs``).
+    """
+
+    name: str
+    stage: int
+    pu: str
+    model: onnx.ModelProto
+    inputs: List[str]
+    outputs: List[str]
+    deps: List[str]
+
+
+@dataclass
+class ExecutionPlan:
+    """Everything the executor needs: tasks per stage, the model's data inputs/outputs and the PU bindings.
+
+    Parameters
+    ----------
+    stages : list of list of Task
+        ``stages[s]`` holds stage ``s``'s tasks; tasks of one PU run in list order.
+    model_inputs : list of str
+        Data input tensor names each frame must provide.
+    model_outputs : list of str
+        Output tensor names returned per frame.
+    bindings : dict of str to PUBinding
+        Binding of every PU named by a task.
+    """
+
+    stages: List[List[Task]]
+    model_inputs: List[str]
+    model_outputs: List[str]
+    bindings: Dict[str, PUBinding]
+
+    def pus(self) -> List[str]:
+        """Return the PUs used by the plan, in order of first appearance."""
+        seen: Dict[str, None] = {}
+        for stage in self.stages:
+            for task in stage:
+                seen.setdefault(task.pu, None)
+        return list(seen)
+
+
+@dataclass
+class StageSpec:
+    """One stage of a mapping, as the search produces it.
+
+    Parameters
+    ----------
+    pus : list of str
+        PUs owned by the stage.
+    assignment : dict of str to str
+        Block name -> PU (one of ``pus``) for every block of the stage.
+    order : list of str
+        The stage's blocks in execution order: a topological order consistent with the schedule.
+    """
+
+    pus: List[str]
+    assignment: Dict[str, str]
+    order: List[str]
+
+
+def _block_graph(og, bg) -> Tuple[Dict[str, str], nx.DiGraph]:
+    """Map operator -> block and build the block dependency graph from the operator graph's edges."""
+    op_block: Dict[str, str] = {}
+    blocks = nx.DiGraph()
+    for block in bg.blocks:
+        blocks.add_node(block.name)
+        for op in block.ops:
+            op_block[op] = block.name
+    for u, v in og.graph.edges:
+        bu, bv = op_block.get(u), op_block.get(v)
+        if bu is not None and bv is not None and bu != bv:
+            blocks.add_edge(bu, bv)
+    return op_block, blocks
+
+
+def _validate_stages(stages: Sequence[StageSpec], blocks: nx.DiGraph,
+                     bindings: Dict[str, PUBinding]) -> Dict[str, int]:
+    """Check the mapping against the block graph; return block -> stage index. Raises InputError."""
+    if not stages:
+        raise input_error(_SOURCE, "stages", "the mapping has no stages", "give at least one StageSpec")
+    block_stage: Dict[str, int] = {}
+    for s, spec in enumerate(stages):
+        where = f"stages[{s}]"
+        if not spec.pus:
+            raise input_error(_SOURCE, f"{where}.pus", "the stage has no PUs", "give the stage at least one PU")
+        if len(set(spec.pus)) != len(spec.pus):
+            raise input_error(_SOURCE, f"{where}.pus", f"duplicate PU in {spec.pus}", "list each PU once")
+        for pu in spec.pus:
+            if pu not in bindings:
+                raise input_error(_SOURCE, f"{where}.pus", f"PU {pu!r} has no binding",
+                                  f"add a PUBinding for {pu!r} (bound: {sorted(bindings)})")
+        if len(set(spec.order)) != len(spec.order):
+            dup = sorted({b for b in spec.order if spec.order.count(b) > 1})
+            raise input_error(_SOURCE, f"{where}.order", f"blocks listed twice: {dup}", "list each block once")
+        if set(spec.order) != set(spec.assignment):
+            diff = sorted(set(spec.order) ^ set(spec.assignment))
+            raise input_error(_SOURCE, f"{where}.order",
+                              f"order and assignment name different blocks ({diff})",
+                              "give every assigned block exactly once in order")
+        if not spec.order:
+            raise input_error(_SOURCE, f"{where}.order", "the stage has no blocks", "drop the empty stage")
+        for block in spec.order:
+            pu = spec.assignment[block]
+            if pu not in spec.pus:
+                raise input_error(_SOURCE, f"{where}.assignment[{block!r}]",
+                                  f"PU {pu!r} is not one of the stage's PUs {spec.pus}",
+                                  "assign the block to a PU of its stage or add the PU to the stage")
+            if block not in blocks:
+                raise input_error(_SOURCE, f"{where}.order", f"unknown block {block!r}",
+                                  "use block names from the coarsened BlockGraph")
+            if block in block_stage:
+                raise input_error(_SOURCE, f"{where}.order",
+                                  f"block {block!r} is already in stage {block_stage[block]}",
+                                  "put every block in exactly one stage")
+            block_stage[block] = s
+    missing = [b for b in blocks if b not in block_stage]
+    if missing:
+        raise input_error(_SOURCE, "stages", f"{len(missing)} block(s) in no stage, e.g. {missing[:3]}",
+                          "put every block of the BlockGraph in exactly one stage")
+    position = {b: i for spec in stages for i, b in enumerate(spec.order)}
+    for a, b in blocks.edges:
+        sa, sb = block_stage[a], block_stage[b]
+        if sa > sb:
+            raise input_error(_SOURCE, f"stages[{sb}]",
+                              f"block {b!r} depends on block {a!r} of the later stage {sa}",
+                              "move the producer to an earlier stage or the consumer to a later one")
+        if sa == sb and position[a] > position[b]:
+            raise input_error(_SOURCE, f"stages[{sb}].order",
+                              f"block {b!r} comes before its producer {a!r}",
+                              "give the stage's blocks in a topological order")
+    return block_stage
+
+
+def _split_stage(spec: StageSpec, blocks: nx.DiGraph, block_stage: Dict[str, int],
+                 s: int) -> List[Tuple[str, List[str]]]:
+    """Split one stage into (pu, [blocks]) tasks: a new task whenever a block needs another PU's result."""
+    tasks: List[Tuple[str, List[str]]] = []
+    for pu in spec.pus:
+        current: Optional[List[str]] = None
+        for block in spec.order:
+            if spec.assignment[block] != pu:
+                continue
+            cross = any(block_stage[p] == s and spec.assignment[p] != pu for p in blocks.predecessors(block))
+            if current is None or cross:
+                current = []
+                tasks.append((pu, current))
+            current.append(block)
+    return tasks
+
+
+def build_plan(og, bg, stages: Sequence[StageSpec], bindings: Dict[str, PUBinding]) -> ExecutionPlan:
+    """Turn a mapping into an :class:`ExecutionPlan` of per-PU ONNX sub-models.
+
+    Each stage is split into tasks by walking each PU's blocks in ``StageSpec.order`` and starting a new task
+    whenever the next block has a predecessor in the same stage on another PU; each task's operators are cut out
+    with :func:`parapipe.graph.extract.extract_submodel`.
+
+    Parameters
+    ----------
+    og : parapipe.graph.opgraph.OpGraph
+        The operator graph (``.graph`` DiGraph over operator names, ``.inputs``, ``.outputs``, ``.topo_order``).
+    bg : parapipe.graph.coarsen.BlockGraph
+        Its coarsening; ``bg.blocks[i].name`` / ``.ops``.
+    stages : sequence of StageSpec
+        The mapping, first stage first.
+    bindings : dict of str to PUBinding
+        A binding for every PU named by a stage.
+
+    Returns
+    -------
+    ExecutionPlan
+        Tasks named ``"s<stage>.<pu>.t<k>"`` with their same-stage ``deps``.
+
+    Raises
+    ------
+    InputError
+        A block in no stage or in two, an unknown block, a block depending on a later stage, a stage order that
+        is not topological, a PU without binding or outside its stage (the message names the stage and block).
+    """
+    op_block, blocks = _block_graph(og, bg)
+    block_stage = _validate_stages(stages, blocks, bindings)
+    from parapipe.graph.extract import extract_submodel  # late import: graph is a sibling package
+
+    block_ops = {b.name: list(b.ops) for b in bg.blocks}
+    topo_index = {op: i for i, op in enumerate(og.topo_order)}
+    plan_stages: List[List[Task]] = []
+    for s, spec in enumerate(stages):
+        stage_tasks: List[Task] = []
+        counters: Dict[str, int] = {}
+        for pu, task_blocks in _split_stage(spec, blocks, block_stage, s):
+            k = counters.get(pu, 0)
+            counters[pu] = k + 1
+            name = f"s{s}.{pu}.t{k}"
+            ops = sorted((op for b in task_blocks for op in block_ops[b]), key=topo_index.__getitem__)
+            sub = extract_submodel(og, ops, name)
+            stage_tasks.append(Task(name=name, stage=s, pu=pu, model=sub.model, inputs=list(sub.inputs),
+                                    outputs=list(sub.outputs), deps=[]))
+        producer = {t: task.name for task in stage_tasks for t in task.outputs}
+        for task in stage_tasks:
+            task.deps = sorted({producer[t] for t in task.inputs if t in producer})
+        logger.debug("stage %d: %d block(s) -> %d task(s)", s, len(spec.order), len(stage_tasks))
+        plan_stages.append(stage_tasks)
+    plan = ExecutionPlan(stages=plan_stages, model_inputs=list(og.inputs), model_outputs=list(og.outputs),
+                         bindings=dict(bindings))
+    validate_plan(plan)
+    return plan
+
+
+def validate_plan(plan: ExecutionPlan) -> None:
+    """Check that a plan (built or hand-written) can run without missing tensors or deadlocks.
+
+    Checks: unique task names, tasks filed under their own stage, every PU bound, every task input available
+    (a model input, forwarded from an earlier stage, or produced by a same-stage task listed in ``deps``),
+    every tensor produced once, every model output produced, and no cycle among ``deps`` plus each PU's task
+    order within a stage.
+
+    Raises
+    ------
+    InputError
+        Naming the stage and task at fault and how to fix it.
+    """
+    source = "execution plan"
+    if not plan.stages or any(not tasks for tasks in plan.stages):
+        raise input_error(source, "stages", "the plan has an empty stage or no stage at all",
+                          "give every stage at least one task")
+    available = set(plan.model_inputs)
+    names: Dict[str, int] = {}
+    produced: Dict[str, str] = {}
+    for s, tasks in enumerate(plan.stages):
+        stage_producer: Dict[str, str] = {}
+        for task in tasks:
+            where = f"stages[{s}].{task.name}"
+            if task.name in names:
+                raise input_error(source, where, "duplicate task name", "give every task a unique name")
+            names[task.name] = s
+            if task.stage != s:
+                raise input_error(source, where, f"task says stage {task.stage} but is filed under stage {s}",
+                                  "make Task.stage match its position in ExecutionPlan.stages")
+            if task.pu not in plan.bindings:
+                raise input_error(source, where, f"PU {task.pu!r} has no binding", "add a PUBinding for it")
+            for t in task.outputs:
+                if t in produced or t in stage_producer or t in plan.model_inputs:
+                    raise input_error(source, where, f"tensor {t!r} is produced twice",
+                                      "let exactly one task produce each tensor")
+                stage_producer[t] = task.name
+        order = nx.DiGraph()
+        by_pu: Dict[str, List[str]] = {}
+        by_name = {task.name: task for task in tasks}
+        for task in tasks:
+            where = f"stages[{s}].{task.name}"
+            order.add_node(task.name)
+            for d in task.deps:
+                if d not in by_name:
+                    raise input_error(source, f"{where}.deps", f"{d!r} is not a task of stage {s}",
+                                      "list only tasks of the same stage in deps")
+                order.add_edge(d, task.name)
+            for t in task.inputs:
+                if t in available:
+                    continue
+                p = stage_producer.get(t)
+                if p is None:
+                    raise input_error(source, where, f"input {t!r} is produced by no task of stages 0..{s} "
+                                      "and is not a model input", "add its producer or fix the task's inputs")
+                if p not in task.deps and p != task.name:
+                    raise input_error(source, f"{where}.deps", f"input {t!r} comes from {p!r}, not in deps",
+                                      f"add {p!r} to the task's deps")
+            prev = by_pu.setdefault(task.pu, [])
+            if prev:
+                order.add_edge(prev[-1], task.name)
+            prev.append(task.name)
+        if not nx.is_directed_acyclic_graph(order):
+            cycle = [u for u, _ in nx.find_cycle(order)]
+            raise input_error(source, f"stages[{s}]", f"tasks wait on each other in a cycle {cycle}",
+                              "order each PU's tasks so that a task's deps come first")
+        produced.update(stage_producer)
+        available.update(stage_producer)
+    missing = [t for t in plan.model_outputs if t not in available]
+    if missing:
+        raise input_error(source, "model_outputs", f"outputs {missing} are produced by no task",
+                          "make the last stages produce every model output")

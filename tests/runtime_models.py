@@ -1,0 +1,95 @@
+"""Tiny ONNX graphs and hand-cut sub-models for the runtime tests (real models, real ORT sessions)."""
+from __future__ import annotations
+
+from typing import Dict, List, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from parapipe.runtime.plan import PUBinding, Task
+
+OPSET = [helper.make_opsetid("", 13)]
+CPU_BINDINGS = {"cpu0": PUBinding(cpus=(0,)), "cpu1": PUBinding(cpus=(1,))}
+
+
+def _weight(name: str, rows: int, cols: int, seed: int) -> onnx.TensorProto:
+    rng = np.random.default_rng(seed)
+    return numpy_helper.from_array((rng.standard_normal((rows, cols)) / np.sqrt(rows)).astype(np.float32), name)
+
+
+def chain_model(n_layers: int = 4, width: int = 16) -> onnx.ModelProto:
+    """x[1,width] -> (MatMul w_i -> Relu) x n_layers -> y; intermediate tensors h0 .. h{n-2}, output y."""
+    nodes, inits = [], []
+    prev = "x"
+    for i in range(n_layers):
+        out = "y" if i == n_layers - 1 else f"h{i}"
+        inits.append(_weight(f"w{i}", width, width, seed=i))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"], name=f"matmul{i}"))
+        nodes.append(helper.make_node("Relu", [f"m{i}"], [out], name=f"relu{i}"))
+        prev = out
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])], inits)
+    return helper.make_model(graph, opset_imports=OPSET)
+
+
+def diamond_model(width: int = 16) -> onnx.ModelProto:
+    """x -> A(MatMul+Relu) -> a; a -> B(MatMul+Relu) -> b; a -> C(MatMul+Sigmoid) -> c; Add(b, c) -> d;
+    d -> E(MatMul) -> y."""
+    inits = [_weight(w, width, width, seed=i) for i, w in enumerate(["wa", "wb", "wc", "we"])]
+    nodes = [
+        helper.make_node("MatMul", ["x", "wa"], ["ma"], name="A_mm"),
+        helper.make_node("Relu", ["ma"], ["a"], name="A_relu"),
+        helper.make_node("MatMul", ["a", "wb"], ["mb"], name="B_mm"),
+        helper.make_node("Relu", ["mb"], ["b"], name="B_relu"),
+        helper.make_node("MatMul", ["a", "wc"], ["mc"], name="C_mm"),
+        helper.make_node("Sigmoid", ["mc"], ["c"], name="C_sig"),
+        helper.make_node("Add", ["b", "c"], ["d"], name="D_add"),
+        helper.make_node("MatMul", ["d", "we"], ["y"], name="E_mm"),
+    ]
+    graph = helper.make_graph(nodes, "diamond", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])], inits)
+    return helper.make_model(graph, opset_imports=OPSET)
+
+
+def cut(model: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str]) -> onnx.ModelProto:
+    """Sub-model between boundary tensors (onnx.utils.Extractor, in memory), checked."""
+    sub = onnx.utils.Extractor(onnx.shape_inference.infer_shapes(model)).extract_model(list(inputs), list(outputs))
+    onnx.checker.check_model(sub)
+    return sub
+
+
+def task(model: onnx.ModelProto, name: str, stage: int, pu: str, inputs: List[str], outputs: List[str],
+         deps: Sequence[str] = ()) -> Task:
+    """A Task whose sub-model is cut from ``model`` at ``inputs`` / ``outputs``."""
+    return Task(name=name, stage=stage, pu=pu, model=cut(model, inputs, outputs), inputs=list(inputs),
+                outputs=list(outputs), deps=list(deps))
+
+
+def frames(n: int, width: int = 16, seed: int = 0, name: str = "x") -> List[Dict[str, np.ndarray]]:
+    """``n`` distinct random frames ``{name: float32[1, width]}``."""
+    rng = np.random.default_rng(seed)
+    return [{name: rng.standard_normal((1, width)).astype(np.float32)} for _ in range(n)]
+
+
+def identity_model(name: str = "x", shape: Sequence = ("n", 16), out: str = "y") -> onnx.ModelProto:
+    """A one-node Identity model ``name -> out`` (dynamic first dim by default)."""
+    graph = helper.make_graph([helper.make_node("Identity", [name], [out], name="id")], "identity",
+                              [helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, list(shape))])
+    return helper.make_model(graph, opset_imports=OPSET)
+
+
+def reshape_model(name: str = "y", out: str = "z", rows: int = 4) -> onnx.ModelProto:
+    """``out = Reshape(name, [rows, -1])``: fails at run time when the element count is not a multiple of rows."""
+    shape = numpy_helper.from_array(np.array([rows, -1], dtype=np.int64), "shape")
+    graph = helper.make_graph([helper.make_node("Reshape", [name, "shape"], [out], name="reshape")], "reshape",
+                              [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, None])],
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, [rows, None])], [shape])
+    return helper.make_model(graph, opset_imports=OPSET)
+
+
+def parapipe_threads() -> List[str]:
+    """Names of live executor worker threads."""
+    import threading
+    return [t.name for t in threading.enumerate() if t.name.startswith("parapipe-") and t.is_alive()]
