@@ -82,6 +82,7 @@ def max_abs_diff(outs_a: Sequence[Mapping[str, np.ndarray]], outs_b: Sequence[Ma
             if np.any(nan_x != nan_y):
                 return float("inf")
             same = (xf == yf) | nan_x  # equal values (infinities included) and NaN pairs count as 0
-            diff = np.where(same, 0.0, np.abs(xf - yf))
+            with np.errstate(invalid="ignore"):  # inf - inf where both are inf: masked by `same`
+                diff = np.where(same, 0.0, np.abs(xf - yf))
             worst = max(worst, float(diff.max()))
     return worst
