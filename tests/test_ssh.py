@@ -1,0 +1,220 @@
+"""SSH hosts against a REAL OpenSSH server on loopback (tests/sshd.py), and the agent over SSH."""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import posixpath
+import stat
+import sys
+
+import pytest
+
+from parapipe.deploy.agent_client import AgentClient, AgentRequestError, agent_path
+from parapipe.deploy.host import HostSpec, RemoteHost
+from parapipe.errors import HostError, InputError
+import sshd
+from sshd import free_port
+from test_agent import model_b64, tiny_conv_model
+
+pytestmark = pytest.mark.ssh
+sshd_server = sshd.sshd_server  # the session-scoped loopback sshd fixture
+
+
+def spec_for(server, **overrides) -> HostSpec:
+    options = dict(identity=server.client_key, known_hosts=server.known_hosts)
+    options.update(overrides)
+    return HostSpec.parse(server.host, **options)
+
+
+@pytest.fixture(scope="module")
+def host(sshd_server):
+    with RemoteHost(spec_for(sshd_server)) as connected:
+        yield connected
+
+
+# ------------------------------------------------------------------------------------------------ HostSpec
+@pytest.mark.parametrize("text, user, address, port", [
+    ("root@127.0.0.1", "root", "127.0.0.1", 22),
+    ("pi@board.local:2222", "pi", "board.local", 2222),
+    ("khadas@[fe80::1]:22022", "khadas", "fe80::1", 22022),
+    ("a.b-c_d@host-1", "a.b-c_d", "host-1", 22),
+])
+def test_host_spec_parses(text, user, address, port):
+    spec = HostSpec.parse(text, identity="/k", trust_new_host=True)
+    assert (spec.user, spec.address, spec.port) == (user, address, port)
+    assert str(spec.identity) == "/k" and spec.trust_new_host and spec.known_hosts is None
+
+
+@pytest.mark.parametrize("text", ["127.0.0.1", "root@", "@host", "root@host:", "root@host:99999",
+                                  "root@host:0", "root@ho st", "root@host:22:1", "a@b@c", ""])
+def test_host_spec_rejects_bad_forms(text):
+    with pytest.raises(InputError) as info:
+        HostSpec.parse(text)
+    message = str(info.value)
+    assert message.startswith("--host: ") and message.endswith("; use user@address[:port]")
+
+
+# ------------------------------------------------------------------------------------------------ commands
+def test_exec_quotes_every_argument(host):
+    rc, output = host.exec(["echo", "a  b", "$HOME", ";", "rm", "-rf", "*", "'q'"], timeout_s=30)
+    assert rc == 0
+    assert output == "a  b $HOME ; rm -rf * 'q'\n"
+    rc, output = host.exec(["sh", "-c", "echo out; echo err >&2; exit 7"], timeout_s=30)
+    assert rc == 7 and output.splitlines() == ["out", "err"]
+
+
+def test_exec_reads_large_combined_output_without_deadlock(host):
+    code = "import sys; sys.stdout.write('o' * 3000000); sys.stdout.flush(); sys.stderr.write('e' * 3000000)"
+    rc, output = host.exec([sys.executable, "-c", code], timeout_s=60)
+    assert rc == 0
+    assert len(output) == 6_000_000 and output.count("o") == 3_000_000
+
+
+def test_exec_sends_stdin(host):
+    data = os.urandom(1 << 20).hex().encode()  # 2 MiB of text
+    rc, output = host.exec(["sha256sum"], timeout_s=60, stdin_data=data)
+    assert rc == 0 and output.split()[0] == hashlib.sha256(data).hexdigest()
+
+
+def test_exec_deadline(host):
+    with pytest.raises(HostError, match=r"did not finish within 0.5 s"):
+        host.exec(["sleep", "30"], timeout_s=0.5)
+    assert host.exec(["true"], timeout_s=30)[0] == 0  # the connection is still usable
+
+
+# ------------------------------------------------------------------------------------------host keys / auth
+def test_unknown_host_key_is_refused_with_the_remedy(sshd_server, tmp_path):
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text("")
+    with pytest.raises(HostError) as info:
+        RemoteHost(spec_for(sshd_server, known_hosts=known_hosts)).connect()
+    message = str(info.value)
+    assert message.startswith(f"{sshd_server.host}: host key (ssh-ed25519 SHA256:")
+    assert f"not in {known_hosts}; verify it and pass --trust-new-host, or add it with ssh-keyscan" in message
+    assert known_hosts.read_text() == ""
+
+
+def test_trust_new_host_saves_the_key_then_plain_checking_accepts_it(sshd_server, tmp_path):
+    known_hosts = tmp_path / "new" / "known_hosts"
+    with RemoteHost(spec_for(sshd_server, known_hosts=known_hosts, trust_new_host=True)) as remote:
+        assert remote.exec(["true"], timeout_s=30)[0] == 0
+    assert known_hosts.read_text().split() == sshd_server.host_key_line.split()
+    with RemoteHost(spec_for(sshd_server, known_hosts=known_hosts)) as remote:
+        assert remote.exec(["echo", "again"], timeout_s=30) == (0, "again\n")
+
+
+def test_changed_host_key_is_refused_even_with_trust_new_host(sshd_server, tmp_path):
+    other_pub = (sshd_server.other_key.parent / (sshd_server.other_key.name + ".pub")).read_text().split()
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text(f"[127.0.0.1]:{sshd_server.port} {other_pub[0]} {other_pub[1]}\n")
+    before = known_hosts.read_text()
+    with pytest.raises(HostError, match=r"host key changed .*ssh-keygen -R"):
+        RemoteHost(spec_for(sshd_server, known_hosts=known_hosts, trust_new_host=True)).connect()
+    assert known_hosts.read_text() == before
+
+
+def test_wrong_identity_is_a_host_error(sshd_server):
+    with pytest.raises(HostError) as info:
+        RemoteHost(spec_for(sshd_server, identity=sshd_server.other_key)).connect()
+    message = str(info.value)
+    assert "authentication failed" in message and "authorized_keys" in message and "\n" not in message
+
+
+def test_missing_identity_file_is_an_input_error(sshd_server, tmp_path):
+    with pytest.raises(InputError, match=r"^--identity: .*does not exist"):
+        RemoteHost(spec_for(sshd_server, identity=tmp_path / "no_key")).connect()
+
+
+def test_dead_port_is_a_host_error_without_waiting_for_the_timeout(sshd_server):
+    spec = HostSpec.parse(f"{sshd_server.user}@127.0.0.1:{free_port()}", identity=sshd_server.client_key,
+                          known_hosts=sshd_server.known_hosts)
+    with pytest.raises(HostError) as info:
+        RemoteHost(spec, connect_timeout_s=30).connect()
+    message = str(info.value)
+    assert "cannot connect" in message and "refused" in message.lower()  # refused at once, not timed out
+    assert f"sshd listens on port {spec.port}" in message
+
+
+# ------------------------------------------------------------------------------------------------ files
+def test_upload_mkdir_sha256_remove_with_spaces_in_the_path(host, tmp_path):
+    local = tmp_path / "local file.bin"
+    local.write_bytes(os.urandom(300_000))
+    local.chmod(0o640)
+    root = posixpath.join(str(tmp_path), "remote dir")
+    folder = posixpath.join(root, "sub dir", "it's here")
+    host.mkdir_p(folder)
+    host.mkdir_p(folder)  # idempotent
+    remote = posixpath.join(folder, "copy of file.bin")
+    host.upload(local, remote)
+    assert host.sha256(remote) == hashlib.sha256(local.read_bytes()).hexdigest()
+    assert stat.S_IMODE(host.sftp().stat(remote).st_mode) == 0o640
+    rc, output = host.exec(["wc", "-c", remote], timeout_s=30)
+    assert rc == 0 and output.split()[0] == "300000"
+    assert [n for n in host.sftp().listdir(folder)] == ["copy of file.bin"]  # no temporary left behind
+    host.remove_tree(root)
+    assert host.sha256(remote) is None
+    assert not os.path.exists(root)
+    with pytest.raises(ValueError, match="refusing"):
+        host.remove_tree("~")
+
+
+# ------------------------------------------------------------------------------------------------ agent
+@pytest.mark.slow
+def test_agent_over_ssh_matches_the_local_agent(host, caplog):
+    digest = hashlib.sha256(agent_path().read_bytes()).hexdigest()
+    folder = posixpath.join(host.home(), ".cache/parapipe", f"agent-{digest[:12]}")
+    host.remove_tree(folder)
+    b64 = model_b64(tiny_conv_model(channels_out=16, size=64))
+    body = dict(model_b64=b64, pu={"cpus": [0], "threads": 1}, warmup=3, repeats=15)
+    with caplog.at_level(logging.INFO, logger="parapipe.deploy.remote_agent"):
+        agent = host.start_agent()
+    assert sum("uploaded the agent" in r.getMessage() for r in caplog.records) == 1
+    assert host.sha256(posixpath.join(folder, "agent.py")) == digest
+    try:
+        hello = agent.request("hello", timeout_s=60)
+        assert hello["protocol_version"] == 1 and "CPUExecutionProvider" in hello["providers"]
+        remote = agent.request("profile", timeout_s=120, **body)
+        with pytest.raises(AgentRequestError) as info:  # an error reply, and the agent keeps serving
+            agent.request("nope", timeout_s=30)
+        assert info.value.error_type == "UnknownOp"
+        assert agent.request("hello", timeout_s=60)["ok"]
+    finally:
+        assert agent.close() == 0
+    with AgentClient.local() as local_agent:
+        local = local_agent.request("profile", timeout_s=120, **body)
+    assert remote["provider"] == local["provider"] == "CPUExecutionProvider"
+    assert remote["inputs"] == local["inputs"]
+    # Same machine, same model: the medians agree to within an order of magnitude (shared, noisy CPUs).
+    assert 0.1 < remote["median_s"] / local["median_s"] < 10
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="parapipe.deploy.remote_agent"):
+        again = host.start_agent()  # same version already there: no upload
+    assert not any("uploaded the agent" in r.getMessage() for r in caplog.records)
+    assert again.request("hello")["ok"]
+    again.close()
+
+
+def _fake_python(tmp_path, name, body):
+    script = tmp_path / name
+    script.write_text("#!/bin/sh\n" + body + "\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_start_agent_without_onnxruntime_names_the_remedy(host, tmp_path):
+    # -S: no site-packages, so numpy and onnxruntime do not import (a bare board).
+    bare = _fake_python(tmp_path, "bare python3", f'exec {sys.executable} -S "$@"')
+    with pytest.raises(HostError) as info:
+        host.start_agent(python=bare)
+    message = str(info.value)
+    assert "do not import" in message
+    assert message.endswith("install onnxruntime>=1.19 on 127.0.0.1: pip install onnxruntime")
+
+
+def test_start_agent_refuses_an_old_python(host, tmp_path):
+    old = _fake_python(tmp_path, "python3.6", 'echo "Python 3.6.9"')
+    with pytest.raises(HostError, match=r"Python 3\.6\.9, older than 3\.8; install Python >= 3\.8"):
+        host.start_agent(python=old)
+    with pytest.raises(HostError, match=r"does not run .*install Python >= 3\.8"):
+        host.start_agent(python="/nonexistent/python3")
