@@ -1,0 +1,276 @@
+"""Read and write SoC profile YAML files (format: soc_profiles/README.md).
+
+Loading runs three checks, each reported as one ``InputError`` line ``"<file>: <field.path>: <problem>; <fix>"``:
+YAML syntax (with line and column, duplicate keys included), the file layout and provenance
+(:mod:`parapipe.soc.schema`), then the values (:mod:`parapipe.soc.profile`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import yaml
+from pydantic import ValidationError
+
+from parapipe._paths import data_dir
+from parapipe.errors import input_error
+from parapipe.soc.op_classes import OP_CLASSES
+from parapipe.soc.profile import SoC
+from parapipe.soc.schema import SCHEMA_VERSION, SocFile
+from parapipe.soc.validation import to_input_error
+
+logger = logging.getLogger(__name__)
+
+#: Source key written by :func:`soc_to_yaml_dict` for numbers without recorded provenance.
+GENERATED_SOURCE = "generated"
+GENERATED_CITATION = ("Written by parapipe (SoC.to_yaml_dict) from values given in Python, e.g. measured on the "
+                      "host; no further citation.")
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe YAML loader that rejects duplicate keys and reads ``1e10`` as a float (YAML 1.2 style)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:  # unhashable key: let the base class report it
+                    continue
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        "while reading a mapping", node.start_mark, f"duplicate key {key!r}", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+# PyYAML follows YAML 1.1, where 1e10 (no dot, unsigned exponent) is a string; accept it as a float.
+_Loader.yaml_implicit_resolvers = {
+    first: [r for r in resolvers if r[0] != "tag:yaml.org,2002:float"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                |[-+]?\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                |[-+]?\.(?:inf|Inf|INF)
+                |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
+def read_yaml(path: Path, display: str) -> Any:
+    """Parse a YAML file with the profile loader's rules.
+
+    Raises
+    ------
+    InputError
+        ``"<display>: cannot read ..."`` or ``"<display>: line L, column C: invalid YAML (...)"``.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise input_error(display, None, f"cannot read the file ({reason})",
+                          "check the path and that the file is readable UTF-8 text") from None
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader derives from SafeLoader
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise input_error(display, where, f"invalid YAML ({problem})", "fix the YAML syntax there") from None
+
+
+def soc_from_yaml_dict(raw: Any, source: str = "<dict>", path: Optional[Path] = None) -> SoC:
+    """Validate a parsed profile (the YAML file's top-level mapping) and build the :class:`SoC`.
+
+    Parameters
+    ----------
+    raw : object
+        Parsed YAML; must be a mapping in the format of soc_profiles/README.md.
+    source : str
+        Name used in error messages (the file as the user gave it).
+    path : Path, optional
+        Stored as :attr:`SoC.path`.
+
+    Raises
+    ------
+    InputError
+        For any problem, naming ``source`` and the dotted field path.
+    """
+    if not isinstance(raw, dict):
+        raise input_error(source, None, f"expected a mapping at the top level, got {type(raw).__name__}",
+                          "start from a bundled profile in soc_profiles/ (see soc_profiles/README.md)")
+    version = raw.get("schema_version")
+    if version is not None and version != SCHEMA_VERSION:
+        raise input_error(source, "schema_version", f"unsupported version {version!r}",
+                          f"this parapipe reads schema_version: {SCHEMA_VERSION}")
+    sources = raw.get("sources")
+    try:
+        parsed = SocFile.model_validate(raw, context={"sources": sources if isinstance(sources, dict) else {}})
+    except ValidationError as err:
+        raise to_input_error(err, source, SocFile) from None
+    plain, provenance = _plain_values(parsed)
+    try:
+        soc = SoC.model_validate({**plain, "provenance": provenance, "path": path})
+    except ValidationError as err:
+        raise to_input_error(err, source, SoC) from None
+    logger.debug("loaded SoC profile %s (%d PUs) from %s", soc.name, len(soc.pus), source)
+    return soc
+
+
+def _plain_values(parsed: SocFile) -> tuple[dict, dict[str, dict]]:
+    """The file's numbers without their provenance, and the provenance by dotted field path."""
+    provenance: dict[str, dict] = {}
+
+    def number(field: str, quantity) -> float:
+        provenance[field] = quantity.provenance()
+        return quantity.value
+
+    pus = {}
+    for name, entry in parsed.pus.items():
+        at = f"pus.{name}"
+        efficiency = {k: number(f"{at}.efficiency.{k}", q) for k, q in entry.efficiency.items()}
+        if "other" in efficiency:  # classes left out take `other`'s value, and its provenance
+            for cls in OP_CLASSES:
+                provenance.setdefault(f"{at}.efficiency.{cls}", provenance[f"{at}.efficiency.other"])
+        pus[name] = {
+            "name": name, "kind": entry.kind, "cores": entry.cores, "precision": entry.precision,
+            **{f: number(f"{at}.{f}", getattr(entry, f)) for f in (
+                "frequency_hz", "peak_flops", "memory_bandwidth_bytes_per_s", "op_overhead_s",
+                "active_power_w", "idle_power_w")},
+            "efficiency": efficiency,
+            "supported_ops": None if entry.supported_ops == "all" else frozenset(entry.supported_ops),
+            "execution": entry.execution.model_dump(exclude_none=True),
+        }
+    default = parsed.transfers.default
+    pairs = []
+    for i, pair in enumerate(parsed.transfers.pairs):
+        at = f"transfers.pairs.{i}"
+        pairs.append({"src": pair.src, "dst": pair.dst, "symmetric": pair.symmetric,
+                      "alpha_s": number(f"{at}.alpha_s", pair.alpha_s),
+                      "beta_bytes_per_s": number(f"{at}.beta_bytes_per_s", pair.beta_bytes_per_s)})
+    plain = {
+        "name": parsed.name, "description": parsed.description, "sources": parsed.sources,
+        "static_power_w": number("static_power_w", parsed.static_power_w),
+        "memory_bandwidth_bytes_per_s": number("memory_bandwidth_bytes_per_s", parsed.memory_bandwidth_bytes_per_s),
+        "pus": pus,
+        "transfers": {"default": {"alpha_s": number("transfers.default.alpha_s", default.alpha_s),
+                                  "beta_bytes_per_s": number("transfers.default.beta_bytes_per_s",
+                                                             default.beta_bytes_per_s)},
+                      "pairs": pairs},
+    }
+    return plain, provenance
+
+
+def soc_to_yaml_dict(soc: SoC) -> dict:
+    """The file-format dict of ``soc`` (see :meth:`SoC.to_yaml_dict`)."""
+    sources = dict(soc.sources)
+
+    def quantity(field: str, value: float) -> dict:
+        prov = soc.provenance.get(field)
+        if prov is None:
+            sources.setdefault(GENERATED_SOURCE, GENERATED_CITATION)
+            return {"value": value, "source": GENERATED_SOURCE}
+        return {"value": value, **prov.model_dump(exclude_none=True)}
+
+    pus = {}
+    for name, pu in soc.pus.items():
+        at = f"pus.{name}"
+        execution: dict[str, Any] = {}
+        if pu.execution.cpus is not None:
+            execution["cpus"] = list(pu.execution.cpus)
+        execution.update(threads=pu.execution.threads, provider=pu.execution.provider,
+                         provider_options=dict(pu.execution.provider_options))
+        pus[name] = {
+            "kind": pu.kind, "cores": pu.cores,
+            "frequency_hz": quantity(f"{at}.frequency_hz", pu.frequency_hz),
+            "peak_flops": quantity(f"{at}.peak_flops", pu.peak_flops),
+            "precision": pu.precision,
+            "memory_bandwidth_bytes_per_s": quantity(f"{at}.memory_bandwidth_bytes_per_s",
+                                                     pu.memory_bandwidth_bytes_per_s),
+            "efficiency": {k: quantity(f"{at}.efficiency.{k}", v) for k, v in pu.efficiency.items()},
+            "op_overhead_s": quantity(f"{at}.op_overhead_s", pu.op_overhead_s),
+            "active_power_w": quantity(f"{at}.active_power_w", pu.active_power_w),
+            "idle_power_w": quantity(f"{at}.idle_power_w", pu.idle_power_w),
+            "supported_ops": "all" if pu.supported_ops is None else sorted(pu.supported_ops),
+            "execution": execution,
+        }
+    default = soc.transfers.default
+    transfers = {
+        "default": {"alpha_s": quantity("transfers.default.alpha_s", default.alpha_s),
+                    "beta_bytes_per_s": quantity("transfers.default.beta_bytes_per_s", default.beta_bytes_per_s)},
+        "pairs": [{"src": p.src, "dst": p.dst, "symmetric": p.symmetric,
+                   "alpha_s": quantity(f"transfers.pairs.{i}.alpha_s", p.alpha_s),
+                   "beta_bytes_per_s": quantity(f"transfers.pairs.{i}.beta_bytes_per_s", p.beta_bytes_per_s)}
+                  for i, p in enumerate(soc.transfers.pairs)],
+    }
+    head = {"schema_version": SCHEMA_VERSION, "name": soc.name, "description": soc.description}
+    body = {
+        "static_power_w": quantity("static_power_w", soc.static_power_w),
+        "memory_bandwidth_bytes_per_s": quantity("memory_bandwidth_bytes_per_s", soc.memory_bandwidth_bytes_per_s),
+        "pus": pus, "transfers": transfers,
+    }
+    return {**head, "sources": sources, **body}  # `sources` gained `generated` while body was built
+
+
+def save_soc(soc: SoC, path: Union[str, os.PathLike]) -> Path:
+    """Write ``soc`` as a profile YAML file (temporary file, then ``os.replace``); returns the path."""
+    target = Path(path)
+    text = yaml.safe_dump(soc.to_yaml_dict(), sort_keys=False, width=110, allow_unicode=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or Path("."))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def list_socs() -> list[str]:
+    """Names of the bundled profiles: the ``*.yaml`` file stems in soc_profiles/, sorted."""
+    return sorted(p.stem for p in data_dir("soc_profiles").glob("*.yaml"))
+
+
+def load_soc(spec: Union[str, os.PathLike]) -> SoC:
+    """Load a SoC profile.
+
+    Parameters
+    ----------
+    spec : str or path
+        A bundled profile name (see :func:`list_socs`, e.g. ``"amlogic_a311d"``) or a path to a YAML file
+        (anything with a ``.yaml``/``.yml`` suffix or a directory separator). The name ``host`` (a profile
+        measured on this machine) is handled by the caller, not here.
+
+    Returns
+    -------
+    SoC
+        With :attr:`SoC.path` set to the file.
+
+    Raises
+    ------
+    InputError
+        Unknown profile name (the message lists the bundled ones), unreadable file, invalid YAML (with line
+        number), or an invalid profile (naming the file and the dotted field path).
+    """
+    text = os.fspath(spec)
+    if text.endswith((".yaml", ".yml")) or "/" in text or os.sep in text:
+        path, display = Path(text), text
+    else:
+        path = data_dir("soc_profiles") / f"{text}.yaml"
+        display = f"soc_profiles/{text}.yaml"
+        if not text or not path.is_file():
+            raise input_error(None, None, f"unknown SoC profile '{text}'",
+                              f"choose from {', '.join(list_socs())} or give a path to a .yaml file")
+    if path.is_dir():
+        raise input_error(display, None, "is a directory, not a profile file", "give the path of a .yaml file")
+    return soc_from_yaml_dict(read_yaml(path, display), display, path.resolve())

@@ -1,0 +1,138 @@
+"""The layout of a SoC profile YAML file (schema_version 1), as strict pydantic models.
+
+This layer checks what only the file has: keys, YAML types and the provenance of every number (a
+:class:`Quantity`). Ranges and cross-field rules are checked by :mod:`parapipe.soc.profile` on the plain
+numbers, under the same field paths. soc_profiles/README.md documents the format for humans.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
+
+from parapipe.soc.profile import NAME_PATTERN
+from parapipe.soc.validation import FieldProblem
+
+#: The file format version this parapipe reads and writes.
+SCHEMA_VERSION = 1
+
+_STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class Quantity(BaseModel):
+    """A number with its provenance: ``{value, source: KEY}`` or ``{value, confidence: low, note: ...}``.
+
+    ``source`` must be a key of the file's top-level ``sources:`` (passed as validation context
+    ``{"sources": {...}}``). ``note`` may accompany either form and is required with ``confidence: low``.
+    """
+
+    model_config = _STRICT
+    value: float
+    source: Optional[str] = None
+    confidence: Optional[Literal["low"]] = None
+    note: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _check_provenance(self, info: ValidationInfo) -> "Quantity":
+        sources = (info.context or {}).get("sources")
+        if self.source is None and self.confidence is None:
+            raise FieldProblem("", "number without provenance",
+                               "add source: KEY (a key of the top-level sources:) or confidence: low with a note")
+        if self.source is not None and isinstance(sources, dict) and self.source not in sources:
+            known = ", ".join(sources) or "none defined"
+            raise FieldProblem("source", f"unknown source key '{self.source}'",
+                               f"add it to the top-level sources: or use one of: {known}")
+        if self.confidence == "low" and not self.note:
+            raise FieldProblem("note", "missing field", "say in note: how the low-confidence estimate was made")
+        return self
+
+    def provenance(self) -> dict[str, str]:
+        """The provenance fields that are set (``source``/``confidence``/``note``)."""
+        return {k: v for k, v in (("source", self.source), ("confidence", self.confidence),
+                                  ("note", self.note)) if v is not None}
+
+
+class ExecutionEntry(BaseModel):
+    """``execution:`` of a PU: CPU pinning, thread count, ONNX Runtime provider and its options."""
+
+    model_config = _STRICT
+    cpus: Optional[list[int]] = None
+    threads: Optional[int] = None
+    provider: str = "CPUExecutionProvider"
+    provider_options: dict[str, str] = {}
+
+
+class PUEntry(BaseModel):
+    """One entry under ``pus:`` (its key is the PU name)."""
+
+    model_config = _STRICT
+    kind: Literal["cpu", "gpu", "npu", "dla", "dsp"]
+    cores: int
+    frequency_hz: Quantity
+    peak_flops: Quantity
+    precision: Literal["fp32", "fp16", "int8"]
+    memory_bandwidth_bytes_per_s: Quantity
+    efficiency: dict[str, Quantity]
+    op_overhead_s: Quantity
+    active_power_w: Quantity
+    idle_power_w: Quantity
+    supported_ops: Any = "all"
+    execution: ExecutionEntry = ExecutionEntry()
+
+    @field_validator("supported_ops")
+    @classmethod
+    def _all_or_list(cls, value: Any) -> Any:
+        if value == "all":
+            return value
+        if not isinstance(value, list) or not all(isinstance(op, str) for op in value):
+            raise FieldProblem("", f"expected 'all' or a list of op type names, got {value!r}"[:120],
+                               "write 'all' or a list of ONNX op types, e.g. [Conv, Relu]")
+        return value
+
+
+class TransferEntry(BaseModel):
+    """``transfers.default``: ``alpha_s`` (fixed cost per hand-off) and ``beta_bytes_per_s``."""
+
+    model_config = _STRICT
+    alpha_s: Quantity
+    beta_bytes_per_s: Quantity
+
+
+class PairEntry(TransferEntry):
+    """An item of ``transfers.pairs``: directed ``src`` → ``dst`` unless ``symmetric: true``."""
+
+    src: str
+    dst: str
+    symmetric: bool = False
+
+
+class TransfersEntry(BaseModel):
+    """``transfers:``: the ``default`` cost and the per-pair overrides."""
+
+    model_config = _STRICT
+    default: TransferEntry
+    pairs: list[PairEntry] = []
+
+
+class SocFile(BaseModel):
+    """A whole profile file."""
+
+    model_config = _STRICT
+    schema_version: Literal[1]
+    name: str
+    description: str = ""
+    sources: dict[str, str]
+    static_power_w: Quantity
+    memory_bandwidth_bytes_per_s: Quantity
+    pus: dict[str, PUEntry]
+    transfers: TransfersEntry
+
+    @field_validator("pus")
+    @classmethod
+    def _pu_names(cls, pus: dict[str, PUEntry]) -> dict[str, PUEntry]:
+        for name in pus:
+            if not re.match(NAME_PATTERN, name):
+                raise FieldProblem(name, f"'{name}' is not a valid PU name",
+                                   "use letters, digits and '_', starting with a letter (e.g. dsp0)")
+        return pus
