@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -269,3 +270,15 @@ def test_agent_needs_nothing_newer_than_python_3_8():
     if "No module named 'vermin'" in result.stdout:
         pytest.fail("vermin is missing: pip install -e '.[test]' (or pip install vermin)", pytrace=False)
     assert result.returncode == 0, result.stdout
+
+
+@pytest.mark.slow
+def test_profile_a_zoo_model_whose_weights_are_constant_of_shape_outputs(agent):
+    # The onnx wheel's light models (IR 3, opset 9) list their weights as graph inputs produced by
+    # ConstantOfShape nodes; the agent must feed only the real data input.
+    path = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_squeezenet.onnx"
+    reply = agent.request("profile", timeout_s=300, model_path=str(path), pu={"cpus": [0], "threads": 1},
+                          optimization="all", warmup=1, repeats=3)
+    assert reply["inputs"] == {"data_0": {"shape": [1, 3, 224, 224], "dtype": "float32"}}
+    assert reply["provider"] == "CPUExecutionProvider" and reply["repeats"] == 3
+    assert 0 < reply["min_s"] <= reply["median_s"] <= reply["p90_s"]
