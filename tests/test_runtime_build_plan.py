@@ -1,0 +1,108 @@
+"""build_plan on real OpGraphs/BlockGraphs: task splitting, deps, validation messages, execution."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from parapipe.errors import InputError
+from parapipe.graph.coarsen import coarsen
+from parapipe.graph.opgraph import import_onnx
+from parapipe.runtime import StageSpec, build_plan, max_abs_diff, reference_outputs, run_pipeline
+from runtime_models import CPU_BINDINGS, chain_model, diamond_model, frames
+
+
+@pytest.fixture(scope="module")
+def diamond():
+    og = import_onnx(diamond_model(), "diamond")
+    bg = coarsen(og)
+    assert [b.name for b in bg.blocks] == ["A_mm", "B_mm", "C_mm", "D_add", "E_mm"]
+    return og, bg
+
+
+def _spec(assignment, order=None):
+    pus = sorted(set(assignment.values()))
+    return StageSpec(pus=pus, assignment=dict(assignment), order=list(order or assignment))
+
+
+def test_cross_pu_predecessor_starts_a_new_task(diamond):
+    og, bg = diamond
+    stages = [_spec({"A_mm": "cpu0"}),
+              _spec({"B_mm": "cpu0", "C_mm": "cpu1", "D_add": "cpu0", "E_mm": "cpu0"})]
+    plan = build_plan(og, bg, stages, CPU_BINDINGS)
+    assert [[t.name for t in s] for s in plan.stages] == [["s0.cpu0.t0"], ["s1.cpu0.t0", "s1.cpu0.t1", "s1.cpu1.t0"]]
+    b, de, c = plan.stages[1]
+    assert (b.inputs, b.outputs, b.deps) == (["a"], ["b"], [])
+    assert (c.pu, c.inputs, c.outputs, c.deps) == ("cpu1", ["a"], ["c"], [])
+    assert sorted(de.inputs) == ["b", "c"] and de.outputs == ["y"]
+    assert de.deps == ["s1.cpu0.t0", "s1.cpu1.t0"]
+    assert plan.model_inputs == ["x"] and plan.model_outputs == ["y"]
+    assert [n.name for n in de.model.graph.node] == ["D_add", "E_mm"]
+    fs = frames(20, seed=4)
+    outs, metrics = run_pipeline(plan, fs, warmup=1)
+    assert max_abs_diff(outs, reference_outputs(og.model, fs)) <= 1e-5
+    assert {e.task for e in metrics.trace if e.pu == "cpu1"} == {"s1.cpu1.t0"}
+
+
+def test_same_pu_blocks_stay_one_task(diamond):
+    og, bg = diamond
+    stages = [_spec({b.name: "cpu0" for b in bg.blocks})]
+    plan = build_plan(og, bg, stages, CPU_BINDINGS)
+    (only,) = plan.stages[0]
+    assert (only.inputs, only.outputs, only.deps) == (["x"], ["y"], [])
+
+
+def test_branch_after_another_pu_block_in_same_pu_walk(diamond):
+    # cpu1 runs B then E; E's predecessor D is on cpu0 -> cpu1 gets two tasks, and the wait graph stays acyclic
+    og, bg = diamond
+    stages = [_spec({"A_mm": "cpu0", "B_mm": "cpu1", "C_mm": "cpu0", "D_add": "cpu0", "E_mm": "cpu1"},
+                    order=["A_mm", "B_mm", "C_mm", "D_add", "E_mm"])]
+    plan = build_plan(og, bg, stages, CPU_BINDINGS)
+    tasks = {t.name: t for t in plan.stages[0]}
+    assert sorted(tasks) == ["s0.cpu0.t0", "s0.cpu0.t1", "s0.cpu1.t0", "s0.cpu1.t1"]
+    assert tasks["s0.cpu0.t1"].deps == ["s0.cpu0.t0", "s0.cpu1.t0"]  # D needs b (cpu1) and c (cpu0)
+    assert tasks["s0.cpu1.t1"].deps == ["s0.cpu0.t1"]
+    fs = frames(5, seed=5)
+    outs, _ = run_pipeline(plan, fs, warmup=0)
+    assert max_abs_diff(outs, reference_outputs(og.model, fs)) <= 1e-5
+
+
+@pytest.mark.parametrize("stages, message", [
+    ([_spec({"A_mm": "cpu0", "B_mm": "cpu0", "C_mm": "cpu0", "D_add": "cpu0"})],
+     r"^mapping: stages: 1 block\(s\) in no stage, e\.g\. \['E_mm'\]; put every block"),
+    ([_spec({"A_mm": "cpu0", "B_mm": "cpu0", "C_mm": "cpu0"}), _spec({"C_mm": "cpu1", "D_add": "cpu1",
+                                                                      "E_mm": "cpu1"})],
+     r"^mapping: stages\[1\]\.order: block 'C_mm' is already in stage 0; put every block in exactly one stage$"),
+    ([_spec({"B_mm": "cpu0", "C_mm": "cpu0", "D_add": "cpu0", "E_mm": "cpu0"}), _spec({"A_mm": "cpu1"})],
+     r"^mapping: stages\[0\]: block 'B_mm' depends on block 'A_mm' of the later stage 1; move the producer"),
+    ([_spec({"A_mm": "cpu0", "B_mm": "cpu0", "C_mm": "cpu0", "D_add": "cpu0", "E_mm": "cpu0"},
+            order=["A_mm", "B_mm", "D_add", "C_mm", "E_mm"])],
+     r"^mapping: stages\[0\]\.order: block 'D_add' comes before its producer 'C_mm'; give the stage's blocks"),
+    ([_spec({"A_mm": "cpu0", "B_mm": "cpu0", "C_mm": "cpu0", "D_add": "cpu0", "E_mm": "gpu0"})],
+     r"^mapping: stages\[0\]\.pus: PU 'gpu0' has no binding; add a PUBinding for 'gpu0'"),
+    ([StageSpec(["cpu0"], {"A_mm": "cpu1", "B_mm": "cpu0", "C_mm": "cpu0", "D_add": "cpu0", "E_mm": "cpu0"},
+                ["A_mm", "B_mm", "C_mm", "D_add", "E_mm"])],
+     r"^mapping: stages\[0\]\.assignment\['A_mm'\]: PU 'cpu1' is not one of the stage's PUs \['cpu0'\]"),
+    ([_spec({"A_mm": "cpu0", "B_mm": "cpu0", "C_mm": "cpu0", "D_add": "cpu0", "E_mm": "cpu0", "Z": "cpu0"})],
+     r"^mapping: stages\[0\]\.order: unknown block 'Z'; use block names from the coarsened BlockGraph$"),
+    ([StageSpec(["cpu0"], {"A_mm": "cpu0"}, ["A_mm", "B_mm"])],
+     r"^mapping: stages\[0\]\.order: order and assignment name different blocks \(\['B_mm'\]\)"),
+    ([], r"^mapping: stages: the mapping has no stages; give at least one StageSpec$"),
+])
+def test_bad_mappings_are_input_errors_naming_stage_and_block(diamond, stages, message):
+    og, bg = diamond
+    with pytest.raises(InputError, match=message):
+        build_plan(og, bg, stages, CPU_BINDINGS)
+
+
+@pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1")
+def test_chain_two_stages_from_build_plan():
+    og = import_onnx(chain_model(4), "chain")
+    bg = coarsen(og)
+    names = [b.name for b in bg.blocks]
+    plan = build_plan(og, bg, [_spec({n: "cpu0" for n in names[:2]}), _spec({n: "cpu1" for n in names[2:]})],
+                      CPU_BINDINGS)
+    assert [(t.inputs, t.outputs) for s in plan.stages for t in s] == [(["x"], ["h1"]), (["h1"], ["y"])]
+    fs = frames(50, seed=6)
+    outs, _ = run_pipeline(plan, fs, warmup=2)
+    assert max_abs_diff(outs, reference_outputs(og.model, fs)) <= 1e-5
