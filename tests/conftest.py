@@ -59,7 +59,7 @@ def make_chain_model() -> onnx.ModelProto:
 
 
 def make_diamond_model() -> onnx.ModelProto:
-    """x -> conv_a -> relu_a -> {conv_b -> relu_b, conv_c} -> add -> relu_out : y[1, 4, 8, 8] (a fork and a join)."""
+    """x -> conv_a -> relu_a -> {conv_b -> relu_b, conv_c} -> add -> relu_out : y[1, 4, 8, 8]."""
     b = _Builder(1)
     a = b.op("Relu", "relu_a", [b.conv("conv_a", "x", 3, 4)])
     left = b.op("Relu", "relu_b", [b.conv("conv_b", a, 4, 4)])

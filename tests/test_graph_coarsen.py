@@ -67,7 +67,8 @@ def test_diamond_keeps_both_branches(diamond_model):
 def test_zero_flop_join_is_folded_without_serialising_branches(two_branch_model):
     bg = coarsen(import_onnx(two_branch_model))
     check_invariants(bg)
-    assert [b.ops for b in bg.blocks] == [("conv_l", "relu_l"), ("pool",), ("conv_r",), ("concat", "conv_out")]
+    assert [b.ops for b in bg.blocks] == [("conv_l", "relu_l"), ("pool",), ("conv_r",),
+                                          ("concat", "conv_out")]
     assert widest_parallel_section(bg) == 2
 
 

@@ -89,11 +89,13 @@ def test_empty_and_unknown_sets_are_rejected(chain_model):
 
 
 def _if_model() -> onnx.ModelProto:
-    """x -> relu -> r; If(cond): then r + c1, else r * c2 (c1, c2 outer initializers, r an outer-scope read)."""
+    """x -> relu -> r; If(cond): then r + c1, else r * c2 (c1, c2 outer initializers; r read from outside)."""
     out_t = helper.make_tensor_value_info("t_out", TensorProto.FLOAT, [1, 4])
     out_e = helper.make_tensor_value_info("e_out", TensorProto.FLOAT, [1, 4])
-    then_g = helper.make_graph([helper.make_node("Add", ["r", "c1"], ["t_out"], name="then_add")], "then", [], [out_t])
-    else_g = helper.make_graph([helper.make_node("Mul", ["r", "c2"], ["e_out"], name="else_mul")], "else", [], [out_e])
+    then_g = helper.make_graph([helper.make_node("Add", ["r", "c1"], ["t_out"], name="then_add")], "then", [],
+                               [out_t])
+    else_g = helper.make_graph([helper.make_node("Mul", ["r", "c2"], ["e_out"], name="else_mul")], "else", [],
+                               [out_e])
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
              helper.make_node("If", ["cond"], ["y0"], name="branch", then_branch=then_g, else_branch=else_g),
              helper.make_node("Neg", ["y0"], ["y"], name="neg")]

@@ -19,7 +19,8 @@ def run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     opts.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(None, feeds)
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
 
 
 def test_chain_structure_shapes_and_bytes(chain_model):
@@ -64,12 +65,13 @@ def test_depthwise_conv_transpose_matmul_and_pool_flops():
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 10])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     w = numpy_helper.from_array(np.ones((8, 1, 3, 3), np.float32), "w")
-    dw = _single_op_model(helper.make_node("Conv", ["x", "w"], ["y"], name="dw", group=8, pads=[1] * 4), [x], y, [w])
+    dw_node = helper.make_node("Conv", ["x", "w"], ["y"], name="dw", group=8, pads=[1] * 4)
+    dw = _single_op_model(dw_node, [x], y, [w])
     assert import_onnx(dw).op("dw").flops == 2 * (8 * 100) * (1 * 9)
 
     wt = numpy_helper.from_array(np.ones((8, 4, 2, 2), np.float32), "wt")  # Cin=8, Cout=4, k=2, stride 2
-    ct = _single_op_model(helper.make_node("ConvTranspose", ["x", "wt"], ["y"], name="ct", strides=[2, 2]), [x], y,
-                          [wt])
+    ct_node = helper.make_node("ConvTranspose", ["x", "wt"], ["y"], name="ct", strides=[2, 2])
+    ct = _single_op_model(ct_node, [x], y, [wt])
     og = import_onnx(ct)
     assert og.tensors["y"].shape == (1, 4, 20, 20)
     assert og.op("ct").flops == 2 * (8 * 100) * (4 * 4)
@@ -79,8 +81,8 @@ def test_depthwise_conv_transpose_matmul_and_pool_flops():
     mm = _single_op_model(helper.make_node("MatMul", ["a", "b"], ["y"], name="mm"), [a], y, [b])
     assert import_onnx(mm).op("mm").flops == 2 * (2 * 3 * 5 * 11) * 7
 
-    pool = _single_op_model(helper.make_node("MaxPool", ["x"], ["y"], name="mp", kernel_shape=[3, 3], strides=[2, 2]),
-                            [x], y)
+    mp_node = helper.make_node("MaxPool", ["x"], ["y"], name="mp", kernel_shape=[3, 3], strides=[2, 2])
+    pool = _single_op_model(mp_node, [x], y)
     og = import_onnx(pool)
     assert og.tensors["y"].shape == (1, 8, 4, 4)
     assert og.op("mp").flops == 8 * 16 * 9
@@ -111,7 +113,8 @@ def _ir3_constant_of_shape_model() -> onnx.ModelProto:
     nodes = [
         helper.make_node("ConstantOfShape", ["w__SHAPE"], ["w"],
                          value=numpy_helper.from_array(np.array([0.05], np.float32))),
-        helper.make_node("Constant", [], ["b0"], value=numpy_helper.from_array(np.arange(4, dtype=np.float32))),
+        helper.make_node("Constant", [], ["b0"],
+                         value=numpy_helper.from_array(np.arange(4, dtype=np.float32))),
         helper.make_node("Unsqueeze", ["b0"], ["b"], axes=[1, 2]),
         helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
         helper.make_node("Add", ["c", "b"], ["d"]),
@@ -135,7 +138,8 @@ def test_normalisation_folds_constants_names_nodes_and_keeps_outputs():
     onnx.checker.check_model(m, full_check=True)
     assert m.ir_version >= 4
     assert [n.op_type for n in m.graph.node] == ["Conv", "Add", "Dropout", "Relu", "Identity"]
-    assert all(op.op_type not in ("ConstantOfShape", "Constant", "Unsqueeze") for _, op in og.graph.nodes(data="op"))
+    folded = ("ConstantOfShape", "Constant", "Unsqueeze")
+    assert all(op.op_type not in folded for _, op in og.graph.nodes(data="op"))
     assert {t.name for t in m.graph.initializer} == {"w", "b"} == og.constants
     assert [i.name for i in m.graph.input] == ["x"] and og.inputs == ["x"]
     names = [n.name for n in m.graph.node]
@@ -169,10 +173,12 @@ def test_static_shape_subgraph_is_folded():
         helper.make_node("Concat", ["n1", "minus1"], ["target"], name="cat", axis=0),
         helper.make_node("Reshape", ["x", "target"], ["y"], name="reshape"),
     ]
-    inits = [numpy_helper.from_array(np.array(0, np.int64), "i0"), numpy_helper.from_array(np.array([0], np.int64), "ax"),
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "i0"),
+             numpy_helper.from_array(np.array([0], np.int64), "ax"),
              numpy_helper.from_array(np.array([-1], np.int64), "minus1")]
-    graph = helper.make_graph(nodes, "flat", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "flat", [x], [y], inits)
     og = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
     assert og.topo_order == ["reshape"]
     assert og.tensors["y"].shape == (2, 12)

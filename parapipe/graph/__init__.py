@@ -15,6 +15,6 @@ from parapipe.graph.zoo import LoadedModel, ModelRef, ZooEntry, list_models, loa
 
 __all__ = [
     "Block", "BlockGraph", "coarsen", "widest_parallel_section", "SubModel", "extract_submodel", "OpGraph",
-    "Operator", "TensorInfo", "import_onnx", "LoadedModel", "ModelRef", "ZooEntry", "list_models", "load_model",
-    "resolve_model",
+    "Operator", "TensorInfo", "import_onnx", "LoadedModel", "ModelRef", "ZooEntry", "list_models",
+    "load_model", "resolve_model",
 ]

@@ -1,8 +1,8 @@
 """Floating-point operation counts of ONNX operators from their shapes and attributes.
 
-Conventions (every constant below is a convention of parapipe, not a measurement; the roofline calibration in
-``parapipe.cost`` absorbs the per-op-type constant factor, so only the relative size within an op type has to be
-right):
+Conventions (every constant below is a convention of parapipe, not a measurement; the roofline calibration
+in ``parapipe.cost`` absorbs the per-op-type constant factor, so only the relative size within an op type has
+to be right):
 
 * one multiply-add (MAC) = :data:`MAC_FLOPS` = 2 FLOPs (one multiply, one add). Papers that count
   "FLOPs" as multiply-adds report half: He et al. 2016 (arXiv:1512.03385), Table 1, gives ResNet-50 as
@@ -35,11 +35,11 @@ TRANSCENDENTAL_FLOPS = 4
 #: Op types that only move or re-label data: 0 FLOPs (their bytes are charged by the cost model).
 DATA_MOVEMENT_OPS = frozenset({
     "Concat", "Reshape", "Transpose", "Flatten", "Identity", "Dropout", "Unsqueeze", "Squeeze", "Slice",
-    "Split", "SplitToSequence", "Pad", "Resize", "Upsample", "Gather", "GatherElements", "GatherND", "Scatter",
-    "ScatterElements", "ScatterND", "Shape", "Size", "Cast", "CastLike", "Expand", "Tile", "DepthToSpace",
-    "SpaceToDepth", "ConstantOfShape", "Constant", "Range", "Compress", "ReverseSequence", "EyeLike",
-    "Trilu", "OneHot", "NonZero", "Optional", "OptionalGetElement", "OptionalHasElement", "SequenceAt",
-    "SequenceConstruct", "SequenceEmpty", "SequenceInsert", "SequenceErase", "SequenceLength",
+    "Split", "SplitToSequence", "Pad", "Resize", "Upsample", "Gather", "GatherElements", "GatherND",
+    "Scatter", "ScatterElements", "ScatterND", "Shape", "Size", "Cast", "CastLike", "Expand", "Tile",
+    "DepthToSpace", "SpaceToDepth", "ConstantOfShape", "Constant", "Range", "Compress", "ReverseSequence",
+    "EyeLike", "Trilu", "OneHot", "NonZero", "Optional", "OptionalGetElement", "OptionalHasElement",
+    "SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceInsert", "SequenceErase", "SequenceLength",
     "ConcatFromSequence", "Col2Im", "CenterCropPad",
 })
 
@@ -47,9 +47,9 @@ DATA_MOVEMENT_OPS = frozenset({
 _PER_OUTPUT_ELEMENT: dict[str, float] = {
     **{op: 1.0 for op in (
         "Relu", "LeakyRelu", "PRelu", "Clip", "Abs", "Neg", "Floor", "Ceil", "Round", "Sign", "Not", "And",
-        "Or", "Xor", "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Where", "Add", "Sub", "Mul",
-        "Div", "Mod", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "ThresholdedRelu",
-        "Shrink", "IsNaN", "IsInf", "Reciprocal", "Sqrt",
+        "Or", "Xor", "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Where", "Add", "Sub",
+        "Mul", "Div", "Mod", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot",
+        "ThresholdedRelu", "Shrink", "IsNaN", "IsInf", "Reciprocal", "Sqrt",
     )},
     # x*alpha + beta, then clip: 3 simple ops.
     "HardSigmoid": 3.0,

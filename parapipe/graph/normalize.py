@@ -39,7 +39,6 @@ NONDETERMINISTIC_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormal
 MAX_FOLD_ROUNDS = 8
 
 
-
 class _Filled:
     """A constant tensor with one repeated value (a folded ConstantOfShape), materialised only on demand.
 
@@ -136,11 +135,12 @@ def _constant_of_shape(node: onnx.NodeProto, shape: np.ndarray) -> _Filled:
     attrs = {a.name: a for a in node.attribute}
     # ONNX ConstantOfShape: the default value is a float32 zero
     value = numpy_helper.to_array(attrs["value"].t) if "value" in attrs else np.zeros(1, np.float32)
-    return _Filled(tuple(int(d) for d in shape.reshape(-1)), np.asarray(value.reshape(-1)[0], dtype=value.dtype))
+    fill = np.asarray(value.reshape(-1)[0], dtype=value.dtype)
+    return _Filled(tuple(int(d) for d in shape.reshape(-1)), fill)
 
 
 def _eval_node(node: onnx.NodeProto, feeds: list[np.ndarray], opset: int) -> list[np.ndarray]:
-    """Evaluate one constant node; fast numpy paths for the common cases, the reference evaluator otherwise."""
+    """Evaluate one constant node: numpy for the common cases, the reference evaluator otherwise."""
     op = node.op_type
     attrs = {a.name: a for a in node.attribute}
     if op == "Constant" and "value" in attrs:
@@ -148,7 +148,10 @@ def _eval_node(node: onnx.NodeProto, feeds: list[np.ndarray], opset: int) -> lis
     if op == "Identity":
         return [feeds[0]]
     if op == "Unsqueeze":
-        axes = list(helper.get_attribute_value(attrs["axes"])) if "axes" in attrs else [int(a) for a in feeds[1]]
+        if "axes" in attrs:  # opset < 13: an attribute; opset >= 13: the second input
+            axes = list(helper.get_attribute_value(attrs["axes"]))
+        else:
+            axes = [int(a) for a in feeds[1]]
         rank = feeds[0].ndim + len(axes)
         out = feeds[0]
         for axis in sorted(a % rank for a in axes):
@@ -203,7 +206,7 @@ def _fold_static_shapes(model: onnx.ModelProto, consts: dict[str, Const], source
     if not any(n.op_type in ("Shape", "Size") and n.input[0] not in consts for n in graph.node):
         return 0
     _sync_initializers(graph, consts)
-    types = shapes.infer_activation_types(model, source, strict=False)
+    types = shapes.infer_activation_types(model, source, strict=False, measure=False)
     kept: list[onnx.NodeProto] = []
     replaced = 0
     for node in graph.node:
@@ -346,4 +349,3 @@ def normalise(model: onnx.ModelProto, source: str = "<memory>") -> onnx.ModelPro
         m.ir_version = 4
     _name_nodes(graph)
     return m
-

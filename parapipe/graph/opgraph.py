@@ -124,7 +124,8 @@ class OpGraph:
 
     def value_info(self, tensor: str) -> onnx.ValueInfoProto:
         """A ValueInfoProto with the static type and shape of activation tensor ``tensor``."""
-        return helper.make_tensor_value_info(tensor, self._elem_types[tensor], list(self.tensors[tensor].shape))
+        shape = list(self.tensors[tensor].shape)
+        return helper.make_tensor_value_info(tensor, self._elem_types[tensor], shape)
 
     def __repr__(self) -> str:
         return (f"OpGraph(name={self.name!r}, ops={self.graph.number_of_nodes()}, "
@@ -152,6 +153,10 @@ def _signature(node: onnx.NodeProto, in_types: list[Optional[tuple[tuple[int, ..
     attrs = ";".join(f"{a.name}={_attr_text(a)}" for a in sorted(node.attribute, key=lambda a: a.name))
     op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
     return f"{op}({';'.join(parts)}){{{attrs}}}"
+
+
+def _value_info(name: str, elem_types: dict[str, int], tensors: dict[str, TensorInfo]) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem_types[name], list(tensors[name].shape))
 
 
 def import_onnx(model: onnx.ModelProto, name: str = "model", source: str = "<memory>") -> OpGraph:
@@ -201,7 +206,7 @@ def _import(model: onnx.ModelProto, name: str, source: str) -> OpGraph:
         dtype = np_dtype_name(elem)
         tensors[tname] = TensorInfo(tname, shape, dtype, tensor_nbytes(shape, dtype))
         elem_types[tname] = elem
-    # record the inferred shapes in the model (outputs and value_info) so the normalised model is self-describing
+    # record the inferred shapes in the model (outputs, value_info): the normalised model describes itself
     del g.value_info[:]
     graph_inputs = [vi.name for vi in g.input]
     graph_outputs = [vi.name for vi in g.output]
@@ -211,10 +216,10 @@ def _import(model: onnx.ModelProto, name: str, source: str) -> OpGraph:
             if o:
                 producer[o] = node.name
                 if o not in graph_outputs:
-                    g.value_info.append(helper.make_tensor_value_info(o, elem_types[o], list(tensors[o].shape)))
+                    g.value_info.append(_value_info(o, elem_types, tensors))
     for vi in g.output:
         if vi.name in tensors:
-            vi.CopyFrom(helper.make_tensor_value_info(vi.name, elem_types[vi.name], list(tensors[vi.name].shape)))
+            vi.CopyFrom(_value_info(vi.name, elem_types, tensors))
 
     dg = nx.DiGraph()
     edge_tensors: dict[tuple[str, str], set[str]] = defaultdict(set)

@@ -62,7 +62,8 @@ def _collect(graph: onnx.GraphProto) -> dict[str, tuple[Optional[tuple], int]]:
     return found
 
 
-def infer_activation_types(model: onnx.ModelProto, source: str, *, strict: bool = True) -> TypeMap:
+def infer_activation_types(model: onnx.ModelProto, source: str, *, strict: bool = True,
+                           measure: bool = True) -> TypeMap:
     """Static shape and element type of every graph input and every node output of ``model``.
 
     Parameters
@@ -72,13 +73,15 @@ def infer_activation_types(model: onnx.ModelProto, source: str, *, strict: bool 
     source : str
         File or model name for error messages.
     strict : bool
-        Run ONNX shape inference in strict mode first (a failing inference function is reported as an error
-        after one non-strict retry fails to give shapes).
+        Run ONNX shape inference in strict mode first (on failure: a warning and a non-strict retry).
+    measure : bool
+        Measure the shapes ONNX cannot infer with ONNX Runtime; if False they are left out of the result.
 
     Returns
     -------
     dict
-        tensor name -> (shape as tuple of int, ``TensorProto.DataType`` int).
+        tensor name -> (shape as tuple of int, ``TensorProto.DataType`` int); every wanted tensor when
+        ``measure`` is True.
 
     Raises
     ------
@@ -103,7 +106,7 @@ def infer_activation_types(model: onnx.ModelProto, source: str, *, strict: bool 
             missing.append(name)
         else:
             result[name] = (tuple(int(d) for d in shape), int(elem))
-    if missing:
+    if missing and measure:
         logger.info("%s: %d tensor shapes not inferable statically (first: %s); measuring with ONNX Runtime",
                     source, len(missing), missing[0])
         result.update(_measure_with_ort(model, missing, source))
@@ -146,7 +149,7 @@ def _measure_with_ort(model: onnx.ModelProto, names: list[str], source: str) -> 
         raise input_error(source, f"tensor {names[0]!r}",
                           f"shape cannot be inferred by ONNX nor measured with ONNX Runtime "
                           f"({str(exc).splitlines()[0][:200]})",
-                          "export the model with static shapes (e.g. run onnx.shape_inference / onnxsim)") from exc
+                          "export the model with static shapes (e.g. onnx.shape_inference, onnxsim)") from exc
     out: TypeMap = {}
     for name, value in zip(names, values):
         arr = np.asarray(value)

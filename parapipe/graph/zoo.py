@@ -85,7 +85,8 @@ def _entry(raw: object, i: int, src: str) -> ZooEntry:
     allowed = {"name", "kind", "source", "file", "generator", "input_name", "input_shape", "dtype"}
     extra = sorted(set(raw) - allowed)
     if extra:
-        raise input_error(src, f"{where}.{extra[0]}", "unknown field", f"use only {', '.join(sorted(allowed))}")
+        raise input_error(src, f"{where}.{extra[0]}", "unknown field",
+                          f"use only {', '.join(sorted(allowed))}")
     for key in ("name", "kind", "source"):
         if not isinstance(raw.get(key), str) or not raw[key].strip():
             raise input_error(src, f"{where}.{key}", "missing or not a non-empty string", "fill it in")
@@ -99,7 +100,8 @@ def _entry(raw: object, i: int, src: str) -> ZooEntry:
         raise input_error(src, f"{where}.generator", f"{raw['generator']!r} is not 'module:function'",
                           "write it as module:function")
     shape = raw.get("input_shape")
-    if shape is not None and (not isinstance(shape, list) or not all(isinstance(d, int) and d > 0 for d in shape)):
+    bad_shape = not isinstance(shape, list) or not all(isinstance(d, int) and d > 0 for d in shape)
+    if shape is not None and bad_shape:
         raise input_error(src, f"{where}.input_shape", f"must be a list of positive ints, got {shape!r}",
                           "e.g. [1, 3, 224, 224]")
     return ZooEntry(name=raw["name"], kind=kind, source=raw["source"], file=raw.get("file"),
@@ -190,7 +192,8 @@ def resolve_model(spec: str) -> ModelRef:
     if p.is_file():
         return ModelRef(name=p.stem, path=p.resolve(), source=str(p))
     if p.is_dir():
-        raise input_error(str(p), None, "is a directory, not an .onnx file", "give the path of the .onnx file")
+        raise input_error(str(p), None, "is a directory, not an .onnx file",
+                          "give the path of the .onnx file")
     if spec.endswith(".onnx") or os.sep in spec:
         known = ", ".join(e.name for e in zoo_entries())
         raise input_error(spec, None, "file not found",
