@@ -158,12 +158,29 @@ def _ref(entry: ZooEntry) -> ModelRef:
 
 
 def list_models() -> list[ModelRef]:
-    """All registry models, in registry order."""
+    """All registry models, in registry order.
+
+    Returns
+    -------
+    list of ModelRef
+        ``path`` is the file (``onnx-light``: inside the installed onnx package) or None for generators.
+
+    Raises
+    ------
+    InputError
+        The registry file is malformed (see :func:`zoo_entries`).
+    """
     return [_ref(e) for e in zoo_entries()]
 
 
 def zoo_entry(name: str) -> ZooEntry:
-    """The registry entry called ``name`` (InputError listing the known names if there is none)."""
+    """The registry entry called ``name``.
+
+    Raises
+    ------
+    InputError
+        No entry has that name (the message lists the known names).
+    """
     for e in zoo_entries():
         if e.name == name:
             return e
@@ -177,7 +194,18 @@ def _unknown(spec: str):
 
 
 def resolve_model(spec: str) -> ModelRef:
-    """Resolve a registry name or a path to an .onnx file.
+    """Resolve a registry name or a path to an .onnx file (registry names win over same-named files).
+
+    Parameters
+    ----------
+    spec : str
+        Registry name (``"resnet50"``) or file path (``~`` expanded).
+
+    Returns
+    -------
+    ModelRef
+        For a path: ``name`` is the file stem, ``path`` the resolved absolute path, ``source`` the path
+        as given.
 
     Raises
     ------
