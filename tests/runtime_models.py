@@ -15,7 +15,8 @@ CPU_BINDINGS = {"cpu0": PUBinding(cpus=(0,)), "cpu1": PUBinding(cpus=(1,))}
 
 def _weight(name: str, rows: int, cols: int, seed: int) -> onnx.TensorProto:
     rng = np.random.default_rng(seed)
-    return numpy_helper.from_array((rng.standard_normal((rows, cols)) / np.sqrt(rows)).astype(np.float32), name)
+    values = rng.standard_normal((rows, cols)) / np.sqrt(rows)
+    return numpy_helper.from_array(values.astype(np.float32), name)
 
 
 def chain_model(n_layers: int = 4, width: int = 16) -> onnx.ModelProto:
@@ -28,7 +29,8 @@ def chain_model(n_layers: int = 4, width: int = 16) -> onnx.ModelProto:
         nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"], name=f"matmul{i}"))
         nodes.append(helper.make_node("Relu", [f"m{i}"], [out], name=f"relu{i}"))
         prev = out
-    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+    graph = helper.make_graph(nodes, "chain",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])], inits)
     return helper.make_model(graph, opset_imports=OPSET)
 
@@ -47,14 +49,16 @@ def diamond_model(width: int = 16) -> onnx.ModelProto:
         helper.make_node("Add", ["b", "c"], ["d"], name="D_add"),
         helper.make_node("MatMul", ["d", "we"], ["y"], name="E_mm"),
     ]
-    graph = helper.make_graph(nodes, "diamond", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+    graph = helper.make_graph(nodes, "diamond",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width])], inits)
     return helper.make_model(graph, opset_imports=OPSET)
 
 
 def cut(model: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str]) -> onnx.ModelProto:
     """Sub-model between boundary tensors (onnx.utils.Extractor, in memory), checked."""
-    sub = onnx.utils.Extractor(onnx.shape_inference.infer_shapes(model)).extract_model(list(inputs), list(outputs))
+    extractor = onnx.utils.Extractor(onnx.shape_inference.infer_shapes(model))
+    sub = extractor.extract_model(list(inputs), list(outputs))
     onnx.checker.check_model(sub)
     return sub
 
@@ -81,9 +85,11 @@ def identity_model(name: str = "x", shape: Sequence = ("n", 16), out: str = "y")
 
 
 def reshape_model(name: str = "y", out: str = "z", rows: int = 4) -> onnx.ModelProto:
-    """``out = Reshape(name, [rows, -1])``: fails at run time when the element count is not a multiple of rows."""
+    """``out = Reshape(name, [rows, -1])``: fails at run time unless the element count is a multiple of
+    rows."""
     shape = numpy_helper.from_array(np.array([rows, -1], dtype=np.int64), "shape")
-    graph = helper.make_graph([helper.make_node("Reshape", [name, "shape"], [out], name="reshape")], "reshape",
+    node = helper.make_node("Reshape", [name, "shape"], [out], name="reshape")
+    graph = helper.make_graph([node], "reshape",
                               [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, None])],
                               [helper.make_tensor_value_info(out, TensorProto.FLOAT, [rows, None])], [shape])
     return helper.make_model(graph, opset_imports=OPSET)

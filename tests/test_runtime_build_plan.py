@@ -30,7 +30,8 @@ def test_cross_pu_predecessor_starts_a_new_task(diamond):
     stages = [_spec({"A_mm": "cpu0"}),
               _spec({"B_mm": "cpu0", "C_mm": "cpu1", "D_add": "cpu0", "E_mm": "cpu0"})]
     plan = build_plan(og, bg, stages, CPU_BINDINGS)
-    assert [[t.name for t in s] for s in plan.stages] == [["s0.cpu0.t0"], ["s1.cpu0.t0", "s1.cpu0.t1", "s1.cpu1.t0"]]
+    assert [[t.name for t in s] for s in plan.stages] == [["s0.cpu0.t0"],
+                                                          ["s1.cpu0.t0", "s1.cpu0.t1", "s1.cpu1.t0"]]
     b, de, c = plan.stages[1]
     assert (b.inputs, b.outputs, b.deps) == (["a"], ["b"], [])
     assert (c.pu, c.inputs, c.outputs, c.deps) == ("cpu1", ["a"], ["c"], [])
@@ -53,7 +54,7 @@ def test_same_pu_blocks_stay_one_task(diamond):
 
 
 def test_branch_after_another_pu_block_in_same_pu_walk(diamond):
-    # cpu1 runs B then E; E's predecessor D is on cpu0 -> cpu1 gets two tasks, and the wait graph stays acyclic
+    # cpu1 runs B then E; E's predecessor D is on cpu0 -> cpu1 gets two tasks; the wait graph stays acyclic
     og, bg = diamond
     stages = [_spec({"A_mm": "cpu0", "B_mm": "cpu1", "C_mm": "cpu0", "D_add": "cpu0", "E_mm": "cpu1"},
                     order=["A_mm", "B_mm", "C_mm", "D_add", "E_mm"])]
@@ -72,12 +73,14 @@ def test_branch_after_another_pu_block_in_same_pu_walk(diamond):
      r"^mapping: stages: 1 block\(s\) in no stage, e\.g\. \['E_mm'\]; put every block"),
     ([_spec({"A_mm": "cpu0", "B_mm": "cpu0", "C_mm": "cpu0"}), _spec({"C_mm": "cpu1", "D_add": "cpu1",
                                                                       "E_mm": "cpu1"})],
-     r"^mapping: stages\[1\]\.order: block 'C_mm' is already in stage 0; put every block in exactly one stage$"),
+     r"^mapping: stages\[1\]\.order: block 'C_mm' is already in stage 0; "
+     r"put every block in exactly one stage$"),
     ([_spec({"B_mm": "cpu0", "C_mm": "cpu0", "D_add": "cpu0", "E_mm": "cpu0"}), _spec({"A_mm": "cpu1"})],
      r"^mapping: stages\[0\]: block 'B_mm' depends on block 'A_mm' of the later stage 1; move the producer"),
     ([_spec({"A_mm": "cpu0", "B_mm": "cpu0", "C_mm": "cpu0", "D_add": "cpu0", "E_mm": "cpu0"},
             order=["A_mm", "B_mm", "D_add", "C_mm", "E_mm"])],
-     r"^mapping: stages\[0\]\.order: block 'D_add' comes before its producer 'C_mm'; give the stage's blocks"),
+     r"^mapping: stages\[0\]\.order: block 'D_add' comes before its producer 'C_mm'; "
+     r"give the stage's blocks"),
     ([_spec({"A_mm": "cpu0", "B_mm": "cpu0", "C_mm": "cpu0", "D_add": "cpu0", "E_mm": "gpu0"})],
      r"^mapping: stages\[0\]\.pus: PU 'gpu0' has no binding; add a PUBinding for 'gpu0'"),
     ([StageSpec(["cpu0"], {"A_mm": "cpu1", "B_mm": "cpu0", "C_mm": "cpu0", "D_add": "cpu0", "E_mm": "cpu0"},

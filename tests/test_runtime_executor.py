@@ -10,8 +10,8 @@ import pytest
 from parapipe.errors import ExecutionError, InputError
 from parapipe.runtime import (ExecutionPlan, PipelineExecutor, PUBinding, max_abs_diff, reference_outputs,
                               run_pipeline, write_chrome_trace)
-from runtime_models import (CPU_BINDINGS, chain_model, cut, diamond_model, frames, identity_model, parapipe_threads,
-                            reshape_model, task)
+from runtime_models import (CPU_BINDINGS, chain_model, cut, diamond_model, frames, identity_model,
+                            parapipe_threads, reshape_model, task)
 from parapipe.runtime.plan import Task
 
 pytestmark = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1")
@@ -124,7 +124,8 @@ def test_model_input_used_by_a_later_stage_is_forwarded():
 
 
 def _failing_plan():
-    plan = ExecutionPlan(stages=[[Task("copy", 0, "cpu0", identity_model("x", ("n", "k"), "y"), ["x"], ["y"], [])],
+    copy = identity_model("x", ("n", "k"), "y")
+    plan = ExecutionPlan(stages=[[Task("copy", 0, "cpu0", copy, ["x"], ["y"], [])],
                                  [Task("reshape", 1, "cpu1", reshape_model("y", "z"), ["y"], ["z"], [])]],
                          model_inputs=["x"], model_outputs=["z"], bindings=dict(CPU_BINDINGS))
     good = [{"x": np.full((1, 16), i, np.float32)} for i in range(40)]
@@ -237,3 +238,44 @@ def test_queue_depth_must_be_positive():
     _, plan = _two_stage_chain()
     with pytest.raises(InputError, match="queue_depth: must be >= 1"):
         PipelineExecutor(plan, queue_depth=0)
+
+
+def test_ctrl_c_while_the_caller_waits_on_outputs():
+    import _thread
+    import itertools
+    import threading
+    m, plan = _two_stage_chain()
+    endless = itertools.cycle(frames(4))  # the run only ends by the interrupt
+    with PipelineExecutor(plan) as ex:
+        timer = threading.Timer(0.3, _thread.interrupt_main)
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                for _ in ex.run(endless):
+                    pass
+        finally:
+            timer.cancel()
+        assert parapipe_threads() == []
+        with pytest.raises(ExecutionError, match="not running"):
+            ex.run(frames(1))
+
+
+def test_unstarted_run_holds_nothing_and_runs_do_not_interleave():
+    m, plan = _two_stage_chain()
+    fs = frames(4)
+    with PipelineExecutor(plan) as ex:
+        ex.run(fs)  # never iterated
+        first = ex.run(fs)
+        next(first)
+        with pytest.raises(ExecutionError, match="another run is still active"):
+            next(ex.run(fs))
+        rest = list(first)
+        assert len(rest) == 3
+        assert len(list(ex.run(fs))) == 4
+
+
+def test_frame_that_is_not_a_mapping_is_an_input_error():
+    m, plan = _two_stage_chain()
+    with pytest.raises(InputError, match=r"^frames: frame 0: is a ndarray, not a mapping; give each frame"):
+        run_pipeline(plan, [np.zeros((1, 16), np.float32)], warmup=0)
+    assert parapipe_threads() == []

@@ -1,4 +1,5 @@
-"""inception_v1 (the onnx wheel's light zoo model) through build_plan and the pipelined executor, one PU per core."""
+"""inception_v1 (the onnx wheel's light zoo model) through build_plan and the pipelined executor, one PU per
+core."""
 from __future__ import annotations
 
 import os

@@ -40,7 +40,8 @@ def test_input_from_a_later_stage_is_rejected():
     plan = ExecutionPlan(stages=[[task(m, "late", 0, "cpu0", ["h0"], ["y"])],
                                  [task(m, "early", 1, "cpu1", ["x"], ["h0"])]],
                          model_inputs=["x"], model_outputs=["y"], bindings=dict(CPU_BINDINGS))
-    with pytest.raises(InputError, match=r"stages\[0\]\.late: input 'h0' is produced by no task of stages 0\.\.0"):
+    with pytest.raises(InputError,
+                       match=r"stages\[0\]\.late: input 'h0' is produced by no task of stages 0\.\.0"):
         validate_plan(plan)
 
 
@@ -74,7 +75,8 @@ def test_wrong_stage_index_duplicate_names_and_missing_outputs():
 
 def test_tensor_produced_twice():
     m = chain_model(2)
-    plan = ExecutionPlan(stages=[[task(m, "a", 0, "cpu0", ["x"], ["h0"]), task(m, "b", 0, "cpu1", ["x"], ["h0"])]],
+    plan = ExecutionPlan(stages=[[task(m, "a", 0, "cpu0", ["x"], ["h0"]),
+                                  task(m, "b", 0, "cpu1", ["x"], ["h0"])]],
                          model_inputs=["x"], model_outputs=["h0"], bindings=dict(CPU_BINDINGS))
     with pytest.raises(InputError, match=r"stages\[0\]\.b: tensor 'h0' is produced twice"):
         validate_plan(plan)

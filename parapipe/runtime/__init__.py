@@ -1,7 +1,7 @@
-"""Pipelined execution of mappings with ONNX Runtime: plans of per-PU sub-models, pinned worker threads, metrics.
+"""Pipelined execution of mappings with ONNX Runtime: per-PU sub-models, pinned worker threads, metrics.
 
-- :mod:`~parapipe.runtime.plan`: :class:`PUBinding`, :class:`Task`, :class:`ExecutionPlan`, :class:`StageSpec`,
-  :func:`build_plan`, :func:`validate_plan`.
+- :mod:`~parapipe.runtime.plan`: :class:`PUBinding`, :class:`Task`, :class:`ExecutionPlan`,
+  :class:`StageSpec`, :func:`build_plan`, :func:`validate_plan`.
 - :mod:`~parapipe.runtime.executor`: :class:`PipelineExecutor`, :func:`run_pipeline`.
 - :mod:`~parapipe.runtime.metrics`: :class:`RunMetrics`, :class:`TraceEvent`, :func:`write_chrome_trace`.
 - :mod:`~parapipe.runtime.reference`: :func:`reference_outputs`, :func:`max_abs_diff`.

@@ -1,17 +1,20 @@
 """The pipelined executor: one pinned worker thread per (stage, PU), bounded queues between stages.
 
-Shape after torchgpipe's ``worker.py`` (kakaobrain/torchgpipe): workers live inside a context manager, take work
-from input queues, stop on a sentinel, and carry exceptions back to the caller, which re-raises them. Here:
+Shape after torchgpipe's ``worker.py`` (kakaobrain/torchgpipe): workers live inside a context manager, take
+work from input queues, stop on a sentinel, and carry exceptions back to the caller, which re-raises them.
+Here:
 
-- every (stage, PU) pair of the plan gets a thread that pins itself (``os.sched_setaffinity``) and then creates
-  its ORT sessions, so ORT's own threads inherit the mask (:mod:`parapipe.runtime.session`);
-- a frame enters a stage as a :class:`_Frame` (a per-frame tensor dict and a Condition) put into the queue of
-  each of the stage's workers; a worker runs its tasks in plan order, waiting on the Condition for same-stage
-  deps; the worker that finishes the frame last passes on only the tensors later stages or the caller need;
+- every (stage, PU) pair of the plan gets a thread that pins itself (``os.sched_setaffinity``) and then
+  creates its ORT sessions, so ORT's own threads inherit the mask (:mod:`parapipe.runtime.session`);
+- a frame enters a stage as a :class:`~parapipe.runtime.worker.Frame` (a per-frame tensor dict and a
+  Condition) put into the queue of each of the stage's workers; a worker runs its tasks in plan order,
+  waiting on the Condition for same-stage deps; the worker that finishes the frame last passes on only the
+  tensors later stages or the caller need;
 - stage queues are bounded (``queue_depth``, default 2); the output queue is unbounded but the caller keeps at
   most ``n_stages * (queue_depth + 2) + 1`` frames in flight, so no put can block forever;
-- every blocking call uses a timeout (``poll_s``) and checks a stop flag, so a failed peer never hangs the rest;
-  a task error is re-raised in the caller as :class:`~parapipe.errors.ExecutionError` naming stage, PU and task.
+- every blocking call uses a timeout (``poll_s``) and checks a stop flag, so a failed peer never hangs the
+  rest; a task error is re-raised in the caller as :class:`~parapipe.errors.ExecutionError` naming stage, PU
+  and task.
 
 ``InferenceSession.run`` releases the GIL, so workers of one process run truly in parallel (design guide §6).
 """
@@ -28,107 +31,12 @@ import numpy as np
 from parapipe.errors import ExecutionError, ParapipeError, input_error
 from parapipe.runtime.metrics import RunMetrics, TraceEvent, compute_metrics, write_chrome_trace
 from parapipe.runtime.plan import ExecutionPlan, Task, validate_plan
-from parapipe.runtime.session import create_session, pin_current_thread, resolve_provider
+from parapipe.runtime.session import resolve_provider
+from parapipe.runtime.worker import STOP, Frame, Run, Stopped, Worker
 
 __all__ = ["PipelineExecutor", "run_pipeline", "write_chrome_trace", "RunMetrics", "TraceEvent"]
 
 logger = logging.getLogger(__name__)
-
-_STOP = object()  # sentinel: the worker receiving it exits
-
-
-class _Stopped(Exception):
-    """Raised inside a worker when the executor is shutting down."""
-
-
-class _Run:
-    """Book-keeping of one ``run()`` call: time origin, trace, exit times and the output queue."""
-
-    def __init__(self) -> None:
-        self.t0 = time.perf_counter()
-        self.trace: List[TraceEvent] = []
-        self.exit_s: Dict[int, float] = {}
-        self.out_q: "queue.Queue[Tuple[int, Dict[str, np.ndarray]]]" = queue.Queue()
-
-
-class _Frame:
-    """One frame inside one stage: its tensors, the tasks done so far and the workers still busy on it."""
-
-    __slots__ = ("run", "seq", "stage", "tensors", "cond", "done", "remaining")
-
-    def __init__(self, run: _Run, seq: int, stage: int, tensors: Dict[str, np.ndarray], n_workers: int):
-        self.run, self.seq, self.stage, self.tensors = run, seq, stage, tensors
-        self.cond = threading.Condition()
-        self.done: Set[str] = set()
-        self.remaining = n_workers
-
-
-class _Worker(threading.Thread):
-    """The thread serving one (stage, PU) pair."""
-
-    def __init__(self, ex: "PipelineExecutor", stage: int, pu: str, tasks: List[Task], provider: str):
-        super().__init__(name=f"parapipe-s{stage}-{pu}", daemon=True)
-        self.ex, self.stage, self.pu, self.tasks, self.provider = ex, stage, pu, tasks, provider
-        self.in_q: "queue.Queue" = queue.Queue(maxsize=ex.queue_depth)
-        self.ready = threading.Event()
-        self.affinity: frozenset = frozenset()
-        self.sessions: list = []
-        self._current: Optional[str] = None
-
-    def run(self) -> None:
-        binding = self.ex.plan.bindings[self.pu]
-        try:
-            self.affinity = pin_current_thread(self.pu, binding.cpus)
-            for task in self.tasks:
-                self._current = task.name
-                self.sessions.append(create_session(task.model, binding, self.provider))
-            self._current = None
-        except BaseException as exc:  # carried back to the caller of start()
-            self.ex._fail(self.stage, self.pu, self._current, "creating its session", exc)
-            self.ready.set()
-            return
-        self.ready.set()
-        stop = self.ex._stop
-        while not stop.is_set():
-            try:
-                item = self.in_q.get(timeout=self.ex.poll_s)
-            except queue.Empty:
-                continue
-            if item is _STOP:
-                return
-            try:
-                self._process(item)
-            except _Stopped:
-                return
-            except BaseException as exc:
-                self.ex._fail(self.stage, self.pu, self._current, f"running frame {item.seq}", exc)
-                return
-
-    def _process(self, frame: _Frame) -> None:
-        ex, run = self.ex, frame.run
-        for task, sess in zip(self.tasks, self.sessions):
-            self._current = task.name
-            with frame.cond:
-                while not frame.done.issuperset(task.deps):
-                    if ex._stop.is_set():
-                        raise _Stopped()
-                    frame.cond.wait(ex.poll_s)
-                feeds = {name: frame.tensors[name] for name in task.inputs}
-            start = time.perf_counter()
-            outs = sess.run(task.outputs, feeds)
-            end = time.perf_counter()
-            with frame.cond:
-                frame.tensors.update(zip(task.outputs, outs))
-                frame.done.add(task.name)
-                frame.cond.notify_all()
-            run.trace.append(TraceEvent(self.stage, self.pu, task.name, frame.seq, start - run.t0,
-                                        end - run.t0))
-        self._current = None
-        with frame.cond:
-            frame.remaining -= 1
-            last = frame.remaining == 0
-        if last:
-            ex._forward(frame)
 
 
 class PipelineExecutor:
@@ -178,9 +86,9 @@ class PipelineExecutor:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._error: Optional[Tuple[int, str, Optional[str], str, BaseException]] = None
-        self._workers: List[List[_Worker]] = []
+        self._workers: List[List[Worker]] = []
         self._started = self._closed = False
-        self._active: Optional[_Run] = None
+        self._active: Optional[Run] = None
         self._metrics: Optional[RunMetrics] = None
         n = len(plan.stages)
         self._keep: List[Set[str]] = []
@@ -218,7 +126,7 @@ class PipelineExecutor:
                 by_pu: Dict[str, List[Task]] = {}
                 for task in tasks:
                     by_pu.setdefault(task.pu, []).append(task)
-                self._workers.append([_Worker(self, s, pu, ts, providers[pu]) for pu, ts in by_pu.items()])
+                self._workers.append([Worker(self, s, pu, ts, providers[pu]) for pu, ts in by_pu.items()])
             for w in self.workers:
                 w.start()
             for w in self.workers:
@@ -239,7 +147,7 @@ class PipelineExecutor:
         self._stop.set()
         for w in self.workers:
             try:
-                w.in_q.put_nowait(_STOP)
+                w.in_q.put_nowait(STOP)
             except queue.Full:
                 pass  # the stop flag ends it at its next poll
         deadline = time.monotonic() + self.join_timeout_s
@@ -253,7 +161,7 @@ class PipelineExecutor:
             w.sessions = []
 
     @property
-    def workers(self) -> List[_Worker]:
+    def workers(self) -> List[Worker]:
         """All worker threads, stage by stage."""
         return [w for stage in self._workers for w in stage]
 
@@ -272,7 +180,8 @@ class PipelineExecutor:
             No run has completed yet.
         """
         if self._metrics is None:
-            raise ExecutionError("no completed run yet; iterate PipelineExecutor.run(frames) to the end first")
+            raise ExecutionError("no completed run yet; iterate PipelineExecutor.run(frames) to the end "
+                                 "first")
         return self._metrics
 
     # ----------------------------------------------------------------------------------------- failures
@@ -295,23 +204,23 @@ class PipelineExecutor:
                              "frame's tensors (shapes, dtypes)") from exc
 
     def _put(self, q: "queue.Queue", item: object) -> None:
-        """Put with a timeout loop; gives up (``_Stopped``) when the executor stops."""
+        """Put with a timeout loop; gives up (``Stopped``) when the executor stops."""
         while True:
             if self._stop.is_set():
-                raise _Stopped()
+                raise Stopped()
             try:
                 q.put(item, timeout=self.poll_s)
                 return
             except queue.Full:
                 continue
 
-    def _forward(self, frame: _Frame) -> None:
+    def _forward(self, frame: Frame) -> None:
         """Called by the last worker to finish ``frame``: pass the needed tensors on."""
         run, s = frame.run, frame.stage
         if s + 1 < len(self._workers):
             keep = self._keep[s]
-            nxt = _Frame(run, frame.seq, s + 1, {k: v for k, v in frame.tensors.items() if k in keep},
-                         len(self._workers[s + 1]))
+            nxt = Frame(run, frame.seq, s + 1, {k: v for k, v in frame.tensors.items() if k in keep},
+                        len(self._workers[s + 1]))
             for w in self._workers[s + 1]:
                 self._put(w.in_q, nxt)
         else:
@@ -343,17 +252,17 @@ class PipelineExecutor:
         """
         if not self._started or self._closed:
             raise ExecutionError("PipelineExecutor.run: the executor is not running; use it inside 'with'")
-        if self._active is not None:
-            raise ExecutionError("PipelineExecutor.run: another run is still active; finish it first")
-        self._active = _Run()
-        return self._stream(self._active, iter(frames))
+        return self._stream(iter(frames))
 
-    def _admit(self, run: _Run, seq: int, frame: Mapping[str, np.ndarray]) -> None:
+    def _admit(self, run: Run, seq: int, frame: Mapping[str, np.ndarray]) -> None:
+        if not isinstance(frame, Mapping):
+            raise input_error("frames", f"frame {seq}", f"is a {type(frame).__name__}, not a mapping",
+                              f"give each frame as a dict {{name: numpy array}} for {self.plan.model_inputs}")
         missing = [n for n in self.plan.model_inputs if n not in frame]
         if missing:
             raise input_error("frames", f"frame {seq}", f"missing model input(s) {missing}",
                               f"give every frame the tensors {self.plan.model_inputs}")
-        f = _Frame(run, seq, 0, {n: frame[n] for n in self.plan.model_inputs}, len(self._workers[0]))
+        f = Frame(run, seq, 0, {n: frame[n] for n in self.plan.model_inputs}, len(self._workers[0]))
         for w in self._workers[0]:
             while True:
                 self._raise_if_failed()
@@ -363,7 +272,10 @@ class PipelineExecutor:
                 except queue.Full:
                     continue
 
-    def _stream(self, run: _Run, it: Iterator) -> Iterator[Dict[str, np.ndarray]]:
+    def _stream(self, it: Iterator) -> Iterator[Dict[str, np.ndarray]]:
+        if self._active is not None:  # checked on the first next(): an unstarted generator holds nothing
+            raise ExecutionError("PipelineExecutor.run: another run is still active; finish it first")
+        self._active = run = Run()
         pending: Dict[int, Dict[str, np.ndarray]] = {}
         fed = received = yielded = 0
         exhausted = False
@@ -401,7 +313,7 @@ class PipelineExecutor:
             self._active = None
         self._metrics = compute_metrics(run.trace, run.exit_s, len(self._workers), self.plan.pus())
 
-    def _drain(self, run: _Run, in_flight: int) -> None:
+    def _drain(self, run: Run, in_flight: int) -> None:
         """Wait for frames still in flight after the caller left a run early (closes on failure)."""
         while in_flight > 0:
             if self._error is not None or self._closed:

@@ -1,4 +1,5 @@
-"""Run metrics of the pipelined executor: task trace, throughput, latency percentiles, busy times, Chrome trace.
+"""Run metrics of the pipelined executor: task trace, throughput, latency percentiles, busy times, Chrome
+trace.
 
 All times are seconds from ``time.perf_counter()``, relative to the start of the run they belong to.
 """
@@ -15,7 +16,8 @@ import numpy as np
 
 @dataclass(frozen=True)
 class TraceEvent:
-    """One task execution: ``task`` of ``stage`` ran on ``pu`` for frame ``frame`` from ``start_s`` to ``end_s``."""
+    """One task execution: ``task`` of ``stage`` ran on ``pu`` for frame ``frame`` from ``start_s`` to
+    ``end_s`` (seconds since the run started)."""
 
     stage: int
     pu: str
@@ -121,7 +123,8 @@ def chrome_trace(metrics: RunMetrics) -> dict:
     """
     pus = list(metrics.pu_busy_s) + sorted({e.pu for e in metrics.trace} - set(metrics.pu_busy_s))
     tid = {pu: i + 1 for i, pu in enumerate(pus)}
-    events: List[dict] = [{"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "parapipe pipeline"}}]
+    events: List[dict] = [{"name": "process_name", "ph": "M", "pid": 1,
+                           "args": {"name": "parapipe pipeline"}}]
     for pu, t in tid.items():
         events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": t, "args": {"name": pu}})
     for e in metrics.trace:

@@ -3,13 +3,14 @@
 A mapping is an ordered list of stages; each stage owns a set of PUs and assigns each of its blocks to one of
 them. :func:`build_plan` splits every stage into *tasks*: maximal runs of one PU's blocks (in the stage's
 execution order) that need nothing from another PU of the same stage except at their start. Each task is a
-convex operator set, so it can be cut out as a self-contained ONNX model whose cross-PU inputs all arrive before
-it starts; the executor (:mod:`parapipe.runtime.executor`) runs one thread per (stage, PU) over these tasks.
+convex operator set, so it can be cut out as a self-contained ONNX model whose cross-PU inputs all arrive
+before it starts; the executor (:mod:`parapipe.runtime.executor`) runs one thread per (stage, PU) over these
+tasks.
 
-Why the split rule yields a deadlock-free plan: order tasks by the position of their first block in the stage's
-(topological) order. A task waits only on (a) earlier tasks of its own PU and (b) tasks of other PUs that produce
-inputs of its *first* block, which start strictly earlier. Every wait therefore points to a task with a smaller
-position, so the wait graph is acyclic.
+Why the split rule yields a deadlock-free plan: order tasks by the position of their first block in the
+stage's (topological) order. A task waits only on (a) earlier tasks of its own PU and (b) tasks of other PUs
+that produce inputs of its *first* block, which start strictly earlier. Every wait therefore points to a task
+with a smaller position, so the wait graph is acyclic.
 """
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ class Task:
     model : onnx.ModelProto
         Self-contained sub-model; its graph inputs are exactly ``inputs`` (weights are initializers).
     inputs : list of str
-        Tensor names the task reads: model inputs, tensors forwarded from earlier stages, or outputs of ``deps``.
+        Tensor names the task reads: model inputs, tensors forwarded from earlier stages, or outputs of
+        ``deps``.
     outputs : list of str
         Tensor names the task produces that someone else (a task, a later stage, the model output) needs.
     deps : list of str
@@ -154,7 +156,8 @@ def _validate_stages(stages: Sequence[StageSpec], blocks: nx.DiGraph,
     for s, spec in enumerate(stages):
         where = f"stages[{s}]"
         if not spec.pus:
-            raise input_error(_SOURCE, f"{where}.pus", "the stage has no PUs", "give the stage at least one PU")
+            raise input_error(_SOURCE, f"{where}.pus", "the stage has no PUs",
+                              "give the stage at least one PU")
         if len(set(spec.pus)) != len(spec.pus):
             raise input_error(_SOURCE, f"{where}.pus", f"duplicate PU in {spec.pus}", "list each PU once")
         for pu in spec.pus:
@@ -163,7 +166,8 @@ def _validate_stages(stages: Sequence[StageSpec], blocks: nx.DiGraph,
                                   f"add a PUBinding for {pu!r} (bound: {sorted(bindings)})")
         if len(set(spec.order)) != len(spec.order):
             dup = sorted({b for b in spec.order if spec.order.count(b) > 1})
-            raise input_error(_SOURCE, f"{where}.order", f"blocks listed twice: {dup}", "list each block once")
+            raise input_error(_SOURCE, f"{where}.order", f"blocks listed twice: {dup}",
+                              "list each block once")
         if set(spec.order) != set(spec.assignment):
             diff = sorted(set(spec.order) ^ set(spec.assignment))
             raise input_error(_SOURCE, f"{where}.order",
@@ -224,13 +228,14 @@ def build_plan(og, bg, stages: Sequence[StageSpec], bindings: Dict[str, PUBindin
     """Turn a mapping into an :class:`ExecutionPlan` of per-PU ONNX sub-models.
 
     Each stage is split into tasks by walking each PU's blocks in ``StageSpec.order`` and starting a new task
-    whenever the next block has a predecessor in the same stage on another PU; each task's operators are cut out
-    with :func:`parapipe.graph.extract.extract_submodel`.
+    whenever the next block has a predecessor in the same stage on another PU; each task's operators are cut
+    out with :func:`parapipe.graph.extract.extract_submodel`.
 
     Parameters
     ----------
     og : parapipe.graph.opgraph.OpGraph
-        The operator graph (``.graph`` DiGraph over operator names, ``.inputs``, ``.outputs``, ``.topo_order``).
+        The operator graph (``.graph`` DiGraph over operator names, ``.inputs``, ``.outputs``,
+        ``.topo_order``).
     bg : parapipe.graph.coarsen.BlockGraph
         Its coarsening; ``bg.blocks[i].name`` / ``.ops``.
     stages : sequence of StageSpec
@@ -246,8 +251,9 @@ def build_plan(og, bg, stages: Sequence[StageSpec], bindings: Dict[str, PUBindin
     Raises
     ------
     InputError
-        A block in no stage or in two, an unknown block, a block depending on a later stage, a stage order that
-        is not topological, a PU without binding or outside its stage (the message names the stage and block).
+        A block in no stage or in two, an unknown block, a block depending on a later stage, a stage order
+        that is not topological, a PU without binding or outside its stage (the message names the stage and
+        block).
     """
     op_block, blocks = _block_graph(og, bg)
     block_stage = _validate_stages(stages, blocks, bindings)

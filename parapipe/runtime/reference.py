@@ -42,7 +42,8 @@ def reference_outputs(model: onnx.ModelProto, frames: Iterable[Mapping[str, np.n
     return results
 
 
-def max_abs_diff(outs_a: Sequence[Mapping[str, np.ndarray]], outs_b: Sequence[Mapping[str, np.ndarray]]) -> float:
+def max_abs_diff(outs_a: Sequence[Mapping[str, np.ndarray]],
+                 outs_b: Sequence[Mapping[str, np.ndarray]]) -> float:
     """Largest absolute element difference between two runs' outputs (same frames, same tensor names).
 
     NaNs in the same place on both sides count as equal; a NaN on one side only gives ``inf``.
@@ -63,7 +64,8 @@ def max_abs_diff(outs_a: Sequence[Mapping[str, np.ndarray]], outs_b: Sequence[Ma
         Different numbers of frames, different tensor names in a frame, or different shapes.
     """
     if len(outs_a) != len(outs_b):
-        raise ValueError(f"max_abs_diff: {len(outs_a)} frames vs {len(outs_b)}; compare runs over the same frames")
+        raise ValueError(f"max_abs_diff: {len(outs_a)} frames vs {len(outs_b)}; "
+                         "compare runs over the same frames")
     worst = 0.0
     for i, (a, b) in enumerate(zip(outs_a, outs_b)):
         if set(a) != set(b):

@@ -1,9 +1,9 @@
 """ONNX Runtime sessions for one PU: provider resolution, thread pinning and session options.
 
-The settings follow the checked pitfalls in the design guide (section 6): ORT's default intra-op pool spins and
-pins one thread per core, so several sessions in one process collide; every session here sets
-``intra_op_num_threads`` explicitly, turns spinning off (``session.intra_op.allow_spinning = "0"``, an ORT session
-config key) and uses ``inter_op_num_threads = 1``. Pinning is done by the calling thread with
+The settings follow the checked pitfalls in the design guide (section 6): ORT's default intra-op pool spins
+and pins one thread per core, so several sessions in one process collide; every session here sets
+``intra_op_num_threads`` explicitly, turns spinning off (``session.intra_op.allow_spinning = "0"``, an ORT
+session config key) and uses ``inter_op_num_threads = 1``. Pinning is done by the calling thread with
 ``os.sched_setaffinity(0, cpus)`` *before* the session exists, so ORT's worker threads inherit the mask.
 """
 from __future__ import annotations
@@ -86,7 +86,7 @@ def session_options(binding: PUBinding) -> ort.SessionOptions:
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.add_session_config_entry("session.inter_op.allow_spinning", "0")
     so.log_severity_level = 4  # fatal only: ORT warns about unused initializers in cut models, and run
-    # errors reach the caller as exceptions (re-raised as ExecutionError), so its own error log would repeat them
+    # errors reach the caller as exceptions (re-raised as ExecutionError): its own error log would repeat them
     return so
 
 

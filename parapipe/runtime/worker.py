@@ -1,0 +1,119 @@
+"""Worker threads of the pipelined executor and the per-frame state they share.
+
+One :class:`Worker` serves one (stage, PU) pair: it pins itself, creates its sessions, then takes
+:class:`Frame` objects from its bounded input queue and runs its tasks on them, waiting on the frame's
+Condition for same-stage dependencies. The worker that finishes a frame last hands it back to the executor
+(``PipelineExecutor._forward``), which passes it to the next stage. Errors are reported to the executor
+(``PipelineExecutor._fail``), never raised out of the thread.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
+
+import numpy as np
+
+from parapipe.runtime.metrics import TraceEvent
+from parapipe.runtime.plan import Task
+from parapipe.runtime.session import create_session, pin_current_thread
+
+if TYPE_CHECKING:  # pragma: no cover
+    from parapipe.runtime.executor import PipelineExecutor
+
+STOP = object()  # sentinel: the worker receiving it exits
+
+
+class Stopped(Exception):
+    """Raised inside a worker when the executor is shutting down."""
+
+
+class Run:
+    """Book-keeping of one ``run()`` call: time origin, trace, exit times and the output queue."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.trace: List[TraceEvent] = []
+        self.exit_s: Dict[int, float] = {}
+        self.out_q: "queue.Queue[Tuple[int, Dict[str, np.ndarray]]]" = queue.Queue()
+
+
+class Frame:
+    """One frame inside one stage: its tensors, the tasks done so far and the workers still busy on it."""
+
+    __slots__ = ("run", "seq", "stage", "tensors", "cond", "done", "remaining")
+
+    def __init__(self, run: Run, seq: int, stage: int, tensors: Dict[str, np.ndarray], n_workers: int):
+        self.run, self.seq, self.stage, self.tensors = run, seq, stage, tensors
+        self.cond = threading.Condition()
+        self.done: Set[str] = set()
+        self.remaining = n_workers
+
+
+class Worker(threading.Thread):
+    """The thread serving one (stage, PU) pair."""
+
+    def __init__(self, ex: "PipelineExecutor", stage: int, pu: str, tasks: List[Task], provider: str):
+        super().__init__(name=f"parapipe-s{stage}-{pu}", daemon=True)
+        self.ex, self.stage, self.pu, self.tasks, self.provider = ex, stage, pu, tasks, provider
+        self.in_q: "queue.Queue" = queue.Queue(maxsize=ex.queue_depth)
+        self.ready = threading.Event()
+        self.affinity: frozenset = frozenset()
+        self.sessions: list = []
+        self._current: Optional[str] = None
+
+    def run(self) -> None:
+        binding = self.ex.plan.bindings[self.pu]
+        try:
+            self.affinity = pin_current_thread(self.pu, binding.cpus)
+            for task in self.tasks:
+                self._current = task.name
+                self.sessions.append(create_session(task.model, binding, self.provider))
+            self._current = None
+        except BaseException as exc:  # carried back to the caller of start()
+            self.ex._fail(self.stage, self.pu, self._current, "creating its session", exc)
+            self.ready.set()
+            return
+        self.ready.set()
+        stop = self.ex._stop
+        while not stop.is_set():
+            try:
+                item = self.in_q.get(timeout=self.ex.poll_s)
+            except queue.Empty:
+                continue
+            if item is STOP:
+                return
+            try:
+                self._process(item)
+            except Stopped:
+                return
+            except BaseException as exc:
+                self.ex._fail(self.stage, self.pu, self._current, f"running frame {item.seq}", exc)
+                return
+
+    def _process(self, frame: Frame) -> None:
+        ex, run = self.ex, frame.run
+        for task, sess in zip(self.tasks, self.sessions):
+            self._current = task.name
+            with frame.cond:
+                while not frame.done.issuperset(task.deps):
+                    if ex._stop.is_set():
+                        raise Stopped()
+                    frame.cond.wait(ex.poll_s)
+                feeds = {name: frame.tensors[name] for name in task.inputs}
+            start = time.perf_counter()
+            outs = sess.run(task.outputs, feeds)
+            end = time.perf_counter()
+            with frame.cond:
+                frame.tensors.update(zip(task.outputs, outs))
+                frame.done.add(task.name)
+                frame.cond.notify_all()
+            run.trace.append(TraceEvent(self.stage, self.pu, task.name, frame.seq, start - run.t0,
+                                        end - run.t0))
+        self._current = None
+        with frame.cond:
+            frame.remaining -= 1
+            last = frame.remaining == 0
+        if last:
+            ex._forward(frame)
