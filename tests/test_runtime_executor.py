@@ -279,3 +279,14 @@ def test_frame_that_is_not_a_mapping_is_an_input_error():
     with pytest.raises(InputError, match=r"^frames: frame 0: is a ndarray, not a mapping; give each frame"):
         run_pipeline(plan, [np.zeros((1, 16), np.float32)], warmup=0)
     assert parapipe_threads() == []
+
+
+def test_a_pu_spanning_two_cores_with_two_ort_threads():
+    m = chain_model(4)
+    plan = ExecutionPlan(stages=[[task(m, "all", 0, "big", ["x"], ["y"])]], model_inputs=["x"],
+                         model_outputs=["y"], bindings={"big": PUBinding(cpus=(0, 1), threads=2)})
+    fs = frames(8, seed=7)
+    with PipelineExecutor(plan) as ex:
+        assert ex.affinity == {(0, "big"): frozenset({0, 1})}
+        outs = list(ex.run(fs))
+    assert max_abs_diff(outs, reference_outputs(m, fs)) <= 1e-5
