@@ -53,19 +53,27 @@ def test_same_pu_blocks_stay_one_task(diamond):
     assert (only.inputs, only.outputs, only.deps) == (["x"], ["y"], [])
 
 
-def test_branch_after_another_pu_block_in_same_pu_walk(diamond):
-    # cpu1 runs B then E; E's predecessor D is on cpu0 -> cpu1 gets two tasks; the wait graph stays acyclic
+def test_tasks_end_where_another_pu_needs_their_result(diamond):
+    # one stage: cpu0 walks A, C, D; cpu1 walks B, E. A feeds B (cpu1): A's task ends after A; D needs B:
+    # D starts a task; E needs D (cpu0): E starts a task. The wait graph stays acyclic.
     og, bg = diamond
     stages = [_spec({"A_mm": "cpu0", "B_mm": "cpu1", "C_mm": "cpu0", "D_add": "cpu0", "E_mm": "cpu1"},
                     order=["A_mm", "B_mm", "C_mm", "D_add", "E_mm"])]
     plan = build_plan(og, bg, stages, CPU_BINDINGS)
     tasks = {t.name: t for t in plan.stages[0]}
-    assert sorted(tasks) == ["s0.cpu0.t0", "s0.cpu0.t1", "s0.cpu1.t0", "s0.cpu1.t1"]
-    assert tasks["s0.cpu0.t1"].deps == ["s0.cpu0.t0", "s0.cpu1.t0"]  # D needs b (cpu1) and c (cpu0)
-    assert tasks["s0.cpu1.t1"].deps == ["s0.cpu0.t1"]
+    assert {n: [node.name for node in t.model.graph.node] for n, t in tasks.items()} == {
+        "s0.cpu0.t0": ["A_mm", "A_relu"], "s0.cpu0.t1": ["C_mm", "C_sig"], "s0.cpu0.t2": ["D_add"],
+        "s0.cpu1.t0": ["B_mm", "B_relu"], "s0.cpu1.t1": ["E_mm"]}
+    assert tasks["s0.cpu0.t1"].deps == ["s0.cpu0.t0"]
+    assert tasks["s0.cpu1.t0"].deps == ["s0.cpu0.t0"]
+    assert tasks["s0.cpu0.t2"].deps == ["s0.cpu0.t1", "s0.cpu1.t0"]
+    assert tasks["s0.cpu1.t1"].deps == ["s0.cpu0.t2"]
     fs = frames(5, seed=5)
-    outs, _ = run_pipeline(plan, fs, warmup=0)
+    outs, metrics = run_pipeline(plan, fs, warmup=0)
     assert max_abs_diff(outs, reference_outputs(og.model, fs)) <= 1e-5
+    by = {(e.task, e.frame): e for e in metrics.trace}
+    for f in range(5):  # B (cpu1) starts once A is done, without waiting for C
+        assert by[("s0.cpu1.t0", f)].start_s >= by[("s0.cpu0.t0", f)].end_s
 
 
 @pytest.mark.parametrize("stages, message", [

@@ -2,10 +2,10 @@
 
 A mapping is an ordered list of stages; each stage owns a set of PUs and assigns each of its blocks to one of
 them. :func:`build_plan` splits every stage into *tasks*: maximal runs of one PU's blocks (in the stage's
-execution order) that need nothing from another PU of the same stage except at their start. Each task is a
-convex operator set, so it can be cut out as a self-contained ONNX model whose cross-PU inputs all arrive
-before it starts; the executor (:mod:`parapipe.runtime.executor`) runs one thread per (stage, PU) over these
-tasks.
+execution order) that need nothing from another PU of the same stage except at their start and give nothing
+to another PU except at their end. Each task is a convex operator set, so it can be cut out as a
+self-contained ONNX model whose cross-PU inputs all arrive before it starts; the executor
+(:mod:`parapipe.runtime.executor`) runs one thread per (stage, PU) over these tasks.
 
 Why the split rule yields a deadlock-free plan: order tasks by the position of their first block in the
 stage's (topological) order. A task waits only on (a) earlier tasks of its own PU and (b) tasks of other PUs
@@ -209,15 +209,27 @@ def _validate_stages(stages: Sequence[StageSpec], blocks: nx.DiGraph,
 
 def _split_stage(spec: StageSpec, blocks: nx.DiGraph, block_stage: Dict[str, int],
                  s: int) -> List[Tuple[str, List[str]]]:
-    """Split one stage into (pu, [blocks]) tasks: a new task whenever a block needs another PU's result."""
+    """Split one stage into (pu, [blocks]) tasks, walking each PU's blocks in ``spec.order``.
+
+    A block starts a new task when it needs a result of another PU of the stage (so cross-PU inputs arrive
+    only at a task's start), or when the previous block's result is needed by another PU of the stage (a task
+    publishes its outputs when it ends, so ending it there hands the result over as soon as it exists instead
+    of after the rest of the task: without this an Inception fork and one of its branches would share a task
+    and the other PU's branches would wait for that branch).
+    """
+    def other_pu(b: str, pu: str) -> bool:
+        return block_stage[b] == s and spec.assignment[b] != pu
+
     tasks: List[Tuple[str, List[str]]] = []
     for pu in spec.pus:
         current: Optional[List[str]] = None
         for block in spec.order:
             if spec.assignment[block] != pu:
                 continue
-            cross = any(block_stage[p] == s and spec.assignment[p] != pu for p in blocks.predecessors(block))
-            if current is None or cross:
+            needs_other = any(other_pu(p, pu) for p in blocks.predecessors(block))
+            prev_feeds_other = current is not None and any(other_pu(c, pu)
+                                                           for c in blocks.successors(current[-1]))
+            if current is None or needs_other or prev_feeds_other:
                 current = []
                 tasks.append((pu, current))
             current.append(block)
@@ -228,8 +240,9 @@ def build_plan(og, bg, stages: Sequence[StageSpec], bindings: Dict[str, PUBindin
     """Turn a mapping into an :class:`ExecutionPlan` of per-PU ONNX sub-models.
 
     Each stage is split into tasks by walking each PU's blocks in ``StageSpec.order`` and starting a new task
-    whenever the next block has a predecessor in the same stage on another PU; each task's operators are cut
-    out with :func:`parapipe.graph.extract.extract_submodel`.
+    whenever the next block has a predecessor in the same stage on another PU, or the previous block has a
+    successor in the same stage on another PU (so its result is handed over early); each task's operators are
+    cut out with :func:`parapipe.graph.extract.extract_submodel`.
 
     Parameters
     ----------
