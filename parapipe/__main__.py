@@ -1,0 +1,4 @@
+"""``python -m parapipe`` runs the CLI."""
+from .cli import entry
+
+entry()

@@ -1,0 +1,232 @@
+"""The ``parapipe`` command: subcommands, ``-v`` counting, ``main(argv) -> int``, domain errors to exit code 2.
+
+Human-readable text goes to stderr/stdout as tables; machine output to files or ``--json`` (stdout).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+from . import __version__
+from .errors import ParapipeError
+
+log = logging.getLogger("parapipe")
+
+
+def _progress_bar(total: int, desc: str):
+    """A tqdm bar on stderr (hidden when stderr is not a terminal and the job is short)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, mininterval=0.5,
+                disable=not sys.stderr.isatty())
+
+
+def cmd_models(args) -> int:
+    from .graph.zoo import list_models
+
+    rows = [(m.name, m.source) for m in list_models()]
+    if args.json:
+        print(json.dumps([{"name": n, "source": s} for n, s in rows]))
+        return 0
+    width = max(len(n) for n, _ in rows)
+    for n, s in rows:
+        print(f"{n:<{width}}  {s}")
+    return 0
+
+
+def cmd_socs(args) -> int:
+    from .soc import list_socs, load_soc
+
+    for name in list_socs():
+        soc = load_soc(name)
+        print(f"{name:<20} {', '.join(soc.pu_names)}")
+    print(f"{'host':<20} this machine, one PU per CPU core, blocks measured with ONNX Runtime")
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from .graph.coarsen import coarsen, widest_parallel_section
+    from .graph.opgraph import import_onnx
+    from .graph.zoo import load_model
+
+    lm = load_model(args.model)
+    og = import_onnx(lm.model, name=lm.name, source=str(lm.path or args.model))
+    bg = coarsen(og, max_blocks=args.max_blocks)
+    ops = [og.graph.nodes[n]["op"] for n in og.topo_order]
+    info = {
+        "model": lm.name, "sha256": lm.sha256, "operators": len(ops), "blocks": len(bg.blocks),
+        "flops": sum(o.flops for o in ops), "param_nbytes": sum(o.param_nbytes for o in ops),
+        "widest_parallel_section": widest_parallel_section(bg),
+        "inputs": {n: list(og.tensors[n].shape) for n in og.inputs},
+        "outputs": {n: list(og.tensors[n].shape) for n in og.outputs},
+    }
+    if args.json:
+        info["block_list"] = [{"name": b.name, "ops": list(b.op_types), "flops": b.flops,
+                               "out_nbytes": b.out_nbytes} for b in bg.blocks]
+        print(json.dumps(info, indent=1))
+        return 0
+    print(f"model      {lm.name}  (sha256 {lm.sha256[:16]}…)")
+    print(f"operators  {info['operators']}   blocks {info['blocks']}   widest parallel section "
+          f"{info['widest_parallel_section']} blocks")
+    print(f"FLOPs      {info['flops'] / 1e9:.3f} G   parameters {info['param_nbytes'] / 1e6:.2f} MB")
+    print(f"inputs     {info['inputs']}   outputs {info['outputs']}")
+    if args.verbose_blocks:
+        print(f"\n{'block':<40} {'ops':<40} {'MFLOPs':>10} {'out KB':>9}")
+        for b in bg.blocks:
+            print(f"{b.name[:40]:<40} {'+'.join(b.op_types)[:40]:<40} {b.flops / 1e6:>10.2f} "
+                  f"{b.out_nbytes / 1e3:>9.1f}")
+    return 0
+
+
+def _front_table(doc) -> str:
+    lines = [f"{'id':<13} {'strategy':<9} {'pareto':<6} {'thr/s':>8} {'period ms':>9} {'gap':>6} "
+             f"{'latency ms':>10} {'energy mJ':>9}  stages (PUs)"]
+    for p in doc["points"]:
+        stages = " | ".join("+".join(st["pus"]) for st in p["mapping"]["stages"])
+        gap = p.get("period_gap")
+        lines.append(f"{p['id']:<13} {p['strategy']:<9} {'*' if p['pareto'] else '':<6} "
+                     f"{p['throughput_per_s']:>8.2f} {p['period_s'] * 1e3:>9.2f} "
+                     f"{(f'{gap * 100:.0f}%' if gap is not None else '-'):>6} {p['latency_s'] * 1e3:>10.2f} "
+                     f"{p['energy_j'] * 1e3:>9.2f}  {stages}")
+    b = doc["bounds"]
+    lines.append(f"lower bounds: period {b['period_lb_s'] * 1e3:.2f} ms, latency {b['latency_lb_s'] * 1e3:.2f} ms;"
+                 f" search {doc['search'].get('search_s', 0):.2f} s")
+    return "\n".join(lines)
+
+
+def cmd_optimize(args) -> int:
+    from .search.api import SearchOptions
+    from .workflow import optimize, prepare
+
+    objectives = tuple(o.strip() for o in args.objectives.split(",") if o.strip())
+    options = SearchOptions(objectives=objectives, max_stages=args.max_stages, time_limit_s=args.time_limit,
+                            seed=args.seed)
+    pus = [p.strip() for p in args.pus.split(",")] if args.pus else None
+    bar = None
+
+    def measure_progress(done, total):
+        nonlocal bar
+        if bar is None:
+            bar = _progress_bar(total, "measuring blocks")
+        bar.n = done
+        bar.refresh()
+
+    prep = prepare(args.model, args.soc, pus=pus, max_blocks=args.max_blocks, measure_progress=measure_progress)
+    if bar is not None:
+        bar.close()
+    sbar = _progress_bar(prep.problem.n_blocks, "searching")
+
+    def progress(done):
+        sbar.n = done
+        sbar.refresh()
+
+    try:
+        doc = optimize(prep, options, Path(args.out), progress=progress, plot=not args.no_plot)
+    finally:
+        sbar.close()
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        print(f"{prep.loaded.name} on {prep.soc.name}: {prep.problem.n_blocks} blocks x {prep.problem.n_pus} PUs "
+              f"({', '.join(prep.problem.pu_names)})")
+        print(_front_table(doc))
+        print(f"wrote {Path(args.out) / 'pareto.json'}" + ("" if args.no_plot else f" and {Path(args.out) / 'pareto.png'}"))
+    return 0
+
+
+def cmd_run(args) -> int:
+    from .workflow import run_mapping
+
+    rep = run_mapping(args.model, args.mapping, args.point, frames=args.frames, seed=args.seed)
+    if args.trace:
+        from .runtime import write_chrome_trace
+
+        write_chrome_trace(rep.metrics, args.trace)
+    if args.json:
+        print(json.dumps(rep.to_json()))
+    else:
+        print(f"point {rep.point_id}: {rep.stages} stage(s), {rep.frames} frames")
+        print(f"{'':<14} {'measured':>10} {'predicted':>10}")
+        print(f"{'throughput/s':<14} {rep.throughput_per_s:>10.2f} {rep.predicted_throughput_per_s:>10.2f}")
+        print(f"{'latency ms':<14} {rep.latency_p50_s * 1e3:>10.2f} {rep.predicted_latency_s * 1e3:>10.2f}  "
+              f"(measured p50; p99 {rep.latency_p99_s * 1e3:.2f})")
+        print(f"outputs_match: {str(rep.outputs_match).lower()}  (max abs diff {rep.max_abs_diff:.3g})")
+    return 0 if rep.outputs_match else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="parapipe", description="Map ONNX inference onto heterogeneous SoCs: "
+                                "pipelined stages x intra-stage parallelism, Pareto fronts of throughput, latency "
+                                "and energy.")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-v info, -vv debug)")
+    p.add_argument("--version", action="version", version=f"parapipe {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("models", help="list the models usable by name")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_models)
+
+    s = sub.add_parser("socs", help="list the bundled SoC profiles")
+    s.set_defaults(func=cmd_socs)
+
+    s = sub.add_parser("inspect", help="operators, blocks, FLOPs, parameters and parallelism of a model")
+    s.add_argument("model", help="registry name (see 'parapipe models') or path to an .onnx file")
+    s.add_argument("--max-blocks", type=int, default=None, help="coarsen further to at most this many blocks")
+    s.add_argument("--blocks", dest="verbose_blocks", action="store_true", help="list every block")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_inspect)
+
+    s = sub.add_parser("optimize", help="search mappings; write OUT/pareto.json and OUT/pareto.png")
+    s.add_argument("model", help="registry name or path to an .onnx file")
+    s.add_argument("--soc", required=True, help="bundled profile name, a profile YAML path, or 'host'")
+    s.add_argument("--out", default="out", help="output folder (default: out)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--time-limit", type=float, default=20.0, help="CP-SAT budget in seconds (default 20)")
+    s.add_argument("--objectives", default="throughput,latency,energy")
+    s.add_argument("--max-stages", type=int, default=None)
+    s.add_argument("--pus", default=None, help="comma-separated PUs to use (default: all)")
+    s.add_argument("--max-blocks", type=int, default=48, help="search granularity in blocks (default 48)")
+    s.add_argument("--no-plot", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the pareto.json document on stdout")
+    s.set_defaults(func=cmd_optimize)
+
+    s = sub.add_parser("run", help="execute one mapping of a pareto.json (computed with --soc host) on this host")
+    s.add_argument("model")
+    s.add_argument("--mapping", required=True, help="pareto.json written by 'parapipe optimize'")
+    s.add_argument("--point", default="best-throughput",
+                   help="point id, or best-throughput | best-latency | best-energy (default best-throughput)")
+    s.add_argument("--frames", type=int, default=200)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--trace", default=None, help="write a Chrome trace (Perfetto) of the run to this file")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_run)
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 1 outputs differ, 2 user error)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        return int(args.func(args))
+    except ParapipeError as exc:
+        print(f"parapipe: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("parapipe: interrupted", file=sys.stderr)
+        return 130
+
+
+def entry() -> None:
+    """Console-script entry point."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

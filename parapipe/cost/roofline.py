@@ -1,0 +1,112 @@
+"""Analytical per-block cost on a PU (roofline) and the bridge from a block graph + SoC to a MappingProblem.
+
+Per operator ``o`` on PU ``p`` (GUIDE §2; Williams, Waterman & Patterson, "Roofline", CACM 52(4), 2009):
+
+    t(o, p) = max(flops(o) / (peak_flops[p] · efficiency[p][class(o)]),  bytes(o) · s[p] / bandwidth[p])
+              + op_overhead_s[p]
+
+with ``bytes = activation inputs + outputs + weights`` of the model (fp32) and ``s`` the byte scale of the PU's
+native precision (fp32 1, fp16 1/2, int8 1/4: the model is assumed deployed on that PU in its precision). A block's
+time is the sum over its operators; it is ``inf`` on a PU that does not support one of its op types. Measured
+times (profile database, host measurement) override the model block by block.
+"""
+from __future__ import annotations
+
+from typing import Dict, Mapping, Optional, Tuple
+
+import numpy as np
+
+from .problem import MappingProblem
+
+PRECISION_BYTE_SCALE = {"fp32": 1.0, "fp16": 0.5, "int8": 0.25}
+"""Bytes per element relative to fp32 for each native PU precision (IEEE 754 binary32/binary16, int8)."""
+
+
+def _op_class(op) -> str:
+    from ..soc.op_classes import op_class
+
+    group = getattr(op, "group", 1) or 1
+    in_ch = getattr(op, "in_channels", None)
+    return op_class(op.op_type, group=group, in_channels=in_ch)
+
+
+def op_time_s(op, pu) -> float:
+    """Roofline time of one operator (``parapipe.graph.opgraph.Operator``) on ``pu`` (``parapipe.soc.PU``), s.
+
+    Returns ``inf`` if the PU does not support the op type.
+    """
+    if not pu.supports(op.op_type):
+        return float("inf")
+    scale = PRECISION_BYTE_SCALE.get(pu.precision, 1.0)
+    compute = op.flops / (pu.peak_flops * pu.efficiency[_op_class(op)]) if op.flops > 0 else 0.0
+    memory = (op.in_nbytes + op.out_nbytes + op.param_nbytes) * scale / pu.memory_bandwidth_bytes_per_s
+    return max(compute, memory) + pu.op_overhead_s
+
+
+def block_time_s(block, opgraph, pu) -> float:
+    """Roofline time of a block (sum over its operators) on ``pu``, s; ``inf`` if any op is unsupported."""
+    total = 0.0
+    nodes = opgraph.graph.nodes
+    for name in block.ops:
+        t = op_time_s(nodes[name]["op"], pu)
+        if t == float("inf"):
+            return t
+        total += t
+    return total
+
+
+def problem_from_blocks(block_graph, soc, measured_s: Optional[Mapping[Tuple[str, str], float]] = None,
+                        name: Optional[str] = None) -> MappingProblem:
+    """Build the :class:`MappingProblem` of ``block_graph`` on ``soc``.
+
+    Parameters
+    ----------
+    block_graph : parapipe.graph.coarsen.BlockGraph
+    soc : parapipe.soc.SoC
+    measured_s : mapping (block name, PU name) -> seconds, optional
+        Measured block times; they replace the roofline value where present (an unsupported op type still makes
+        the block ``inf``).
+    name : str, optional
+
+    Returns
+    -------
+    MappingProblem
+        Blocks in ``block_graph.blocks`` order; edge bytes from the block graph; powers and transfer costs from
+        the SoC profile.
+
+    Raises
+    ------
+    parapipe.errors.InfeasibleError
+        If a block has an op type that no PU of the SoC supports.
+    """
+    measured_s = measured_s or {}
+    blocks = block_graph.blocks
+    index = {b.name: i for i, b in enumerate(blocks)}
+    pu_names = soc.pu_names
+    pus = [soc.pus[p] for p in pu_names]
+    n, k = len(blocks), len(pus)
+    t = np.empty((n, k))
+    for i, b in enumerate(blocks):
+        for j, pu in enumerate(pus):
+            tm = block_time_s(b, block_graph.opgraph, pu)
+            if np.isfinite(tm) and (b.name, pu.name) in measured_s:
+                tm = float(measured_s[(b.name, pu.name)])
+            t[i, j] = tm
+    preds = [tuple(sorted(index[u] for u in block_graph.graph.predecessors(b.name))) for b in blocks]
+    edges: Dict[Tuple[int, int], float] = {}
+    for u, v, data in block_graph.graph.edges(data=True):
+        edges[(index[u], index[v])] = float(data.get("nbytes", 0))
+    active = np.tile(np.array([pu.active_power_w for pu in pus]), (n, 1))
+    idle = np.array([pu.idle_power_w for pu in pus])
+    for i, b in enumerate(blocks):
+        if not np.isfinite(t[i]).any():
+            from ..errors import InfeasibleError
+
+            bad = sorted({ot for ot in b.op_types if not any(pu.supports(ot) for pu in pus)})
+            raise InfeasibleError(f"block {b.name!r} has op type(s) {', '.join(bad) or '?'} that no PU of "
+                                  f"{soc.name} ({', '.join(pu_names)}) supports; allow a PU that runs them "
+                                  "(--pus) or add them to a PU's supported_ops")
+    return MappingProblem(block_names=[b.name for b in blocks], preds=preds, edge_nbytes=edges, pu_names=pu_names,
+                          time_s=t, active_power_w=active, idle_power_w=idle, static_power_w=soc.static_power_w,
+                          alpha_s=soc.alpha_matrix(), beta_bytes_per_s=soc.beta_matrix(),
+                          name=name or getattr(block_graph.opgraph, "name", "model"))

@@ -1,0 +1,49 @@
+"""Baselines built from the same cost model and machinery as the parapipe search.
+
+* ``single``: the whole model as one stage on one PU (every PU that can run every block).
+* ``pipeline``: pure pipelining — stages of one PU each (the DP restricted to singleton groups; a PU may still
+  serve several non-adjacent stages).
+* ``parallel``: non-pipelined parallel execution — one stage holding every block over a group of at least two PUs
+  (every such group; intra-stage schedule from list scheduling, polished by CP-SAT by the caller).
+"""
+from __future__ import annotations
+
+from typing import List, Tuple
+
+import numpy as np
+
+from ..cost.evaluate import Mapping, StageMapping
+from ..cost.problem import MappingProblem
+from .dp import DPOptions, all_groups, dp_front
+from .listsched import schedule_ranges
+
+
+def single_pu_mappings(problem: MappingProblem) -> List[Tuple[str, Mapping]]:
+    """``(pu_name, mapping)`` for every PU that can run all blocks."""
+    out = []
+    n = problem.n_blocks
+    for p, name in enumerate(problem.pu_names):
+        if np.isfinite(problem.time_s[:, p]).all():
+            out.append((name, Mapping((StageMapping(0, n, (p,), (p,) * n),))))
+    return out
+
+
+def pipeline_mappings(problem: MappingProblem, options: DPOptions) -> List[Mapping]:
+    """Pareto-optimal pure pipelines (one PU per stage)."""
+    opts = DPOptions(groups=[(p,) for p in range(problem.n_pus)], max_stages=options.max_stages,
+                     epsilon=options.epsilon, max_labels=options.max_labels)
+    return dp_front(problem, opts).mappings
+
+
+def parallel_mappings(problem: MappingProblem) -> List[Mapping]:
+    """One stage over each group of >= 2 PUs that can run every block (list-scheduled)."""
+    n = problem.n_blocks
+    out = []
+    for group in all_groups(problem.n_pus):
+        if len(group) < 2:
+            continue
+        rs = schedule_ranges(problem, 0, group)
+        if len(rs.assignment) < n:
+            continue
+        out.append(Mapping((StageMapping(0, n, tuple(group), tuple(rs.assignment)),)))
+    return out

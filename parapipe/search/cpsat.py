@@ -1,0 +1,106 @@
+"""Inner level, exact: optimal makespan of one stage's blocks on its PU group with CP-SAT.
+
+Model (shape of OR-Tools' ``line_balancing_sat.py``: data / variables / constraints / objective / solve):
+one optional interval per (block, PU) with exactly one present, no-overlap per PU, precedence with the transfer
+delay when producer and consumer sit on different PUs, makespan minimised. Times are integers in units of
+``TIME_UNIT_S`` (0.1 µs, far below any operator time). The greedy schedule is passed as a hint; the search is
+deterministic (one worker) and time-limited.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from ..cost.problem import MappingProblem
+
+TIME_UNIT_S = 1e-7
+"""Integer time resolution of the CP-SAT model, seconds (0.1 µs; chosen far below operator times)."""
+
+
+@dataclass
+class StageSchedule:
+    """Result of :func:`solve_stage`: PU per block (``start..stop``), schedule order, makespan, proof status."""
+
+    assignment: Tuple[int, ...]
+    order: Tuple[int, ...]
+    makespan_s: float
+    optimal: bool
+
+
+def solve_stage(problem: MappingProblem, start: int, stop: int, group: Sequence[int],
+                hint: Optional[Sequence[int]] = None, time_limit_s: float = 1.0, seed: int = 0
+                ) -> Optional[StageSchedule]:
+    """Minimum-makespan schedule of blocks ``[start, stop)`` on PU indices ``group``.
+
+    Returns
+    -------
+    StageSchedule or None
+        None if CP-SAT found no solution within ``time_limit_s`` (or the stage is infeasible on ``group``).
+    """
+    blocks = list(range(start, stop))
+    group = list(group)
+    scale = 1.0 / TIME_UNIT_S
+
+    def ticks(x: float) -> int:
+        return int(round(x * scale))
+
+    dur = {(v, p): ticks(problem.time_s[v, p]) for v in blocks for p in group if np.isfinite(problem.time_s[v, p])}
+    horizon = sum(max(d for (v2, _), d in dur.items() if v2 == v) for v in blocks)
+    comm = {}
+    for v in blocks:
+        for u in problem.preds[v]:
+            if u >= start:
+                nb = problem.edge_nbytes.get((u, v), 0.0)
+                for p in group:
+                    for q in group:
+                        if p != q:
+                            comm[(u, v, p, q)] = ticks(problem.comm_s(p, q, nb))
+    horizon += sum(max([c for (u2, v2, _, _), c in comm.items() if v2 == v] or [0]) for v in blocks)
+
+    m = cp_model.CpModel()
+    s = {v: m.NewIntVar(0, horizon, f"s{v}") for v in blocks}
+    e = {v: m.NewIntVar(0, horizon, f"e{v}") for v in blocks}
+    x = {}
+    per_pu = {p: [] for p in group}
+    for v in blocks:
+        opts = [p for p in group if (v, p) in dur]
+        if not opts:
+            return None
+        for p in opts:
+            x[v, p] = m.NewBoolVar(f"x{v}_{p}")
+            per_pu[p].append(m.NewOptionalIntervalVar(s[v], dur[v, p], e[v], x[v, p], f"i{v}_{p}"))
+        m.AddExactlyOne(x[v, p] for p in opts)
+    for p in group:
+        m.AddNoOverlap(per_pu[p])
+    for v in blocks:
+        for u in problem.preds[v]:
+            if u < start:
+                continue
+            m.Add(s[v] >= e[u])
+            for p in group:
+                for q in group:
+                    c = comm.get((u, v, p, q), 0)
+                    if c > 0 and (u, p) in x and (v, q) in x:
+                        m.Add(s[v] >= e[u] + c).OnlyEnforceIf([x[u, p], x[v, q]])
+    makespan = m.NewIntVar(0, horizon, "makespan")
+    m.AddMaxEquality(makespan, [e[v] for v in blocks])
+    m.Minimize(makespan)
+    if hint is not None:
+        for v, hp in zip(blocks, hint):
+            for p in group:
+                if (v, p) in x:
+                    m.AddHint(x[v, p], p == hp)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(time_limit_s)
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = int(seed)
+    status = solver.Solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    assign = tuple(next(p for p in group if (v, p) in x and solver.Value(x[v, p])) for v in blocks)
+    order = tuple(sorted(blocks, key=lambda v: (solver.Value(s[v]), v)))
+    return StageSchedule(assignment=assign, order=order, makespan_s=solver.Value(makespan) * TIME_UNIT_S,
+                         optimal=status == cp_model.OPTIMAL)

@@ -1,0 +1,202 @@
+"""The library behind the CLI: prepare a problem, optimise it, run a chosen mapping on this host.
+
+Each function does one job, logs instead of printing, and raises :class:`parapipe.errors.ParapipeError` subclasses
+for user errors; the CLI (:mod:`parapipe.cli`) formats what they return.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from .errors import input_error
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BLOCKS = 48
+"""Blocks the search works on by default: chains are merged further until at most this many remain
+(measured: DenseNet-121 on a 4-PU profile searches in ~2 s at 48 blocks, ~250 s at its natural 242 blocks)."""
+
+HOST_SOC = "host"
+
+
+@dataclass
+class Prepared:
+    """A model imported, coarsened and costed on a SoC, ready for the search."""
+
+    loaded: Any  # parapipe.graph.zoo.LoadedModel
+    opgraph: Any
+    block_graph: Any
+    soc: Any
+    problem: Any  # parapipe.cost.problem.MappingProblem
+    max_blocks: Optional[int]
+    timings_s: Dict[str, float] = field(default_factory=dict)
+
+
+def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_blocks: Optional[int] = DEFAULT_MAX_BLOCKS,
+            measure_progress: Optional[Callable[[int, int], None]] = None) -> Prepared:
+    """Load ``model`` (registry name or .onnx path), coarsen it, and build its problem on ``soc``.
+
+    ``soc`` is a bundled profile name, a YAML path, or ``"host"``: this machine, each core a PU, with every block
+    measured for real with ONNX Runtime (:func:`parapipe.profiling.host.measure_host`).
+    """
+    from .cost.roofline import problem_from_blocks
+    from .graph.coarsen import coarsen
+    from .graph.opgraph import import_onnx
+    from .graph.zoo import load_model
+
+    t0 = time.perf_counter()
+    lm = load_model(model)
+    og = import_onnx(lm.model, name=lm.name, source=str(lm.path or model))
+    bg = coarsen(og, max_blocks=max_blocks)
+    timings = {"import_s": time.perf_counter() - t0}
+    measured = None
+    if soc == HOST_SOC:
+        from .profiling.host import measure_host
+
+        t1 = time.perf_counter()
+        hp = measure_host(bg, progress=measure_progress)
+        soc_obj, measured = hp.soc, hp.block_time_s
+        timings["measure_s"] = time.perf_counter() - t1
+    else:
+        from .soc import load_soc
+
+        soc_obj = load_soc(soc)
+    if pus:
+        soc_obj = soc_obj.restrict(list(pus))
+    problem = problem_from_blocks(bg, soc_obj, measured_s=measured, name=lm.name)
+    return Prepared(lm, og, bg, soc_obj, problem, max_blocks, timings)
+
+
+def optimize(prep: Prepared, options, out_dir: Path, progress=None, plot: bool = True) -> Dict[str, Any]:
+    """Search ``prep`` and write ``out_dir/pareto.json`` and ``out_dir/pareto.png`` (both or neither).
+
+    Returns the pareto.json document.
+    """
+    from .mapping_doc import result_to_doc, write_json_atomic
+    from .search.api import search
+
+    out_dir = Path(out_dir)
+    _check_out_dir(out_dir)
+    result = search(prep.problem, options, progress=progress)
+    blocks = {b.name: list(b.ops) for b in prep.block_graph.blocks}
+    doc = result_to_doc(result, prep.loaded.name, prep.loaded.sha256, prep.soc.name, blocks=blocks,
+                        search={"max_blocks": prep.max_blocks, "seed": options.seed, **prep.timings_s})
+    png = out_dir / "pareto.png"
+    tmp_png = out_dir / ".pareto.png.tmp.png"
+    if plot:
+        from .report.plots import plot_pareto
+
+        plot_pareto(doc, tmp_png)
+    write_json_atomic(doc, out_dir / "pareto.json")
+    if plot:
+        tmp_png.replace(png)
+    return doc
+
+
+def _check_out_dir(out_dir: Path) -> None:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise input_error("--out", str(out_dir), f"cannot create the output folder ({exc.strerror or exc})",
+                          "choose a writable folder") from None
+    probe = out_dir / ".parapipe-write-test"
+    try:
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise input_error("--out", str(out_dir), f"output folder is not writable ({exc.strerror or exc})",
+                          "choose a writable folder") from None
+
+
+@dataclass
+class RunReport:
+    """Measured next to predicted figures of one mapping run on this host."""
+
+    point_id: str
+    frames: int
+    throughput_per_s: float
+    latency_p50_s: float
+    latency_p90_s: float
+    latency_p99_s: float
+    predicted_throughput_per_s: float
+    predicted_latency_s: float
+    outputs_match: bool
+    max_abs_diff: float
+    stages: int
+    pu_utilisation: Dict[str, float]
+    metrics: Any = None
+
+    def to_json(self) -> Dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k != "metrics"}
+        return d
+
+
+def run_mapping(model: str, mapping_path: str, point: str, frames: int = 200, warmup: int = 5, seed: int = 0,
+                atol: float = 1e-5) -> RunReport:
+    """Execute one point of a pareto.json on this host with the pipelined executor and check its outputs.
+
+    Raises
+    ------
+    InputError
+        Mapping computed for another model (sha256), another SoC than ``host``, unknown point, or block names that
+        do not match the model.
+    ExecutionError
+        A stage failed.
+    """
+    from .graph.coarsen import coarsen
+    from .graph.opgraph import import_onnx
+    from .graph.zoo import load_model
+    from .mapping_doc import load_doc, select_point
+    from .runtime import PUBinding, StageSpec, build_plan, max_abs_diff, reference_outputs, run_pipeline
+
+    if frames < 1:
+        raise input_error("--frames", None, f"must be >= 1, got {frames}", "give a positive frame count")
+    doc = load_doc(mapping_path)
+    lm = load_model(model)
+    if doc["model"]["sha256"] != lm.sha256:
+        raise input_error(mapping_path, "model.sha256",
+                          f"mapping was computed for model {doc['model'].get('name')!r} "
+                          f"(sha256 {doc['model']['sha256'][:12]}…), not {lm.name!r} ({lm.sha256[:12]}…)",
+                          "run 'parapipe optimize' on this model first")
+    if doc["soc"] != HOST_SOC:
+        raise input_error(mapping_path, "soc", f"mapping was computed for SoC {doc['soc']!r}; 'parapipe run' "
+                          "executes on this machine", "compute the mapping with 'parapipe optimize MODEL --soc host'")
+    pt = select_point(doc, point)
+    og = import_onnx(lm.model, name=lm.name, source=str(lm.path or model))
+    bg = coarsen(og, max_blocks=doc.get("search", {}).get("max_blocks"))
+    mine = {b.name: list(b.ops) for b in bg.blocks}
+    if mine != doc["blocks"]:
+        raise input_error(mapping_path, "blocks", "block structure differs from this model's",
+                          "re-run 'parapipe optimize' with this version of parapipe")
+    specs = [StageSpec(pus=list(st["pus"]), assignment=dict(st["assignment"]), order=list(st["order"]))
+             for st in pt["mapping"]["stages"]]
+    bindings = {}
+    for st in specs:
+        for pu in st.pus:
+            if not (pu.startswith("cpu") and pu[3:].isdigit()):
+                raise input_error(mapping_path, "points.mapping.stages.pus", f"unknown host PU {pu!r}",
+                                  "host PUs are cpu0, cpu1, …")
+            bindings[pu] = PUBinding(cpus=(int(pu[3:]),), threads=1)
+    plan = build_plan(og, bg, specs, bindings)
+    rng = np.random.default_rng(seed)
+    inputs = []
+    for _ in range(frames):
+        feed = {}
+        for name in og.inputs:
+            ti = og.tensors[name]
+            feed[name] = rng.standard_normal(ti.shape).astype(ti.dtype)
+        inputs.append(feed)
+    outs, metrics = run_pipeline(plan, inputs, warmup=warmup)
+    ref = reference_outputs(lm.model, inputs, threads=1)
+    diff = float(max_abs_diff(outs, ref))
+    return RunReport(point_id=pt["id"], frames=frames, throughput_per_s=metrics.throughput_per_s,
+                     latency_p50_s=metrics.latency_p50_s, latency_p90_s=metrics.latency_p90_s,
+                     latency_p99_s=metrics.latency_p99_s,
+                     predicted_throughput_per_s=1.0 / pt["period_s"], predicted_latency_s=pt["latency_s"],
+                     outputs_match=bool(diff <= atol), max_abs_diff=diff, stages=len(specs),
+                     pu_utilisation=dict(metrics.pu_utilisation), metrics=metrics)
