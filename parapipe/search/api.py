@@ -52,6 +52,11 @@ class SearchOptions:
         Re-schedule multi-PU stages of front mappings with CP-SAT.
     cpsat_max_blocks : int
         Largest stage (in blocks) handed to CP-SAT.
+    cpsat_stage_limit_s : float
+        CP-SAT time limit per stage (within ``time_limit_s`` overall).
+    max_cut_tensors : int
+        On problems above ``exact_blocks``: stage boundaries only where at most this many producers are live
+        (see :class:`parapipe.search.dp.DPOptions`).
     """
 
     objectives: Tuple[str, ...] = OBJECTIVES
@@ -63,6 +68,8 @@ class SearchOptions:
     exact_blocks: int = 24
     polish: bool = True
     cpsat_max_blocks: int = 40
+    cpsat_stage_limit_s: float = 0.5
+    max_cut_tensors: int = 2
 
     def __post_init__(self) -> None:
         bad = [o for o in self.objectives if o not in OBJECTIVES]
@@ -140,7 +147,7 @@ class _Polisher:
                     left = self.deadline - time.monotonic()
                     self.memo[key] = None if left <= 0.05 else solve_stage(
                         self.problem, st.start, st.stop, st.pus, hint=st.assignment,
-                        time_limit_s=min(left, max(0.2, self.options.time_limit_s / 10)), seed=self.options.seed)
+                        time_limit_s=min(left, self.options.cpsat_stage_limit_s), seed=self.options.seed)
                 sol = self.memo[key]
                 if sol is not None:
                     cand = StageMapping(st.start, st.stop, tuple(sorted(set(sol.assignment))), sol.assignment,
@@ -166,7 +173,8 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     exact = problem.n_blocks <= opts.exact_blocks
     eps = opts.epsilon if opts.epsilon is not None else (0.0 if exact else 2e-3)
     cap = opts.max_labels if opts.max_labels is not None else (0 if exact else 64)
-    dpo = DPOptions(max_stages=opts.max_stages, epsilon=eps, max_labels=cap)
+    dpo = DPOptions(max_stages=opts.max_stages, epsilon=eps, max_labels=cap,
+                    max_cut_tensors=None if exact else opts.max_cut_tensors)
     dp = dp_front(problem, dpo, progress=progress)
     t_dp = time.monotonic() - t0
     deadline = time.monotonic() + opts.time_limit_s
