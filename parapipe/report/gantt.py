@@ -1,0 +1,343 @@
+"""Gantt charts: the modelled pipelined schedule of one mapping, and a measured run's task trace.
+
+Modelled schedule (steady state of the cost model, GUIDE §2). Frame ``f`` enters stage ``s`` at
+``f * period_s + offset_s[s]``. Inside a stage the PUs of the stage are first reserved for the stage's input
+transfer (``input_s``, drawn hatched on every PU of the stage, as
+:func:`parapipe.cost.evaluate.evaluate_stage` books it), then block ``b`` runs on ``assignment[b]`` from
+``input_s + block_start_s[b]`` to ``input_s + block_finish_s[b]`` (the writer's times are measured from the
+end of the input transfer: ``time_s = input_s + makespan_s``, :mod:`parapipe.mapping_doc`).
+
+``offset_s[s]`` is the sum of the earlier stage times (each stage starts when the previous one ends) whenever
+that puts no two stages on one PU at the same time modulo the period, which always holds when every PU serves
+one stage. A PU serving non-adjacent stages (GPU -> big -> GPU) can only reach the modelled period by
+interleaving frames; :func:`stage_offsets_s` then delays the later stage to the first time its PUs are free in
+every period (a modulo schedule: the cost model's latency assumes an idle pipeline, this one is the steady
+state).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+
+from matplotlib.patches import Patch
+
+from matplotlib.figure import Figure
+
+from ..errors import input_error
+from ._common import DEFAULT_SOURCE, find_point, number, save_figure, title_of
+
+log = logging.getLogger(__name__)
+
+__all__ = ["GanttBar", "stage_offsets_s", "gantt_bars", "plot_gantt", "gantt_from_trace"]
+
+_FIX = "pass the pareto.json written by 'parapipe optimize'"
+
+
+@dataclass(frozen=True)
+class GanttBar:
+    """One bar of a Gantt chart: ``pu`` is busy from ``start_s`` to ``end_s`` (s) with ``label`` (a block or
+    task name) of ``stage`` for ``frame``; ``kind`` is ``"block"``, ``"input"`` (input transfer) or ``"task"``
+    (measured)."""
+
+    pu: str
+    start_s: float
+    end_s: float
+    stage: int
+    frame: int
+    label: str
+    kind: str
+
+
+def _arcs_overlap(a: float, la: float, b: float, lb: float, period_s: float, eps: float) -> bool:
+    """Whether arcs [a, a+la) and [b, b+lb) of a circle of circumference ``period_s`` overlap (beyond eps)."""
+    if la <= eps or lb <= eps:
+        return False
+    return (b - a) % period_s < la - eps or (a - b) % period_s < lb - eps
+
+
+def stage_offsets_s(stage_time_s: Sequence[float], stage_pus: Sequence[Sequence[str]],
+                    period_s: float) -> List[float]:
+    """Start of every stage relative to its frame's entry, in a schedule that repeats every ``period_s``.
+
+    Parameters
+    ----------
+    stage_time_s : sequence of float, shape (n_stages,)
+        Stage times (s), input transfer included.
+    stage_pus : sequence of sequence of str, shape (n_stages, *)
+        PUs of every stage (a PU may appear in several stages).
+    period_s : float
+        The schedule's period (s), at least the busy time of every PU.
+
+    Returns
+    -------
+    list of float, shape (n_stages,)
+        ``offset[0] = 0``; ``offset[s]`` is the earliest time >= ``offset[s-1] + stage_time_s[s-1]`` at which
+        every PU of stage ``s`` is free modulo ``period_s`` (greedy; equal to the sum of the earlier stage
+        times when no PU serves two stages). Where no such time exists (a PU busier than the period, or the
+        greedy order fails) the plain sum is used and a warning is logged: bars on that PU will overlap.
+
+    Examples
+    --------
+    >>> stage_offsets_s([2.0, 3.0], [["gpu"], ["big"]], 3.0)
+    [0.0, 2.0]
+    >>> stage_offsets_s([2.0, 1.0, 1.0], [["gpu"], ["big"], ["gpu"]], 3.0)
+    [0.0, 2.0, 5.0]
+    """
+    eps = 1e-9 * max(period_s, 1e-12)
+    placed: Dict[str, List[tuple]] = {}
+    offsets: List[float] = []
+    ready = 0.0
+    for s, (t, pus) in enumerate(zip(stage_time_s, stage_pus)):
+        start = ready
+        if period_s > 0 and t <= period_s + eps:
+            arcs = [arc for pu in pus for arc in placed.get(pu, [])]
+            candidates = sorted({ready} | {ready + ((a + la - ready) % period_s) for a, la in arcs})
+            for c in candidates:
+                if not any(_arcs_overlap(c % period_s, t, a, la, period_s, eps) for a, la in arcs):
+                    start = c
+                    break
+            else:
+                log.warning("stage %d: no time in the period where all its PUs (%s) are free; its bars "
+                            "overlap other stages on them", s, ", ".join(pus))
+        else:
+            log.warning("stage %d: time %.6g s exceeds the period %.6g s; its bars overlap the next frame's",
+                        s, t, period_s)
+        for pu in pus:
+            placed.setdefault(pu, []).append((start % period_s if period_s > 0 else 0.0, t))
+        offsets.append(start)
+        ready = start + t
+    return offsets
+
+
+def _stages(point: Mapping, where: str, source: str) -> List[Mapping]:
+    mapping = point.get("mapping")
+    stages = mapping.get("stages") if isinstance(mapping, Mapping) else None
+    if not isinstance(stages, list) or not stages:
+        raise input_error(source, f"{where}.mapping.stages", "missing or empty", _FIX)
+    for j, st in enumerate(stages):
+        w = f"{where}.mapping.stages[{j}]"
+        if not isinstance(st, Mapping):
+            raise input_error(source, w, f"expected an object, got {type(st).__name__}", _FIX)
+        pus = st.get("pus")
+        if not isinstance(pus, list) or not pus or not all(isinstance(p, str) for p in pus):
+            raise input_error(source, f"{w}.pus", "missing, empty or not a list of PU names", _FIX)
+        if not isinstance(st.get("blocks"), list) or not st["blocks"]:
+            raise input_error(source, f"{w}.blocks", "missing or empty", _FIX)
+        for key in ("block_start_s", "block_finish_s"):
+            if not isinstance(st.get(key), Mapping):
+                raise input_error(source, f"{w}.{key}", "missing or not an object", _FIX)
+    return stages
+
+
+def gantt_bars(doc: Dict[str, Any], point_id: str, n_frames: int = 3, *,
+               source: Optional[str] = None) -> List[GanttBar]:
+    """The bars of the modelled pipelined schedule of one point (see the module docstring).
+
+    Parameters
+    ----------
+    doc : dict
+        A pareto.json document.
+    point_id : str
+        ``id`` of the point to draw.
+    n_frames : int
+        Consecutive frames to lay out (>= 1).
+    source : str, optional
+        File name for error messages (default ``"pareto.json"``).
+
+    Returns
+    -------
+    list of GanttBar
+        Per frame and stage: one ``"input"`` bar per PU of the stage when ``input_s > 0``, one ``"block"`` bar
+        per block; times in seconds from frame 0 entering stage 0.
+
+    Raises
+    ------
+    InputError
+        Unknown ``point_id``; ``n_frames < 1``; a missing or malformed field of the point (named by path).
+    """
+    src = source or DEFAULT_SOURCE
+    if isinstance(n_frames, bool) or not isinstance(n_frames, int) or n_frames < 1:
+        raise input_error("n_frames", None, f"must be an integer >= 1, got {n_frames!r}",
+                          "give a frame count")
+    point = find_point(doc, point_id, source)
+    where = f"points[{doc['points'].index(point)}]"
+    period_s = number(point, "period_s", where, source, positive=True)
+    stages = _stages(point, where, src)
+    times, inputs = [], []
+    for j, st in enumerate(stages):
+        w = f"{where}.mapping.stages[{j}]"
+        inputs.append(number(st, "input_s", w, source, default=0.0))
+        times.append(number(st, "time_s", w, source))
+    offsets = stage_offsets_s(times, [st["pus"] for st in stages], period_s)
+    bars: List[GanttBar] = []
+    for f in range(n_frames):
+        for j, st in enumerate(stages):
+            w = f"{where}.mapping.stages[{j}]"
+            base = f * period_s + offsets[j]
+            if inputs[j] > 0:
+                bars.extend(GanttBar(pu, base, base + inputs[j], j, f, "input", "input") for pu in st["pus"])
+            assignment = st.get("assignment") if isinstance(st.get("assignment"), Mapping) else {}
+            for block in st["blocks"]:
+                pu = assignment.get(block, st["pus"][0] if len(st["pus"]) == 1 else None)
+                if pu not in st["pus"]:
+                    raise input_error(src, f"{w}.assignment.{block}",
+                                      f"PU {pu!r} is not one of the stage's PUs ({', '.join(st['pus'])})",
+                                      _FIX)
+                b0 = number(st["block_start_s"], block, f"{w}.block_start_s", source)
+                b1 = number(st["block_finish_s"], block, f"{w}.block_finish_s", source)
+                if b1 < b0:
+                    raise input_error(src, f"{w}.block_finish_s.{block}",
+                                      f"finishes ({b1:.6g} s) before it starts ({b0:.6g} s)", _FIX)
+                t0 = base + inputs[j]
+                bars.append(GanttBar(pu, t0 + b0, t0 + b1, j, f, str(block), "block"))
+    return bars
+
+
+def _lanes(bars: Iterable[GanttBar], order: Sequence[str] = ()) -> List[str]:
+    lanes = list(dict.fromkeys(order))
+    for b in bars:
+        if b.pu not in lanes:
+            lanes.append(b.pu)
+    return lanes
+
+
+def _draw(bars: Sequence[GanttBar], lanes: Sequence[str], title: str, path: Any,
+          stage_names: Dict[int, str], frame_starts_s: Sequence[float] = ()) -> None:
+    """Draw ``bars`` (seconds; shown in ms) on one lane per PU and write the PNG."""
+    t_min = min(b.start_s for b in bars)
+    t_max = max(b.end_s for b in bars)
+    span_ms = max((t_max - t_min) * 1e3, 1e-9)
+    fig = Figure(figsize=(16, max(3.6, 1.9 + 0.75 * len(lanes))), layout="constrained")
+    ax = fig.subplots()
+    row = {pu: i for i, pu in enumerate(lanes)}
+    px_per_ms = 16 * 100 * 0.85 / span_ms  # figure px x axes share / x span: whether a label fits its bar
+    groups: Dict[tuple, List[tuple]] = {}  # one broken_barh call per lane, stage, frame parity and kind
+    for b in bars:
+        y = len(lanes) - 1 - row[b.pu]
+        x0 = (b.start_s - t_min) * 1e3
+        w = (b.end_s - b.start_s) * 1e3
+        groups.setdefault((y, b.stage, b.frame % 2, b.kind), []).append((x0, w))
+        if b.kind != "input" and w * px_per_ms > 7 * len(b.label) + 6:
+            ax.text(x0 + w / 2, y, b.label, ha="center", va="center", fontsize=8, color="white", clip_on=True,
+                    zorder=3)
+    for (y, stage, odd, kind), spans in groups.items():
+        color = f"C{stage % 10}"
+        if kind == "input":
+            ax.broken_barh(spans, (y - 0.3, 0.6), facecolors="white", edgecolors=color, hatch="////",
+                           linewidth=0.8, zorder=2)
+        else:
+            ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=color, edgecolors="white", linewidth=0.6,
+                           alpha=0.7 if odd else 0.95, zorder=2)
+    for f, t in enumerate(frame_starts_s):
+        x = (t - t_min) * 1e3
+        ax.axvline(x, color="0.3", ls=":", lw=1, zorder=1)
+        ax.annotate(f"frame {f} in", (x, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -12),
+                    textcoords="offset points", fontsize=9, color="0.3")
+    ax.set_yticks(range(len(lanes)), labels=list(reversed(lanes)), fontsize=11)
+    ax.set_ylim(-0.7, len(lanes) - 0.3)
+    ax.set_xlim(0, span_ms * 1.01)
+    ax.set_xlabel("time (ms)", fontsize=12)
+    ax.set_ylabel("processing unit", fontsize=12)
+    ax.tick_params(axis="x", labelsize=11)
+    ax.grid(True, axis="x", alpha=0.3)
+    handles = [Patch(facecolor=f"C{s % 10}", label=name) for s, name in sorted(stage_names.items())]
+    if any(b.frame % 2 for b in bars):
+        handles.append(Patch(facecolor="0.55", alpha=0.7, label="odd frames (lighter)"))
+    if any(b.kind == "input" for b in bars):
+        handles.append(Patch(facecolor="white", edgecolor="0.3", hatch="////", label="input transfer"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=10, framealpha=0.9)
+    ax.set_title(title, fontsize=13)
+    save_figure(fig, path)
+
+
+def plot_gantt(doc: Dict[str, Any], point_id: str, path: Any, n_frames: int = 3, *,
+               source: Optional[str] = None) -> None:
+    """Write the Gantt chart of one point's modelled pipelined schedule (one lane per PU) as a PNG.
+
+    Bars are coloured by stage (alternate frames lighter), input transfers hatched, block names written
+    where they fit; dotted lines mark frames entering the pipeline every ``period_s``. Layout in
+    :func:`gantt_bars`.
+
+    Parameters
+    ----------
+    doc : dict
+        A pareto.json document.
+    point_id : str
+        ``id`` of the point to draw.
+    path : str or os.PathLike
+        PNG to write (a temp file in the same folder, then renamed); 1600 px wide.
+    n_frames : int
+        Consecutive frames to draw (>= 1).
+    source : str, optional
+        File name for error messages (default ``"pareto.json"``).
+
+    Raises
+    ------
+    InputError
+        As :func:`gantt_bars`.
+    OSError
+        The folder cannot be written.
+    """
+    bars = gantt_bars(doc, point_id, n_frames, source=source)
+    point = find_point(doc, point_id, source)
+    stages = point["mapping"]["stages"]
+    names = {}
+    for j, st in enumerate(stages):
+        n = len(st["blocks"])
+        names[j] = f"stage {j}: {'+'.join(st['pus'])} ({n} block{'s' if n != 1 else ''})"
+    period_s = float(point["period_s"])
+    title = (f"{title_of(doc)}: point {point_id} ({point.get('strategy', '?')}), modelled schedule — "
+             f"period {period_s * 1e3:.2f} ms, latency {float(point.get('latency_s', 0.0)) * 1e3:.2f} ms")
+    lanes = _lanes(bars, [pu for st in stages for pu in st["pus"]])
+    _draw(bars, lanes, title, path, names, [f * period_s for f in range(n_frames)])
+
+
+def _attr(ev: Any, name: str, i: int) -> Any:
+    if isinstance(ev, Mapping):
+        if name not in ev:
+            raise input_error("trace", f"event[{i}].{name}", "missing", "pass TraceEvent records of a run")
+        return ev[name]
+    try:
+        return getattr(ev, name)
+    except AttributeError:
+        raise input_error("trace", f"event[{i}].{name}", "missing",
+                          "pass TraceEvent records of a run (parapipe.runtime.metrics)") from None
+
+
+def gantt_from_trace(trace_events: Iterable[Any], path: Any, *, title: Optional[str] = None) -> None:
+    """Write the Gantt chart of a measured run (one lane per PU) as a PNG.
+
+    Parameters
+    ----------
+    trace_events : iterable of TraceEvent or dict
+        Task executions with ``stage``, ``pu``, ``task``, ``frame``, ``start_s``, ``end_s`` (seconds since the
+        run started), e.g. :attr:`parapipe.runtime.metrics.RunMetrics.trace`. Time 0 of the chart is the
+        earliest start.
+    path : str or os.PathLike
+        PNG to write (a temp file in the same folder, then renamed); 1600 px wide.
+    title : str, optional
+        Figure title (default: event and frame counts).
+
+    Raises
+    ------
+    InputError
+        No events, an event without one of the fields, or an event that ends before it starts.
+    OSError
+        The folder cannot be written.
+    """
+    bars: List[GanttBar] = []
+    for i, ev in enumerate(trace_events):
+        start, end = float(_attr(ev, "start_s", i)), float(_attr(ev, "end_s", i))
+        if end < start:
+            raise input_error("trace", f"event[{i}]", f"ends ({end:.6g} s) before it starts ({start:.6g} s)",
+                              "pass the trace of one run")
+        bars.append(GanttBar(str(_attr(ev, "pu", i)), start, end, int(_attr(ev, "stage", i)),
+                             int(_attr(ev, "frame", i)), str(_attr(ev, "task", i)), "task"))
+    if not bars:
+        raise input_error("trace", None, "no trace events", "run at least one measured frame with tracing on")
+    bars.sort(key=lambda b: (b.start_s, b.stage, b.pu))
+    frames = sorted({b.frame for b in bars})
+    names = {s: f"stage {s}" for s in sorted({b.stage for b in bars})}
+    head = title or f"measured run: {len(bars)} tasks, {len(frames)} frames ({frames[0]}–{frames[-1]})"
+    _draw(bars, _lanes(bars), head, path, names)

@@ -1,0 +1,178 @@
+"""The Pareto plot of a pareto.json document, and the one import point for every report plot.
+
+``plot_pareto`` draws two panels: (a) throughput (inferences/s) against latency (ms), (b) latency (ms) against
+energy per inference (mJ). Parapipe points are joined by the staircase of their two-dimensional non-dominated
+subset in each panel (a point on the three-objective front need not be non-dominated in a two-objective
+projection); baselines get one marker per strategy; points flagged ``pareto: true`` (non-dominated among all
+strategies on the document's objectives) get a black ring; the lower bounds of the document, when present, are
+dashed lines.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from matplotlib.figure import Figure
+from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
+from ._common import STRATEGIES, STYLE, number, points_of, save_figure, strategy_of, title_of
+from .gantt import gantt_from_trace, plot_gantt
+from .utilisation import plot_utilisation
+
+log = logging.getLogger(__name__)
+
+#: An axis whose values span more than this ratio is drawn on a log scale (a LITTLE core 10x slower than the
+#: front would otherwise squeeze the front into a corner). Chosen for readability, not from a source.
+LOG_SCALE_RATIO = 5.0
+
+__all__ = ["plot_pareto", "plot_gantt", "plot_utilisation", "gantt_from_trace", "staircase"]
+
+
+def staircase(xs: Sequence[float], ys: Sequence[float], maximise_y: bool) -> Tuple[List[float], List[float]]:
+    """The two-dimensional non-dominated subset of points, sorted by x (x is minimised).
+
+    Parameters
+    ----------
+    xs, ys : sequence of float, shape (n,)
+        Coordinates.
+    maximise_y : bool
+        True when larger y is better (throughput), False when smaller is better (latency).
+
+    Returns
+    -------
+    (list of float, list of float)
+        x and y of the kept points, x ascending; y strictly improving along it. Drawn with
+        ``step(..., where="post")`` this is the boundary of the region the points dominate.
+
+    Examples
+    --------
+    >>> staircase([3, 1, 2, 4], [5, 1, 4, 4], maximise_y=True)
+    ([1, 2, 3], [1, 4, 5])
+    """
+    sign = -1.0 if maximise_y else 1.0
+    order = sorted(range(len(xs)), key=lambda i: (xs[i], sign * ys[i]))
+    kx: List[float] = []
+    ky: List[float] = []
+    for i in order:
+        if not ky or sign * ys[i] < sign * ky[-1]:
+            kx.append(xs[i])
+            ky.append(ys[i])
+    return kx, ky
+
+
+def _figures(doc: Any, source: Optional[str]) -> Dict[str, List[Dict[str, Any]]]:
+    """Per strategy, the points in display units: id, latency_ms, throughput_per_s, energy_mj, pareto."""
+    out: Dict[str, List[Dict[str, Any]]] = {s: [] for s in STRATEGIES}
+    for i, p in enumerate(points_of(doc, source)):
+        where = f"points[{i}]"
+        strategy = strategy_of(p, where, source)
+        period_s = number(p, "period_s", where, source, positive=True)
+        out[strategy].append({
+            "id": str(p.get("id", where)),
+            "latency_ms": number(p, "latency_s", where, source, positive=True) * 1e3,
+            "throughput_per_s": number(p, "throughput_per_s", where, source, positive=True,
+                                       default=1.0 / period_s),
+            "energy_mj": number(p, "energy_j", where, source) * 1e3,
+            "pareto": bool(p.get("pareto", False)),
+        })
+    return out
+
+
+def plot_pareto(doc: Dict[str, Any], path: Any, *, source: Optional[str] = None) -> None:
+    """Write the Pareto plot of a pareto.json document as a 1600 x 700 px PNG.
+
+    Parameters
+    ----------
+    doc : dict
+        A pareto.json document (schema_version 1, see :mod:`parapipe.mapping_doc`): ``points`` with
+        ``strategy``, ``period_s``, ``latency_s``, ``energy_j`` (s, s, J), optionally ``throughput_per_s``
+        (defaults to ``1 / period_s``) and ``pareto``; optionally ``model.name``, ``soc``, ``objectives`` and
+        ``bounds`` (``period_lb_s``, ``latency_lb_s``).
+    path : str or os.PathLike
+        PNG to write (a temp file in the same folder, then renamed).
+    source : str, optional
+        File name for error messages (default ``"pareto.json"``).
+
+    Raises
+    ------
+    InputError
+        No points, an unknown strategy, or a missing / non-finite / non-positive figure (named by field).
+    OSError
+        The folder cannot be written.
+    """
+    by_strategy = _figures(doc, source)
+    if not any(by_strategy.values()):
+        from ..errors import input_error
+
+        raise input_error(source or "pareto.json", "points", "the document has no points",
+                          "re-run 'parapipe optimize'")
+    bounds = doc.get("bounds") if isinstance(doc.get("bounds"), dict) else {}
+    period_lb = number(bounds, "period_lb_s", "bounds", source, default=0.0)
+    latency_lb = number(bounds, "latency_lb_s", "bounds", source, default=0.0)
+
+    log_keys = set()  # one scale per quantity, the same in both panels
+    for key in ("latency_ms", "throughput_per_s", "energy_mj"):
+        vals = [p[key] for s in STRATEGIES for p in by_strategy[s]]
+        if min(vals) > 0 and max(vals) > LOG_SCALE_RATIO * min(vals):
+            log_keys.add(key)
+    fig = Figure(figsize=(16, 7), layout="constrained")
+    ax_t, ax_e = fig.subplots(1, 2)
+    panels = (
+        (ax_t, "latency_ms", "throughput_per_s", True, "(a) throughput vs latency",
+         "latency per inference (ms", "throughput (inferences/s"),
+        (ax_e, "energy_mj", "latency_ms", False, "(b) latency vs energy",
+         "energy per inference (mJ", "latency per inference (ms"),
+    )
+    for ax, xk, yk, maximise_y, title, xlabel, ylabel in panels:
+        front = by_strategy["parapipe"]
+        if front:
+            sx, sy = staircase([p[xk] for p in front], [p[yk] for p in front], maximise_y)
+            ax.step(sx, sy, where="post", color=STYLE["parapipe"]["color"], lw=1.8, alpha=0.8,
+                    label="parapipe staircase (2-D non-dominated)", zorder=2)
+        for strategy in STRATEGIES:
+            pts = by_strategy[strategy]
+            if not pts:
+                continue
+            st = STYLE[strategy]
+            # Parapipe on top and smaller: a baseline equal to a front point (the search offers baselines to
+            # the front) still shows around it.
+            front_pt = strategy == "parapipe"
+            ax.scatter([p[xk] for p in pts], [p[yk] for p in pts], marker=st["marker"], color=st["color"],
+                       s=60 if front_pt else 110, alpha=0.95 if front_pt else 0.8, label=st["label"],
+                       zorder=3.5 if front_pt else 3)
+            if strategy == "single":
+                for p in pts:
+                    name = p["id"][len("single-"):] if p["id"].startswith("single-") else p["id"]
+                    ax.annotate(name, (p[xk], p[yk]), textcoords="offset points", xytext=(9, 7),
+                                fontsize=10, color=st["color"])
+        ring = [p for s in STRATEGIES for p in by_strategy[s] if p["pareto"]]
+        if ring:
+            ax.scatter([p[xk] for p in ring], [p[yk] for p in ring], marker="o", s=260, facecolors="none",
+                       edgecolors="black", linewidths=1.6, label="Pareto-optimal (all strategies)", zorder=4)
+        if latency_lb > 0:
+            line = ax.axvline if xk == "latency_ms" else ax.axhline
+            line(latency_lb * 1e3, color="0.4", ls="--", lw=1.2, label="latency lower bound", zorder=1)
+        if period_lb > 0 and yk == "throughput_per_s":
+            ax.axhline(1.0 / period_lb, color="0.4", ls=":", lw=1.5, zorder=1,
+                       label="throughput upper bound (1 / period lower bound)")
+        ax.set_title(title, fontsize=13)
+        for key, label, axis, set_label in ((xk, xlabel, ax.xaxis, ax.set_xlabel),
+                                            (yk, ylabel, ax.yaxis, ax.set_ylabel)):
+            if key in log_keys:
+                (ax.set_xscale if axis is ax.xaxis else ax.set_yscale)("log")
+                axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 3.0, 5.0), numticks=30))
+                axis.set_major_formatter(ScalarFormatter())
+                axis.set_minor_formatter(NullFormatter())
+                label += ", log scale"
+            set_label(label + ")", fontsize=12)
+        ax.tick_params(labelsize=11)
+        ax.grid(True, which="both", alpha=0.25)
+        ax.margins(0.08)
+    handles, labels = ax_t.get_legend_handles_labels()
+    ax_t.legend(handles, labels, loc="best", fontsize=10, framealpha=0.9)
+    objectives = doc.get("objectives")
+    obj = ""
+    if isinstance(objectives, list) and objectives:
+        obj = f" (front on {', '.join(map(str, objectives))})"
+    fig.suptitle(f"Pareto front: {title_of(doc)}{obj}", fontsize=15)
+    save_figure(fig, path)

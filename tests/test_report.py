@@ -1,0 +1,357 @@
+"""Tests of parapipe.report: every plot writes a real PNG of the expected size from a realistic pareto.json
+document; schedule layout (stage offsets, bars) and the 2-D staircase are checked against hand-worked values
+and brute force; bad input raises one-line InputErrors naming the field."""
+from __future__ import annotations
+
+import doctest
+import itertools
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from matplotlib.image import imread
+
+from parapipe.errors import InputError
+from parapipe.report import (gantt_bars, gantt_from_trace, plot_gantt, plot_pareto, plot_utilisation,
+                             staircase, stage_offsets_s, utilisation)
+from parapipe.report import gantt as gantt_mod
+from parapipe.report import plots as plots_mod
+from parapipe.runtime.metrics import TraceEvent
+
+# Power figures for the fixture's energy (W), after GUIDE §6 (A311D: board ~2.3 W baseline, big cluster adds
+# ~1.8-4.7 W, GPU ~0.6-1.3 W, LITTLE ~0.7-1.3 W).
+ACTIVE_W = {"big": 3.0, "gpu": 1.0, "little": 1.0}
+IDLE_W = {"big": 0.2, "gpu": 0.1, "little": 0.1}
+STATIC_W = 2.3
+
+
+def _stage(pus, blocks, input_s=0.0, schedule="cp-sat optimal"):
+    """A stage dict; ``blocks``: (name, pu, duration_s, deps in the stage), list-scheduled in order."""
+    free = {p: 0.0 for p in pus}
+    start, finish, assign = {}, {}, {}
+    for name, pu, dur, deps in blocks:
+        s = max([free[pu]] + [finish[d] for d in deps])
+        start[name], finish[name], assign[name] = s, s + dur, pu
+        free[pu] = s + dur
+    makespan = max(finish.values())
+    return {"pus": list(pus), "blocks": [b[0] for b in blocks], "time_s": input_s + makespan,
+            "input_s": input_s, "makespan_s": makespan, "schedule": schedule, "assignment": assign,
+            "order": [b[0] for b in blocks], "block_start_s": start, "block_finish_s": finish}
+
+
+def _point(pid, strategy, stages):
+    busy, compute = {}, {}
+    for st in stages:
+        for p in st["pus"]:
+            busy[p] = busy.get(p, 0.0) + st["time_s"]
+        for b, p in st["assignment"].items():
+            compute[p] = compute.get(p, 0.0) + st["block_finish_s"][b] - st["block_start_s"][b]
+    period = max(busy.values())
+    latency = sum(st["time_s"] for st in stages)
+    energy = STATIC_W * period + sum(ACTIVE_W[p] * c + IDLE_W[p] * (period - c) for p, c in compute.items())
+    return {"id": pid, "strategy": strategy, "pareto": False, "throughput_per_s": 1 / period,
+            "period_s": period,
+            "latency_s": latency, "energy_j": energy, "period_gap": period / 0.030 - 1,
+            "latency_gap": latency / 0.075 - 1, "mapping": {"stages": stages}, "pu_busy_s": busy}
+
+
+STEM = ["conv1", "pool1", "conv2", "pool2"]
+INCEPTION = [
+    "inc3a", "inc3b", "pool3", "inc4a", "inc4b", "inc4c", "inc4d", "inc4e", "pool4", "inc5a", "inc5b"]
+# Whole-block times (s) per PU: GoogLeNet ~114 ms big / 100 ms GPU / 311 ms LITTLE on the A311D (GUIDE §6),
+# spread over the blocks in proportion to a rough FLOP share.
+SHARE = dict(zip(STEM + INCEPTION + ["head"],
+                 [0.08, 0.01, 0.14, 0.01, 0.06, 0.09, 0.01, 0.07, 0.07, 0.07, 0.08, 0.10, 0.01, 0.08, 0.10,
+                  0.02]))
+WHOLE_S = {"big": 0.114, "gpu": 0.100, "little": 0.311}
+
+
+def _t(block, pu, frac=1.0):
+    return WHOLE_S[pu] * SHARE[block] * frac
+
+
+def _chain(names, pu):
+    out, prev = [], []
+    for n in names:
+        out.append((n, pu, _t(n, pu), prev))
+        prev = [n]
+    return out
+
+
+def _branches(module, pus, prev, first=0.55):
+    """An Inception module as two branch groups on two PUs (``first``: work share of the first), then a concat
+    on the first PU."""
+    a, b = f"{module}_b12", f"{module}_b34"
+    return [(a, pus[0], _t(module, pus[0], first), prev), (b, pus[1], _t(module, pus[1], 1 - first), prev),
+            (f"{module}_cat", pus[0], 0.0004, [a, b])]
+
+
+def _doc():
+    all_blocks = STEM + INCEPTION + ["head"]
+    pts = []
+    # p0: GPU -> big -> GPU+LITTLE: the GPU serves two non-adjacent stages.
+    s2 = _branches("inc4e", ["gpu", "little"], []) + _chain(["pool4", "inc5a", "inc5b", "head"], "gpu")
+    s2[3] = ("pool4", "gpu", _t("pool4", "gpu"), ["inc4e_cat"])
+    pts.append(_point("p0", "parapipe", [
+        _stage(["gpu"], _chain(STEM + ["inc3a"], "gpu"), schedule="single-pu"),
+        _stage(["big"], _chain(["inc3b", "pool3", "inc4a", "inc4b", "inc4c", "inc4d"], "big"), 0.0012,
+               schedule="single-pu"),
+        _stage(["gpu", "little"], s2, 0.0009)]))
+    # p1: GPU, then big+LITTLE with branch parallelism (throughput-oriented).
+    s1, prev = [], []
+    for m in ["pool3", "inc4a", "inc4b", "inc4c", "inc4d", "inc4e", "pool4", "inc5a", "inc5b", "head"]:
+        if m.startswith("inc"):
+            s1 += _branches(m, ["big", "little"], prev, first=0.75)
+            prev = [f"{m}_cat"]
+        else:
+            s1.append((m, "big", _t(m, "big"), prev))
+            prev = [m]
+    pts.append(_point("p1", "parapipe", [
+        _stage(["gpu"], _chain(STEM + ["inc3a", "inc3b"], "gpu"), schedule="single-pu"),
+        _stage(["big", "little"], s1, 0.0013)]))
+    # p2: one stage, big+GPU (lowest latency).
+    s = []
+    prev = []
+    for m in all_blocks:
+        if m.startswith("inc"):
+            s += _branches(m, ["big", "gpu"], prev)
+            prev = [f"{m}_cat"]
+        else:
+            s.append((m, "gpu", _t(m, "gpu"), prev))
+            prev = [m]
+    pts.append(_point("p2", "parapipe", [_stage(["big", "gpu"], s)]))
+    pts.append(_point("pipeline-0", "pipeline", [
+        _stage(["gpu"], _chain(STEM + ["inc3a", "inc3b"], "gpu"), schedule="single-pu"),
+        _stage(["big"], _chain(["pool3", "inc4a", "inc4b", "inc4c"], "big"), 0.0011, "single-pu"),
+        _stage(["little"], _chain(["inc4d", "inc4e", "pool4", "inc5a", "inc5b", "head"], "little"), 0.0015,
+               "single-pu")]))
+    cycle = zip(all_blocks, itertools.cycle(["gpu", "big", "gpu", "little"]))
+    par = _stage(["big", "gpu", "little"],
+                 [(b, pu, _t(b, pu), [all_blocks[i - 1]] if i else []) for i, (b, pu) in enumerate(cycle)],
+                 schedule="greedy")
+    pts.append(_point("parallel-0", "parallel", [par]))
+    for pu in ("big", "gpu", "little"):
+        pts.append(_point(f"single-{pu}", "single",
+                          [_stage([pu], _chain(all_blocks, pu), schedule="single-pu")]))
+    objs = np.array([[p["period_s"], p["latency_s"], p["energy_j"]] for p in pts])
+    for i, p in enumerate(pts):
+        p["pareto"] = not any(np.all(objs[j] <= objs[i]) and np.any(objs[j] < objs[i])
+                              for j in range(len(pts)))
+    return {"schema_version": 1, "model": {"name": "inception_v1", "sha256": "0" * 64},
+            "soc": "amlogic_a311d",
+            "objectives": ["throughput", "latency", "energy"],
+            "bounds": {"period_lb_s": 0.030, "latency_lb_s": 0.075}, "points": pts}
+
+
+@pytest.fixture()
+def doc():
+    return _doc()
+
+
+def _png_size(path):
+    assert os.path.getsize(path) > 0
+    img = imread(path)
+    return img.shape[1], img.shape[0]
+
+
+def test_plot_pareto_writes_png(doc, tmp_path):
+    out = tmp_path / "pareto.png"
+    plot_pareto(doc, out)
+    assert _png_size(out) == (1600, 700)
+    assert os.listdir(tmp_path) == ["pareto.png"]  # no temp file left behind
+
+
+def test_plot_pareto_replaces_existing_file(doc, tmp_path):
+    out = tmp_path / "pareto.png"
+    out.write_bytes(b"old")
+    plot_pareto(doc, str(out))
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_gantt_writes_png(doc, tmp_path):
+    out = tmp_path / "gantt.png"
+    plot_gantt(doc, "p0", out, n_frames=3)
+    w, h = _png_size(out)
+    assert w == 1600 and h >= 360
+
+
+def test_plot_utilisation_writes_png(doc, tmp_path):
+    out = tmp_path / "util.png"
+    plot_utilisation(doc, "p1", out)
+    assert _png_size(out) == (1000, 600)
+
+
+def test_gantt_from_trace_writes_png(tmp_path):
+    trace = []
+    for f in range(4):
+        t = 0.03 * f
+        trace += [TraceEvent(0, "gpu", "stage0", f, t, t + 0.028),
+                  TraceEvent(1, "big", "inc4a", f, t + 0.029, t + 0.045),
+                  TraceEvent(1, "little", "inc4b", f, t + 0.029, t + 0.052)]
+    out = tmp_path / "trace.png"
+    gantt_from_trace(trace, out)
+    w, h = _png_size(out)
+    assert w == 1600 and h > 0
+    dicts = [{"stage": e.stage, "pu": e.pu, "task": e.task, "frame": e.frame, "start_s": e.start_s,
+              "end_s": e.end_s} for e in trace]
+    gantt_from_trace(dicts, out, title="dicts")
+    assert _png_size(out)[0] == 1600
+
+
+@pytest.mark.parametrize("call", [
+    lambda d, p: plot_gantt(d, "p9", p),
+    lambda d, p: plot_utilisation(d, "p9", p),
+    lambda d, p: gantt_bars(d, "p9"),
+])
+def test_unknown_point_id_raises_input_error(doc, tmp_path, call):
+    with pytest.raises(InputError, match=r"no point with id 'p9'.*p0, p1, p2") as exc:
+        call(doc, tmp_path / "x.png")
+    assert "\n" not in str(exc.value)
+    assert not os.listdir(tmp_path)
+
+
+def test_stage_offsets_without_shared_pus_are_cumulative_times():
+    times = [0.021, 0.017, 0.03]
+    assert stage_offsets_s(times, [["gpu"], ["big"], ["little"]], 0.03) == pytest.approx([0.0, 0.021, 0.038])
+
+
+def test_stage_offsets_delay_a_stage_sharing_a_pu_to_a_free_slot():
+    # GPU 2 + 1 = 3 = period: the second GPU stage must fill GPU time 2..3 of each period -> offset 5, not 3.
+    gpu_big_gpu = [["gpu"], ["big"], ["gpu"]]
+    assert stage_offsets_s([2.0, 1.0, 1.0], gpu_big_gpu, 3.0) == pytest.approx([0.0, 2.0, 5.0])
+    # Period with slack: GPU free from 2 to 4 of each period of 4, so stage 2 starts right after stage 1.
+    assert stage_offsets_s([2.0, 1.0, 1.0], gpu_big_gpu, 4.0) == pytest.approx([0.0, 2.0, 3.0])
+
+
+def test_stage_offsets_fall_back_when_a_pu_is_overbooked(caplog):
+    with caplog.at_level("WARNING", logger="parapipe.report.gantt"):
+        out = stage_offsets_s([2.0, 2.0], [["gpu"], ["gpu"]], 3.0)
+    assert out == pytest.approx([0.0, 2.0])
+    assert "no time in the period" in caplog.text
+
+
+def _overlaps(bars):
+    by_pu = {}
+    for b in bars:
+        by_pu.setdefault(b.pu, []).append((b.start_s, b.end_s))
+    bad = []
+    for pu, iv in by_pu.items():
+        iv.sort()
+        bad += [(pu, a, b) for a, b in zip(iv, iv[1:]) if b[0] < a[1] - 1e-12]
+    return bad
+
+
+@pytest.mark.parametrize("pid", ["p0", "p1", "p2", "pipeline-0", "parallel-0", "single-gpu"])
+def test_gantt_bars_never_overlap_on_a_pu(doc, pid):
+    bars = gantt_bars(doc, pid, n_frames=5)
+    assert _overlaps(bars) == []
+
+
+def test_gantt_bars_layout(doc):
+    point = next(p for p in doc["points"] if p["id"] == "p0")
+    stages = point["mapping"]["stages"]
+    period = point["period_s"]
+    bars = gantt_bars(doc, "p0", n_frames=3)
+    n_inputs = sum(len(st["pus"]) for st in stages if st["input_s"] > 0)
+    n_blocks = sum(len(st["blocks"]) for st in stages)
+    assert len(bars) == 3 * (n_inputs + n_blocks)
+    # Frame f is frame 0 shifted by f periods.
+    f0 = sorted((b.pu, b.label, b.start_s) for b in bars if b.frame == 0)
+    f2 = sorted((b.pu, b.label, b.start_s - 2 * period) for b in bars if b.frame == 2)
+    assert [x[:2] for x in f0] == [x[:2] for x in f2]
+    assert np.allclose([x[2] for x in f0], [x[2] for x in f2])
+    # Stage 1 (big) starts when stage 0 ends; its first block after its input transfer.
+    first = min((b for b in bars if b.frame == 0 and b.stage == 1 and b.kind == "block"),
+                key=lambda b: b.start_s)
+    assert first.start_s == pytest.approx(stages[0]["time_s"] + stages[1]["input_s"])
+    # Stage 2 shares the GPU with stage 0 and the GPU is the bottleneck: it is delayed past the plain sum.
+    s2 = min(b.start_s for b in bars if b.frame == 0 and b.stage == 2)
+    assert s2 > stages[0]["time_s"] + stages[1]["time_s"] + 1e-9
+
+
+def test_gantt_bars_reject_bad_fields(doc):
+    del doc["points"][0]["mapping"]["stages"][1]["block_start_s"]["inc4a"]
+    field = r"points\[0\]\.mapping\.stages\[1\]\.block_start_s\.inc4a"
+    with pytest.raises(InputError, match=rf"^pareto.json: {field}: missing"):
+        gantt_bars(doc, "p0")
+    d2 = _doc()
+    d2["points"][1]["mapping"]["stages"][1]["assignment"]["pool3"] = "npu"
+    with pytest.raises(InputError, match=r"assignment\.pool3: PU 'npu' is not one of the stage's PUs"):
+        gantt_bars(d2, "p1", source="run/pareto.json")
+    with pytest.raises(InputError, match="n_frames"):
+        gantt_bars(_doc(), "p0", n_frames=0)
+
+
+def test_plot_pareto_rejects_bad_documents(tmp_path):
+    d = _doc()
+    d["points"][2]["strategy"] = "greedy"
+    with pytest.raises(InputError, match=r"points\[2\]\.strategy: unknown strategy 'greedy'"):
+        plot_pareto(d, tmp_path / "x.png")
+    d = _doc()
+    del d["points"][3]["period_s"]
+    with pytest.raises(InputError, match=r"^out/pareto.json: points\[3\]\.period_s: missing"):
+        plot_pareto(d, tmp_path / "x.png", source="out/pareto.json")
+    d = _doc()
+    d["points"][0]["latency_s"] = float("nan")
+    with pytest.raises(InputError, match=r"points\[0\]\.latency_s: must be a finite number > 0"):
+        plot_pareto(d, tmp_path / "x.png")
+    with pytest.raises(InputError, match="no points"):
+        plot_pareto(dict(_doc(), points=[]), tmp_path / "x.png")
+    with pytest.raises(InputError, match="points: missing or not a list"):
+        plot_pareto({"schema_version": 1}, tmp_path / "x.png")
+    assert not os.listdir(tmp_path)
+
+
+def test_gantt_from_trace_rejects_bad_events(tmp_path):
+    with pytest.raises(InputError, match="no trace events"):
+        gantt_from_trace([], tmp_path / "x.png")
+    with pytest.raises(InputError, match=r"event\[0\]\.frame: missing"):
+        gantt_from_trace([{"stage": 0, "pu": "big", "task": "t", "start_s": 0.0, "end_s": 1.0}],
+                         tmp_path / "x.png")
+    with pytest.raises(InputError, match=r"event\[0\]: ends"):
+        gantt_from_trace([TraceEvent(0, "big", "t", 0, 1.0, 0.5)], tmp_path / "x.png")
+
+
+def test_utilisation_values(doc):
+    rows = utilisation(doc, "p0")
+    point = doc["points"][0]
+    assert [r[0] for r in rows] == ["gpu", "big", "little"]
+    busy = {pu: b for pu, b, _ in rows}
+    assert max(busy.values()) == pytest.approx(1.0)  # the bottleneck PU is busy the whole period
+    for pu, b, c in rows:
+        assert b == pytest.approx(point["pu_busy_s"][pu] / point["period_s"])
+        assert 0 < c <= b + 1e-12
+    little = next(c for pu, _, c in rows if pu == "little")
+    assert little == pytest.approx(_t("inc4e", "little", 0.45) / point["period_s"])
+
+
+def test_staircase_matches_brute_force():
+    rng = np.random.default_rng(3)
+    for maximise in (True, False):
+        for _ in range(30):
+            n = int(rng.integers(1, 12))
+            xs = [float(v) for v in rng.integers(0, 6, n)]
+            ys = [float(v) for v in rng.integers(0, 6, n)]
+            sign = -1 if maximise else 1
+
+            def dominated(i):
+                return any(xs[j] <= xs[i] and sign * ys[j] <= sign * ys[i]
+                           and (xs[j] < xs[i] or ys[j] != ys[i]) for j in range(n))
+
+            want = sorted({(xs[i], ys[i]) for i in range(n) if not dominated(i)})
+            kx, ky = staircase(xs, ys, maximise_y=maximise)
+            assert list(zip(kx, ky)) == want
+
+
+def test_doctests():
+    for mod in (gantt_mod, plots_mod):
+        res = doctest.testmod(mod)
+        assert res.attempted > 0 and res.failed == 0
+
+
+def test_import_does_not_touch_pyplot():
+    code = "import sys, parapipe.report; print('matplotlib.pyplot' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
