@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
+from ..errors import input_error
 from ._common import STRATEGIES, STYLE, number, points_of, save_figure, strategy_of, title_of
 from .gantt import gantt_from_trace, plot_gantt
 from .utilisation import plot_utilisation
@@ -102,8 +103,6 @@ def plot_pareto(doc: Dict[str, Any], path: Any, *, source: Optional[str] = None)
     """
     by_strategy = _figures(doc, source)
     if not any(by_strategy.values()):
-        from ..errors import input_error
-
         raise input_error(source or "pareto.json", "points", "the document has no points",
                           "re-run 'parapipe optimize'")
     bounds = doc.get("bounds") if isinstance(doc.get("bounds"), dict) else {}
