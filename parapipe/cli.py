@@ -115,6 +115,11 @@ def cmd_optimize(args) -> int:
         bar.n = done
         bar.refresh()
 
+    if args.blocks or not args.model:
+        from .search.api import search as _search
+
+        problem, soc_name, _ = _problem_for(args)
+        return _optimize_blocks(args, problem, soc_name, options)
     prep = prepare(args.model, args.soc, pus=pus, max_blocks=args.max_blocks, measure_progress=measure_progress)
     if bar is not None:
         bar.close()
@@ -135,6 +140,92 @@ def cmd_optimize(args) -> int:
               f"({', '.join(prep.problem.pu_names)})")
         print(_front_table(doc))
         print(f"wrote {Path(args.out) / 'pareto.json'}" + ("" if args.no_plot else f" and {Path(args.out) / 'pareto.png'}"))
+    return 0
+
+
+def _problem_for(args):
+    """(problem, soc name, label) from ``MODEL`` or ``--blocks FILE`` and ``--soc``."""
+    from .workflow import prepare
+
+    pus = [p.strip() for p in args.pus.split(",")] if getattr(args, "pus", None) else None
+    if args.blocks:
+        if args.model:
+            from .errors import input_error
+
+            raise input_error("--blocks", None, "give either MODEL or --blocks FILE, not both", "drop one of them")
+        from .cost.blocktable import read_block_table
+        from .soc import load_soc
+
+        soc = load_soc(args.soc)
+        if pus:
+            soc = soc.restrict(pus)
+        return read_block_table(args.blocks, soc), soc.name, None
+    if not args.model:
+        from .errors import input_error
+
+        raise input_error("MODEL", None, "missing", "give a model name/path or --blocks FILE")
+    prep = prepare(args.model, args.soc, pus=pus, max_blocks=args.max_blocks)
+    return prep.problem, prep.soc.name, prep
+
+
+def cmd_evaluate(args) -> int:
+    from .cost.evaluate import evaluate
+    from .cost.mapping_spec import mapping_from_point, parse_pu_list
+
+    problem, soc_name, _ = _problem_for(args)
+    mappings = []
+    text = args.mapping
+    if text.endswith(".json"):
+        from .mapping_doc import load_doc, select_point
+
+        doc = load_doc(text)
+        pt = select_point(doc, args.point or "best-throughput")
+        mappings.append((pt["id"], mapping_from_point(problem, pt, text)))
+    elif "," not in text and Path(text).is_file():
+        for i, line in enumerate(Path(text).read_text().splitlines(), start=1):
+            if line.strip() and not line.lstrip().startswith("#"):
+                mappings.append((line.strip(), parse_pu_list(problem, line, f"{text}: line {i}")))
+    else:
+        mappings.append((text, parse_pu_list(problem, text)))
+    for label, m in mappings:
+        ev = evaluate(problem, m)
+        row = {"mapping": label, "period_s": ev.period_s, "throughput_per_s": ev.throughput_per_s,
+               "latency_s": ev.latency_s, "energy_j": ev.energy_j, "stages": len(m.stages)}
+        if args.json:
+            print(json.dumps(row))
+        else:
+            print(f"period {ev.period_s * 1e3:.3f} ms ({ev.throughput_per_s:.2f}/s)  latency {ev.latency_s * 1e3:.3f} ms"
+                  f"  energy {ev.energy_j * 1e3:.3f} mJ  stages {len(m.stages)}  {label[:60]}")
+    return 0
+
+
+def _optimize_blocks(args, problem, soc_name, options) -> int:
+    """optimize --blocks FILE: search a block table and write pareto.json/pareto.png like for a model."""
+    import hashlib
+
+    from .mapping_doc import result_to_doc, write_json_atomic
+    from .search.api import search
+    from .workflow import _check_out_dir
+
+    out = Path(args.out)
+    _check_out_dir(out)
+    sha = hashlib.sha256(Path(args.blocks).read_bytes()).hexdigest()
+    result = search(problem, options)
+    doc = result_to_doc(result, problem.name, sha, soc_name, blocks={b: [] for b in problem.block_names},
+                        search={"seed": options.seed, "blocks_file": str(args.blocks)})
+    if not args.no_plot:
+        from .report.plots import plot_pareto
+
+        tmp = out / ".pareto.png.tmp.png"
+        plot_pareto(doc, tmp)
+    write_json_atomic(doc, out / "pareto.json")
+    if not args.no_plot:
+        tmp.replace(out / "pareto.png")
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        print(f"{problem.name} on {soc_name}: {problem.n_blocks} blocks x {problem.n_pus} PUs")
+        print(_front_table(doc))
     return 0
 
 
@@ -181,7 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("optimize", help="search mappings; write OUT/pareto.json and OUT/pareto.png")
-    s.add_argument("model", help="registry name or path to an .onnx file")
+    s.add_argument("model", nargs="?", help="registry name or path to an .onnx file (or use --blocks)")
+    s.add_argument("--blocks", default=None, help="a block table CSV instead of a model (block,deps,out_bytes,t_<pu>…)")
     s.add_argument("--soc", required=True, help="bundled profile name, a profile YAML path, or 'host'")
     s.add_argument("--out", default="out", help="output folder (default: out)")
     s.add_argument("--seed", type=int, default=0)
@@ -193,6 +285,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-plot", action="store_true")
     s.add_argument("--json", action="store_true", help="print the pareto.json document on stdout")
     s.set_defaults(func=cmd_optimize)
+
+    s = sub.add_parser("evaluate", help="period, latency and energy of given mappings")
+    s.add_argument("model", nargs="?", help="registry name or .onnx path (or use --blocks)")
+    s.add_argument("--blocks", default=None, help="a block table CSV instead of a model")
+    s.add_argument("--soc", required=True)
+    s.add_argument("--mapping", required=True, help="PU per block ('gpu,gpu,big,…'), a file with one such list "
+                   "per line, or a pareto.json (with --point)")
+    s.add_argument("--point", default=None, help="point of a pareto.json (default best-throughput)")
+    s.add_argument("--pus", default=None)
+    s.add_argument("--max-blocks", type=int, default=48)
+    s.add_argument("--json", action="store_true", help="one JSON object per mapping")
+    s.set_defaults(func=cmd_evaluate)
 
     s = sub.add_parser("run", help="execute one mapping of a pareto.json (computed with --soc host) on this host")
     s.add_argument("model")

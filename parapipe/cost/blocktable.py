@@ -1,0 +1,172 @@
+"""Block tables: pose a mapping problem without ONNX, from a CSV of per-block measurements.
+
+Format (one row per block, header required)::
+
+    block,deps,out_bytes,t_big,t_gpu,p_big,p_gpu
+    conv1,,802816,0.0121,0.0093,,
+    inc3a_1x1,conv1,200704,0.0011,0.0009,3.1,1.2
+    inc3a_cat,inc3a_1x1;inc3a_3x3,802816,0.0002,,,
+
+* ``block``: unique name; ``deps``: semicolon-separated predecessor blocks (empty for a source);
+* ``out_bytes``: bytes of the block's output (moved along every edge leaving it);
+* ``t_<pu>``: seconds on that PU; empty = the PU cannot run the block;
+* ``p_<pu>`` (optional): watts the PU draws while running that block (default: the PU's ``active_power_w``).
+
+PU names must exist in the SoC profile given with ``--soc``; idle/static power and transfer costs come from it.
+Rows may come in any order; they are sorted topologically (ties in file order).
+"""
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import networkx as nx
+import numpy as np
+
+from ..errors import input_error
+from .problem import MappingProblem
+
+
+def _number(src: str, where: str, text: str, what: str, fix: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise input_error(src, where, f"{what} {text!r} is not a number", fix) from None
+    if math.isnan(v) or v < 0 or math.isinf(v):
+        raise input_error(src, where, f"{what} must be a finite number >= 0, got {text!r}", fix)
+    return v
+
+
+def read_block_table(path, soc, name: Optional[str] = None) -> MappingProblem:
+    """Read a block table CSV into a :class:`MappingProblem` on ``soc`` (a ``parapipe.soc.SoC``).
+
+    Raises
+    ------
+    InputError
+        Unreadable file; missing ``block``/``deps``/``out_bytes`` column; no ``t_<pu>`` column; a PU column the
+        SoC lacks; duplicate block; unknown dependency; a cycle; a negative or non-numeric value — each naming the
+        file, row/column or block, and the fix.
+    InfeasibleError
+        A block that no PU can run (every ``t_`` cell empty).
+    """
+    src = str(path)
+    try:
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+            header = list(rows[0].keys()) if rows else []
+    except OSError as exc:
+        raise input_error(src, None, f"cannot read block table ({exc.strerror or exc})", "check the path") from None
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise input_error(src, None, f"not a CSV file ({exc})", "write a comma-separated table with a header") from None
+    if not rows:
+        raise input_error(src, None, "no rows", "add a header and one row per block")
+    for col in ("block", "deps", "out_bytes"):
+        if col not in header:
+            raise input_error(src, f"column {col!r}", "missing", "header must have block,deps,out_bytes,t_<pu>…")
+    pu_cols = [c for c in header if c.startswith("t_")]
+    if not pu_cols:
+        raise input_error(src, "columns", "no t_<pu> column", "add one column of seconds per PU, e.g. t_gpu")
+    pus = [c[2:] for c in pu_cols]
+    for c in header:
+        if c in ("block", "deps", "out_bytes"):
+            continue
+        if not (c.startswith("t_") or c.startswith("p_")):
+            raise input_error(src, f"column {c!r}", "unknown column", "use block, deps, out_bytes, t_<pu>, p_<pu>")
+        if c[2:] not in soc.pus:
+            raise input_error(src, f"column {c!r}", f"SoC {soc.name!r} has no PU {c[2:]!r}",
+                              f"use PUs of the SoC: {', '.join(soc.pu_names)}")
+    names: List[str] = []
+    seen: Dict[str, int] = {}
+    for i, r in enumerate(rows, start=2):
+        b = (r.get("block") or "").strip()
+        if not b:
+            raise input_error(src, f"row {i}, column 'block'", "empty block name", "give every block a name")
+        if b in seen:
+            raise input_error(src, f"row {i}, block {b!r}", f"duplicate block (first on row {seen[b]})",
+                              "give every block a unique name")
+        seen[b] = i
+        names.append(b)
+    g = nx.DiGraph()
+    g.add_nodes_from(names)
+    deps: Dict[str, List[str]] = {}
+    for i, (b, r) in enumerate(zip(names, rows), start=2):
+        ds = [d.strip() for d in (r.get("deps") or "").split(";") if d.strip()]
+        for d in ds:
+            if d not in seen:
+                raise input_error(src, f"row {i}, block {b!r}, column 'deps'", f"unknown dependency {d!r}",
+                                  "name blocks defined in the 'block' column")
+            g.add_edge(d, b)
+        deps[b] = ds
+    try:
+        cycle = nx.find_cycle(g)
+        raise input_error(src, "deps", f"dependency cycle {' -> '.join(u for u, _ in cycle)} -> {cycle[0][0]}",
+                          "the blocks must form a DAG")
+    except nx.NetworkXNoCycle:
+        pass
+    order = list(nx.lexicographical_topological_sort(g, key=lambda b: seen[b]))
+    index = {b: k for k, b in enumerate(order)}
+    row_of = {b: r for b, r in zip(names, rows)}
+    n, k = len(order), len(soc.pu_names)
+    t = np.full((n, k), np.inf)
+    pw = np.tile(np.array([soc.pus[p].active_power_w for p in soc.pu_names]), (n, 1))
+    out_bytes = np.zeros(n)
+    for b in order:
+        j, r, line = index[b], row_of[b], seen[b]
+        out_bytes[j] = _number(src, f"row {line}, column 'out_bytes'", (r["out_bytes"] or "0").strip(),
+                               "out_bytes", "give bytes as a number")
+        for pu in pus:
+            cell = (r.get(f"t_{pu}") or "").strip()
+            if cell:
+                t[j, soc.pu_names.index(pu)] = _number(src, f"row {line}, column 't_{pu}'", cell, "time",
+                                                       "give seconds >= 0, or leave empty if the PU cannot run it")
+            pcell = (r.get(f"p_{pu}") or "").strip()
+            if pcell:
+                pw[j, soc.pu_names.index(pu)] = _number(src, f"row {line}, column 'p_{pu}'", pcell, "power",
+                                                        "give watts >= 0")
+    preds = [tuple(sorted(index[d] for d in deps[b])) for b in order]
+    edges = {(index[d], index[b]): float(out_bytes[index[d]]) for b in order for d in deps[b]}
+    for b in order:
+        if not np.isfinite(t[index[b]]).any():
+            from ..errors import InfeasibleError
+
+            raise InfeasibleError(f"{src}: row {seen[b]}, block {b!r}: no PU can run it (every t_ cell is empty); "
+                                  "give its time on at least one PU")
+    return MappingProblem(block_names=order, preds=preds, edge_nbytes=edges, pu_names=list(soc.pu_names),
+                          time_s=t, active_power_w=pw,
+                          idle_power_w=np.array([soc.pus[p].idle_power_w for p in soc.pu_names]),
+                          static_power_w=soc.static_power_w, alpha_s=soc.alpha_matrix(),
+                          beta_bytes_per_s=soc.beta_matrix(), name=name or Path(src).stem)
+
+
+def write_block_table(path, problem: MappingProblem, pus: Optional[Sequence[str]] = None) -> None:
+    """Write ``problem`` as a block table CSV (atomically: temporary file, then rename).
+
+    ``out_bytes`` of a block is the largest of its outgoing edges.
+    """
+    import os
+    import tempfile
+
+    pus = list(pus or problem.pu_names)
+    idx = [problem.pu_names.index(p) for p in pus]
+    out = np.zeros(problem.n_blocks)
+    for (u, _), nb in problem.edge_nbytes.items():
+        out[u] = max(out[u], nb)
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["block", "deps", "out_bytes"] + [f"t_{p}" for p in pus] + [f"p_{p}" for p in pus])
+            for j, b in enumerate(problem.block_names):
+                times = ["" if not np.isfinite(problem.time_s[j, i]) else repr(float(problem.time_s[j, i]))
+                         for i in idx]
+                powers = [repr(float(problem.active_power_w[j, i])) for i in idx]
+                w.writerow([b, ";".join(problem.block_names[d] for d in problem.preds[j]), repr(float(out[j]))]
+                           + times + powers)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
