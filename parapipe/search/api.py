@@ -16,7 +16,7 @@ import numpy as np
 
 from ..cost.evaluate import Evaluation, Mapping, StageMapping, evaluate
 from ..cost.problem import MappingProblem
-from ..errors import input_error
+from ..errors import InfeasibleError, input_error
 from .baselines import parallel_mappings, pipeline_mappings, single_pu_mappings
 from .bounds import Bounds, lower_bounds
 from .cpsat import solve_stage
@@ -175,7 +175,15 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     cap = opts.max_labels if opts.max_labels is not None else (0 if exact else 64)
     dpo = DPOptions(max_stages=opts.max_stages, epsilon=eps, max_labels=cap,
                     max_cut_tensors=None if exact else opts.max_cut_tensors)
-    dp = dp_front(problem, dpo, progress=progress)
+    try:
+        dp = dp_front(problem, dpo, progress=progress)
+    except InfeasibleError:
+        # Every PU in at most one stage is not enough (e.g. op types alternate between PUs): let PUs serve
+        # several stages, with bounded labels.
+        log.info("%s: no mapping with disjoint stage groups; searching with PU reuse", problem.name)
+        dpo = DPOptions(max_stages=opts.max_stages, epsilon=max(eps, 2e-3), max_labels=cap or 64,
+                        max_cut_tensors=dpo.max_cut_tensors, reuse_pus=True)
+        dp = dp_front(problem, dpo, progress=progress)
     t_dp = time.monotonic() - t0
     deadline = time.monotonic() + opts.time_limit_s
     polisher = _Polisher(problem, opts, deadline)

@@ -29,10 +29,20 @@ def single_pu_mappings(problem: MappingProblem) -> List[Tuple[str, Mapping]]:
 
 
 def pipeline_mappings(problem: MappingProblem, options: DPOptions) -> List[Mapping]:
-    """Pareto-optimal pure pipelines (one PU per stage)."""
+    """Pareto-optimal pure pipelines (one PU per stage), in the same PU-sharing space as ``options``.
+
+    Empty if no pure pipeline exists there (e.g. every PU in at most one stage, and no PU sequence covers the
+    model's op types).
+    """
+    from ..errors import InfeasibleError
+
     opts = DPOptions(groups=[(p,) for p in range(problem.n_pus)], max_stages=options.max_stages,
-                     epsilon=options.epsilon, max_labels=options.max_labels)
-    return dp_front(problem, opts).mappings
+                     epsilon=options.epsilon, max_labels=options.max_labels, reuse_pus=options.reuse_pus,
+                     max_cut_tensors=options.max_cut_tensors)
+    try:
+        return dp_front(problem, opts).mappings
+    except InfeasibleError:
+        return []
 
 
 def parallel_mappings(problem: MappingProblem) -> List[Mapping]:

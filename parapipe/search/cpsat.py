@@ -48,7 +48,7 @@ def solve_stage(problem: MappingProblem, start: int, stop: int, group: Sequence[
         return int(round(x * scale))
 
     dur = {(v, p): ticks(problem.time_s[v, p]) for v in blocks for p in group if np.isfinite(problem.time_s[v, p])}
-    horizon = sum(max(d for (v2, _), d in dur.items() if v2 == v) for v in blocks)
+    horizon = sum(max((d for (v2, _), d in dur.items() if v2 == v), default=0) for v in blocks)
     comm = {}
     for v in blocks:
         for u in problem.preds[v]:
