@@ -17,7 +17,13 @@ Ops (see each ``op_*`` function for its fields):
 - ``hello``: Python / ONNX Runtime versions, execution providers, CPU clusters, memory, platform.
 - ``profile``: time ``InferenceSession.run`` of a model on one processing unit (a CPU set or a provider).
 - ``transfer``: time to hand a tensor of ``nbytes`` from a thread on one CPU set to a thread on another.
+- ``run_pipeline``: run a deploy bundle's pipelined plan (the executor core, ``ppexec/`` next to this file),
+  streaming progress events, and reply with the report.
+- ``clean``: remove stale deploy bundles (left by a dropped connection) under a folder.
 - ``bye``: reply, then exit with status 0.
+
+Events: while a request runs, the agent may write lines ``{"id": ..., "event": NAME, ...}`` (no ``ok``)
+before the reply; ``run_pipeline`` sends ``progress`` events. A client that does not expect them skips them.
 
 Error types: ``BadRequest`` (malformed JSON or fields), ``UnknownOp``, ``ProviderUnavailable``, ``PinError``
 (CPUs that this process may not use), ``ModelError`` (the model does not load or the session cannot be built),
@@ -504,6 +510,91 @@ def op_transfer(request):
     return result
 
 
+# ----------------------------------------------------------------------------------------------------------
+# run_pipeline, clean (deploy bundles; the executor core is the package ppexec/ next to this file)
+# ------------------------------------------------------------------------------------------------------------
+
+#: Writes one event line for a request; set by :func:`serve` (None: events are dropped).
+_event_writer = None
+
+
+def _emit(request, event):
+    """Send ``event`` (a dict with ``"event"``) for ``request`` now; raises if the client has gone away."""
+    if _event_writer is not None:
+        line = {"id": request.get("id")}
+        line.update(event)
+        _event_writer(line)
+
+
+def _core():
+    """Import the executor core ``ppexec`` from this file's folder (a deploy bundle ships it there)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if not os.path.isfile(os.path.join(here, "ppexec", "__init__.py")):
+        raise AgentError("BadRequest", "the executor core ppexec/ is not next to %s; run the agent from a "
+                         "deploy bundle" % here)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    sys.dont_write_bytecode = True  # leave no __pycache__ in the bundle: it holds the manifest's files only
+    import ppexec
+    return ppexec
+
+
+def _core_call(core, fn):
+    try:
+        return fn()
+    except (BrokenPipeError, ConnectionError):  # the client went away while events were sent: stop serving
+        raise
+    except core.PlanError as exc:
+        raise AgentError("BadRequest", str(exc))
+    except core.PipelineError as exc:
+        raise AgentError("RunError", str(exc))
+    except OSError as exc:
+        raise AgentError("BadRequest", "%s: %s" % (type(exc).__name__, exc))
+
+
+def op_run_pipeline(request):
+    """Run a deploy bundle: verify its files, run its plan, compare with the unsplit model, write the report.
+
+    Fields: ``bundle`` (folder, required); ``frames`` (200); ``warmup`` (5); ``seed`` (0); ``distinct_frames``
+    (8); ``atol`` (1e-5); ``progress_interval_s`` (0.5); ``verify`` (true); ``lock_wait_s`` (30). Sends
+    ``progress`` events (``phase``, ``frames_done``, ``frames``, ``elapsed_s``, ``throughput_per_s``) while it
+    runs. Returns the report (``ppexec.bundle_run.run_bundle``), also written to ``out/report.json`` with the
+    Chrome trace in ``out/trace.json``. A failing stage is a ``RunError`` naming stage, PU and task; a bad or
+    incomplete bundle a ``BadRequest``.
+    """
+    core = _core()
+    from ppexec import bundle_run
+    folder = os.path.expanduser(_field(request, "bundle", str, required=True))
+    atol = _field(request, "atol", (int, float), 1e-5)
+    interval = _field(request, "progress_interval_s", (int, float), 0.5)
+    lock_wait = _field(request, "lock_wait_s", (int, float), 30.0)
+    kwargs = dict(frames=_int_field(request, "frames", 200, 1), warmup=_int_field(request, "warmup", 5, 0),
+                  seed=_int_field(request, "seed", 0, 0),
+                  distinct_frames=_int_field(request, "distinct_frames", 8, 1), atol=float(atol),
+                  progress_interval_s=float(interval), verify=bool(_field(request, "verify", bool, True)),
+                  lock_wait_s=float(lock_wait), emit=lambda event: _emit(request, event))
+    if not os.path.isdir(folder):
+        raise AgentError("BadRequest", "bundle folder %s does not exist on this host" % folder)
+    return {"report": _core_call(core, lambda: bundle_run.run_bundle(folder, **kwargs))}
+
+
+def op_clean(request):
+    """Remove stale deploy bundles: folders ``bundle-*`` under ``root`` whose run has ended.
+
+    Fields: ``root`` (required); ``keep`` (list of folder names to leave, default none); ``wait_s`` (seconds
+    to wait for a locked folder's run to end, default 10). Folders marked ``.keep`` are left. Returns
+    ``removed``, ``busy`` (still locked by a live run) and ``kept`` folder names.
+    """
+    core = _core()
+    from ppexec import bundle_run
+    root = os.path.expanduser(_field(request, "root", str, required=True))
+    keep = _field(request, "keep", list, [])
+    if not all(isinstance(k, str) for k in keep):
+        raise AgentError("BadRequest", "field 'keep' must be a list of folder names, got %r" % keep)
+    wait_s = float(_field(request, "wait_s", (int, float), 10.0))
+    return _core_call(core, lambda: bundle_run.clean_stale(root, keep, wait_s))
+
+
 def op_bye(request):
     """Say goodbye; the agent exits with status 0 after this reply."""
     return {"bye": True}
@@ -514,6 +605,8 @@ OPS = {
     "hello": op_hello,
     "profile": op_profile,
     "transfer": op_transfer,
+    "run_pipeline": op_run_pipeline,
+    "clean": op_clean,
     "bye": op_bye,
 }
 
@@ -547,6 +640,8 @@ def handle_line(line):
     except AgentError as exc:
         log.info("%s failed: %s: %s", op, exc.error_type, exc.message)
         return _error(request_id, exc.error_type, exc.message), False
+    except (BrokenPipeError, ConnectionError):  # an event found the client gone: serve() ends the agent
+        raise
     except Exception as exc:  # a bug in the agent: report it, keep serving
         log.error("%s raised:\n%s", op, traceback.format_exc())
         return _error(request_id, "Internal", "%s: %s" % (type(exc).__name__, exc)), False
@@ -558,6 +653,13 @@ def handle_line(line):
 
 def serve(in_stream, out_stream):
     """Serve requests from ``in_stream`` (binary lines) to ``out_stream`` (binary) until EOF or ``bye``."""
+    global _event_writer
+
+    def write_event(line):
+        out_stream.write((json.dumps(line) + "\n").encode("utf-8"))
+        out_stream.flush()
+
+    _event_writer = write_event
     while True:
         line = in_stream.readline()
         if not line:
@@ -591,7 +693,7 @@ def main(argv=None):
     log.info("agent protocol %d ready (python %s)", PROTOCOL_VERSION, platform.python_version())
     try:
         return serve(sys.stdin.buffer, protocol_out)
-    except BrokenPipeError:
+    except (BrokenPipeError, ConnectionError):
         log.info("the client closed the connection; exiting")
         return 0
     except KeyboardInterrupt:

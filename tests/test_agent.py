@@ -248,24 +248,28 @@ def test_stats_use_nearest_rank_p90():
     assert stats["spread"] == pytest.approx(0.018 / 0.0145 - 1)
 
 
-def test_agent_imports_only_stdlib_numpy_and_onnxruntime():
-    tree = ast.parse(AGENT.read_text())
-    imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            imported.add((node.module or "").split(".")[0])
-    allowed = set(sys.stdlib_module_names) | {"numpy", "onnxruntime"}
-    outside = sorted(m for m in imported if m not in allowed)
-    assert outside == []
+DEVICE_FILES = sorted(AGENT.parent.rglob("*.py"))  # the agent and the executor core (ppexec/) shipped with it
 
 
-def test_agent_needs_nothing_newer_than_python_3_8():
+def test_device_files_import_only_stdlib_numpy_onnxruntime_and_each_other():
+    assert AGENT in DEVICE_FILES and len(DEVICE_FILES) > 5
+    allowed = set(sys.stdlib_module_names) | {"numpy", "onnxruntime", "ppexec"}
+    for path in DEVICE_FILES:
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:  # relative imports stay in ppexec
+                imported.add((node.module or "").split(".")[0])
+        outside = sorted(m for m in imported if m not in allowed)
+        assert outside == [], path
+
+
+def test_device_files_need_nothing_newer_than_python_3_8():
     # vermin has no __main__ module: call its console-script entry point (vermin:main) in this interpreter.
     runner = "import sys, vermin; sys.argv[0] = 'vermin'; sys.exit(vermin.main())"
     flags = ["-t=3.8-", "--no-tips", "--eval-annotations", "--violations"]
-    result = subprocess.run([sys.executable, "-c", runner, *flags, str(AGENT)],
+    result = subprocess.run([sys.executable, "-c", runner, *flags, *map(str, DEVICE_FILES)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if "No module named 'vermin'" in result.stdout:
         pytest.fail("vermin is missing: pip install -e '.[test]' (or pip install vermin)", pytrace=False)

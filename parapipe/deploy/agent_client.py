@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Deque, Dict, Optional
+from typing import Any, Callable, Deque, Dict, Optional
 
 from parapipe._paths import data_dir
 from parapipe.errors import ExecutionError, HostError
@@ -254,15 +254,21 @@ class AgentClient:
         argv = [python, "-u", str(agent or agent_path())]
         return cls(_ProcessTransport(argv, env))
 
-    def request(self, op: str, timeout_s: float = 60, **body: Any) -> Dict[str, Any]:
+    def request(self, op: str, timeout_s: float = 60,
+                on_event: Optional[Callable[[Dict[str, Any]], None]] = None, **body: Any) -> Dict[str, Any]:
         """Send one request and return the agent's reply.
 
         Parameters
         ----------
         op : str
-            The op (``"hello"``, ``"profile"``, ``"transfer"``, ``"bye"``; see ``device_agents/agent.py``).
+            The op (``"hello"``, ``"profile"``, ``"transfer"``, ``"run_pipeline"``, ``"clean"``, ``"bye"``;
+            see ``device_agents/agent.py``).
         timeout_s : float
-            Deadline for sending the request and receiving its reply, in seconds.
+            Deadline for sending the request and receiving its reply, in seconds. With ``on_event``, every
+            event from the agent restarts it: it then bounds the silence, not the whole request.
+        on_event : callable(dict), optional
+            Called with each event line (``{"id", "event", ...}``) the agent sends for this request before
+            its reply (``run_pipeline`` sends progress); without it events are skipped.
         **body
             The op's fields (JSON-serialisable), e.g. ``model_b64=..., pu={"cpus": [0], "threads": 1}``.
 
@@ -289,7 +295,7 @@ class AgentClient:
         deadline = time.monotonic() + timeout_s
         try:
             self._transport.send(line, deadline)
-            reply = self._read_reply(request_id, deadline)
+            reply = self._read_reply(request_id, deadline, timeout_s if on_event else None, on_event)
         except TimeoutError:
             self._abort()
             raise HostError(f"{self.where}: the agent did not answer {op!r} within {timeout_s:g} s and was "
@@ -306,7 +312,8 @@ class AgentClient:
                                     f"{error.get('message', reply)}", op, error_type)
         return reply
 
-    def _read_reply(self, request_id: int, deadline: float) -> Dict[str, Any]:
+    def _read_reply(self, request_id: int, deadline: float, silence_s: Optional[float] = None,
+                    on_event: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
         while True:
             newline = self._buffer.find(b"\n")
             if newline >= 0:
@@ -321,6 +328,12 @@ class AgentClient:
                     self._transport.tail.feed(raw + b"\n")
                     continue
                 if not isinstance(reply, dict):
+                    continue
+                if "event" in reply and "ok" not in reply:
+                    if reply.get("id") == request_id and on_event is not None:
+                        if silence_s is not None:
+                            deadline = time.monotonic() + silence_s
+                        on_event(reply)
                     continue
                 if reply.get("id") == request_id or (reply.get("id") is None and not reply.get("ok")):
                     return reply

@@ -154,6 +154,11 @@ class RemoteHost:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
+    def is_connected(self) -> bool:
+        """Whether the SSH connection is open and alive (False once closed or lost)."""
+        transport = self._client.get_transport() if self._client is not None else None
+        return transport is not None and transport.is_active()
+
     def _transport(self) -> paramiko.Transport:
         transport = self._client.get_transport() if self._client is not None else None
         if transport is None or not transport.is_active():

@@ -1,330 +1,30 @@
 """The pipelined executor: one pinned worker thread per (stage, PU), bounded queues between stages.
 
-Shape after torchgpipe's ``worker.py`` (kakaobrain/torchgpipe): workers live inside a context manager, take
-work from input queues, stop on a sentinel, and carry exceptions back to the caller, which re-raises them.
-Here:
-
-- every (stage, PU) pair of the plan gets a thread that pins itself (``os.sched_setaffinity``) and then
-  creates its ORT sessions, so ORT's own threads inherit the mask (:mod:`parapipe.runtime.session`);
-- a frame enters a stage as a :class:`~parapipe.runtime.worker.Frame` (a per-frame tensor dict and a
-  Condition) put into the queue of each of the stage's workers; a worker runs its tasks in plan order,
-  waiting on the Condition for same-stage deps; the worker that finishes the frame last passes on only the
-  tensors later stages or the caller need;
-- stage queues are bounded (``queue_depth``, default 2); the output queue is unbounded but the caller keeps at
-  most ``n_stages * (queue_depth + 2) + 1`` frames in flight, so no put can block forever;
-- every blocking call uses a timeout (``poll_s``) and checks a stop flag, so a failed peer never hangs the
-  rest; a task error is re-raised in the caller as :class:`~parapipe.errors.ExecutionError` naming stage, PU
-  and task.
-
-``InferenceSession.run`` releases the GIL, so workers of one process run truly in parallel (design guide §6).
+The implementation is the executor core's (``device_agents/ppexec/executor.py``: the same files run on
+boards inside deploy bundles); this module binds parapipe's errors to it. A bad plan, frame or option raises
+:class:`~parapipe.errors.InputError`; a missing provider, bad CPU ids, a session that cannot be created or a
+task that fails raises :class:`~parapipe.errors.ExecutionError` naming the stage, PU and task.
 """
 from __future__ import annotations
 
-import logging
-import queue
-import threading
-import time
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from parapipe.errors import ExecutionError, ParapipeError, input_error
-from parapipe.runtime.metrics import RunMetrics, TraceEvent, compute_metrics, write_chrome_trace
-from parapipe.runtime.plan import ExecutionPlan, Task, validate_plan
-from parapipe.runtime.session import resolve_provider
-from parapipe.runtime.worker import STOP, Frame, Run, Stopped, Worker
+from parapipe.runtime._core import PARAPIPE_ERRORS, core
+from parapipe.runtime.metrics import RunMetrics, TraceEvent, write_chrome_trace
+from parapipe.runtime.plan import ExecutionPlan
 
 __all__ = ["PipelineExecutor", "run_pipeline", "write_chrome_trace", "RunMetrics", "TraceEvent"]
 
-logger = logging.getLogger(__name__)
 
-
-class PipelineExecutor:
-    """Run an :class:`~parapipe.runtime.plan.ExecutionPlan` as a software pipeline of pinned ORT workers.
-
-    Use as a context manager: sessions are created on entry (one thread per (stage, PU)) and kept across
-    :meth:`run` calls; threads are stopped and joined on exit.
-
-    Parameters
-    ----------
-    plan : ExecutionPlan
-        Checked with :func:`~parapipe.runtime.plan.validate_plan`.
-    queue_depth : int
-        Capacity of each stage's input queue (default 2, enough to hide hand-over jitter between stages).
-    fallback_provider : str, optional
-        Provider used for a PU whose bound provider is missing; without it a missing provider is an error.
-    poll_s : float
-        Longest a worker or the caller blocks before checking for failure or shutdown (default 0.05 s, so an
-        error reaches the caller well within a second).
-    join_timeout_s : float
-        Time allowed for all workers to exit on close (default 5 s; a task stuck inside ORT cannot be
-        interrupted: such a daemon thread is logged and abandoned).
-
-    Raises
-    ------
-    InputError
-        Invalid plan or ``queue_depth``.
-    ExecutionError
-        On entry: missing provider, bad CPU ids, a session that cannot be created. In :meth:`run`: a task
-        failed (the message names stage, PU and task; the ORT error is chained as ``__cause__``).
-
-    Examples
-    --------
-    >>> with PipelineExecutor(plan) as ex:                       # doctest: +SKIP
-    ...     outputs = list(ex.run(frames))
-    ...     print(ex.metrics.throughput_per_s)
-    """
+class PipelineExecutor(core.PipelineExecutor):
+    __doc__ = core.PipelineExecutor.__doc__
 
     def __init__(self, plan: ExecutionPlan, queue_depth: int = 2, fallback_provider: Optional[str] = None,
                  poll_s: float = 0.05, join_timeout_s: float = 5.0):
-        validate_plan(plan)
-        if int(queue_depth) < 1:
-            raise input_error("PipelineExecutor", "queue_depth", f"must be >= 1, got {queue_depth}",
-                              "use the default 2")
-        self.plan, self.queue_depth, self.fallback_provider = plan, int(queue_depth), fallback_provider
-        self.poll_s, self.join_timeout_s = float(poll_s), float(join_timeout_s)
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._error: Optional[Tuple[int, str, Optional[str], str, BaseException]] = None
-        self._workers: List[List[Worker]] = []
-        self._started = self._closed = False
-        self._active: Optional[Run] = None
-        self._metrics: Optional[RunMetrics] = None
-        n = len(plan.stages)
-        self._keep: List[Set[str]] = []
-        later: Set[str] = set(plan.model_outputs)
-        for s in range(n - 1, -1, -1):
-            self._keep.append(set(later))
-            for task in plan.stages[s]:
-                later.update(task.inputs)
-        self._keep.reverse()  # _keep[s]: tensors stage s must pass on
-        self._limit = n * (self.queue_depth + 2) + 1
-
-    # ----------------------------------------------------------------------------------------- life cycle
-    def __enter__(self) -> "PipelineExecutor":
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
-    def start(self) -> None:
-        """Resolve providers, start the workers and wait until every session exists.
-
-        Raises
-        ------
-        ExecutionError
-            Missing provider, unusable CPU ids or a session that cannot be created (workers are joined first).
-        """
-        if self._started:
-            raise ExecutionError("PipelineExecutor.start: already started; create a new executor")
-        self._started = True
-        providers = {pu: resolve_provider(pu, self.plan.bindings[pu], self.fallback_provider)
-                     for pu in self.plan.pus()}
-        try:
-            for s, tasks in enumerate(self.plan.stages):
-                by_pu: Dict[str, List[Task]] = {}
-                for task in tasks:
-                    by_pu.setdefault(task.pu, []).append(task)
-                self._workers.append([Worker(self, s, pu, ts, providers[pu]) for pu, ts in by_pu.items()])
-            for w in self.workers:
-                w.start()
-            for w in self.workers:
-                while not w.ready.wait(self.poll_s):
-                    if self._error is not None:
-                        break
-            self._raise_if_failed()
-        except BaseException:
-            self.close()
-            raise
-        logger.info("pipeline started: %d stage(s), %d worker(s)", len(self._workers), len(self.workers))
-
-    def close(self) -> None:
-        """Stop all workers (sentinel + stop flag) and join them; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._stop.set()
-        for w in self.workers:
-            try:
-                w.in_q.put_nowait(STOP)
-            except queue.Full:
-                pass  # the stop flag ends it at its next poll
-        deadline = time.monotonic() + self.join_timeout_s
-        for w in self.workers:
-            w.join(timeout=max(0.0, deadline - time.monotonic()))
-        alive = [w.name for w in self.workers if w.is_alive()]
-        if alive:
-            logger.warning("workers still inside ONNX Runtime after %.1f s, abandoned: %s",
-                           self.join_timeout_s, alive)
-        for w in self.workers:
-            w.sessions = []
-
-    @property
-    def workers(self) -> List[Worker]:
-        """All worker threads, stage by stage."""
-        return [w for stage in self._workers for w in stage]
-
-    @property
-    def affinity(self) -> Dict[Tuple[int, str], frozenset]:
-        """(stage, PU) -> CPU set the worker thread actually runs on (read back after pinning)."""
-        return {(w.stage, w.pu): w.affinity for w in self.workers}
-
-    @property
-    def metrics(self) -> RunMetrics:
-        """Metrics of the last completed :meth:`run`.
-
-        Raises
-        ------
-        ExecutionError
-            No run has completed yet.
-        """
-        if self._metrics is None:
-            raise ExecutionError("no completed run yet; iterate PipelineExecutor.run(frames) to the end "
-                                 "first")
-        return self._metrics
-
-    # ----------------------------------------------------------------------------------------- failures
-    def _fail(self, stage: int, pu: str, task: Optional[str], doing: str, exc: BaseException) -> None:
-        with self._lock:
-            if self._error is None:
-                self._error = (stage, pu, task, doing, exc)
-        self._stop.set()
-
-    def _raise_if_failed(self) -> None:
-        if self._error is None:
-            return
-        stage, pu, task, doing, exc = self._error
-        self.close()
-        if isinstance(exc, ParapipeError):  # already names the PU and says how to fix it
-            raise ExecutionError(f"stage {stage}: {exc}") from exc
-        what = f"stage {stage}, PU {pu!r}" + (f", task {task!r}" if task else "")
-        detail = " ".join(f"{type(exc).__name__}: {exc}".split())
-        raise ExecutionError(f"{what} failed while {doing}: {detail}; check the task's sub-model and the "
-                             "frame's tensors (shapes, dtypes)") from exc
-
-    def _put(self, q: "queue.Queue", item: object) -> None:
-        """Put with a timeout loop; gives up (``Stopped``) when the executor stops."""
-        while True:
-            if self._stop.is_set():
-                raise Stopped()
-            try:
-                q.put(item, timeout=self.poll_s)
-                return
-            except queue.Full:
-                continue
-
-    def _forward(self, frame: Frame) -> None:
-        """Called by the last worker to finish ``frame``: pass the needed tensors on."""
-        run, s = frame.run, frame.stage
-        if s + 1 < len(self._workers):
-            keep = self._keep[s]
-            nxt = Frame(run, frame.seq, s + 1, {k: v for k, v in frame.tensors.items() if k in keep},
-                        len(self._workers[s + 1]))
-            for w in self._workers[s + 1]:
-                self._put(w.in_q, nxt)
-        else:
-            out = {k: frame.tensors[k] for k in self.plan.model_outputs}
-            run.exit_s[frame.seq] = time.perf_counter() - run.t0
-            run.out_q.put((frame.seq, out))
-
-    # ----------------------------------------------------------------------------------------- running
-    def run(self, frames: Iterable[Mapping[str, np.ndarray]]) -> Iterator[Dict[str, np.ndarray]]:
-        """Stream ``frames`` through the pipeline; yield each frame's outputs, in input order.
-
-        Parameters
-        ----------
-        frames : iterable of dict of str to numpy.ndarray
-            Each frame maps every name of ``plan.model_inputs`` to its tensor (extra keys are ignored).
-
-        Yields
-        ------
-        dict of str to numpy.ndarray
-            ``plan.model_outputs`` of each frame. After the last one, :attr:`metrics` describes the run.
-            Leaving the loop early drains the frames in flight; the executor stays usable.
-
-        Raises
-        ------
-        InputError
-            A frame lacks a model input.
-        ExecutionError
-            The executor is not started, closed or failed, another run is active, or a task failed.
-        """
-        if not self._started or self._closed:
-            raise ExecutionError("PipelineExecutor.run: the executor is not running; use it inside 'with'")
-        return self._stream(iter(frames))
-
-    def _admit(self, run: Run, seq: int, frame: Mapping[str, np.ndarray]) -> None:
-        if not isinstance(frame, Mapping):
-            raise input_error("frames", f"frame {seq}", f"is a {type(frame).__name__}, not a mapping",
-                              f"give each frame as a dict {{name: numpy array}} for {self.plan.model_inputs}")
-        missing = [n for n in self.plan.model_inputs if n not in frame]
-        if missing:
-            raise input_error("frames", f"frame {seq}", f"missing model input(s) {missing}",
-                              f"give every frame the tensors {self.plan.model_inputs}")
-        f = Frame(run, seq, 0, {n: frame[n] for n in self.plan.model_inputs}, len(self._workers[0]))
-        for w in self._workers[0]:
-            while True:
-                self._raise_if_failed()
-                try:
-                    w.in_q.put(f, timeout=self.poll_s)
-                    break
-                except queue.Full:
-                    continue
-
-    def _stream(self, it: Iterator) -> Iterator[Dict[str, np.ndarray]]:
-        if self._active is not None:  # checked on the first next(): an unstarted generator holds nothing
-            raise ExecutionError("PipelineExecutor.run: another run is still active; finish it first")
-        self._active = run = Run()
-        pending: Dict[int, Dict[str, np.ndarray]] = {}
-        fed = received = yielded = 0
-        exhausted = False
-        try:
-            while True:
-                self._raise_if_failed()
-                if not exhausted and fed - received < self._limit:
-                    try:
-                        frame = next(it)
-                    except StopIteration:
-                        exhausted = True
-                    else:
-                        self._admit(run, fed, frame)
-                        fed += 1
-                if exhausted and received == fed:
-                    break
-                blocking = exhausted or fed - received >= self._limit
-                try:
-                    seq, out = run.out_q.get(timeout=self.poll_s) if blocking else run.out_q.get_nowait()
-                except queue.Empty:
-                    continue
-                pending[seq] = out
-                received += 1
-                while yielded in pending:
-                    out = pending.pop(yielded)
-                    yielded += 1
-                    yield out
-        except GeneratorExit:
-            self._drain(run, fed - received)
-            raise
-        except BaseException:  # task failure, bad frame, KeyboardInterrupt: stop everything, then re-raise
-            self.close()
-            raise
-        finally:
-            self._active = None
-        self._metrics = compute_metrics(run.trace, run.exit_s, len(self._workers), self.plan.pus())
-
-    def _drain(self, run: Run, in_flight: int) -> None:
-        """Wait for frames still in flight after the caller left a run early (closes on failure)."""
-        while in_flight > 0:
-            if self._error is not None or self._closed:
-                logger.warning("run abandoned with %d frame(s) in flight after a failure", in_flight)
-                self.close()
-                return
-            try:
-                run.out_q.get(timeout=self.poll_s)
-                in_flight -= 1
-            except queue.Empty:
-                continue
+        super().__init__(plan, queue_depth=queue_depth, fallback_provider=fallback_provider, poll_s=poll_s,
+                         join_timeout_s=join_timeout_s, errors=PARAPIPE_ERRORS)
 
 
 def run_pipeline(plan: ExecutionPlan, frames: Iterable[Mapping[str, np.ndarray]], warmup: int = 5,
@@ -332,30 +32,14 @@ def run_pipeline(plan: ExecutionPlan, frames: Iterable[Mapping[str, np.ndarray]]
                  fallback_provider: Optional[str] = None) -> Tuple[List[Dict[str, np.ndarray]], RunMetrics]:
     """Run ``frames`` through ``plan`` once, after ``warmup`` unmeasured frames; return outputs and metrics.
 
-    Parameters
-    ----------
-    plan : ExecutionPlan
-    frames : iterable of dict of str to numpy.ndarray
-        Materialised into a list; the warm-up frames are taken from it cyclically (``frames[i % n]``).
-    warmup : int
-        Frames pushed through (and discarded) before the measured run (default 5: enough for ORT's first-run
-        allocations and the pipeline fill, observed here; ``0`` for none).
-    queue_depth, fallback_provider
-        As for :class:`PipelineExecutor`.
+    See :func:`parapipe._ppexec.run_pipeline` (``device_agents/ppexec/executor.py``) for the parameters.
 
-    Returns
-    -------
-    outputs : list of dict of str to numpy.ndarray
-        One dict per frame, in input order.
-    metrics : RunMetrics
-        Of the measured frames only.
+    Raises
+    ------
+    InputError
+        Bad plan, frame or ``warmup``.
+    ExecutionError
+        A stage failed (naming stage, PU and task).
     """
-    frames = list(frames)
-    if warmup < 0:
-        raise input_error("run_pipeline", "warmup", f"must be >= 0, got {warmup}", "use 0 for no warm-up")
-    with PipelineExecutor(plan, queue_depth=queue_depth, fallback_provider=fallback_provider) as ex:
-        if warmup and frames:
-            for _ in ex.run(frames[i % len(frames)] for i in range(warmup)):
-                pass
-        outputs = list(ex.run(frames))
-        return outputs, ex.metrics
+    return core.run_pipeline(plan, frames, warmup=warmup, queue_depth=queue_depth,
+                             fallback_provider=fallback_provider, errors=PARAPIPE_ERRORS)

@@ -1,157 +1,51 @@
 """Run metrics of the pipelined executor: task trace, throughput, latency percentiles, busy times, Chrome
 trace.
 
-All times are seconds from ``time.perf_counter()``, relative to the start of the run they belong to.
+The implementation is the executor core's (``device_agents/ppexec/metrics.py``, see
+:mod:`parapipe.runtime._core`). All times are seconds from ``time.perf_counter()``, relative to the start of
+the run they belong to.
 """
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from dataclasses import dataclass, field
-from typing import Dict, List, Sequence
+from typing import List
 
-import numpy as np
+from parapipe.errors import input_error
+from parapipe.runtime._core import core
 
+TraceEvent = core.metrics.TraceEvent
+RunMetrics = core.metrics.RunMetrics
+compute_metrics = core.metrics.compute_metrics
+chrome_trace = core.metrics.chrome_trace
+write_chrome_trace = core.metrics.write_chrome_trace
 
-@dataclass(frozen=True)
-class TraceEvent:
-    """One task execution: ``task`` of ``stage`` ran on ``pu`` for frame ``frame`` from ``start_s`` to
-    ``end_s`` (seconds since the run started)."""
+trace_events_from_chrome = core.metrics.trace_events_from_chrome
 
-    stage: int
-    pu: str
-    task: str
-    frame: int
-    start_s: float
-    end_s: float
+__all__ = ["TraceEvent", "RunMetrics", "compute_metrics", "chrome_trace", "write_chrome_trace",
+           "trace_events_from_chrome", "read_chrome_trace"]
 
 
-@dataclass
-class RunMetrics:
-    """Measured figures of one executor run (warm-up frames excluded).
-
-    Attributes
-    ----------
-    frames : int
-        Frames measured.
-    wall_s : float
-        Seconds from the first frame entering the pipeline (its first task starting) to the last frame leaving
-        (its last stage finishing).
-    throughput_per_s : float
-        ``frames / wall_s`` (0 when no frame ran).
-    latency_s : numpy.ndarray, shape (frames,)
-        Per-frame seconds from entering (first task of stage 0 starts on it) to leaving (last stage done), in
-        frame order. Time spent waiting in front of stage 0 is excluded: it depends only on how fast the
-        caller feeds frames.
-    latency_p50_s, latency_p90_s, latency_p99_s : float
-        Percentiles of ``latency_s`` (``nan`` when no frame ran).
-    stage_busy_s : list of float
-        Per stage, the mean over frames of its makespan (last task end - first task start for that frame).
-    pu_busy_s : dict of str to float
-        Per PU, task seconds per frame (summed over every stage the PU serves).
-    pu_utilisation : dict of str to float
-        ``pu_busy_s * frames / wall_s``: fraction of the wall time the PU ran tasks. Busy time is wall time
-        inside ``InferenceSession.run``, so two stages time-sharing one core both count the shared seconds:
-        a value above 1 flags an oversubscribed PU.
-    trace : list of TraceEvent
-        Every task execution, sorted by start time.
-    """
-
-    frames: int
-    wall_s: float
-    throughput_per_s: float
-    latency_s: np.ndarray
-    latency_p50_s: float
-    latency_p90_s: float
-    latency_p99_s: float
-    stage_busy_s: List[float]
-    pu_busy_s: Dict[str, float]
-    pu_utilisation: Dict[str, float]
-    trace: List[TraceEvent] = field(default_factory=list)
-
-
-def compute_metrics(trace: Sequence[TraceEvent], exit_s: Dict[int, float], n_stages: int,
-                    pus: Sequence[str]) -> RunMetrics:
-    """Derive :class:`RunMetrics` from a run's task trace and per-frame exit times.
-
-    Parameters
-    ----------
-    trace : sequence of TraceEvent
-        Task executions of the measured frames.
-    exit_s : dict of int to float
-        Frame number -> time its last stage finished.
-    n_stages : int
-        Number of stages of the plan.
-    pus : sequence of str
-        PUs of the plan (all get an entry in the busy and utilisation dicts, idle ones 0).
-    """
-    frames = sorted(exit_s)
-    n = len(frames)
-    enter_s: Dict[int, float] = {}
-    span: Dict[tuple, List[float]] = {}
-    pu_total = {pu: 0.0 for pu in pus}
-    for ev in trace:
-        if ev.stage == 0:
-            enter_s[ev.frame] = min(enter_s.get(ev.frame, ev.start_s), ev.start_s)
-        key = (ev.stage, ev.frame)
-        lo_hi = span.setdefault(key, [ev.start_s, ev.end_s])
-        lo_hi[0] = min(lo_hi[0], ev.start_s)
-        lo_hi[1] = max(lo_hi[1], ev.end_s)
-        pu_total[ev.pu] = pu_total.get(ev.pu, 0.0) + (ev.end_s - ev.start_s)
-    latency = np.array([exit_s[f] - enter_s[f] for f in frames], dtype=np.float64)
-    if n:
-        wall_s = max(exit_s.values()) - min(enter_s[f] for f in frames)
-        p50, p90, p99 = (float(v) for v in np.percentile(latency, [50, 90, 99]))
-    else:
-        wall_s, p50, p90, p99 = 0.0, float("nan"), float("nan"), float("nan")
-    stage_busy = []
-    for s in range(n_stages):
-        spans = [hi - lo for (st, _), (lo, hi) in span.items() if st == s]
-        stage_busy.append(float(np.mean(spans)) if spans else 0.0)
-    pu_busy = {pu: (t / n if n else 0.0) for pu, t in pu_total.items()}
-    util = {pu: (t / wall_s if wall_s > 0 else 0.0) for pu, t in pu_total.items()}
-    return RunMetrics(frames=n, wall_s=wall_s, throughput_per_s=(n / wall_s if wall_s > 0 else 0.0),
-                      latency_s=latency, latency_p50_s=p50, latency_p90_s=p90, latency_p99_s=p99,
-                      stage_busy_s=stage_busy, pu_busy_s=pu_busy, pu_utilisation=util,
-                      trace=sorted(trace, key=lambda e: (e.start_s, e.stage, e.pu)))
-
-
-def chrome_trace(metrics: RunMetrics) -> dict:
-    """Return the Chrome trace (``chrome://tracing`` / Perfetto JSON) of a run: pid 1, one lane (tid) per PU.
-
-    Each task execution is a complete ("X") event with ``ts``/``dur`` in microseconds, named after the task,
-    with the stage and frame in ``args``; lanes are named with "thread_name" metadata ("M") events.
-    """
-    pus = list(metrics.pu_busy_s) + sorted({e.pu for e in metrics.trace} - set(metrics.pu_busy_s))
-    tid = {pu: i + 1 for i, pu in enumerate(pus)}
-    events: List[dict] = [{"name": "process_name", "ph": "M", "pid": 1,
-                           "args": {"name": "parapipe pipeline"}}]
-    for pu, t in tid.items():
-        events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": t, "args": {"name": pu}})
-    for e in metrics.trace:
-        events.append({"name": e.task, "cat": f"stage{e.stage}", "ph": "X", "pid": 1, "tid": tid[e.pu],
-                       "ts": e.start_s * 1e6, "dur": (e.end_s - e.start_s) * 1e6,
-                       "args": {"stage": e.stage, "frame": e.frame}})
-    return {"traceEvents": events, "displayTimeUnit": "ms"}
-
-
-def write_chrome_trace(metrics: RunMetrics, path) -> None:
-    """Write :func:`chrome_trace` of ``metrics`` to ``path`` (a temp file in the same folder, then renamed).
+def read_chrome_trace(path) -> List[TraceEvent]:
+    """The task executions of a Chrome trace file written by :func:`write_chrome_trace` (``parapipe run
+    --trace``, ``parapipe deploy``).
 
     Raises
     ------
-    OSError
-        The folder cannot be written.
+    InputError
+        The file cannot be read, is not JSON, is not a parapipe trace, or holds no task event.
     """
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".trace-", suffix=".json", dir=folder)
+    fix = "pass a trace written by 'parapipe run --trace' or 'parapipe deploy'"
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(chrome_trace(metrics), f)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        with open(path) as handle:
+            doc = json.load(handle)
+    except OSError as exc:
+        raise input_error(str(path), None, f"cannot read the trace ({exc.strerror or exc})", fix) from None
+    except ValueError as exc:
+        raise input_error(str(path), None, f"not valid JSON ({exc})", fix) from None
+    try:
+        events = trace_events_from_chrome(doc)
+    except ValueError as exc:
+        raise input_error(str(path), "traceEvents", str(exc), fix) from None
+    if not events:
+        raise input_error(str(path), "traceEvents", "no task events", fix)
+    return events

@@ -7,6 +7,10 @@ to another PU except at their end. Each task is a convex operator set, so it can
 self-contained ONNX model whose cross-PU inputs all arrive before it starts; the executor
 (:mod:`parapipe.runtime.executor`) runs one thread per (stage, PU) over these tasks.
 
+:class:`PUBinding`, :class:`Task` and :class:`ExecutionPlan` are the executor core's classes
+(``device_agents/ppexec/plan.py``, loaded by :mod:`parapipe.runtime._core`), so plans built here run
+unchanged on boards.
+
 Why the split rule yields a deadlock-free plan: order tasks by the position of their first block in the
 stage's (topological) order. A task waits only on (a) earlier tasks of its own PU and (b) tasks of other PUs
 that produce inputs of its *first* block, which start strictly earlier. Every wait therefore points to a task
@@ -15,102 +19,22 @@ with a smaller position, so the wait graph is acyclic.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import networkx as nx
-import onnx
 
 from parapipe.errors import input_error
+from parapipe.runtime._core import PARAPIPE_ERRORS, core
 
 logger = logging.getLogger(__name__)
 
 _SOURCE = "mapping"  # the "file" named in error messages: the mapping handed to build_plan
 
 
-@dataclass
-class PUBinding:
-    """How one PU is realised on the host running the executor.
-
-    Parameters
-    ----------
-    cpus : tuple of int or None
-        Logical CPU ids the PU's worker threads are pinned to (``os.sched_setaffinity``); ``None`` leaves the
-        affinity alone (e.g. a GPU PU whose feeding thread may run anywhere).
-    threads : int
-        ONNX Runtime ``intra_op_num_threads`` for the PU's sessions (default 1: one ORT thread per core PU).
-    provider : str
-        ONNX Runtime execution provider name, e.g. ``"CPUExecutionProvider"``, ``"CUDAExecutionProvider"``.
-    provider_options : dict
-        Options passed with ``provider`` (e.g. ``{"device_id": 0}``).
-    """
-
-    cpus: Optional[Tuple[int, ...]]
-    threads: int = 1
-    provider: str = "CPUExecutionProvider"
-    provider_options: dict = field(default_factory=dict)
-
-
-@dataclass
-class Task:
-    """One ONNX sub-model run by one PU for every frame of one stage.
-
-    Parameters
-    ----------
-    name : str
-        Unique task name (``"s<stage>.<pu>.t<k>"`` from :func:`build_plan`).
-    stage : int
-        Index of the stage the task belongs to.
-    pu : str
-        PU that runs the task.
-    model : onnx.ModelProto
-        Self-contained sub-model; its graph inputs are exactly ``inputs`` (weights are initializers).
-    inputs : list of str
-        Tensor names the task reads: model inputs, tensors forwarded from earlier stages, or outputs of
-        ``deps``.
-    outputs : list of str
-        Tensor names the task produces that someone else (a task, a later stage, the model output) needs.
-    deps : list of str
-        Names of tasks of the SAME stage that must finish first (they produce some of ``inputs``).
-    """
-
-    name: str
-    stage: int
-    pu: str
-    model: onnx.ModelProto
-    inputs: List[str]
-    outputs: List[str]
-    deps: List[str]
-
-
-@dataclass
-class ExecutionPlan:
-    """Everything the executor needs: tasks per stage, the model's data inputs/outputs and the PU bindings.
-
-    Parameters
-    ----------
-    stages : list of list of Task
-        ``stages[s]`` holds stage ``s``'s tasks; tasks of one PU run in list order.
-    model_inputs : list of str
-        Data input tensor names each frame must provide.
-    model_outputs : list of str
-        Output tensor names returned per frame.
-    bindings : dict of str to PUBinding
-        Binding of every PU named by a task.
-    """
-
-    stages: List[List[Task]]
-    model_inputs: List[str]
-    model_outputs: List[str]
-    bindings: Dict[str, PUBinding]
-
-    def pus(self) -> List[str]:
-        """Return the PUs used by the plan, in order of first appearance."""
-        seen: Dict[str, None] = {}
-        for stage in self.stages:
-            for task in stage:
-                seen.setdefault(task.pu, None)
-        return list(seen)
+PUBinding = core.PUBinding
+Task = core.Task
+ExecutionPlan = core.ExecutionPlan
 
 
 @dataclass
@@ -303,69 +227,11 @@ def validate_plan(plan: ExecutionPlan) -> None:
     Checks: unique task names, tasks filed under their own stage, every PU bound, every task input available
     (a model input, forwarded from an earlier stage, or produced by a same-stage task listed in ``deps``),
     every tensor produced once, every model output produced, and no cycle among ``deps`` plus each PU's task
-    order within a stage.
+    order within a stage (the core's ``validate_plan``, device_agents/ppexec/plan.py).
 
     Raises
     ------
     InputError
         Naming the stage and task at fault and how to fix it.
     """
-    source = "execution plan"
-    if not plan.stages or any(not tasks for tasks in plan.stages):
-        raise input_error(source, "stages", "the plan has an empty stage or no stage at all",
-                          "give every stage at least one task")
-    available = set(plan.model_inputs)
-    names: Dict[str, int] = {}
-    produced: Dict[str, str] = {}
-    for s, tasks in enumerate(plan.stages):
-        stage_producer: Dict[str, str] = {}
-        for task in tasks:
-            where = f"stages[{s}].{task.name}"
-            if task.name in names:
-                raise input_error(source, where, "duplicate task name", "give every task a unique name")
-            names[task.name] = s
-            if task.stage != s:
-                raise input_error(source, where, f"task says stage {task.stage} but is filed under stage {s}",
-                                  "make Task.stage match its position in ExecutionPlan.stages")
-            if task.pu not in plan.bindings:
-                raise input_error(source, where, f"PU {task.pu!r} has no binding", "add a PUBinding for it")
-            for t in task.outputs:
-                if t in produced or t in stage_producer or t in plan.model_inputs:
-                    raise input_error(source, where, f"tensor {t!r} is produced twice",
-                                      "let exactly one task produce each tensor")
-                stage_producer[t] = task.name
-        order = nx.DiGraph()
-        by_pu: Dict[str, List[str]] = {}
-        by_name = {task.name: task for task in tasks}
-        for task in tasks:
-            where = f"stages[{s}].{task.name}"
-            order.add_node(task.name)
-            for d in task.deps:
-                if d not in by_name:
-                    raise input_error(source, f"{where}.deps", f"{d!r} is not a task of stage {s}",
-                                      "list only tasks of the same stage in deps")
-                order.add_edge(d, task.name)
-            for t in task.inputs:
-                if t in available:
-                    continue
-                p = stage_producer.get(t)
-                if p is None:
-                    raise input_error(source, where, f"input {t!r} is produced by no task of stages 0..{s} "
-                                      "and is not a model input", "add its producer or fix the task's inputs")
-                if p not in task.deps and p != task.name:
-                    raise input_error(source, f"{where}.deps", f"input {t!r} comes from {p!r}, not in deps",
-                                      f"add {p!r} to the task's deps")
-            prev = by_pu.setdefault(task.pu, [])
-            if prev:
-                order.add_edge(prev[-1], task.name)
-            prev.append(task.name)
-        if not nx.is_directed_acyclic_graph(order):
-            cycle = [u for u, _ in nx.find_cycle(order)]
-            raise input_error(source, f"stages[{s}]", f"tasks wait on each other in a cycle {cycle}",
-                              "order each PU's tasks so that a task's deps come first")
-        produced.update(stage_producer)
-        available.update(stage_producer)
-    missing = [t for t in plan.model_outputs if t not in available]
-    if missing:
-        raise input_error(source, "model_outputs", f"outputs {missing} are produced by no task",
-                          "make the last stages produce every model output")
+    core.validate_plan(plan, PARAPIPE_ERRORS)

@@ -1,59 +1,33 @@
 """ONNX Runtime sessions for one PU: provider resolution, thread pinning and session options.
 
-The settings follow the checked pitfalls in the design guide (section 6): ORT's default intra-op pool spins
-and pins one thread per core, so several sessions in one process collide; every session here sets
-``intra_op_num_threads`` explicitly, turns spinning off (``session.intra_op.allow_spinning = "0"``, an ORT
-session config key) and uses ``inter_op_num_threads = 1``. Pinning is done by the calling thread with
-``os.sched_setaffinity(0, cpus)`` *before* the session exists, so ORT's worker threads inherit the mask.
+The implementation is the executor core's (``device_agents/ppexec/session.py``, see
+:mod:`parapipe.runtime._core`); here its failures are :class:`~parapipe.errors.ExecutionError`. The settings
+follow the checked pitfalls in the design guide (section 6): explicit ``intra_op_num_threads``, spinning off,
+one inter-op thread, and pinning by the calling thread before the session exists so ORT's threads inherit it.
 """
 from __future__ import annotations
 
-import logging
-import os
 from typing import Optional, Sequence
 
-import onnx
-import onnxruntime as ort
+from parapipe.runtime._core import PARAPIPE_ERRORS, core
 
-from parapipe.errors import ExecutionError
-from parapipe.runtime.plan import PUBinding
+PUBinding = core.PUBinding
+session_options = core.session.session_options
+create_session = core.session.create_session
 
-logger = logging.getLogger(__name__)
+__all__ = ["resolve_provider", "pin_current_thread", "session_options", "create_session"]
 
 
 def resolve_provider(pu: str, binding: PUBinding, fallback_provider: Optional[str] = None) -> str:
-    """Return the execution provider to use for ``pu``.
-
-    Parameters
-    ----------
-    pu : str
-        PU name (for messages).
-    binding : PUBinding
-        The PU's binding; ``binding.provider`` is tried first.
-    fallback_provider : str, optional
-        Provider used instead when ``binding.provider`` is not available in this onnxruntime build.
-
-    Returns
-    -------
-    str
-        ``binding.provider`` if available, else ``fallback_provider``.
+    """Return the execution provider to use for ``pu``: ``binding.provider`` if this onnxruntime has it, else
+    ``fallback_provider``.
 
     Raises
     ------
     ExecutionError
         Neither provider is available (the message names the PU and the provider).
     """
-    available = ort.get_available_providers()
-    if binding.provider in available:
-        return binding.provider
-    if fallback_provider is not None and fallback_provider in available:
-        logger.warning("PU %s: provider %s not available, falling back to %s", pu, binding.provider,
-                       fallback_provider)
-        return fallback_provider
-    wanted = binding.provider if fallback_provider is None else f"{binding.provider} (or {fallback_provider})"
-    raise ExecutionError(f"PU {pu!r}: execution provider {wanted} is not available in onnxruntime "
-                         f"{ort.__version__} (available: {', '.join(available)}); install an onnxruntime "
-                         "build with it, bind the PU to another provider, or pass fallback_provider")
+    return core.session.resolve_provider(pu, binding, fallback_provider, PARAPIPE_ERRORS)
 
 
 def pin_current_thread(pu: str, cpus: Optional[Sequence[int]]) -> frozenset:
@@ -64,49 +38,4 @@ def pin_current_thread(pu: str, cpus: Optional[Sequence[int]]) -> frozenset:
     ExecutionError
         The CPU ids are invalid on this host or affinity is not supported (message names the PU).
     """
-    if cpus is not None:
-        if not hasattr(os, "sched_setaffinity"):
-            raise ExecutionError(f"PU {pu!r}: cannot pin to CPUs {tuple(cpus)}: os.sched_setaffinity is not "
-                                 "available on this OS; bind the PU with cpus=None")
-        try:
-            os.sched_setaffinity(0, set(cpus))
-        except (OSError, ValueError) as exc:
-            raise ExecutionError(f"PU {pu!r}: cannot pin to CPUs {tuple(cpus)} ({exc}); use CPU ids from "
-                                 f"os.sched_getaffinity(0) = {sorted(os.sched_getaffinity(0))}") from exc
-    return frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
-
-
-def session_options(binding: PUBinding) -> ort.SessionOptions:
-    """Build the session options for one PU (threads, no spinning, full graph optimisation)."""
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = int(binding.threads)
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.add_session_config_entry("session.inter_op.allow_spinning", "0")
-    so.log_severity_level = 4  # fatal only: ORT warns about unused initializers in cut models, and run
-    # errors reach the caller as exceptions (re-raised as ExecutionError): its own error log would repeat them
-    return so
-
-
-def create_session(model: onnx.ModelProto, binding: PUBinding, provider: str) -> ort.InferenceSession:
-    """Create an ORT session for ``model`` on the calling thread (pin the thread first).
-
-    Parameters
-    ----------
-    model : onnx.ModelProto
-        Self-contained model (weights as initializers).
-    binding : PUBinding
-        Threads and provider options.
-    provider : str
-        Provider resolved with :func:`resolve_provider`.
-
-    Returns
-    -------
-    onnxruntime.InferenceSession
-    """
-    options = binding.provider_options if provider == binding.provider else {}
-    providers = [(provider, dict(options))] if options else [provider]
-    return ort.InferenceSession(model.SerializeToString(), sess_options=session_options(binding),
-                                providers=providers)
+    return core.session.pin_current_thread(pu, cpus, PARAPIPE_ERRORS)

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
-from parapipe.runtime.metrics import TraceEvent
-from parapipe.runtime.plan import Task
-from parapipe.runtime.session import create_session, pin_current_thread
+from .metrics import TraceEvent
+from .plan import Task
+from .session import create_session, pin_current_thread
 
 if TYPE_CHECKING:  # pragma: no cover
-    from parapipe.runtime.executor import PipelineExecutor
+    from .executor import PipelineExecutor
 
 STOP = object()  # sentinel: the worker receiving it exits
 
@@ -66,7 +66,7 @@ class Worker(threading.Thread):
     def run(self) -> None:
         binding = self.ex.plan.bindings[self.pu]
         try:
-            self.affinity = pin_current_thread(self.pu, binding.cpus)
+            self.affinity = pin_current_thread(self.pu, binding.cpus, self.ex.errors)
             for task in self.tasks:
                 self._current = task.name
                 self.sessions.append(create_session(task.model, binding, self.provider))

@@ -1,0 +1,317 @@
+"""Run a deploy bundle on the board: verify its files, run its plan, check outputs, write report and trace.
+
+A bundle is one folder written by ``parapipe deploy`` (:mod:`parapipe.deploy.bundle`)::
+
+    manifest.json        {"schema_version", "bundle_id", "model", "point", "files": {path: {"sha256",
+                         "nbytes"}}}: every other file of the bundle with its SHA-256
+    plan.json            the execution plan (:func:`.plan.plan_to_doc`) plus "inputs" ({name: {"shape",
+                         "dtype"}}), "reference_model", "predicted", "model", "point"
+    models/<task>.onnx   one sub-model per task
+    reference.onnx       the unsplit model, run once per distinct frame to check the pipeline's outputs
+    agent.py, ppexec/    the agent and this package
+    out/report.json      written by :func:`run_bundle`; out/trace.json: the Chrome trace of the run
+    .lock                held (``fcntl.flock``) while a run or a clean-up uses the folder
+    .keep                written by ``parapipe deploy --keep``: :func:`clean_stale` leaves the folder alone
+
+Frames are drawn on the board from a seed (``numpy.random.RandomState(seed)``: ``distinct_frames`` distinct
+frames, fed cyclically), so nothing but the bundle travels, and every output is compared on the fly with the
+unsplit model's output for the same frame: a frame out of order or a wrong output makes ``outputs_match``
+false. Standard library, numpy and onnxruntime only (Python >= 3.8).
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import tempfile
+import time
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+import numpy as np
+
+from .errors import DEFAULT_ERRORS
+from .executor import PipelineExecutor
+from .metrics import chrome_trace
+from .plan import PUBinding, plan_from_doc
+from .reference import max_abs_diff
+from .session import create_session
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+PLAN = "plan.json"
+LOCK = ".lock"
+KEEP = ".keep"
+OUT_DIR = "out"
+REPORT = "out/report.json"
+TRACE = "out/trace.json"
+#: Prefix of bundle folder names; :func:`clean_stale` only ever removes folders named so.
+BUNDLE_PREFIX = "bundle-"
+#: Seconds between lock attempts while waiting for another run to let go of a bundle.
+LOCK_POLL_S = 0.1
+#: Bytes hashed per read when verifying files.
+_HASH_CHUNK_NBYTES = 1 << 20
+
+
+def sha256_file(path: str) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(_HASH_CHUNK_NBYTES), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _read_json(path: str, errors) -> Any:
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise errors.input(path, None, "cannot be read as JSON (%s)" % exc,
+                           "re-run 'parapipe deploy': the bundle is incomplete")
+
+
+def _write_json_atomic(doc: Any, path: str) -> None:
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(doc, handle)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def bundle_lock(folder: str, wait_s: float, errors=DEFAULT_ERRORS) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``folder/.lock`` (waiting up to ``wait_s`` seconds for it).
+
+    The lock dies with its process, so a run whose SSH connection dropped frees the folder the moment it
+    exits.
+
+    Raises
+    ------
+    PipelineError (or ``errors.execution``'s type)
+        Another process kept the lock for ``wait_s`` seconds (the message gives its pid).
+    """
+    import fcntl  # POSIX only; imported here so that the module imports anywhere
+
+    fd = os.open(os.path.join(folder, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise
+                if time.monotonic() >= deadline:
+                    holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+                    raise errors.execution("bundle %s is in use by process %s; wait for that run to end or "
+                                           "stop it" % (folder, holder))
+                time.sleep(LOCK_POLL_S)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode("ascii"), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def verify_files(folder: str, manifest: Dict[str, Any], errors=DEFAULT_ERRORS) -> None:
+    """Check every file listed in the manifest against its SHA-256.
+
+    Raises
+    ------
+    PlanError (or ``errors.input``'s type)
+        Naming the first missing or different file.
+    """
+    for rel, entry in sorted(manifest.get("files", {}).items()):
+        path = os.path.join(folder, *rel.split("/"))
+        if not os.path.isfile(path):
+            raise errors.input(MANIFEST, rel, "the file is missing on the host",
+                               "re-run 'parapipe deploy' to finish the upload")
+        if sha256_file(path) != entry["sha256"]:
+            raise errors.input(MANIFEST, rel, "the file on the host differs from the bundle (sha256)",
+                               "re-run 'parapipe deploy' to upload it again")
+
+
+def make_frames(inputs: Dict[str, Dict[str, Any]], count: int, seed: int) -> List[Dict[str, np.ndarray]]:
+    """``count`` seeded random frames for the model inputs ``{name: {"shape": [...], "dtype": str}}``.
+
+    Floats are standard normal; integers and booleans are 0 or 1 (valid indices for most ops). The same seed
+    gives the same frames on every machine (``numpy.random.RandomState``).
+    """
+    rng = np.random.RandomState(seed)
+    frames = []
+    for _ in range(count):
+        frame = {}
+        for name in sorted(inputs):
+            shape = [int(d) for d in inputs[name]["shape"]]
+            dtype = np.dtype(inputs[name].get("dtype", "float32"))
+            if dtype.kind == "f":
+                frame[name] = rng.standard_normal(shape).astype(dtype)
+            else:
+                frame[name] = rng.randint(0, 2, size=shape).astype(dtype)
+        frames.append(frame)
+    return frames
+
+
+def _host_info() -> Dict[str, Any]:
+    import onnxruntime as ort
+    return {"hostname": platform.node(), "machine": platform.machine(), "python_version":
+            platform.python_version(), "onnxruntime_version": ort.__version__, "numpy_version": np.__version__,
+            "pid": os.getpid()}
+
+
+def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, distinct_frames: int = 8,
+               atol: float = 1e-5, progress_interval_s: float = 0.5,
+               emit: Optional[Callable[[Dict[str, Any]], None]] = None, verify: bool = True,
+               lock_wait_s: float = 30.0, errors=DEFAULT_ERRORS) -> Dict[str, Any]:
+    """Run the bundle in ``folder``: ``warmup`` + ``frames`` frames through its plan, outputs checked.
+
+    Parameters
+    ----------
+    folder : str
+        The bundle folder.
+    frames : int
+        Measured frames (>= 1).
+    warmup : int
+        Unmeasured frames pushed through first (>= 0).
+    seed : int
+        Seed of the frames (:func:`make_frames`).
+    distinct_frames : int
+        Distinct frames fed cyclically (>= 1); the unsplit model runs once on each.
+    atol : float
+        Largest absolute difference to the unsplit model's outputs that still counts as a match.
+    progress_interval_s : float
+        Least seconds between two progress events.
+    emit : callable(dict), optional
+        Receives events ``{"event": "progress", "phase": "verify" | "reference" | "start" | "run" | "done",
+        "frames_done", "frames", "elapsed_s", "throughput_per_s"}``. An exception it raises (a closed
+        connection) stops the run and propagates.
+    verify : bool
+        Check every file's SHA-256 against the manifest first.
+    lock_wait_s : float
+        How long to wait for another process that holds the bundle.
+    errors : ErrorKinds
+
+    Returns
+    -------
+    dict
+        The report (also written to ``out/report.json``; the Chrome trace to ``out/trace.json``):
+        ``frames``, ``throughput_per_s``, ``latency_p50_s``/``p90``/``p99``, ``wall_s``, ``stage_busy_s``,
+        ``pu_busy_s``, ``pu_utilisation``, ``outputs_match``, ``max_abs_diff``, ``predicted_*``, ``host``...
+
+    Raises
+    ------
+    PlanError, PipelineError (or ``errors``' types)
+        A bad bundle or option; a failed stage (naming stage, PU and task).
+    """
+    for name, value, low in (("frames", frames, 1), ("warmup", warmup, 0), ("distinct_frames", distinct_frames, 1)):
+        if int(value) < low:
+            raise errors.input("run_pipeline", name, "must be >= %d, got %r" % (low, value), "pass a valid count")
+    folder = os.path.abspath(folder)
+    started = time.perf_counter()
+    last = [float("-inf")]
+
+    def progress(phase: str, done: int, force: bool = False, rate: float = 0.0) -> None:
+        now = time.perf_counter()
+        if emit is not None and (force or now - last[0] >= progress_interval_s):
+            last[0] = now
+            emit({"event": "progress", "phase": phase, "frames_done": done, "frames": frames,
+                  "elapsed_s": now - started, "throughput_per_s": rate})
+
+    with bundle_lock(folder, lock_wait_s, errors):
+        manifest = _read_json(os.path.join(folder, MANIFEST), errors)
+        if verify:
+            progress("verify", 0, force=True)
+            verify_files(folder, manifest, errors)
+        doc = _read_json(os.path.join(folder, PLAN), errors)
+        plan = plan_from_doc(doc, folder, PLAN, errors)
+        pool = make_frames(doc.get("inputs", {}), distinct_frames, seed)
+        progress("reference", 0, force=True)
+        ref_path = os.path.join(folder, doc.get("reference_model", "reference.onnx"))
+        ref_session = create_session(ref_path, PUBinding(cpus=None, threads=1), "CPUExecutionProvider")
+        reference = [dict(zip(plan.model_outputs, ref_session.run(plan.model_outputs,
+                                                                    {n: f[n] for n in plan.model_inputs})))
+                     for f in pool]
+        del ref_session
+        worst = 0.0
+        with PipelineExecutor(plan, errors=errors) as ex:
+            progress("start", 0, force=True)
+            if warmup:
+                for _ in ex.run(pool[i % len(pool)] for i in range(warmup)):
+                    pass
+            run_start = time.perf_counter()
+            for i, out in enumerate(ex.run(pool[i % len(pool)] for i in range(frames))):
+                worst = max(worst, max_abs_diff([out], [reference[i % len(pool)]]))
+                progress("run", i + 1, rate=(i + 1) / max(time.perf_counter() - run_start, 1e-9))
+            metrics = ex.metrics
+        progress("done", frames, force=True, rate=metrics.throughput_per_s)
+        predicted = doc.get("predicted") or {}
+        report = {
+            "bundle_id": manifest.get("bundle_id"), "model": doc.get("model"), "point": doc.get("point"),
+            "frames": metrics.frames, "warmup": warmup, "seed": seed, "distinct_frames": distinct_frames,
+            "stages": len(plan.stages), "throughput_per_s": metrics.throughput_per_s, "wall_s": metrics.wall_s,
+            "latency_p50_s": metrics.latency_p50_s, "latency_p90_s": metrics.latency_p90_s,
+            "latency_p99_s": metrics.latency_p99_s, "stage_busy_s": list(metrics.stage_busy_s),
+            "pu_busy_s": dict(metrics.pu_busy_s), "pu_utilisation": dict(metrics.pu_utilisation),
+            "predicted_throughput_per_s": predicted.get("throughput_per_s"),
+            "predicted_latency_s": predicted.get("latency_s"),
+            "outputs_match": bool(worst <= atol), "max_abs_diff": worst, "atol": atol,
+            "host": _host_info(), "report_file": REPORT, "trace_file": TRACE,
+        }
+        _write_json_atomic(chrome_trace(metrics), os.path.join(folder, *TRACE.split("/")))
+        _write_json_atomic(report, os.path.join(folder, *REPORT.split("/")))
+        return report
+
+
+def clean_stale(root: str, keep: List[str], wait_s: float = 10.0, errors=DEFAULT_ERRORS) -> Dict[str, List[str]]:
+    """Remove the bundle folders under ``root`` that no run uses, except ``keep`` and those marked ``.keep``.
+
+    A folder is stale when its ``.lock`` can be taken: the process that ran it (e.g. after a dropped
+    connection) has exited. A folder still locked after ``wait_s`` seconds belongs to a live run and is left.
+
+    Parameters
+    ----------
+    root : str
+        Folder holding ``bundle-*`` folders (nothing else is touched).
+    keep : list of str
+        Folder names to leave alone (the bundle about to run).
+    wait_s : float
+        Seconds to wait for each locked folder's run to end.
+
+    Returns
+    -------
+    dict
+        ``{"removed": [...], "busy": [...], "kept": [...]}`` folder names.
+    """
+    result = {"removed": [], "busy": [], "kept": []}  # type: Dict[str, List[str]]
+    if not os.path.isdir(root):
+        return result
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name)
+        if not name.startswith(BUNDLE_PREFIX) or not os.path.isdir(path) or os.path.islink(path):
+            continue
+        if name in keep or os.path.exists(os.path.join(path, KEEP)):
+            result["kept"].append(name)
+            continue
+        try:
+            with bundle_lock(path, wait_s, errors):
+                shutil.rmtree(path)
+        except errors.passthrough as exc:
+            logger.warning("leaving %s: %s", path, exc)
+            result["busy"].append(name)
+            continue
+        logger.info("removed the stale bundle %s", path)
+        result["removed"].append(name)
+    return result

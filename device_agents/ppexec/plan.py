@@ -1,0 +1,282 @@
+"""Execution plans as the executor runs them: PU bindings, tasks (one ONNX sub-model each) and stages.
+
+A plan is built on the host computer by :func:`parapipe.runtime.plan.build_plan` and, for a board, written
+to a bundle as ``plan.json`` plus one ``.onnx`` file per task (:func:`plan_to_doc`, :func:`plan_from_doc`).
+Standard library only (Python >= 3.8), so it runs on the board.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from .errors import DEFAULT_ERRORS
+
+#: Version of the ``plan.json`` document written by :func:`plan_to_doc`.
+PLAN_SCHEMA_VERSION = 1
+
+
+@dataclass
+class PUBinding:
+    """How one PU is realised on the host running the executor.
+
+    Parameters
+    ----------
+    cpus : tuple of int or None
+        Logical CPU ids the PU's worker threads are pinned to (``os.sched_setaffinity``); ``None`` leaves the
+        affinity alone (e.g. a GPU PU whose feeding thread may run anywhere).
+    threads : int
+        ONNX Runtime ``intra_op_num_threads`` for the PU's sessions (default 1: one ORT thread per core PU).
+    provider : str
+        ONNX Runtime execution provider name, e.g. ``"CPUExecutionProvider"``, ``"CUDAExecutionProvider"``.
+    provider_options : dict
+        Options passed with ``provider`` (e.g. ``{"device_id": 0}``).
+    """
+
+    cpus: Optional[Tuple[int, ...]]
+    threads: int = 1
+    provider: str = "CPUExecutionProvider"
+    provider_options: dict = field(default_factory=dict)
+
+
+@dataclass
+class Task:
+    """One ONNX sub-model run by one PU for every frame of one stage.
+
+    Parameters
+    ----------
+    name : str
+        Unique task name (``"s<stage>.<pu>.t<k>"`` from ``build_plan``).
+    stage : int
+        Index of the stage the task belongs to.
+    pu : str
+        PU that runs the task.
+    model : onnx.ModelProto, bytes or str
+        Self-contained sub-model (weights as initializers): a ModelProto (on the host computer), its
+        serialised bytes, or the path of an ``.onnx`` file (in a bundle). Its graph inputs are exactly
+        ``inputs``.
+    inputs : list of str
+        Tensor names the task reads: model inputs, tensors forwarded from earlier stages, or outputs of
+        ``deps``.
+    outputs : list of str
+        Tensor names the task produces that someone else (a task, a later stage, the model output) needs.
+    deps : list of str
+        Names of tasks of the SAME stage that must finish first (they produce some of ``inputs``).
+    """
+
+    name: str
+    stage: int
+    pu: str
+    model: Any
+    inputs: List[str]
+    outputs: List[str]
+    deps: List[str]
+
+
+@dataclass
+class ExecutionPlan:
+    """Everything the executor needs: tasks per stage, the model's data inputs/outputs and the PU bindings.
+
+    Parameters
+    ----------
+    stages : list of list of Task
+        ``stages[s]`` holds stage ``s``'s tasks; tasks of one PU run in list order.
+    model_inputs : list of str
+        Data input tensor names each frame must provide.
+    model_outputs : list of str
+        Output tensor names returned per frame.
+    bindings : dict of str to PUBinding
+        Binding of every PU named by a task.
+    """
+
+    stages: List[List[Task]]
+    model_inputs: List[str]
+    model_outputs: List[str]
+    bindings: Dict[str, PUBinding]
+
+    def pus(self) -> List[str]:
+        """Return the PUs used by the plan, in order of first appearance."""
+        seen: Dict[str, None] = {}
+        for stage in self.stages:
+            for task in stage:
+                seen.setdefault(task.pu, None)
+        return list(seen)
+
+
+def _find_cycle(edges: Dict[str, List[str]]) -> Optional[List[str]]:
+    """A list of nodes forming a cycle of the directed graph ``edges`` (node -> successors), or None."""
+    state: Dict[str, int] = {}  # 1: on the DFS stack, 2: done
+    for root in edges:
+        if state.get(root):
+            continue
+        stack = [(root, iter(edges.get(root, ())))]
+        path = [root]
+        state[root] = 1
+        while stack:
+            node, successors = stack[-1]
+            nxt = next(successors, None)
+            if nxt is None:
+                state[node] = 2
+                stack.pop()
+                path.pop()
+            elif state.get(nxt) == 1:
+                return path[path.index(nxt):]
+            elif not state.get(nxt):
+                state[nxt] = 1
+                stack.append((nxt, iter(edges.get(nxt, ()))))
+                path.append(nxt)
+    return None
+
+
+def validate_plan(plan: ExecutionPlan, errors=DEFAULT_ERRORS) -> None:
+    """Check that a plan (built or hand-written) can run without missing tensors or deadlocks.
+
+    Checks: unique task names, tasks filed under their own stage, every PU bound, every task input available
+    (a model input, forwarded from an earlier stage, or produced by a same-stage task listed in ``deps``),
+    every tensor produced once, every model output produced, and no cycle among ``deps`` plus each PU's task
+    order within a stage.
+
+    Parameters
+    ----------
+    plan : ExecutionPlan
+    errors : ErrorKinds
+        Exception factories (parapipe passes its own).
+
+    Raises
+    ------
+    PlanError (or ``errors.input``'s type)
+        Naming the stage and task at fault and how to fix it.
+    """
+    source = "execution plan"
+    if not plan.stages or any(not tasks for tasks in plan.stages):
+        raise errors.input(source, "stages", "the plan has an empty stage or no stage at all",
+                           "give every stage at least one task")
+    available = set(plan.model_inputs)
+    names: Dict[str, int] = {}
+    produced: Dict[str, str] = {}
+    for s, tasks in enumerate(plan.stages):
+        stage_producer: Dict[str, str] = {}
+        for task in tasks:
+            where = "stages[%d].%s" % (s, task.name)
+            if task.name in names:
+                raise errors.input(source, where, "duplicate task name", "give every task a unique name")
+            names[task.name] = s
+            if task.stage != s:
+                raise errors.input(source, where, "task says stage %d but is filed under stage %d"
+                                   % (task.stage, s), "make Task.stage match its position in "
+                                   "ExecutionPlan.stages")
+            if task.pu not in plan.bindings:
+                raise errors.input(source, where, "PU %r has no binding" % task.pu, "add a PUBinding for it")
+            for t in task.outputs:
+                if t in produced or t in stage_producer or t in plan.model_inputs:
+                    raise errors.input(source, where, "tensor %r is produced twice" % t,
+                                       "let exactly one task produce each tensor")
+                stage_producer[t] = task.name
+        order: Dict[str, List[str]] = {task.name: [] for task in tasks}
+        by_pu: Dict[str, List[str]] = {}
+        for task in tasks:
+            where = "stages[%d].%s" % (s, task.name)
+            for d in task.deps:
+                if d not in order:
+                    raise errors.input(source, where + ".deps", "%r is not a task of stage %d" % (d, s),
+                                       "list only tasks of the same stage in deps")
+                order[d].append(task.name)
+            for t in task.inputs:
+                if t in available:
+                    continue
+                p = stage_producer.get(t)
+                if p is None:
+                    raise errors.input(source, where, "input %r is produced by no task of stages 0..%d and "
+                                       "is not a model input" % (t, s),
+                                       "add its producer or fix the task's inputs")
+                if p not in task.deps and p != task.name:
+                    raise errors.input(source, where + ".deps", "input %r comes from %r, not in deps"
+                                       % (t, p), "add %r to the task's deps" % p)
+            prev = by_pu.setdefault(task.pu, [])
+            if prev:
+                order[prev[-1]].append(task.name)
+            prev.append(task.name)
+        cycle = _find_cycle(order)
+        if cycle:
+            raise errors.input(source, "stages[%d]" % s, "tasks wait on each other in a cycle %s" % cycle,
+                               "order each PU's tasks so that a task's deps come first")
+        produced.update(stage_producer)
+        available.update(stage_producer)
+    missing = [t for t in plan.model_outputs if t not in available]
+    if missing:
+        raise errors.input(source, "model_outputs", "outputs %s are produced by no task" % missing,
+                           "make the last stages produce every model output")
+
+
+def plan_to_doc(plan: ExecutionPlan, model_files: Dict[str, str]) -> Dict[str, Any]:
+    """The JSON-ready description of ``plan`` whose task models are the files ``model_files[task name]``.
+
+    Parameters
+    ----------
+    plan : ExecutionPlan
+    model_files : dict of str to str
+        Task name -> path of its ``.onnx`` file relative to the bundle folder (``/``-separated).
+
+    Returns
+    -------
+    dict
+        ``{"schema_version", "stages": [[{"name", "pu", "model", "inputs", "outputs", "deps"}]],
+        "model_inputs", "model_outputs", "bindings": {pu: {"cpus", "threads", "provider",
+        "provider_options"}}}``.
+    """
+    return {
+        "schema_version": PLAN_SCHEMA_VERSION,
+        "stages": [[{"name": t.name, "pu": t.pu, "model": model_files[t.name], "inputs": list(t.inputs),
+                     "outputs": list(t.outputs), "deps": list(t.deps)} for t in tasks]
+                   for tasks in plan.stages],
+        "model_inputs": list(plan.model_inputs),
+        "model_outputs": list(plan.model_outputs),
+        "bindings": {pu: {"cpus": None if b.cpus is None else [int(c) for c in b.cpus],
+                          "threads": int(b.threads), "provider": b.provider,
+                          "provider_options": dict(b.provider_options)}
+                     for pu, b in plan.bindings.items()},
+    }
+
+
+def plan_from_doc(doc: Dict[str, Any], base_dir: str, source: str = "plan.json",
+                  errors=DEFAULT_ERRORS) -> ExecutionPlan:
+    """Rebuild the plan written by :func:`plan_to_doc`; task models become paths under ``base_dir``.
+
+    Raises
+    ------
+    PlanError (or ``errors.input``'s type)
+        A wrong schema version, a missing or mistyped field, a model file outside ``base_dir`` or missing.
+    """
+    fix = "rebuild the bundle with 'parapipe deploy'"
+    if not isinstance(doc, dict) or doc.get("schema_version") != PLAN_SCHEMA_VERSION:
+        raise errors.input(source, "schema_version", "expected %d, got %r"
+                           % (PLAN_SCHEMA_VERSION, doc.get("schema_version") if isinstance(doc, dict) else doc),
+                           fix)
+    try:
+        bindings = {}
+        for pu, b in doc["bindings"].items():
+            cpus = b.get("cpus")
+            bindings[str(pu)] = PUBinding(cpus=None if cpus is None else tuple(int(c) for c in cpus),
+                                          threads=int(b.get("threads", 1)),
+                                          provider=str(b.get("provider", "CPUExecutionProvider")),
+                                          provider_options=dict(b.get("provider_options") or {}))
+        stages = []
+        root = os.path.realpath(base_dir)
+        for s, tasks in enumerate(doc["stages"]):
+            stage = []
+            for t in tasks:
+                path = os.path.realpath(os.path.join(root, *str(t["model"]).split("/")))
+                if not path.startswith(root + os.sep) or not os.path.isfile(path):
+                    raise errors.input(source, "stages[%d].%s.model" % (s, t["name"]),
+                                       "%r is not a file of the bundle" % t["model"], fix)
+                stage.append(Task(str(t["name"]), s, str(t["pu"]), path, [str(x) for x in t["inputs"]],
+                                  [str(x) for x in t["outputs"]], [str(x) for x in t["deps"]]))
+            stages.append(stage)
+        plan = ExecutionPlan(stages, [str(x) for x in doc["model_inputs"]],
+                             [str(x) for x in doc["model_outputs"]], bindings)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        if isinstance(exc, errors.passthrough):
+            raise
+        raise errors.input(source, None, "malformed plan (%s: %s)" % (type(exc).__name__, exc), fix)
+    validate_plan(plan, errors)
+    return plan

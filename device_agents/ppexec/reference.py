@@ -1,0 +1,89 @@
+"""Reference results: the unsplit model in one ORT session, and the distance between two sets of outputs."""
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Iterable, List, Mapping, Sequence
+
+import numpy as np
+
+from .plan import PUBinding
+from .session import create_session
+
+logger = logging.getLogger(__name__)
+
+
+def reference_outputs(model: Any, frames: Iterable[Mapping[str, np.ndarray]],
+                      threads: int = 1) -> List[Dict[str, np.ndarray]]:
+    """Run the unsplit ``model`` once per frame in one CPU session (``threads`` intra-op threads).
+
+    The session uses the executor's options (full graph optimisation, no spinning), without pinning.
+
+    Parameters
+    ----------
+    model : onnx.ModelProto, bytes or str
+        A model ONNX Runtime can load as is (e.g. ``OpGraph.model``), its bytes or its file path.
+    frames : iterable of dict of str to numpy.ndarray
+        Tensors by name; only the names the model takes as inputs are fed (extra keys are ignored).
+    threads : int
+        ``intra_op_num_threads`` (default 1).
+
+    Returns
+    -------
+    list of dict of str to numpy.ndarray
+        Every graph output of ``model`` per frame, in frame order.
+    """
+    sess = create_session(model, PUBinding(cpus=None, threads=threads), "CPUExecutionProvider")
+    names = [i.name for i in sess.get_inputs()]
+    outputs = [o.name for o in sess.get_outputs()]
+    results = []
+    for frame in frames:
+        results.append(dict(zip(outputs, sess.run(outputs, {n: frame[n] for n in names if n in frame}))))
+    return results
+
+
+def max_abs_diff(outs_a: Sequence[Mapping[str, np.ndarray]],
+                 outs_b: Sequence[Mapping[str, np.ndarray]]) -> float:
+    """Largest absolute element difference between two runs' outputs (same frames, same tensor names).
+
+    NaNs in the same place on both sides count as equal; a NaN on one side only gives ``inf``.
+
+    Parameters
+    ----------
+    outs_a, outs_b : sequence of dict of str to numpy.ndarray
+        Per-frame outputs, e.g. from :func:`reference_outputs` and the pipelined executor.
+
+    Returns
+    -------
+    float
+        ``0.0`` for identical outputs (and for two empty sequences).
+
+    Raises
+    ------
+    ValueError
+        Different numbers of frames, different tensor names in a frame, or different shapes.
+    """
+    if len(outs_a) != len(outs_b):
+        raise ValueError(f"max_abs_diff: {len(outs_a)} frames vs {len(outs_b)}; "
+                         "compare runs over the same frames")
+    worst = 0.0
+    for i, (a, b) in enumerate(zip(outs_a, outs_b)):
+        if set(a) != set(b):
+            raise ValueError(f"max_abs_diff: frame {i} has outputs {sorted(a)} vs {sorted(b)}")
+        for name in a:
+            x, y = np.asarray(a[name]), np.asarray(b[name])
+            if x.shape != y.shape:
+                raise ValueError(f"max_abs_diff: frame {i} output {name!r} has shape {x.shape} vs {y.shape}")
+            if x.size == 0:
+                continue
+            if not (np.issubdtype(x.dtype, np.number) and np.issubdtype(y.dtype, np.number)):
+                worst = max(worst, 0.0 if np.array_equal(x, y) else float("inf"))
+                continue
+            xf, yf = x.astype(np.float64), y.astype(np.float64)
+            nan_x, nan_y = np.isnan(xf), np.isnan(yf)
+            if np.any(nan_x != nan_y):
+                return float("inf")
+            same = (xf == yf) | nan_x  # equal values (infinities included) and NaN pairs count as 0
+            with np.errstate(invalid="ignore"):  # inf - inf where both are inf: masked by `same`
+                diff = np.where(same, 0.0, np.abs(xf - yf))
+            worst = max(worst, float(diff.max()))
+    return worst

@@ -1,0 +1,158 @@
+"""Deploy bundles: everything a board needs to run one mapping, with a manifest of SHA-256 digests.
+
+A bundle is a folder (layout in ``device_agents/ppexec/bundle_run.py``): the agent and the executor core
+(``device_agents/agent.py``, ``device_agents/ppexec/``), ``plan.json`` (the execution plan, the model's input
+shapes, the predicted figures), one ``models/<task>.onnx`` per task, ``reference.onnx`` (the unsplit model,
+for the output check on the board) and ``manifest.json`` listing every other file with its SHA-256 and size.
+The bundle id is a digest of the manifest's content, so the same mapping of the same model always gives the
+same id: an interrupted upload resumes into the same remote folder.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict
+
+import onnx
+
+from parapipe import __version__
+from parapipe._paths import data_dir
+from parapipe.errors import input_error
+from parapipe.runtime._core import core
+from parapipe.runtime.host_plan import HostMapping
+
+log = logging.getLogger(__name__)
+
+MANIFEST = core.bundle_run.MANIFEST
+PLAN = core.bundle_run.PLAN
+REFERENCE = "reference.onnx"
+BUNDLE_PREFIX = core.bundle_run.BUNDLE_PREFIX
+#: Version of manifest.json.
+MANIFEST_SCHEMA_VERSION = 1
+#: Hex digits of the bundle id (64 bits: collisions between bundles on one board are not a concern).
+BUNDLE_ID_HEX = 16
+
+
+@dataclass
+class Bundle:
+    """A bundle written to a local folder.
+
+    Attributes
+    ----------
+    folder : Path
+        Where its files are.
+    bundle_id : str
+        ``BUNDLE_ID_HEX`` hex digits of the SHA-256 of the manifest's content.
+    manifest : dict
+        ``{"schema_version", "bundle_id", "created_by", "model", "point", "files": {path: {"sha256",
+        "nbytes"}}}``; paths are relative and ``/``-separated.
+    """
+
+    folder: Path
+    bundle_id: str
+    manifest: Dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        """Folder name of the bundle on a host: ``bundle-<id>``."""
+        return f"{BUNDLE_PREFIX}{self.bundle_id}"
+
+    @property
+    def nbytes(self) -> int:
+        """Total size of the files listed in the manifest."""
+        return sum(entry["nbytes"] for entry in self.manifest["files"].values())
+
+
+def _sha256(path: Path) -> str:
+    return core.bundle_run.sha256_file(str(path))
+
+
+def _safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def _write_model(model: Any, path: Path, task: str) -> None:
+    if not isinstance(model, onnx.ModelProto):
+        raise input_error("mapping", f"task {task}", f"model is a {type(model).__name__}, not an ONNX model",
+                          "build the plan with parapipe.runtime.build_plan")
+    for tensor in model.graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            raise input_error("mapping", f"task {task}", f"weight {tensor.name!r} lives in an external data file",
+                              "load the model's external data into memory before deploying")
+    path.write_bytes(model.SerializeToString())
+
+
+def _copy_runtime(dest: Path) -> None:
+    """Copy the agent and the executor core (``.py`` files only) into ``dest``."""
+    agents = data_dir("device_agents")
+    shutil.copyfile(agents / "agent.py", dest / "agent.py")
+    (dest / "ppexec").mkdir()
+    for source in sorted((agents / "ppexec").glob("*.py")):
+        shutil.copyfile(source, dest / "ppexec" / source.name)
+
+
+def build_bundle(mapping: HostMapping, dest: Path) -> Bundle:
+    """Write the bundle of ``mapping`` into the empty or new folder ``dest``.
+
+    Parameters
+    ----------
+    mapping : HostMapping
+        From :func:`parapipe.runtime.host_plan.load_host_mapping` (its plan's task models may be edited
+        before, e.g. by tests).
+    dest : Path
+        Folder to write (created; must be empty if it exists).
+
+    Returns
+    -------
+    Bundle
+
+    Raises
+    ------
+    InputError
+        A task model with external data, or ``dest`` not empty.
+    """
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    if any(dest.iterdir()):
+        raise input_error(str(dest), None, "the bundle folder is not empty", "pass an empty or new folder")
+    _copy_runtime(dest)
+    (dest / "models").mkdir()
+    model_files: Dict[str, str] = {}
+    for tasks in mapping.plan.stages:
+        for task in tasks:
+            rel = f"models/{_safe_name(task.name)}.onnx"
+            if rel in model_files.values():
+                raise input_error("mapping", f"task {task.name}", "two tasks map to the same file name",
+                                  "give tasks names that differ in letters, digits, '.', '_' or '-'")
+            _write_model(task.model, dest / rel, task.name)
+            model_files[task.name] = rel
+    _write_model(mapping.loaded.model, dest / REFERENCE, "reference")
+    og = mapping.opgraph
+    plan_doc = core.plan_to_doc(mapping.plan, model_files)
+    plan_doc.update({
+        "inputs": {n: {"shape": [int(d) for d in og.tensors[n].shape], "dtype": str(og.tensors[n].dtype)}
+                   for n in mapping.plan.model_inputs},
+        "reference_model": REFERENCE,
+        "predicted": {"throughput_per_s": mapping.predicted_throughput_per_s,
+                      "latency_s": mapping.predicted_latency_s, "period_s": float(mapping.point["period_s"])},
+        "model": {"name": mapping.loaded.name, "sha256": mapping.loaded.sha256},
+        "point": mapping.point["id"],
+    })
+    (dest / PLAN).write_text(json.dumps(plan_doc, indent=1, sort_keys=True) + "\n")
+    files = {}
+    for path in sorted(p for p in dest.rglob("*") if p.is_file()):
+        rel = path.relative_to(dest).as_posix()
+        files[rel] = {"sha256": _sha256(path), "nbytes": path.stat().st_size}
+    content = {"model": plan_doc["model"], "point": plan_doc["point"], "files": files}
+    bundle_id = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:BUNDLE_ID_HEX]
+    manifest = {"schema_version": MANIFEST_SCHEMA_VERSION, "bundle_id": bundle_id,
+                "created_by": f"parapipe {__version__}", **content}
+    (dest / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    log.info("bundle %s: %d files, %.1f MB", bundle_id, len(files), sum(f["nbytes"] for f in files.values()) / 1e6)
+    return Bundle(dest, bundle_id, manifest)

@@ -1,0 +1,500 @@
+"""``parapipe deploy``: run one host mapping on an SSH host through the agent, and bring the results back.
+
+Steps (each remote command shell-quoted, host-key checking on, every wait bounded):
+
+1. build the bundle locally (:func:`parapipe.deploy.bundle.build_bundle`);
+2. connect, check Python/numpy/onnxruntime on the host;
+3. upload the agent and the executor core into ``<remote_dir>/bundle-<id>/``, start the agent from there and
+   let it remove stale bundles (left by a dropped connection: their lock is free) under ``<remote_dir>``;
+4. upload the rest: a file whose SHA-256 already matches on the host is skipped (an interrupted upload
+   resumes), a file the manifest does not list (an interrupted upload's temporary) is removed;
+5. run the plan through the agent's ``run_pipeline`` op, which verifies every file against the manifest and
+   streams progress events;
+6. fetch ``out/report.json`` and ``out/trace.json`` into the local output folder;
+7. remove the bundle (or mark it ``.keep`` with ``keep=True``), whatever happened, while the connection lives.
+
+A dropped connection or a failure on the host is one :class:`~parapipe.errors.HostError` or
+:class:`~parapipe.errors.ExecutionError` line. A dropped connection also ends the remote run (the agent's
+next progress event finds its pipe closed), and the next deploy to that host removes the folder it left.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import posixpath
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import paramiko
+
+from parapipe.deploy.agent_client import AgentClient, AgentRequestError, _ChannelTransport
+from parapipe.deploy.bundle import MANIFEST, Bundle, build_bundle
+from parapipe.deploy.host import RemoteHost
+from parapipe.deploy.hostspec import HostSpec
+from parapipe.deploy.remote_agent import check_python
+from parapipe.errors import ExecutionError, HostError, input_error
+from parapipe.runtime._core import core
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DeployOptions", "DeployReport", "deploy", "deploy_mapping", "deploy_bundle", "upload_bundle",
+           "remote_files", "remote_abs", "describe_event", "DEFAULT_REMOTE_DIR"]
+
+#: Default folder of bundles on the host, relative to the remote home.
+DEFAULT_REMOTE_DIR = ".cache/parapipe/deploy"
+#: Bundle files the agent needs to start (uploaded before the clean-up of stale bundles).
+AGENT_FILES_PREFIXES = ("agent.py", "ppexec/")
+#: Files of a bundle folder that are not in the manifest and stay: the lock, the keep mark, the run's output.
+_NOT_BUNDLE_FILES = (core.bundle_run.LOCK, core.bundle_run.KEEP)
+_OUT_PREFIX = core.bundle_run.OUT_DIR + "/"
+
+#: Python run on the host: every file under a folder (relative path -> SHA-256), the lock, keep mark and
+#: output excluded; ``{}`` when the folder does not exist. Argument: the folder.
+_REMOTE_HASHES = r"""
+import hashlib, json, os, sys
+root, skip, out = sys.argv[1], set(sys.argv[2].split(',')), sys.argv[3]
+found = {}
+for folder, dirs, files in os.walk(root):
+    for name in files:
+        path = os.path.join(folder, name)
+        rel = os.path.relpath(path, root).replace(os.sep, '/')
+        if rel in skip or rel.startswith(out) or os.path.islink(path):
+            continue
+        digest = hashlib.sha256()
+        with open(path, 'rb') as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b''):
+                digest.update(chunk)
+        found[rel] = digest.hexdigest()
+print('PARAPIPE-HASHES ' + json.dumps(found))
+"""
+
+
+@dataclass
+class DeployOptions:
+    """Options of :func:`deploy`.
+
+    Attributes
+    ----------
+    frames : int
+        Measured frames on the host (>= 1).
+    warmup : int
+        Unmeasured frames first (>= 0).
+    seed : int
+        Seed of the random frames (drawn on the host).
+    distinct_frames : int
+        Distinct frames, fed cyclically; the unsplit model runs once on each for the output check.
+    atol : float
+        Largest absolute difference to the unsplit model that counts as a match (1e-5: issue 2's bound).
+    keep : bool
+        Leave the bundle on the host (marked ``.keep`` so that later clean-ups leave it too).
+    remote_dir : str
+        Folder of bundles on the host (absolute, ``~/...`` or relative to the remote home).
+    python : str
+        Interpreter on the host.
+    progress_interval_s : float
+        Least seconds between two progress events from the host.
+    silence_timeout_s : float
+        Longest wait for any message from the host during the run, s (sessions of large models take seconds
+        to build; 120 s leaves room on slow boards).
+    clean_wait_s : float
+        How long the clean-up waits for each stale bundle's run to end, s.
+    connect_timeout_s : float
+        TCP, banner and authentication deadline, s.
+    command_timeout_s : float
+        Deadline of each short remote command (checks, hashing, removal), s.
+    """
+
+    frames: int = 200
+    warmup: int = 5
+    seed: int = 0
+    distinct_frames: int = 8
+    atol: float = 1e-5
+    keep: bool = False
+    remote_dir: str = DEFAULT_REMOTE_DIR
+    python: str = "python3"
+    progress_interval_s: float = 0.5
+    silence_timeout_s: float = 120.0
+    clean_wait_s: float = 10.0
+    connect_timeout_s: float = 10.0
+    command_timeout_s: float = 120.0
+
+
+@dataclass
+class DeployReport:
+    """What a deploy did and measured.
+
+    Attributes
+    ----------
+    host : str
+        ``user@address:port``.
+    bundle_id : str
+    remote_folder : str
+        Bundle folder on the host (removed unless ``kept``).
+    report : dict
+        The host's run report (``device_agents/ppexec/bundle_run.py``): ``throughput_per_s``,
+        ``latency_p50_s``, ``latency_p99_s``, ``predicted_throughput_per_s``, ``predicted_latency_s``,
+        ``outputs_match``, ``max_abs_diff``, per-stage and per-PU figures, ``host``.
+    report_path, trace_path : Path
+        Local copies of the report and the Chrome trace.
+    uploaded, skipped : list of str
+        Bundle files sent, and those already on the host with the same SHA-256.
+    removed_stale : list of str
+        Stale bundle folders the clean-up removed.
+    kept : bool
+        Whether the bundle was left on the host.
+    """
+
+    host: str
+    bundle_id: str
+    remote_folder: str
+    report: Dict[str, Any]
+    report_path: Path
+    trace_path: Path
+    uploaded: List[str] = field(default_factory=list)
+    skipped: List[str] = field(default_factory=list)
+    removed_stale: List[str] = field(default_factory=list)
+    kept: bool = False
+
+    def to_json(self) -> Dict[str, Any]:
+        """The report's figures plus where things went (JSON-ready)."""
+        doc = dict(self.report)
+        doc.update({"deploy": {"host": self.host, "bundle_id": self.bundle_id, "remote_folder": self.remote_folder,
+                               "report_path": str(self.report_path), "trace_path": str(self.trace_path),
+                               "uploaded": self.uploaded, "skipped": self.skipped,
+                               "removed_stale": self.removed_stale, "kept": self.kept}})
+        return doc
+
+
+Progress = Optional[Callable[[Dict[str, Any]], None]]
+
+
+def _check_options(options: DeployOptions) -> None:
+    for name, low in (("frames", 1), ("warmup", 0), ("distinct_frames", 1)):
+        value = getattr(options, name)
+        if not isinstance(value, int) or value < low:
+            raise input_error(f"--{name.replace('_', '-')}", None, f"must be an integer >= {low}, got {value!r}",
+                              "give a valid count")
+    if not options.remote_dir.strip():
+        raise input_error("--remote-dir", None, "is empty", "give a folder on the host, e.g. ~/parapipe")
+
+
+def remote_abs(host: RemoteHost, path: str) -> str:
+    """``path`` on the host made absolute: ``~`` and relative paths are taken from the remote home."""
+    path = path.strip()
+    if path == "~" or path.startswith("~/"):
+        path = path[2:]
+    return posixpath.normpath(path if posixpath.isabs(path) else posixpath.join(host.home(), path))
+
+
+def remote_files(host: RemoteHost, folder: str, python: str = "python3",
+                 timeout_s: float = 120.0) -> Dict[str, str]:
+    """Every file of a bundle folder on the host with its SHA-256 (one remote command); ``{}`` if absent.
+
+    The lock, the keep mark and the ``out/`` folder are left out.
+
+    Raises
+    ------
+    HostError
+        The listing fails or the connection is lost.
+    """
+    rc, output = host.exec([python, "-c", _REMOTE_HASHES, folder, ",".join(_NOT_BUNDLE_FILES), _OUT_PREFIX],
+                           timeout_s=timeout_s)
+    for line in reversed(output.splitlines()):
+        if rc == 0 and line.startswith("PARAPIPE-HASHES "):
+            return json.loads(line[len("PARAPIPE-HASHES "):])
+    raise HostError(f"{host.spec}: cannot list {folder!r} ({output.strip()[-300:] or f'exit {rc}'}); check "
+                    "permissions on the host")
+
+
+def upload_bundle(host: RemoteHost, bundle: Bundle, folder: str, present: Dict[str, str],
+                  only: Optional[Tuple[str, ...]] = None, on_event: Progress = None) -> Tuple[List[str], List[str]]:
+    """Upload the bundle's files that the host lacks or holds with another SHA-256.
+
+    Parameters
+    ----------
+    host : RemoteHost
+    bundle : Bundle
+    folder : str
+        Absolute bundle folder on the host.
+    present : dict of str to str
+        Files already there (from :func:`remote_files`); updated with what is uploaded.
+    only : tuple of str, optional
+        Upload only files whose path starts with one of these prefixes (``manifest.json`` is never uploaded
+        then); default: every file, ``manifest.json`` last.
+    on_event : callable(dict), optional
+        Receives ``{"event": "upload", "file", "nbytes", "done", "total"}`` before each file is sent.
+
+    Returns
+    -------
+    (uploaded, skipped) : lists of str
+
+    Raises
+    ------
+    HostError
+        A file cannot be written, or the connection is lost.
+    """
+    files = bundle.manifest["files"]
+    wanted = [rel for rel in sorted(files) if only is None or rel.startswith(only)]
+    if only is None:
+        wanted.append(MANIFEST)
+    uploaded, skipped = [], []
+    digests = dict((rel, files[rel]["sha256"]) for rel in files)
+    digests[MANIFEST] = core.bundle_run.sha256_file(str(bundle.folder / MANIFEST))
+    folders = set()
+    for i, rel in enumerate(wanted):
+        if present.get(rel) == digests[rel]:
+            skipped.append(rel)
+            continue
+        remote = posixpath.join(folder, rel)
+        parent = posixpath.dirname(remote)
+        if parent not in folders:
+            host.mkdir_p(parent)
+            folders.add(parent)
+        if on_event is not None:
+            on_event({"event": "upload", "file": rel, "nbytes": (bundle.folder / rel).stat().st_size,
+                      "done": i, "total": len(wanted)})
+        host.upload(bundle.folder / rel, remote)
+        present[rel] = digests[rel]
+        uploaded.append(rel)
+    return uploaded, skipped
+
+
+def _remove_strays(host: RemoteHost, bundle: Bundle, folder: str, present: Dict[str, str]) -> None:
+    """Remove the files of the remote folder that the bundle does not have (an interrupted upload's part files)."""
+    known = set(bundle.manifest["files"]) | {MANIFEST}
+    sftp = host.sftp()
+    for rel in sorted(set(present) - known):
+        try:
+            sftp.remove(posixpath.join(folder, rel))
+        except (OSError, paramiko.SSHException) as exc:
+            raise HostError(f"{host.spec}: cannot remove {posixpath.join(folder, rel)!r} ({exc}); check "
+                            "permissions") from None
+        present.pop(rel)
+        log.info("removed %s, which the bundle does not have", rel)
+
+
+def _fetch(host: RemoteHost, remote: str, local: Path) -> None:
+    """Copy a remote file to ``local`` (temp file in the same folder, then renamed)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{local.name}.", dir=str(local.parent))
+    os.close(fd)
+    try:
+        host.sftp().get(remote, tmp)
+        os.replace(tmp, local)
+    except (OSError, paramiko.SSHException) as exc:
+        raise HostError(f"{host.spec}: cannot fetch {remote!r} ({exc}); the run did not write it") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _start_agent(host: RemoteHost, python: str, folder: str) -> AgentClient:
+    channel = host.open_exec_channel([python, "-u", "-B", posixpath.join(folder, "agent.py")])
+    return AgentClient(_ChannelTransport(channel, where=str(host.spec)))
+
+
+def _lost(host: RemoteHost, phase: str, exc: BaseException) -> HostError:
+    detail = " ".join(str(exc).split())
+    prefix = f"{host.spec}: "
+    detail = (detail[len(prefix):] if detail.startswith(prefix) else detail).split(";")[0]
+    return HostError(f"{host.spec}: the connection was lost during {phase} ({detail}); the remote run stops with "
+                     "it, and the next 'parapipe deploy' to this host removes what it left")
+
+
+def _finish(host: RemoteHost, folder: str, keep: bool, timeout_s: float) -> None:
+    """Remove the bundle folder, or mark it kept; never raises (the connection may be gone)."""
+    if not host.is_connected():
+        log.warning("%s: connection lost; %s stays until the next deploy removes it", host.spec, folder)
+        return
+    try:
+        if keep:
+            with host.sftp().open(posixpath.join(folder, core.bundle_run.KEEP), "w") as handle:
+                handle.write(b"kept by parapipe deploy --keep\n")
+            log.info("kept %s on %s", folder, host.spec)
+        else:
+            host.remove_tree(folder, timeout_s=timeout_s)
+            log.info("removed %s from %s", folder, host.spec)
+    except (HostError, OSError, paramiko.SSHException) as exc:
+        log.warning("%s: could not tidy %s (%s); the next deploy removes it", host.spec, folder, exc)
+
+
+def deploy_mapping(mapping, spec: HostSpec, out_dir: Path, options: Optional[DeployOptions] = None,
+                   on_event: Progress = None) -> DeployReport:
+    """Deploy an already loaded mapping (see :func:`deploy`); tests use it to deploy edited plans.
+
+    Parameters
+    ----------
+    mapping : parapipe.runtime.host_plan.HostMapping
+    spec, out_dir, options, on_event
+        As for :func:`deploy`.
+    """
+    options = options or DeployOptions()
+    _check_options(options)
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise input_error("--out", str(out_dir), f"cannot create the output folder ({exc.strerror or exc})",
+                          "choose a writable folder") from None
+    emit = on_event or (lambda event: None)
+    with tempfile.TemporaryDirectory(prefix="parapipe-bundle-") as tmp:
+        bundle = build_bundle(mapping, Path(tmp) / "bundle")
+        emit({"event": "bundle", "bundle_id": bundle.bundle_id, "nbytes": bundle.nbytes,
+              "files": len(bundle.manifest["files"]) + 1})
+        with RemoteHost(spec, connect_timeout_s=options.connect_timeout_s) as host:
+            return deploy_bundle(host, bundle, out_dir, options, emit)
+
+
+def deploy_bundle(host: RemoteHost, bundle: Bundle, out_dir: Path, options: Optional[DeployOptions] = None,
+                  on_event: Progress = None) -> DeployReport:
+    """Upload a built bundle to a connected host, run it, fetch the results and tidy up (steps 2-7 above).
+
+    Parameters
+    ----------
+    host : RemoteHost
+        Connected; left open.
+    bundle : Bundle
+        From :func:`parapipe.deploy.bundle.build_bundle`.
+    out_dir : Path
+        Existing local folder for ``report.json`` and ``trace.json``.
+    options : DeployOptions, optional
+    on_event : callable(dict), optional
+        As for :func:`deploy`.
+
+    Returns
+    -------
+    DeployReport
+
+    Raises
+    ------
+    HostError, ExecutionError
+        As for :func:`deploy`.
+    """
+    options = options or DeployOptions()
+    emit = on_event or (lambda event: None)
+    timeout = options.command_timeout_s
+    phase = "the checks"
+    try:
+        check_python(host, options.python, timeout)
+        root = remote_abs(host, options.remote_dir)
+        folder = posixpath.join(root, bundle.name)
+    except HostError as exc:
+        if not host.is_connected():
+            raise _lost(host, phase, exc) from None
+        raise
+    emit({"event": "connected", "host": str(host.spec), "folder": folder})
+    agent: Optional[AgentClient] = None
+    try:
+        phase = "the upload"
+        present = remote_files(host, folder, options.python, timeout)
+        _remove_strays(host, bundle, folder, present)
+        uploaded, skipped = upload_bundle(host, bundle, folder, present, only=AGENT_FILES_PREFIXES, on_event=emit)
+        phase = "the clean-up of stale bundles"
+        agent = _start_agent(host, options.python, folder)
+        hello = agent.request("hello", timeout_s=timeout)
+        if "run_pipeline" not in hello.get("ops", []):
+            raise HostError(f"{host.spec}: the agent in {folder!r} has no run_pipeline op; remove that folder and "
+                            "deploy again")
+        cleaned = agent.request("clean", timeout_s=timeout + options.clean_wait_s * 8, root=root,
+                                keep=[bundle.name], wait_s=options.clean_wait_s)
+        if cleaned["removed"]:
+            emit({"event": "clean", "removed": cleaned["removed"]})
+        phase = "the upload"
+        more_up, more_skipped = upload_bundle(host, bundle, folder, present, on_event=emit)
+        uploaded += more_up
+        skipped = [rel for rel in skipped + more_skipped if rel not in uploaded]
+        emit({"event": "uploaded", "uploaded": len(uploaded), "skipped": len(skipped)})
+        phase = "the run"
+        reply = agent.request("run_pipeline", timeout_s=options.silence_timeout_s, on_event=emit, bundle=folder,
+                              frames=options.frames, warmup=options.warmup, seed=options.seed,
+                              distinct_frames=options.distinct_frames, atol=float(options.atol),
+                              progress_interval_s=float(options.progress_interval_s))
+        report = reply["report"]
+        phase = "the fetch of the results"
+        report_path, trace_path = out_dir / "report.json", out_dir / "trace.json"
+        _fetch(host, posixpath.join(folder, report["report_file"]), report_path)
+        _fetch(host, posixpath.join(folder, report["trace_file"]), trace_path)
+        agent.close(timeout_s=timeout)
+        agent = None
+        return DeployReport(str(host.spec), bundle.bundle_id, folder, report, report_path, trace_path, uploaded,
+                            skipped, list(cleaned["removed"]), options.keep)
+    except AgentRequestError:
+        raise  # the host answered: a failing stage or a bad bundle, already one line naming the host
+    except (HostError, ExecutionError) as exc:
+        if not host.is_connected():
+            raise _lost(host, phase, exc) from None
+        raise
+    finally:
+        if agent is not None:  # an error or an interrupt: stop the run (its next event finds the pipe closed)
+            agent._abort()
+        _finish(host, folder, options.keep, timeout)
+
+
+def deploy(model: str, mapping_path: str, point: str, spec: HostSpec, out_dir: Path,
+           options: Optional[DeployOptions] = None, on_event: Progress = None) -> DeployReport:
+    """Run one point of a host mapping on an SSH host and fetch its report and trace.
+
+    Parameters
+    ----------
+    model : str
+        Registry name or .onnx path.
+    mapping_path : str
+        pareto.json computed with ``parapipe optimize MODEL --soc host`` on a machine like the host.
+    point : str
+        Point id or ``best-throughput`` | ``best-latency`` | ``best-energy``.
+    spec : HostSpec
+        The host and credentials (``HostSpec.parse("user@address:port", identity=..., known_hosts=...,
+        trust_new_host=...)``).
+    out_dir : Path
+        Local folder for ``report.json`` and ``trace.json`` (created).
+    options : DeployOptions, optional
+    on_event : callable(dict), optional
+        Receives progress: ``{"event": "bundle" | "connected" | "upload" | "clean" | "uploaded" |
+        "progress", ...}`` (``progress`` events come from the host: ``phase``, ``frames_done``, ``frames``,
+        ``throughput_per_s``).
+
+    Returns
+    -------
+    DeployReport
+
+    Raises
+    ------
+    InputError
+        Bad mapping (model sha256, SoC other than ``host``, unknown point), bad options, missing identity file.
+    HostError
+        Unreachable host, unknown or changed host key, no Python/onnxruntime, lost connection (one line).
+    ExecutionError
+        The run failed on the host (a stage raised: the message names stage, PU and task).
+    """
+    from parapipe.runtime.host_plan import load_host_mapping
+
+    mapping = load_host_mapping(model, mapping_path, point)
+    return deploy_mapping(mapping, spec, out_dir, options, on_event)
+
+
+def describe_event(event: Dict[str, Any]) -> Optional[str]:
+    """One human line for a deploy event (see :func:`deploy`), or None for events not worth a line."""
+    kind = event.get("event")
+    if kind == "bundle":
+        return f"bundle {event['bundle_id']}: {event['files']} files, {event['nbytes'] / 1e6:.1f} MB"
+    if kind == "connected":
+        return f"connected to {event['host']}; bundle folder {event['folder']}"
+    if kind == "upload":
+        return f"uploading {event['file']} ({event['nbytes'] / 1e6:.1f} MB)"
+    if kind == "clean":
+        return f"removed stale bundle(s) {', '.join(event['removed'])}"
+    if kind == "uploaded":
+        return f"upload done: {event['uploaded']} file(s) sent, {event['skipped']} already there"
+    if kind == "progress":
+        phase = event.get("phase")
+        if phase == "run":
+            return (f"run {event['frames_done']}/{event['frames']} frames, "
+                    f"{event.get('throughput_per_s', 0.0):.1f} inf/s")
+        if phase == "done":
+            return f"run done: {event['frames']} frames, {event.get('throughput_per_s', 0.0):.1f} inf/s"
+        return {"verify": "checking the bundle's SHA-256 on the host",
+                "reference": "running the unsplit model for the output check",
+                "start": "pipeline started"}.get(phase)
+    return None

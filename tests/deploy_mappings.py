@@ -1,0 +1,55 @@
+"""Host mappings (pareto.json documents) written by hand for the deploy tests: real zoo models cut into two
+pipeline stages on cpu0 | cpu1, without measuring the host (``parapipe optimize --soc host`` takes seconds)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+from parapipe.graph.coarsen import coarsen
+from parapipe.graph.opgraph import import_onnx
+from parapipe.graph.zoo import load_model
+
+MAX_BLOCKS = 48  # the default search granularity of 'parapipe optimize'
+
+
+def _stage(pu: str, blocks: List[str], time_s: float) -> Dict:
+    return {"pus": [pu], "blocks": blocks, "time_s": time_s, "input_s": 0.0, "makespan_s": time_s,
+            "schedule": "chain", "assignment": {b: pu for b in blocks}, "order": blocks,
+            "block_start_s": {}, "block_finish_s": {}}
+
+
+def two_stage_doc(model: str, fractions: Sequence[float] = (0.5,)) -> Dict:
+    """A pareto.json for ``model`` on ``--soc host`` with one two-stage point per FLOP fraction.
+
+    Point ``p<i>`` puts the blocks up to the given fraction of the model's FLOPs on cpu0, the rest on cpu1
+    (any prefix of the blocks' topological order is a valid cut). Its figures are nominal.
+    """
+    lm = load_model(model)
+    og = import_onnx(lm.model, name=lm.name, source=str(lm.path))
+    bg = coarsen(og, max_blocks=MAX_BLOCKS)
+    names = [b.name for b in bg.blocks]
+    total = sum(b.flops for b in bg.blocks)
+    points = []
+    for i, fraction in enumerate(fractions):
+        prefix, k = 0.0, 1
+        for j, b in enumerate(bg.blocks[:-1]):
+            prefix += b.flops
+            if prefix >= fraction * total:
+                k = j + 1
+                break
+        stages = [_stage("cpu0", names[:k], 0.02), _stage("cpu1", names[k:], 0.02)]
+        points.append({"id": f"p{i}", "strategy": "pipeline", "pareto": True, "throughput_per_s": 50.0,
+                       "period_s": 0.02, "latency_s": 0.04, "energy_j": 0.5, "period_gap": None,
+                       "latency_gap": None, "pu_busy_s": {"cpu0": 0.02, "cpu1": 0.02},
+                       "mapping": {"stages": stages}})
+    return {"schema_version": 1, "model": {"name": lm.name, "sha256": lm.sha256}, "soc": "host",
+            "objectives": ["throughput", "latency", "energy"], "search": {"max_blocks": MAX_BLOCKS, "seed": 0},
+            "blocks": {b.name: list(b.ops) for b in bg.blocks},
+            "bounds": {"period_lb_s": 0.01, "latency_lb_s": 0.03}, "points": points}
+
+
+def write_doc(doc: Dict, path: Path) -> Path:
+    """Write ``doc`` as JSON to ``path`` and return the path."""
+    path.write_text(json.dumps(doc))
+    return path

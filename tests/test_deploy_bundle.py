@@ -1,0 +1,154 @@
+"""Deploy bundles on this machine: manifest and id, the bundle's own agent running it (a local subprocess:
+real agent, real executor core, real ORT), tampered files, stale-bundle clean-up, the executor core as data."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from deploy_mappings import two_stage_doc, write_doc
+from parapipe._paths import data_dir
+from parapipe.deploy.agent_client import AgentClient, AgentRequestError
+from parapipe.deploy.bundle import build_bundle
+from parapipe.errors import InputError
+from parapipe.runtime import PipelineExecutor, PUBinding
+from parapipe.runtime._core import core
+from parapipe.runtime.host_plan import host_bindings, load_host_mapping
+
+pytestmark = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="host mappings need CPUs 0 and 1")
+
+
+@pytest.fixture(scope="module")
+def mapping_file(tmp_path_factory) -> Path:
+    return write_doc(two_stage_doc("squeezenet"), tmp_path_factory.mktemp("mapping") / "pareto.json")
+
+
+@pytest.fixture(scope="module")
+def bundle(mapping_file, tmp_path_factory):
+    return build_bundle(load_host_mapping("squeezenet", str(mapping_file), "p0"),
+                        tmp_path_factory.mktemp("bundles") / "b")
+
+
+@pytest.fixture(scope="module")
+def agent(bundle):
+    client = AgentClient.local(agent=bundle.folder / "agent.py")  # the bundle's copy, next to its ppexec/
+    yield client
+    assert client.close() == 0
+
+
+def test_the_runtime_is_the_executor_core_loaded_from_device_agents():
+    # one implementation: parapipe's classes are the very ones a bundle ships
+    assert PipelineExecutor.__mro__[1] is core.PipelineExecutor and PUBinding is core.PUBinding
+    assert Path(core.__file__).parent == data_dir("device_agents") / "ppexec"
+
+
+def test_manifest_lists_every_file_with_its_sha256_and_the_id_is_content_addressed(bundle, mapping_file,
+                                                                                   tmp_path):
+    files = {p.relative_to(bundle.folder).as_posix() for p in bundle.folder.rglob("*") if p.is_file()}
+    assert files - set(bundle.manifest["files"]) == {"manifest.json"}
+    for rel, entry in bundle.manifest["files"].items():
+        data = (bundle.folder / rel).read_bytes()
+        assert entry == {"sha256": hashlib.sha256(data).hexdigest(), "nbytes": len(data)}
+    agents = data_dir("device_agents")
+    assert (bundle.folder / "agent.py").read_bytes() == (agents / "agent.py").read_bytes()
+    shipped = {p.name for p in (bundle.folder / "ppexec").iterdir()}
+    assert shipped == {p.name for p in (agents / "ppexec").glob("*.py")}
+    assert {"plan.json", "reference.onnx", "models/s0.cpu0.t0.onnx", "models/s1.cpu1.t0.onnx"} <= files
+    assert json.loads((bundle.folder / "manifest.json").read_text())["bundle_id"] == bundle.bundle_id
+    # same mapping -> same id (an interrupted upload resumes into the same folder); another point -> another
+    doc = two_stage_doc("squeezenet", (0.5, 0.3))
+    other = write_doc(doc, tmp_path / "pareto.json")
+    again = build_bundle(load_host_mapping("squeezenet", str(other), "p0"), tmp_path / "again")
+    assert again.bundle_id == bundle.bundle_id
+    different = build_bundle(load_host_mapping("squeezenet", str(other), "p1"), tmp_path / "different")
+    assert different.bundle_id != bundle.bundle_id and different.name.startswith("bundle-")
+    with pytest.raises(InputError, match="not empty"):
+        build_bundle(load_host_mapping("squeezenet", str(other), "p1"), tmp_path / "different")
+
+
+def test_the_bundles_agent_runs_it_with_progress_events_and_matching_outputs(bundle, agent):
+    events = []
+    reply = agent.request("run_pipeline", timeout_s=60, on_event=events.append, bundle=str(bundle.folder),
+                          frames=12, warmup=2, distinct_frames=3, progress_interval_s=0.0)
+    report = reply["report"]
+    assert report["outputs_match"] is True and report["max_abs_diff"] <= 1e-5
+    assert report["frames"] == 12 and report["stages"] == 2 and report["point"] == "p0"
+    assert set(report["pu_utilisation"]) == {"cpu0", "cpu1"}
+    phases = [e["phase"] for e in events]
+    assert phases[:3] == ["verify", "reference", "start"] and phases[-1] == "done"
+    assert [e["frames_done"] for e in events if e["phase"] == "run"] == list(range(1, 13))
+    assert all(e["id"] == reply["id"] and e["event"] == "progress" for e in events)
+    on_disk = json.loads((bundle.folder / "out" / "report.json").read_text())
+    assert on_disk == report
+    trace = json.loads((bundle.folder / "out" / "trace.json").read_text())
+    assert len(core.metrics.trace_events_from_chrome(trace)) == 24
+    assert not list(bundle.folder.rglob("__pycache__"))  # the agent leaves no bytecode in the bundle
+    # a second request on the same agent works (the lock was released)
+    assert agent.request("run_pipeline", timeout_s=60, bundle=str(bundle.folder), frames=2,
+                         warmup=0)["report"]["outputs_match"] is True
+
+
+def test_a_tampered_file_is_refused_naming_it(mapping_file, tmp_path):
+    b = build_bundle(load_host_mapping("squeezenet", str(mapping_file), "p0"), tmp_path / "b")
+    model = b.folder / "models" / "s1.cpu1.t0.onnx"
+    data = bytearray(model.read_bytes())
+    data[-1] ^= 1
+    model.write_bytes(bytes(data))
+    with AgentClient.local(agent=b.folder / "agent.py") as agent:
+        with pytest.raises(AgentRequestError) as info:
+            agent.request("run_pipeline", timeout_s=60, bundle=str(b.folder), frames=2)
+        assert agent.request("hello")["ok"]  # the agent keeps serving
+    assert info.value.error_type == "BadRequest"
+    assert "manifest.json: models/s1.cpu1.t0.onnx: the file on the host differs from the bundle" in str(info.value)
+
+
+def test_clean_removes_stale_bundles_but_not_live_kept_or_foreign_folders(agent, tmp_path):
+    root = tmp_path / "root with space"
+    for name in ("bundle-stale", "bundle-live", "bundle-kept", "bundle-mine", "not-a-bundle"):
+        (root / name / "models").mkdir(parents=True)
+        (root / name / "models" / "x.onnx").write_bytes(b"x")
+    (root / "bundle-kept" / ".keep").write_text("")
+    (root / "bundle-stale" / ".lock").write_text("12345")  # its run died: the lock file stays, unlocked
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time\n"
+                               "f = open(sys.argv[1], 'w'); fcntl.flock(f, fcntl.LOCK_EX)\n"
+                               "print('locked', flush=True); time.sleep(60)",
+                               str(root / "bundle-live" / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        start = time.monotonic()
+        reply = agent.request("clean", timeout_s=30, root=str(root), keep=["bundle-mine"], wait_s=0.3)
+        waited = time.monotonic() - start
+    finally:
+        holder.kill()
+        holder.wait()
+    assert reply["removed"] == ["bundle-stale"] and reply["busy"] == ["bundle-live"]
+    assert reply["kept"] == ["bundle-kept", "bundle-mine"]
+    assert sorted(os.listdir(root)) == ["bundle-kept", "bundle-live", "bundle-mine", "not-a-bundle"]
+    assert waited >= 0.3
+    # once its run has ended, the live one is stale too
+    again = agent.request("clean", timeout_s=30, root=str(root), keep=[], wait_s=5.0)
+    assert again["removed"] == ["bundle-live", "bundle-mine"]
+    assert agent.request("clean", root=str(tmp_path / "absent"), keep=[]) == {
+        "id": again["id"] + 1, "ok": True, "removed": [], "busy": [], "kept": []}
+
+
+def test_the_agent_alone_cannot_run_a_bundle_and_says_why(bundle, tmp_path):
+    # agent.py without ppexec/ next to it (as uploaded for profiling): an error reply, the agent keeps serving
+    lone = tmp_path / "agent.py"
+    lone.write_bytes((data_dir("device_agents") / "agent.py").read_bytes())
+    with AgentClient.local(agent=lone) as plain:
+        with pytest.raises(AgentRequestError, match="ppexec/ is not next to"):
+            plain.request("run_pipeline", bundle=str(bundle.folder))
+        assert plain.request("hello")["ok"]
+
+
+def test_host_pus_must_be_cores():
+    assert host_bindings(["cpu0", "cpu12"]) == {"cpu0": PUBinding(cpus=(0,)), "cpu12": PUBinding(cpus=(12,))}
+    with pytest.raises(InputError, match=r"unknown host PU 'gpu'.*--soc host"):
+        host_bindings(["cpu0", "gpu"], "m.json")
