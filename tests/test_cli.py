@@ -1,0 +1,346 @@
+"""The ``parapipe`` command, run in-process through ``parapipe.cli.main``: happy paths, the pareto.json
+schema, and every bad input -> exit code 2, one ``parapipe: error:`` line naming the file/field, no traceback,
+no files left behind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from parapipe._paths import data_dir
+from parapipe.cli import main
+from parapipe.graph.zoo import light_models_dir
+
+ZOO_MODELS = ["alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
+              "squeezenet", "vgg19", "zfnet512"]
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(capsys, *argv):
+    """``main(argv)`` -> (exit code, stdout, stderr); output captured before the call is dropped."""
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_user_error(code, out, err, *names):
+    """Exit 2, one stderr line 'parapipe: error: ...' that mentions every string in ``names``."""
+    assert code == 2, (code, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("parapipe: error: "), err
+    assert "Traceback" not in err and "Traceback" not in out
+    for name in names:
+        assert name in lines[0], (name, lines[0])
+
+
+def files_under(path: Path):
+    return sorted(p for p in Path(path).rglob("*") if p.is_file()) if Path(path).exists() else []
+
+
+# ----------------------------------------------------------------------------------------- happy paths
+
+def test_models_lists_the_nine_names(capsys):
+    from parapipe.graph.zoo import list_models
+
+    code, out, err = run_cli(capsys, "models")
+    assert code == 0
+    names = [line.split()[0] for line in out.strip().splitlines()]
+    assert names == [m.name for m in list_models()]  # the whole registry, in its order
+    assert [n for n in names if n in ZOO_MODELS] == ZOO_MODELS  # the nine onnx-wheel models among them
+    code, out, _ = run_cli(capsys, "models", "--json")
+    assert code == 0 and [m["name"] for m in json.loads(out)] == names
+
+
+def test_inspect_squeezenet(capsys):
+    code, out, err = run_cli(capsys, "inspect", "squeezenet", "--json")
+    assert code == 0
+    info = json.loads(out)
+    assert info["model"] == "squeezenet" and len(info["sha256"]) == 64
+    assert info["operators"] > info["blocks"] > 1
+    assert len(info["block_list"]) == info["blocks"]
+    # Fire modules: two parallel 1x1 / 3x3 expand branches.
+    assert info["widest_parallel_section"] >= 2
+    # SqueezeNet 1.0 at 224x224: ~0.7 GFLOPs (two per multiply-add), 1.25 M fp32 parameters (~5 MB).
+    assert 0.5e9 < info["flops"] < 1e9
+    assert 4e6 < info["param_nbytes"] < 6e6
+    code, out, err = run_cli(capsys, "inspect", "squeezenet")
+    assert code == 0
+    assert "squeezenet" in out
+    assert f"operators  {info['operators']}" in out and f"blocks {info['blocks']}" in out
+    assert f"FLOPs      {info['flops'] / 1e9:.3f} G" in out
+
+
+def _check_schema(doc, model, soc):
+    assert doc["schema_version"] == 1
+    assert doc["model"]["name"] == model and len(doc["model"]["sha256"]) == 64
+    assert doc["soc"] == soc
+    assert doc["points"]
+    strategies = {p["strategy"] for p in doc["points"]}
+    assert "parapipe" in strategies and strategies <= {"parapipe", "pipeline", "parallel", "single"}
+    assert sum(p["strategy"] == "parapipe" and p["pareto"] for p in doc["points"]) >= 2
+    ids = [p["id"] for p in doc["points"]]
+    assert len(ids) == len(set(ids))
+    all_blocks = list(doc["blocks"])
+    for p in doc["points"]:
+        assert isinstance(p["pareto"], bool)
+        for key in ("throughput_per_s", "period_s", "latency_s", "energy_j"):
+            assert isinstance(p[key], float) and p[key] > 0, key
+        assert p["throughput_per_s"] == pytest.approx(1 / p["period_s"])
+        stages = p["mapping"]["stages"]
+        assert stages
+        covered = [b for st in stages for b in st["blocks"]]
+        assert covered == all_blocks  # every block once, in order
+        for st in stages:
+            assert st["pus"] and all(isinstance(u, str) for u in st["pus"])
+            assert st["time_s"] > 0 and st["time_s"] <= p["period_s"] * (1 + 1e-9)
+            assert set(st["assignment"]) == set(st["blocks"])
+            assert set(st["assignment"].values()) <= set(st["pus"])
+        assert sum(st["time_s"] for st in stages) == pytest.approx(p["latency_s"])
+
+
+def test_optimize_writes_pareto_json_and_png(capsys, tmp_path):
+    out_dir = tmp_path / "out"
+    code, out, err = run_cli(capsys, "optimize", "squeezenet", "--soc", "black_sesame_a1000",
+                             "--out", out_dir, "--time-limit", "2")
+    assert code == 0, err
+    assert sorted(p.name for p in files_under(out_dir)) == ["pareto.json", "pareto.png"]
+    doc = json.loads((out_dir / "pareto.json").read_text())
+    _check_schema(doc, "squeezenet", "black_sesame_a1000")
+    assert (out_dir / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "pareto.json" in out and "p0" in out
+
+
+# ------------------------------------------------------------------------------------------- bad inputs
+
+@pytest.fixture
+def light_file():
+    return lambda name: light_models_dir() / f"light_{name}.onnx"
+
+
+def _optimize_fails(capsys, tmp_path, model, soc, *names, extra=()):
+    out_dir = tmp_path / "out"
+    code, out, err = run_cli(capsys, "optimize", model, "--soc", soc, "--out", out_dir, *extra)
+    assert_user_error(code, out, err, *names)
+    assert files_under(out_dir) == []
+    return err
+
+
+def test_missing_model_path(capsys, tmp_path):
+    missing = tmp_path / "nowhere" / "model.onnx"
+    _optimize_fails(capsys, tmp_path, missing, "amlogic_a311d", str(missing), "not found")
+
+
+def test_truncated_onnx(capsys, tmp_path, light_file):
+    bad = tmp_path / "trunc.onnx"
+    bad.write_bytes(light_file("squeezenet").read_bytes()[:100])
+    _optimize_fails(capsys, tmp_path, bad, "amlogic_a311d", str(bad), "not a valid ONNX model")
+
+
+def test_text_file_named_onnx(capsys, tmp_path):
+    bad = tmp_path / "x.onnx"
+    bad.write_text("this is not a protobuf\n")
+    _optimize_fails(capsys, tmp_path, bad, "amlogic_a311d", str(bad), "not a valid ONNX model")
+
+
+def test_unknown_model_name(capsys, tmp_path):
+    _optimize_fails(capsys, tmp_path, "squeezenet2", "amlogic_a311d", "'squeezenet2'", "squeezenet")
+
+
+def test_unknown_soc_name(capsys, tmp_path):
+    _optimize_fails(capsys, tmp_path, "squeezenet", "exynos9", "'exynos9'", "amlogic_a311d")
+
+
+def _edit(*keys, value=None, delete=False):
+    def mutate(raw):
+        node = raw
+        for key in keys[:-1]:
+            node = node[key]
+        if delete:
+            del node[keys[-1]]
+        else:
+            node[keys[-1]] = value
+    return mutate
+
+
+PROFILE_CASES = [
+    ("unknown-key", _edit("pus", "big", "peak_flop", value=1.0), ["pus.big.peak_flop", "unknown key"]),
+    ("missing-field", _edit("pus", "gpu", "peak_flops", delete=True), ["pus.gpu.peak_flops", "missing"]),
+    ("wrong-type", _edit("pus", "big", "cores", value="four"), ["pus.big.cores", "wrong type"]),
+    ("negative-bandwidth", _edit("memory_bandwidth_bytes_per_s", "value", value=-1.0e9),
+     ["memory_bandwidth_bytes_per_s", "> 0"]),
+    ("negative-pu-bandwidth", _edit("pus", "little", "memory_bandwidth_bytes_per_s", "value", value=-2.6e9),
+     ["pus.little.memory_bandwidth_bytes_per_s", "> 0"]),
+    ("negative-transfer-bandwidth", _edit("transfers", "pairs", 0, "beta_bytes_per_s", "value", value=-5e8),
+     ["transfers.pairs.0.beta_bytes_per_s", "> 0"]),
+]
+
+
+@pytest.mark.parametrize("mutate, names", [c[1:] for c in PROFILE_CASES], ids=[c[0] for c in PROFILE_CASES])
+def test_bad_profile_yaml(capsys, tmp_path, mutate, names):
+    raw = yaml.safe_load((data_dir("soc_profiles") / "amlogic_a311d.yaml").read_text())
+    mutate(raw)
+    profile = tmp_path / "my_soc.yaml"
+    profile.write_text(yaml.safe_dump(raw, sort_keys=False))
+    _optimize_fails(capsys, tmp_path, "squeezenet", profile, "my_soc.yaml", *names)
+
+
+def test_unedited_profile_copy_works(capsys, tmp_path):
+    # The control for test_bad_profile_yaml: the same copy, unedited, loads and optimises.
+    raw = yaml.safe_load((data_dir("soc_profiles") / "amlogic_a311d.yaml").read_text())
+    profile = tmp_path / "my_soc.yaml"
+    profile.write_text(yaml.safe_dump(raw, sort_keys=False))
+    code, out, err = run_cli(capsys, "optimize", "alexnet", "--soc", profile, "--out", tmp_path / "out",
+                             "--no-plot", "--time-limit", "1")
+    assert code == 0, err
+    assert json.loads((tmp_path / "out" / "pareto.json").read_text())["soc"] == "amlogic_a311d"
+
+
+def test_pus_unknown(capsys, tmp_path):
+    _optimize_fails(capsys, tmp_path, "squeezenet", "black_sesame_a1000", "--pus", "'npu'", "dsp0",
+                    extra=("--pus", "cpu,npu"))
+
+
+def test_pus_exclude_every_pu_of_a_block(capsys, tmp_path):
+    # SqueezeNet ends in Softmax, which the A1000 DLA does not run (soc_profiles/black_sesame_a1000.yaml).
+    from parapipe.errors import InfeasibleError
+    from parapipe.workflow import prepare
+
+    with pytest.raises(InfeasibleError):
+        prepare("squeezenet", "black_sesame_a1000", pus=["dla"])
+    _optimize_fails(capsys, tmp_path, "squeezenet", "black_sesame_a1000", "Softmax", "--pus",
+                    extra=("--pus", "dla"))
+    # Inception v1 has LRN, which the DLA does not run either.
+    _optimize_fails(capsys, tmp_path, "inception_v1", "black_sesame_a1000", "LRN", extra=("--pus", "dla"))
+
+
+def test_unwritable_out(capsys, tmp_path):
+    regular = tmp_path / "a_file"
+    regular.write_text("x")
+    out_dir = regular / "out"
+    code, out, err = run_cli(capsys, "optimize", "alexnet", "--soc", "amlogic_a311d", "--out", out_dir)
+    assert_user_error(code, out, err, "--out", str(out_dir))
+    assert regular.read_text() == "x" and sorted(tmp_path.iterdir()) == [regular]
+
+
+# ------------------------------------------------------------------------------------ run: bad mappings
+
+@pytest.fixture(scope="module")
+def squeezenet_a311d_doc(tmp_path_factory):
+    """pareto.json of squeezenet on amlogic_a311d (no plot), as a dict."""
+    out_dir = tmp_path_factory.mktemp("sq_a311d")
+    assert main(["optimize", "squeezenet", "--soc", "amlogic_a311d", "--out", str(out_dir), "--no-plot",
+                 "--time-limit", "1"]) == 0
+    return json.loads((out_dir / "pareto.json").read_text())
+
+
+def _write(tmp_path, doc, name="pareto.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _run_fails(capsys, tmp_path, monkeypatch, argv, *names):
+    monkeypatch.chdir(tmp_path)
+    before = files_under(tmp_path)
+    code, out, err = run_cli(capsys, "run", *argv)
+    assert_user_error(code, out, err, *names)
+    assert files_under(tmp_path) == before
+
+
+def test_run_mapping_for_another_soc(capsys, tmp_path, monkeypatch, squeezenet_a311d_doc):
+    path = _write(tmp_path, squeezenet_a311d_doc)
+    _run_fails(capsys, tmp_path, monkeypatch, ["squeezenet", "--mapping", path, "--frames", "5"],
+               str(path), "soc", "amlogic_a311d", "--soc host")
+
+
+def test_run_mapping_for_another_model(capsys, tmp_path, monkeypatch, squeezenet_a311d_doc):
+    path = _write(tmp_path, dict(squeezenet_a311d_doc, soc="host"))
+    _run_fails(capsys, tmp_path, monkeypatch, ["alexnet", "--mapping", path, "--frames", "5"],
+               str(path), "model.sha256", "'squeezenet'", "'alexnet'")
+
+
+def test_run_unknown_point(capsys, tmp_path, monkeypatch, squeezenet_a311d_doc):
+    path = _write(tmp_path, dict(squeezenet_a311d_doc, soc="host"))
+    _run_fails(capsys, tmp_path, monkeypatch,
+               ["squeezenet", "--mapping", path, "--point", "p999", "--frames", "5"],
+               "--point", "'p999'", "best-throughput")
+
+
+@pytest.mark.parametrize("content, names", [
+    (None, ["cannot read"]),
+    ("{not json", ["not valid JSON"]),
+    (json.dumps({"schema_version": 7}), ["schema_version"]),
+    (json.dumps({"schema_version": 1, "model": {"sha256": "0" * 64}, "soc": "host", "blocks": {}}),
+     ["points"]),
+], ids=["missing", "not-json", "schema-version", "no-points"])
+def test_run_bad_mapping_file(capsys, tmp_path, monkeypatch, content, names):
+    path = tmp_path / "pareto.json"
+    if content is not None:
+        path.write_text(content)
+    _run_fails(capsys, tmp_path, monkeypatch, ["squeezenet", "--mapping", path], str(path), *names)
+
+
+def test_error_line_from_a_real_process(tmp_path, light_file):
+    # The same contract seen from outside: python -m parapipe, real stderr (logging and tqdm included).
+    bad = tmp_path / "trunc.onnx"
+    bad.write_bytes(light_file("squeezenet").read_bytes()[:100])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    argv = [sys.executable, "-m", "parapipe", "optimize", str(bad), "--soc", "amlogic_a311d",
+            "--out", str(tmp_path / "out")]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert_user_error(proc.returncode, proc.stdout, proc.stderr, str(bad))
+    assert not (tmp_path / "out").exists()
+
+
+# -------------------------------------------------------------------------------------- run: end to end
+
+@pytest.fixture(scope="module")
+def host_mapping(tmp_path_factory):
+    """pareto.json of squeezenet measured on this machine (``--soc host``; a few seconds of measurement)."""
+    out_dir = tmp_path_factory.mktemp("sq_host")
+    assert main(["optimize", "squeezenet", "--soc", "host", "--out", str(out_dir), "--no-plot",
+                 "--time-limit", "2"]) == 0
+    return out_dir / "pareto.json"
+
+
+RUN_KEYS = ("throughput_per_s", "latency_p50_s", "latency_p99_s", "predicted_throughput_per_s",
+            "predicted_latency_s", "outputs_match", "max_abs_diff")
+
+
+@pytest.mark.slow
+def test_run_host_mapping_end_to_end(capsys, host_mapping):
+    doc = json.loads(host_mapping.read_text())
+    _check_schema(doc, "squeezenet", "host")
+    code, out, err = run_cli(capsys, "run", "squeezenet", "--mapping", host_mapping,
+                             "--point", "best-throughput", "--frames", "20", "--json")
+    assert code == 0, err
+    rep = json.loads(out)
+    for key in RUN_KEYS:
+        assert key in rep, key
+    assert rep["outputs_match"] is True
+    assert 0.0 <= rep["max_abs_diff"] <= 1e-5
+    assert rep["frames"] == 20
+    assert rep["throughput_per_s"] > 0 and 0 < rep["latency_p50_s"] <= rep["latency_p99_s"]
+    best = min((p for p in doc["points"] if p["strategy"] == "parapipe"),
+               key=lambda p: (p["period_s"], p["latency_s"], p["energy_j"]))
+    assert rep["point_id"] == best["id"]
+    assert rep["predicted_throughput_per_s"] == pytest.approx(1 / best["period_s"])
+    assert rep["predicted_latency_s"] == pytest.approx(best["latency_s"])
+
+
+@pytest.mark.slow
+def test_run_host_mapping_errors(capsys, tmp_path, monkeypatch, host_mapping):
+    _run_fails(capsys, tmp_path, monkeypatch, ["squeezenet", "--mapping", host_mapping, "--point", "nope"],
+               "--point", "'nope'")
+    _run_fails(capsys, tmp_path, monkeypatch, ["resnet50", "--mapping", host_mapping], str(host_mapping),
+               "model.sha256")
+    _run_fails(capsys, tmp_path, monkeypatch, ["squeezenet", "--mapping", host_mapping, "--frames", "0"],
+               "--frames")
