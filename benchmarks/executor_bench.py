@@ -1,24 +1,42 @@
-"""Executor benchmark: pipelined inception_v1 vs plain ONNX Runtime, and the cost of one stage hop.
+"""Executor benchmark: parapipe's best-throughput host mappings vs plain ONNX Runtime, the cost of a stage hop,
+and a long soak.
 
-Run from the repository root::
+Run from the repository root (about 5 minutes on the 2-core machine, plus the soak)::
 
-    python benchmarks/executor_bench.py [--frames 60] [--hops 1 2 4 8] [--trace out/inception_trace.json]
+    python benchmarks/executor_bench.py [--models inception_v1 squeezenet resnet50] [--frames 100]
+        [--repeats 3] [--soak 10000] [--trace out/inception_trace.json]
 
-Prints two tables (stderr is left to logging):
+Prints (stderr is left to logging):
 
-1. inception_v1 (the onnx wheel's light zoo model): throughput of one ORT session with 1 and 2 intra-op
-   threads, of a two-stage pipeline cut at the Concat that best balances FLOPs (one stage per core), and of
-   one stage whose Inception branches are spread over both cores (LPT by FLOPs: intra-stage parallelism
-   only). Outputs are checked against the unsplit model (max abs diff). Ratios to ORT 1 thread are the
-   figure to compare: machines here are shared.
-2. Identity hops: a chain of k one-Identity stages (alternating cpu0/cpu1) on a [1, 16] float tensor: the
+1. Per model (the onnx wheel's light zoo models): throughput of one ORT session with 1 and with 2 intra-op
+   threads (unpinned), and of parapipe's best-throughput mapping for ``--soc host`` (this machine measured
+   with :func:`parapipe.workflow.prepare`, searched with :func:`parapipe.search.api.search`, run by the
+   pipelined executor). The three run interleaved, ``--repeats`` times each; the table gives the median and the
+   spread ((max - min) / median) of each, the ratios of the medians, parapipe's predicted throughput
+   (1 / period_s) and measured / predicted, and the largest difference to the unsplit model: of the model's
+   outputs (absolute) and of every tensor a task hands on (relative to its largest magnitude; the light zoo
+   models have constant weights, so their final outputs do not depend on the input and check little alone).
+   A ratio is only meaningful when both match. Machines here are shared: compare ratios, not absolute figures.
+2. Why measured and predicted differ, per stage: the predicted stage time (the cost model on the host
+   profile's block times), the stage's sub-model timed alone on its core (same session settings), and its
+   busy time per frame inside the pipeline; plus the whole model's 1-thread time against the sum of its block
+   times (what splitting a model into per-block sessions costs in the profile).
+3. Identity hops: a chain of k one-Identity stages (alternating cpu0/cpu1) on a [1, 16] float tensor: the
    saturated throughput, and the latency of single frames through an idle pipeline (one frame per run); the
    per-hop overhead is the growth of that median latency per extra stage, (p50(k) - p50(1)) / (k - 1).
+4. ``--soak N``: N frames of the first model's mapping through one executor (runs of ``--soak-chunk`` frames,
+   distinct frames fed cyclically): every output and every handed-over tensor compared with the unsplit
+   model's for its frame (an out-of-order output is a mismatch), and the process RSS after each run (first run, last, growth after the
+   first run, least-squares slope per 1000 frames).
 """
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import sys
+import tempfile
+import threading
 import time
 from typing import Dict, List
 
@@ -26,12 +44,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from parapipe.runtime import (ExecutionPlan, PipelineExecutor, PUBinding, StageSpec, Task, build_plan,
-                              max_abs_diff,
-                              reference_outputs, run_pipeline, write_chrome_trace)
-from parapipe.runtime.session import create_session
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # a checkout, not installed
+from parapipe.runtime import (ExecutionPlan, PipelineExecutor, PUBinding, Task, max_abs_diff, reference_outputs,
+                              run_pipeline, write_chrome_trace)
+from parapipe.runtime.reference import handed_over_tensors, max_scaled_diff, reference_with_outputs, with_outputs
+from parapipe.runtime.session import create_session, pin_current_thread
 
 BINDINGS = {"cpu0": PUBinding(cpus=(0,)), "cpu1": PUBinding(cpus=(1,))}
+DISTINCT_FRAMES = 8  # distinct inputs, fed cyclically (the reference runs once on each)
 
 
 def ort_throughput(model: onnx.ModelProto, frames: List[Dict[str, np.ndarray]], threads: int,
@@ -47,71 +67,119 @@ def ort_throughput(model: onnx.ModelProto, frames: List[Dict[str, np.ndarray]], 
     return len(frames) / (time.perf_counter() - t0)
 
 
-def balanced_concat_cut(og, bg) -> int:
-    """Index k into ``bg.blocks``: blocks[:k] form stage 0, ending just after the Concat block that best
-    balances FLOPs between the two sides."""
-    total = sum(b.flops for b in bg.blocks)
-    best, best_gap, prefix = None, float("inf"), 0.0
-    for i, b in enumerate(bg.blocks):
-        prefix += b.flops
-        if "Concat" in b.op_types and abs(2 * prefix - total) < best_gap:
-            best, best_gap = i + 1, abs(2 * prefix - total)
-    if best is None:
-        raise SystemExit("the model has no Concat block to cut at")
-    return best
+def best_throughput_mapping(model: str, time_limit_s: float):
+    """Measure this host for ``model``, search, and load the best-throughput point as a HostMapping."""
+    from parapipe.mapping_doc import result_to_doc, write_json_atomic
+    from parapipe.runtime.host_plan import load_host_mapping
+    from parapipe.search.api import SearchOptions, search
+    from parapipe.workflow import prepare
+
+    t0 = time.perf_counter()
+    prep = prepare(model, "host")
+    result = search(prep.problem, SearchOptions(time_limit_s=time_limit_s, seed=0))
+    blocks = {b.name: list(b.ops) for b in prep.block_graph.blocks}
+    doc = result_to_doc(result, prep.loaded.name, prep.loaded.sha256, prep.soc.name, blocks=blocks,
+                        search={"max_blocks": prep.max_blocks, "seed": 0})
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "pareto.json")
+        write_json_atomic(doc, path)
+        mapping = load_host_mapping(model, path, "best-throughput")
+    return mapping, prep, time.perf_counter() - t0
 
 
-def fork_branches(bg) -> List[List[str]]:
-    """Every branch of every fork of the block graph: the blocks from a fork's successor up to (not including)
-    the next join (a block with several predecessors)."""
-    branches = []
-    for block in bg.blocks:
-        heads = sorted(bg.graph.successors(block.name), key=bg.index.__getitem__)
-        if len(heads) < 2:
-            continue
-        for head in heads:
-            branch, x = [], head
-            while bg.graph.in_degree(x) == 1:
-                branch.append(x)
-                succ = list(bg.graph.successors(x))
-                if len(succ) != 1:
-                    break
-                x = succ[0]
-            if branch:
-                branches.append(branch)
-    return branches
+def make_frames(og, n: int, seed: int = 0) -> List[Dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    pool = [{name: rng.standard_normal(og.tensors[name].shape).astype(og.tensors[name].dtype)
+             for name in og.inputs} for _ in range(DISTINCT_FRAMES)]
+    return [pool[i % DISTINCT_FRAMES] for i in range(n)]
 
 
-def lpt_branch_split(bg, blocks: List[str], pus=("cpu0", "cpu1")) -> Dict[str, str]:
-    """Block -> PU for one stage holding ``blocks``: each fork's branches go to the PU least loaded by that
-    fork's branches so far, largest first (LPT per fork); blocks outside branches go to the first PU."""
-    inside = set(blocks)
-    flops = {b.name: b.flops for b in bg.blocks}
-    assignment = {b: pus[0] for b in blocks}
-    by_fork: Dict[str, List[List[str]]] = {}
-    for branch in fork_branches(bg):
-        if set(branch) <= inside:
-            fork = next(iter(bg.graph.predecessors(branch[0])))
-            by_fork.setdefault(fork, []).append(branch)
-    for fork in by_fork:  # forks run one after the other: balance each on its own
-        load = {pu: 0.0 for pu in pus}
-        for branch in sorted(by_fork[fork], key=lambda br: -sum(flops[b] for b in br)):
-            pu = min(pus, key=load.__getitem__)
-            load[pu] += sum(flops[b] for b in branch)
-            assignment.update({b: pu for b in branch})
-    return assignment
+def standalone_task_s(task: Task, og, cpu: int, repeats: int = 20, warmup: int = 3) -> float:
+    """Median time of one task's sub-model alone on ``cpu`` (a pinned thread, the executor's session)."""
+    rng = np.random.default_rng(1)
+    feeds = {n: rng.standard_normal(og.tensors[n].shape).astype(og.tensors[n].dtype) for n in task.inputs}
+    box = {}
+
+    def body():
+        pin_current_thread(task.pu, (cpu,))
+        sess = create_session(task.model, PUBinding(cpus=(cpu,)), "CPUExecutionProvider")
+        times = []
+        for i in range(warmup + repeats):
+            t0 = time.perf_counter()
+            sess.run(task.outputs, feeds)
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+        box["s"] = statistics.median(times)
+
+    worker = threading.Thread(target=body)
+    worker.start()
+    worker.join()
+    return box["s"]
 
 
-def inception_plans(og, bg):
-    """(two stages cut at the balanced Concat, one per core; one stage with every module's branches split
-    over both cores)."""
-    k = balanced_concat_cut(og, bg)
-    names = [b.name for b in bg.blocks]
-    s0, s1 = names[:k], names[k:]
-    pipe = [StageSpec(["cpu0"], {b: "cpu0" for b in s0}, s0),
-            StageSpec(["cpu1"], {b: "cpu1" for b in s1}, s1)]
-    par = [StageSpec(["cpu0", "cpu1"], lpt_branch_split(bg, names), names)]
-    return build_plan(og, bg, pipe, BINDINGS), build_plan(og, bg, par, BINDINGS)
+def spread(values: List[float]) -> float:
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def bench_model(model: str, args) -> dict:
+    mapping, prep, prep_s = best_throughput_mapping(model, args.time_limit)
+    og, pt = mapping.opgraph, mapping.point
+    reference, handed = reference_with_outputs(mapping.loaded.model, og, handed_over_tensors(mapping.plan))
+    plan = with_outputs(mapping.plan, handed)
+    outputs = list(mapping.plan.model_outputs)
+    frames = make_frames(og, args.frames)
+    ref = reference_outputs(reference, frames[:DISTINCT_FRAMES])
+    ref = [ref[i % DISTINCT_FRAMES] for i in range(len(frames))]
+    runs = {"ort1": [], "ort2": [], "pp": []}
+    diff = scaled = 0.0
+    last = None
+    for _ in range(args.repeats):  # interleaved, so that load changes hit all three alike
+        runs["ort1"].append(ort_throughput(og.model, frames, 1))
+        runs["ort2"].append(ort_throughput(og.model, frames, 2))
+        outs, last = run_pipeline(plan, frames, warmup=5)
+        runs["pp"].append(last.throughput_per_s)
+        diff = max(diff, max_abs_diff([{k: o[k] for k in outputs} for o in outs],
+                                      [{k: r[k] for k in outputs} for r in ref]))
+        scaled = max([scaled] + [max_scaled_diff(o, r, handed) for o, r in zip(outs, ref)])
+    if args.trace and model == args.models[0]:
+        write_chrome_trace(last, args.trace)
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    stages = []
+    for s, (st, tasks) in enumerate(zip(pt["mapping"]["stages"], plan.stages)):
+        alone = (standalone_task_s(tasks[0], og, plan.bindings[tasks[0].pu].cpus[0])
+                 if len(tasks) == 1 else float("nan"))
+        stages.append({"pus": "+".join(st["pus"]), "blocks": len(st["blocks"]), "tasks": len(tasks),
+                       "predicted_s": st["time_s"], "alone_s": alone, "busy_s": last.stage_busy_s[s]})
+    whole_blocks_s = float(prep.problem.time_s.min(axis=1).sum())  # every block on its fastest PU
+    return {"model": model, "med": med, "spread": {k: spread(v) for k, v in runs.items()}, "diff": diff,
+            "scaled": scaled, "handed": len(handed),
+            "predicted": 1.0 / pt["period_s"], "point": pt["id"], "stages": stages, "prep_s": prep_s,
+            "whole_blocks_s": whole_blocks_s, "mapping": mapping, "utilisation": last.pu_utilisation}
+
+
+def print_models(results: List[dict], frames: int, repeats: int) -> None:
+    print(f"\n1. best-throughput host mappings vs ONNX Runtime ({frames} frames, median of {repeats} interleaved "
+          "runs; spread = (max - min) / median)")
+    print(f"{'model':<13} {'ORT-1 /s':>9} {'ORT-2 /s':>9} {'parapipe /s':>11} {'x ORT-1':>8} {'x ORT-2':>8} "
+          f"{'pred /s':>8} {'meas/pred':>9} {'max|diff|':>9} {'handed':>9} {'spread 1/2/pp':>15}  stages")
+    for r in results:
+        m, sp = r["med"], r["spread"]
+        stages = " | ".join(st["pus"] for st in r["stages"])
+        print(f"{r['model']:<13} {m['ort1']:9.1f} {m['ort2']:9.1f} {m['pp']:11.1f} {m['pp'] / m['ort1']:8.2f} "
+              f"{m['pp'] / m['ort2']:8.2f} {r['predicted']:8.1f} {m['pp'] / r['predicted']:9.2f} {r['diff']:9.1e} "
+              f"{r['scaled']:9.1e} "
+              f"{sp['ort1'] * 100:4.0f}%/{sp['ort2'] * 100:3.0f}%/{sp['pp'] * 100:3.0f}%  {stages}")
+    print("\n2. measured vs predicted, per stage (ms per frame): predicted = cost model on the host profile; "
+          "alone = the stage's sub-model on its core by itself; busy = inside the pipeline")
+    print(f"{'model':<13} {'stage':<10} {'blocks':>6} {'tasks':>5} {'predicted':>9} {'alone':>7} {'busy':>7}")
+    for r in results:
+        for s, st in enumerate(r["stages"]):
+            print(f"{r['model']:<13} {s:<2}{st['pus']:<8} {st['blocks']:>6} {st['tasks']:>5} "
+                  f"{st['predicted_s'] * 1e3:9.2f} {st['alone_s'] * 1e3:7.2f} {st['busy_s'] * 1e3:7.2f}")
+        one = 1e3 / r["med"]["ort1"]
+        print(f"{r['model']:<13} whole model, 1 thread: {one:.2f} ms; sum of its block times in the host profile "
+              f"{r['whole_blocks_s'] * 1e3:.2f} ms ({r['whole_blocks_s'] * 1e3 / one:.2f}x); "
+              f"utilisation {({p: round(u, 2) for p, u in r['utilisation'].items()})}")
 
 
 def identity_chain_plan(k: int) -> ExecutionPlan:
@@ -127,61 +195,97 @@ def identity_chain_plan(k: int) -> ExecutionPlan:
     return ExecutionPlan(stages, ["t0"], [f"t{k}"], dict(BINDINGS))
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frames", type=int, default=60)
-    parser.add_argument("--hops", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--hop-frames", type=int, default=2000, help="frames of the saturated hop runs")
-    parser.add_argument("--idle-frames", type=int, default=200, help="one-frame runs for the idle latency")
-    parser.add_argument("--trace", default=None, help="write the two-stage run's Chrome trace here")
-    args = parser.parse_args(argv)
-
-    from parapipe.graph.coarsen import coarsen
-    from parapipe.graph.opgraph import import_onnx
-    from parapipe.graph.zoo import load_model
-
-    og = import_onnx(load_model("inception_v1").model, "inception_v1")
-    bg = coarsen(og)
-    (name,) = og.inputs
-    shape = og.tensors[name].shape
-    rng = np.random.default_rng(0)
-    frames = [{name: rng.standard_normal(shape).astype(np.float32)} for _ in range(args.frames)]
-    ref = reference_outputs(og.model, frames)
-    pipe, par = inception_plans(og, bg)
-
-    rows = [("ORT, 1 thread", ort_throughput(og.model, frames, 1), 0.0, float("nan")),
-            ("ORT, 2 threads", ort_throughput(og.model, frames, 2), 0.0, float("nan"))]
-    for label, plan in (("2 stages (cpu0 | cpu1)", pipe), ("1 stage, branches split (LPT)", par)):
-        outs, m = run_pipeline(plan, frames, warmup=5)
-        rows.append((label, m.throughput_per_s, max_abs_diff(outs, ref), m.latency_p50_s))
-        if args.trace and plan is pipe:
-            write_chrome_trace(m, args.trace)
-        print(f"# {label}: stage busy ms {[round(b * 1e3, 2) for b in m.stage_busy_s]}, utilisation "
-              f"{ {p: round(u, 2) for p, u in m.pu_utilisation.items()} }, "
-              f"tasks {[len(s) for s in plan.stages]}")
-    base = rows[0][1]
-    print(f"{'inception_v1, ' + str(args.frames) + ' frames':34s} {'inf/s':>8s} {'x ORT-1':>8s} "
-          f"{'p50 ms':>8s} {'max|diff|':>10s}")
-    for label, tput, diff, p50 in rows:
-        print(f"{label:34s} {tput:8.1f} {tput / base:8.2f} {p50 * 1e3:8.1f} {diff:10.2e}")
-
-    print(f"\n{'Identity hops':14s} {'frames/s':>10s} {'idle p50 us':>12s} {'idle p90 us':>12s} "
-          f"{'us/hop':>8s}")
+def print_hops(hops: List[int], hop_frames: int, idle_frames: int) -> None:
+    print(f"\n3. {'Identity hops':14s} {'frames/s':>10s} {'idle p50 us':>12s} {'idle p90 us':>12s} {'us/hop':>8s}")
     p50_1 = None
     x = {"t0": np.ones((1, 16), np.float32)}
-    for k in args.hops:
+    for k in hops:
         plan = identity_chain_plan(k)
-        _, m = run_pipeline(plan, [x] * args.hop_frames, warmup=50)
+        _, m = run_pipeline(plan, [x] * hop_frames, warmup=50)
         with PipelineExecutor(plan) as ex:  # idle pipeline: one frame per run
             idle = []
-            for _ in range(args.idle_frames):
+            for _ in range(idle_frames):
                 list(ex.run([x]))
                 idle.append(ex.metrics.latency_s[0])
         p50, p90 = np.percentile(idle[10:], [50, 90])
         if k == 1:
             p50_1 = p50
         per_hop = (p50 - p50_1) / (k - 1) if (p50_1 is not None and k > 1) else float("nan")
-        print(f"{k:14d} {m.throughput_per_s:10.0f} {p50 * 1e6:12.0f} {p90 * 1e6:12.0f} {per_hop * 1e6:8.0f}")
+        print(f"   {k:14d} {m.throughput_per_s:10.0f} {p50 * 1e6:12.0f} {p90 * 1e6:12.0f} {per_hop * 1e6:8.0f}")
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process (/proc/self/statm, field 2, in pages: proc(5))."""
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def soak(mapping, frames: int, chunk: int, atol: float = 1e-5) -> dict:
+    """``frames`` frames through one executor in runs of ``chunk``; outputs checked, RSS sampled per run."""
+    og = mapping.opgraph
+    reference, handed = reference_with_outputs(mapping.loaded.model, og, handed_over_tensors(mapping.plan))
+    plan, outputs = with_outputs(mapping.plan, handed), list(mapping.plan.model_outputs)
+    pool = make_frames(og, DISTINCT_FRAMES, seed=3)
+    ref = reference_outputs(reference, pool)
+    done, mismatches, worst, samples, rates = 0, 0, 0.0, [], []
+    with PipelineExecutor(plan) as ex:
+        for _ in ex.run(pool):  # warm-up run
+            pass
+        while done < frames:
+            n = min(chunk, frames - done)
+            for i, out in enumerate(ex.run(pool[(done + j) % DISTINCT_FRAMES] for j in range(n))):
+                expected = ref[(done + i) % DISTINCT_FRAMES]
+                d = max_abs_diff([{k: out[k] for k in outputs}], [{k: expected[k] for k in outputs}])
+                worst = max(worst, d)
+                mismatches += d > atol or max_scaled_diff(out, expected, handed) > atol
+            done += n
+            rates.append(ex.metrics.throughput_per_s)
+            samples.append((done, rss_bytes()))
+    xs = np.array([s[0] for s in samples[1:]], float)
+    ys = np.array([s[1] for s in samples[1:]], float)
+    slope = float(np.polyfit(xs, ys, 1)[0]) if len(xs) >= 2 else float("nan")
+    return {"frames": done, "mismatches": int(mismatches), "max_abs_diff": worst, "rss_first": samples[0][1],
+            "rss_last": samples[-1][1], "rss_max": max(s[1] for s in samples),
+            "growth_after_first": samples[-1][1] - samples[0][1], "slope_bytes_per_1000": slope * 1000,
+            "throughput_median": statistics.median(rates), "runs": len(samples)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["inception_v1", "squeezenet", "resnet50"])
+    parser.add_argument("--frames", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--time-limit", type=float, default=10.0, help="search time limit, s")
+    parser.add_argument("--hops", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--hop-frames", type=int, default=2000, help="frames of the saturated hop runs")
+    parser.add_argument("--idle-frames", type=int, default=200, help="one-frame runs for the idle latency")
+    parser.add_argument("--soak", type=int, default=0, help="frames of the soak (0: no soak)")
+    parser.add_argument("--soak-chunk", type=int, default=500, help="frames per run in the soak")
+    parser.add_argument("--trace", default=None, help="write the first model's last parapipe run as a Chrome trace")
+    parser.add_argument("--skip-models", action="store_true", help="only the hops (and the soak)")
+    args = parser.parse_args(argv)
+    if not {0, 1} <= os.sched_getaffinity(0):
+        raise SystemExit("the benchmark needs CPUs 0 and 1")
+    print(f"# load average at start: {os.getloadavg()}")
+    results = []
+    if not args.skip_models or args.soak:
+        for model in (args.models if not args.skip_models else args.models[:1]):
+            t0 = time.perf_counter()
+            results.append(bench_model(model, args))
+            print(f"# {model}: measured the host and searched in {results[-1]['prep_s']:.1f} s, benchmarked in "
+                  f"{time.perf_counter() - t0:.1f} s", flush=True)
+        print_models(results, args.frames, args.repeats)
+    print_hops(args.hops, args.hop_frames, args.idle_frames)
+    if args.soak:
+        r = soak(results[0]["mapping"], args.soak, args.soak_chunk)
+        mib = 2.0 ** 20
+        print(f"\n4. soak, {results[0]['model']} point {results[0]['point']}: {r['frames']} frames in {r['runs']} runs "
+              f"of {args.soak_chunk}: {r['mismatches']} mismatched or out-of-order outputs (max |diff| "
+              f"{r['max_abs_diff']:.1e}); median {r['throughput_median']:.1f} inf/s; RSS after the first run "
+              f"{r['rss_first'] / mib:.1f} MiB, last {r['rss_last'] / mib:.1f} MiB, max {r['rss_max'] / mib:.1f} MiB, "
+              f"growth {r['growth_after_first'] / mib:+.2f} MiB, slope {r['slope_bytes_per_1000'] / 1024:+.1f} KiB "
+              "per 1000 frames")
+    print(f"# load average at end: {os.getloadavg()}")
     return 0
 
 

@@ -556,7 +556,8 @@ def op_run_pipeline(request):
     """Run a deploy bundle: verify its files, run its plan, compare with the unsplit model, write the report.
 
     Fields: ``bundle`` (folder, required); ``frames`` (200); ``warmup`` (5); ``seed`` (0); ``distinct_frames``
-    (8); ``atol`` (1e-5); ``progress_interval_s`` (0.5); ``verify`` (true); ``lock_wait_s`` (30). Sends
+    (8); ``atol`` (1e-5, model outputs); ``rtol`` (1e-5, handed-over tensors, relative to their largest
+    magnitude); ``progress_interval_s`` (0.5); ``verify`` (true); ``lock_wait_s`` (30). Sends
     ``progress`` events (``phase``, ``frames_done``, ``frames``, ``elapsed_s``, ``throughput_per_s``) while it
     runs. Returns the report (``ppexec.bundle_run.run_bundle``), also written to ``out/report.json`` with the
     Chrome trace in ``out/trace.json``. A failing stage is a ``RunError`` naming stage, PU and task; a bad or
@@ -566,11 +567,12 @@ def op_run_pipeline(request):
     from ppexec import bundle_run
     folder = os.path.expanduser(_field(request, "bundle", str, required=True))
     atol = _field(request, "atol", (int, float), 1e-5)
+    rtol = _field(request, "rtol", (int, float), 1e-5)
     interval = _field(request, "progress_interval_s", (int, float), 0.5)
     lock_wait = _field(request, "lock_wait_s", (int, float), 30.0)
     kwargs = dict(frames=_int_field(request, "frames", 200, 1), warmup=_int_field(request, "warmup", 5, 0),
                   seed=_int_field(request, "seed", 0, 0),
-                  distinct_frames=_int_field(request, "distinct_frames", 8, 1), atol=float(atol),
+                  distinct_frames=_int_field(request, "distinct_frames", 8, 1), atol=float(atol), rtol=float(rtol),
                   progress_interval_s=float(interval), verify=bool(_field(request, "verify", bool, True)),
                   lock_wait_s=float(lock_wait), emit=lambda event: _emit(request, event))
     if not os.path.isdir(folder):

@@ -10,7 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+from onnx import helper, numpy_helper
 
 from deploy_mappings import two_stage_doc, write_doc
 from parapipe._paths import data_dir
@@ -78,6 +80,8 @@ def test_the_bundles_agent_runs_it_with_progress_events_and_matching_outputs(bun
                           frames=12, warmup=2, distinct_frames=3, progress_interval_s=0.0)
     report = reply["report"]
     assert report["outputs_match"] is True and report["max_abs_diff"] <= 1e-5
+    # the tensor handed from stage 0 to stage 1 is checked too (the light models' outputs are input-independent)
+    assert report["checked_tensors"] >= 1 and report["max_scaled_diff"] <= 1e-5
     assert report["frames"] == 12 and report["stages"] == 2 and report["point"] == "p0"
     assert set(report["pu_utilisation"]) == {"cpu0", "cpu1"}
     phases = [e["phase"] for e in events]
@@ -152,3 +156,21 @@ def test_host_pus_must_be_cores():
     assert host_bindings(["cpu0", "cpu12"]) == {"cpu0": PUBinding(cpus=(0,)), "cpu12": PUBinding(cpus=(12,))}
     with pytest.raises(InputError, match=r"unknown host PU 'gpu'.*--soc host"):
         host_bindings(["cpu0", "gpu"], "m.json")
+
+
+def test_a_stage_that_computes_something_else_is_caught_even_where_the_model_output_is_not(mapping_file, tmp_path):
+    # stage 0 adds 1 to the tensor it hands on. The light zoo models have constant weights, so the model's own
+    # output (a softmax over equal logits) stays the same: only the handed-over tensor shows the error.
+    mapping = load_host_mapping("squeezenet", str(mapping_file), "p0")
+    (task,) = mapping.plan.stages[0]
+    graph = task.model.graph
+    out = task.outputs[0]
+    for node in graph.node:
+        node.output[:] = [o + "_raw" if o == out else o for o in node.output]
+    graph.initializer.append(numpy_helper.from_array(np.ones((), np.float32), "one"))
+    graph.node.append(helper.make_node("Add", [out + "_raw", "one"], [out], name="off_by_one"))
+    b = build_bundle(mapping, tmp_path / "b")
+    with AgentClient.local(agent=b.folder / "agent.py") as agent:
+        report = agent.request("run_pipeline", timeout_s=60, bundle=str(b.folder), frames=3, warmup=0)["report"]
+    assert report["max_abs_diff"] <= 1e-5  # the model output alone would say "match"
+    assert report["max_scaled_diff"] > report["rtol"] and report["outputs_match"] is False

@@ -5,9 +5,10 @@ A bundle is one folder written by ``parapipe deploy`` (:mod:`parapipe.deploy.bun
     manifest.json        {"schema_version", "bundle_id", "model", "point", "files": {path: {"sha256",
                          "nbytes"}}}: every other file of the bundle with its SHA-256
     plan.json            the execution plan (:func:`.plan.plan_to_doc`) plus "inputs" ({name: {"shape",
-                         "dtype"}}), "reference_model", "predicted", "model", "point"
+                         "dtype"}}), "check_tensors", "reference_model", "predicted", "model", "point"
     models/<task>.onnx   one sub-model per task
-    reference.onnx       the unsplit model, run once per distinct frame to check the pipeline's outputs
+    reference.onnx       the unsplit model with the "check_tensors" of plan.json as extra outputs, run once per
+                         distinct frame to check the pipeline
     agent.py, ppexec/    the agent and this package
     out/report.json      written by :func:`run_bundle`; out/trace.json: the Chrome trace of the run
     .lock                held (``fcntl.flock``) while a run or a clean-up uses the folder
@@ -16,7 +17,9 @@ A bundle is one folder written by ``parapipe deploy`` (:mod:`parapipe.deploy.bun
 Frames are drawn on the board from a seed (``numpy.random.RandomState(seed)``: ``distinct_frames`` distinct
 frames, fed cyclically), so nothing but the bundle travels, and every output is compared on the fly with the
 unsplit model's output for the same frame: a frame out of order or a wrong output makes ``outputs_match``
-false. Standard library, numpy and onnxruntime only (Python >= 3.8).
+false. Besides the model's outputs, every tensor a task hands on ("check_tensors") is compared, scaled by its
+largest magnitude: the light zoo models of the onnx wheel have constant weights, so their final outputs are
+the same for every input and would check nothing on their own. Standard library, numpy and onnxruntime only (Python >= 3.8).
 """
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ from .errors import DEFAULT_ERRORS
 from .executor import PipelineExecutor
 from .metrics import chrome_trace
 from .plan import PUBinding, plan_from_doc
-from .reference import max_abs_diff
+from .reference import max_abs_diff, max_scaled_diff, with_outputs
 from .session import create_session
 
 logger = logging.getLogger(__name__)
@@ -173,7 +176,7 @@ def _host_info() -> Dict[str, Any]:
 
 
 def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, distinct_frames: int = 8,
-               atol: float = 1e-5, progress_interval_s: float = 0.5,
+               atol: float = 1e-5, rtol: float = 1e-5, progress_interval_s: float = 0.5,
                emit: Optional[Callable[[Dict[str, Any]], None]] = None, verify: bool = True,
                lock_wait_s: float = 30.0, errors=DEFAULT_ERRORS) -> Dict[str, Any]:
     """Run the bundle in ``folder``: ``warmup`` + ``frames`` frames through its plan, outputs checked.
@@ -192,6 +195,9 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
         Distinct frames fed cyclically (>= 1); the unsplit model runs once on each.
     atol : float
         Largest absolute difference to the unsplit model's outputs that still counts as a match.
+    rtol : float
+        Largest difference of a handed-over tensor, relative to its largest magnitude, that still counts as a
+        match.
     progress_interval_s : float
         Least seconds between two progress events.
     emit : callable(dict), optional
@@ -209,7 +215,8 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
     dict
         The report (also written to ``out/report.json``; the Chrome trace to ``out/trace.json``):
         ``frames``, ``throughput_per_s``, ``latency_p50_s``/``p90``/``p99``, ``wall_s``, ``stage_busy_s``,
-        ``pu_busy_s``, ``pu_utilisation``, ``outputs_match``, ``max_abs_diff``, ``predicted_*``, ``host``...
+        ``pu_busy_s``, ``pu_utilisation``, ``outputs_match``, ``max_abs_diff`` (model outputs),
+        ``checked_tensors``, ``max_scaled_diff`` (handed-over tensors), ``predicted_*``, ``host``...
 
     Raises
     ------
@@ -237,6 +244,8 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
             verify_files(folder, manifest, errors)
         doc = _read_json(os.path.join(folder, PLAN), errors)
         plan = plan_from_doc(doc, folder, PLAN, errors)
+        outputs, checked = list(plan.model_outputs), [str(t) for t in doc.get("check_tensors", [])]
+        plan = with_outputs(plan, checked)
         pool = make_frames(doc.get("inputs", {}), distinct_frames, seed)
         progress("reference", 0, force=True)
         ref_path = os.path.join(folder, doc.get("reference_model", "reference.onnx"))
@@ -245,7 +254,7 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
                                                                     {n: f[n] for n in plan.model_inputs})))
                      for f in pool]
         del ref_session
-        worst = 0.0
+        worst = scaled = 0.0
         with PipelineExecutor(plan, errors=errors) as ex:
             progress("start", 0, force=True)
             if warmup:
@@ -253,7 +262,9 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
                     pass
             run_start = time.perf_counter()
             for i, out in enumerate(ex.run(pool[i % len(pool)] for i in range(frames))):
-                worst = max(worst, max_abs_diff([out], [reference[i % len(pool)]]))
+                ref = reference[i % len(pool)]
+                worst = max(worst, max_abs_diff([{n: out[n] for n in outputs}], [{n: ref[n] for n in outputs}]))
+                scaled = max(scaled, max_scaled_diff(out, ref, checked))
                 progress("run", i + 1, rate=(i + 1) / max(time.perf_counter() - run_start, 1e-9))
             metrics = ex.metrics
         progress("done", frames, force=True, rate=metrics.throughput_per_s)
@@ -267,7 +278,8 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
             "pu_busy_s": dict(metrics.pu_busy_s), "pu_utilisation": dict(metrics.pu_utilisation),
             "predicted_throughput_per_s": predicted.get("throughput_per_s"),
             "predicted_latency_s": predicted.get("latency_s"),
-            "outputs_match": bool(worst <= atol), "max_abs_diff": worst, "atol": atol,
+            "outputs_match": bool(worst <= atol and scaled <= rtol), "max_abs_diff": worst, "atol": atol,
+            "checked_tensors": len(checked), "max_scaled_diff": scaled, "rtol": rtol,
             "host": _host_info(), "report_file": REPORT, "trace_file": TRACE,
         }
         _write_json_atomic(chrome_trace(metrics), os.path.join(folder, *TRACE.split("/")))

@@ -87,3 +87,42 @@ def max_abs_diff(outs_a: Sequence[Mapping[str, np.ndarray]],
                 diff = np.where(same, 0.0, np.abs(xf - yf))
             worst = max(worst, float(diff.max()))
     return worst
+
+
+def handed_over_tensors(plan) -> List[str]:
+    """Every tensor a task of ``plan`` hands on (task outputs that are not model outputs), in plan order.
+
+    These are the tensors a split can get wrong: comparing them checks every task, even when the model's own
+    outputs hardly depend on the input (the onnx wheel's light zoo models have constant weights, so their
+    softmax outputs are the same for every input).
+    """
+    seen = set(plan.model_outputs)
+    names = []
+    for tasks in plan.stages:
+        for task in tasks:
+            for t in task.outputs:
+                if t not in seen:
+                    seen.add(t)
+                    names.append(t)
+    return names
+
+
+def with_outputs(plan, names: Sequence[str]):
+    """A copy of ``plan`` that also returns ``names`` (tensors it produces) with every frame."""
+    import dataclasses
+    extra = [n for n in names if n not in plan.model_outputs]
+    return dataclasses.replace(plan, model_outputs=list(plan.model_outputs) + extra)
+
+
+def max_scaled_diff(out: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], names: Sequence[str]) -> float:
+    """Largest ``max|out - ref| / max|ref|`` over the tensors ``names`` of one frame (0 for equal tensors).
+
+    A tensor whose reference is all zeros counts its absolute difference.
+    """
+    worst = 0.0
+    for name in names:
+        diff = max_abs_diff([{name: out[name]}], [{name: ref[name]}])
+        values = np.asarray(ref[name])
+        scale = float(np.max(np.abs(values))) if values.size and np.issubdtype(values.dtype, np.number) else 0.0
+        worst = max(worst, diff / scale if scale > 0 and np.isfinite(scale) else diff)
+    return worst

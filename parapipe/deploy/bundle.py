@@ -26,6 +26,7 @@ from parapipe._paths import data_dir
 from parapipe.errors import input_error
 from parapipe.runtime._core import core
 from parapipe.runtime.host_plan import HostMapping
+from parapipe.runtime.reference import handed_over_tensors, reference_with_outputs
 
 log = logging.getLogger(__name__)
 
@@ -132,12 +133,14 @@ def build_bundle(mapping: HostMapping, dest: Path) -> Bundle:
                                   "give tasks names that differ in letters, digits, '.', '_' or '-'")
             _write_model(task.model, dest / rel, task.name)
             model_files[task.name] = rel
-    _write_model(mapping.loaded.model, dest / REFERENCE, "reference")
     og = mapping.opgraph
+    reference, checked = reference_with_outputs(mapping.loaded.model, og, handed_over_tensors(mapping.plan))
+    _write_model(reference, dest / REFERENCE, "reference")
     plan_doc = core.plan_to_doc(mapping.plan, model_files)
     plan_doc.update({
         "inputs": {n: {"shape": [int(d) for d in og.tensors[n].shape], "dtype": str(og.tensors[n].dtype)}
                    for n in mapping.plan.model_inputs},
+        "check_tensors": checked,
         "reference_model": REFERENCE,
         "predicted": {"throughput_per_s": mapping.predicted_throughput_per_s,
                       "latency_s": mapping.predicted_latency_s, "period_s": float(mapping.point["period_s"])},

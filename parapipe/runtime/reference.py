@@ -5,9 +5,52 @@ The implementation is the executor core's (``device_agents/ppexec/reference.py``
 """
 from __future__ import annotations
 
+from typing import Sequence
+
+import numpy as np
+import onnx
+from onnx import helper
+
 from parapipe.runtime._core import core
 
 reference_outputs = core.reference.reference_outputs
 max_abs_diff = core.reference.max_abs_diff
+max_scaled_diff = core.reference.max_scaled_diff
+handed_over_tensors = core.reference.handed_over_tensors
+with_outputs = core.reference.with_outputs
 
-__all__ = ["reference_outputs", "max_abs_diff"]
+__all__ = ["reference_outputs", "max_abs_diff", "max_scaled_diff", "handed_over_tensors", "with_outputs",
+           "reference_with_outputs"]
+
+
+def reference_with_outputs(model: onnx.ModelProto, og, names: Sequence[str]) -> tuple:
+    """A copy of the unsplit ``model`` that also outputs the activation tensors ``names``.
+
+    Parameters
+    ----------
+    model : onnx.ModelProto
+        The model as loaded (e.g. ``LoadedModel.model``).
+    og : parapipe.graph.opgraph.OpGraph
+        Its operator graph (shapes and dtypes of the tensors).
+    names : sequence of str
+        Tensors to expose, e.g. :func:`handed_over_tensors` of a plan.
+
+    Returns
+    -------
+    (onnx.ModelProto, list of str)
+        The model, and the names it really exposes: those produced by one of its nodes (a tensor folded away
+        when the graph was normalised has no producer and is left out).
+    """
+    produced = {o for node in model.graph.node for o in node.output}
+    already = {o.name for o in model.graph.output}
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    kept = []
+    for name in names:
+        if name not in produced or name in already or name not in og.tensors:
+            continue
+        info = og.tensors[name]
+        elem = helper.np_dtype_to_tensor_dtype(np.dtype(info.dtype))
+        copy.graph.output.append(helper.make_tensor_value_info(name, elem, list(info.shape)))
+        kept.append(name)
+    return copy, kept
