@@ -38,11 +38,14 @@ class Prepared:
 
 
 def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_blocks: Optional[int] = DEFAULT_MAX_BLOCKS,
-            measure_progress: Optional[Callable[[int, int], None]] = None) -> Prepared:
+            measure_progress: Optional[Callable[[int, int], None]] = None, db: Optional[str] = None) -> Prepared:
     """Load ``model`` (registry name or .onnx path), coarsen it, and build its problem on ``soc``.
 
     ``soc`` is a bundled profile name, a YAML path, or ``"host"``: this machine, each core a PU, with every block
-    measured for real with ONNX Runtime (:func:`parapipe.profiling.host.measure_host`).
+    measured for real with ONNX Runtime (:func:`parapipe.profiling.host.measure_host`). ``db``, a profile database:
+    on ``host`` its block measurements are reused (and new ones stored); on another SoC the measured times replace
+    the model where they exist and the model calibrated on the database fills the rest
+    (:func:`parapipe.profiling.predict.costs_from_db`).
     """
     from .cost.roofline import problem_from_blocks
     from .graph.coarsen import coarsen
@@ -59,13 +62,23 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
         from .profiling.host import measure_host
 
         t1 = time.perf_counter()
-        hp = measure_host(bg, progress=measure_progress)
+        if db:
+            from .profiling.db import ProfileDB
+
+            with ProfileDB(db) as profile_db:
+                hp = measure_host(bg, progress=measure_progress, db=profile_db)
+        else:
+            hp = measure_host(bg, progress=measure_progress)
         soc_obj, measured = hp.soc, hp.block_time_s
         timings["measure_s"] = time.perf_counter() - t1
     else:
         from .soc import load_soc
 
         soc_obj = load_soc(soc)
+        if db:
+            from .profiling.predict import costs_from_db
+
+            soc_obj, measured = costs_from_db(bg, soc_obj, db)
     if pus:
         soc_obj = soc_obj.restrict(list(pus))
     problem = problem_from_blocks(bg, soc_obj, measured_s=measured, name=lm.name)

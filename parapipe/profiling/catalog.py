@@ -1,0 +1,246 @@
+"""What each measured signature computes, kept next to the measurements so calibration needs no model.
+
+A measurement row (:mod:`parapipe.profiling.db`) names its work by a signature only. The catalog, two tables
+in the same SQLite file, says what that work is:
+
+* ``op_catalog``: one row per operator signature with its cost features (:class:`OpFeatures`: op type, op
+  class, FLOPs, activation and weight bytes);
+* ``work_catalog``: one row per block or stage signature with its parts: a block lists its operator
+  signatures, each with a flag saying whether ONNX Runtime fuses the operator away inside a graph
+  (:func:`in_graph_free`); a stage lists its block signatures.
+
+The tables are created on first use (``CREATE TABLE IF NOT EXISTS``);
+:class:`~parapipe.profiling.db.ProfileDB` ignores tables it does not own. Open the catalog after ``ProfileDB``
+accepted the file.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from parapipe.errors import input_error
+from parapipe.graph.coarsen import Block
+from parapipe.graph.opgraph import OpGraph
+from parapipe.soc.op_classes import op_class
+
+log = logging.getLogger(__name__)
+
+__all__ = ["OpFeatures", "WorkEntry", "Catalog", "op_features", "block_parts", "in_graph_free",
+           "FUSABLE_ACTIVATIONS"]
+
+#: Activations ONNX Runtime's CPU graph optimiser folds into a preceding Conv or Gemm (ConvActivationFusion,
+#: GemmActivationFusion in onnxruntime/core/optimizer/, ORT 1.19-1.23).
+FUSABLE_ACTIVATIONS = frozenset({"Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid"})
+#: Op types removed outright at inference (EliminateDropout, EliminateIdentity in the same folder).
+ELIMINATED_OPS = frozenset({"Dropout", "Identity"})
+#: Producers the activations and BatchNormalization are fused into (ConvBNFusion folds BN into Conv).
+_FUSION_HOSTS = frozenset({"Conv", "Gemm"})
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS op_catalog (
+        signature TEXT PRIMARY KEY, op_type TEXT NOT NULL, op_class TEXT NOT NULL, flops REAL NOT NULL,
+        in_nbytes INTEGER NOT NULL, out_nbytes INTEGER NOT NULL, param_nbytes INTEGER NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS work_catalog (
+        signature TEXT PRIMARY KEY, kind TEXT NOT NULL CHECK (kind IN ('block', 'stage')),
+        parts TEXT NOT NULL, label TEXT NOT NULL)""",
+)
+
+
+@dataclass(frozen=True)
+class OpFeatures:
+    """Cost features of one operator signature.
+
+    Attributes
+    ----------
+    signature : str
+        :attr:`parapipe.graph.opgraph.Operator.signature`.
+    op_type : str
+    op_class : str
+        One of :data:`parapipe.soc.op_classes.OP_CLASSES` (``depthwise`` for a Conv whose group equals its
+        input channels).
+    flops : float
+        FLOPs of one run (a multiply-add counts 2).
+    in_nbytes, out_nbytes, param_nbytes : int
+        Activation bytes read, written, and constant (weight) bytes read.
+    """
+
+    signature: str
+    op_type: str
+    op_class: str
+    flops: float
+    in_nbytes: int
+    out_nbytes: int
+    param_nbytes: int
+
+    @property
+    def nbytes(self) -> int:
+        """All bytes the operator moves: inputs + outputs + weights."""
+        return self.in_nbytes + self.out_nbytes + self.param_nbytes
+
+
+@dataclass(frozen=True)
+class WorkEntry:
+    """A block (parts: ``(op signature, fused away in a graph)``) or a stage (parts: ``(block signature,
+    False)``)."""
+
+    signature: str
+    kind: str
+    parts: Tuple[Tuple[str, bool], ...]
+    label: str
+
+
+def op_features(og: OpGraph, name: str) -> OpFeatures:
+    """The :class:`OpFeatures` of operator ``name`` of ``og`` (depthwise convolutions recognised)."""
+    op = og.op(name)
+    group, in_channels = 1, None
+    if op.op_type in ("Conv", "ConvTranspose"):
+        for attr in og.node(name).attribute:
+            if attr.name == "group":
+                group = int(attr.i)
+        data = op.inputs[0] if op.inputs else None
+        if data in og.tensors and len(og.tensors[data].shape) >= 2:
+            in_channels = int(og.tensors[data].shape[1])
+    return OpFeatures(op.signature, op.op_type, op_class(op.op_type, group=group, in_channels=in_channels),
+                      float(op.flops), int(op.in_nbytes), int(op.out_nbytes), int(op.param_nbytes))
+
+
+def in_graph_free(og: OpGraph, name: str, within: Optional[Iterable[str]] = None) -> bool:
+    """Whether ONNX Runtime (optimisation on) removes operator ``name`` when it runs in a graph.
+
+    True for Dropout and Identity (eliminated), for an activation of :data:`FUSABLE_ACTIVATIONS` or a
+    BatchNormalization whose only producer is a Conv/Gemm (itself possibly followed by a fused BN) that feeds
+    nothing else, when that producer is in ``within`` (the same block or stage; default: anywhere).
+    """
+    op = og.op(name)
+    if op.op_type in ELIMINATED_OPS:
+        return True
+    if op.op_type not in FUSABLE_ACTIVATIONS and op.op_type != "BatchNormalization":
+        return False
+    members = set(within) if within is not None else None
+    preds = list(og.graph.predecessors(name))
+    if len(preds) != 1 or og.graph.out_degree(preds[0]) != 1:
+        return False
+    producer = preds[0]
+    if members is not None and producer not in members:
+        return False
+    kind = og.op(producer).op_type
+    if kind in _FUSION_HOSTS:
+        return True
+    return (op.op_type in FUSABLE_ACTIVATIONS and kind == "BatchNormalization"
+            and in_graph_free(og, producer, members))
+
+
+def block_parts(og: OpGraph, block: Block) -> Tuple[Tuple[str, bool], ...]:
+    """``(op signature, fused away)`` for each operator of ``block``, in block order."""
+    return tuple((og.op(n).signature, in_graph_free(og, n, block.ops)) for n in block.ops)
+
+
+class Catalog:
+    """The catalog tables of a profile database file.
+
+    Parameters
+    ----------
+    path : str or Path
+        The profile database (already opened once by :class:`~parapipe.profiling.db.ProfileDB`).
+    create : bool
+        Create the tables when missing (default). With False the file is never written: reading a file without
+        the tables gives empty results, and writing raises.
+
+    Raises
+    ------
+    InputError
+        The file cannot be read or written as SQLite (message names it and the fix).
+    """
+
+    def __init__(self, path: Union[str, Path], create: bool = True):
+        self.path = Path(path)
+        try:
+            self._conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+            tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            self._present = {"op_catalog", "work_catalog"} <= tables
+            if create and not self._present:
+                self._conn.execute("BEGIN IMMEDIATE")
+                for statement in _SCHEMA:
+                    self._conn.execute(statement)
+                self._conn.execute("COMMIT")
+                self._present = True
+        except sqlite3.DatabaseError as exc:
+            raise input_error(str(self.path), None, f"cannot use the catalog tables ({exc})",
+                              "check that the file is a writable parapipe profile database") from None
+
+    def _write(self, sql: str, rows: Sequence[tuple]) -> None:
+        if not rows:
+            return
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.executemany(sql, rows)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        except sqlite3.DatabaseError as exc:
+            raise input_error(str(self.path), None, f"cannot write ({exc})",
+                              "check that the file is writable and the disk has space") from None
+
+    def add_ops(self, features: Iterable[OpFeatures]) -> None:
+        """Record operator features (one transaction; known signatures are kept as they are)."""
+        rows = [(f.signature, f.op_type, f.op_class, f.flops, f.in_nbytes, f.out_nbytes, f.param_nbytes)
+                for f in features]
+        self._write("INSERT OR IGNORE INTO op_catalog VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+
+    def add_work(self, entries: Iterable[WorkEntry]) -> None:
+        """Record blocks and stages (one transaction; known signatures are kept as they are)."""
+        rows = [(e.signature, e.kind, json.dumps([[s, bool(f)] for s, f in e.parts]),
+                 e.label) for e in entries]
+        self._write("INSERT OR IGNORE INTO work_catalog VALUES (?, ?, ?, ?)", rows)
+
+    def ops(self) -> Dict[str, OpFeatures]:
+        """Every recorded operator, by signature."""
+        if not self._present:
+            return {}
+        cursor = self._conn.execute("SELECT signature, op_type, op_class, flops, in_nbytes, out_nbytes, "
+                                    "param_nbytes FROM op_catalog")
+        return {row[0]: OpFeatures(*row) for row in cursor}
+
+    def work(self) -> Dict[str, WorkEntry]:
+        """Every recorded block and stage, by signature."""
+        out: Dict[str, WorkEntry] = {}
+        if not self._present:
+            return out
+        query = "SELECT signature, kind, parts, label FROM work_catalog"
+        for sig, kind, parts, label in self._conn.execute(query):
+            out[sig] = WorkEntry(sig, kind, tuple((str(s), bool(f)) for s, f in json.loads(parts)), label)
+        return out
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None  # type: ignore[assignment]
+
+    def __enter__(self) -> "Catalog":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def ops_of(entry: WorkEntry, work: Dict[str, WorkEntry]) -> List[Tuple[str, bool]]:
+    """The ``(op signature, fused away)`` list of a block, or of every block of a stage in order.
+
+    Raises
+    ------
+    KeyError
+        A stage names a block the catalog does not hold (a caller bug: stages are recorded with their blocks).
+    """
+    if entry.kind == "block":
+        return list(entry.parts)
+    out: List[Tuple[str, bool]] = []
+    for block_sig, _ in entry.parts:
+        out.extend(work[block_sig].parts)
+    return out

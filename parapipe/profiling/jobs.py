@@ -1,0 +1,284 @@
+"""The library behind ``parapipe profile``, ``calibrate``, ``import`` and ``soc detect``: one function per
+command.
+
+Each job validates its inputs before it touches the database, so a bad model, SoC, PU, host, key or CSV leaves
+the database file as it was: an existing file is only checked (never written) until the host has answered and
+every PU passed its checks, and a missing one is created only then. The CLI (:mod:`parapipe.cli`) formats what
+the jobs return.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import onnx
+
+from parapipe.errors import input_error
+from parapipe.profiling.catalog import Catalog
+from parapipe.profiling.db import ProfileDB
+from parapipe.soc.profile import SoC
+
+log = logging.getLogger(__name__)
+
+__all__ = ["HOST_SOC", "load_graph", "with_batch", "resolve_soc", "profile_job", "calibrate_job",
+           "CalibrateResult",
+           "import_job", "detect_job"]
+
+#: ``--soc`` value for the machine the agent runs on (one PU per core; see :mod:`parapipe.profiling.host`).
+HOST_SOC = "host"
+Progress = Optional[Callable[[int, int], None]]
+
+
+def with_batch(model: onnx.ModelProto, batch: int, source: str) -> onnx.ModelProto:
+    """A copy of ``model`` whose data inputs (graph inputs that are neither initializers nor produced by a
+    node) and outputs have ``batch`` as first dimension.
+
+    Raises
+    ------
+    InputError
+        ``batch`` < 1, or the model has no data input with a first dimension.
+    """
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise input_error("--batch", None, f"must be an integer >= 1, got {batch!r}", "give e.g. --batch 4")
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    constants = {t.name for t in g.initializer}
+    produced = {o for n in g.node for o in n.output}
+    data = [vi for vi in g.input if vi.name not in constants and vi.name not in produced]
+    changed = 0
+    for vi in data + list(g.output):
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) >= 1:
+            dims[0].Clear()
+            dims[0].dim_value = batch
+            changed += 1
+    if not data or not changed:
+        raise input_error(source, "graph.input", "has no data input with a batch dimension",
+                          "profile it without --batch")
+    del g.value_info[:]
+    return out
+
+
+def load_graph(model: str, batch: Optional[int] = None, max_blocks: Optional[int] = 48):
+    """Load ``model`` (registry name or .onnx path), optionally at another batch size; return
+    ``(LoadedModel, OpGraph, BlockGraph)`` coarsened as ``parapipe optimize`` does by default (48 blocks).
+
+    Raises
+    ------
+    InputError
+        Unknown or broken model; a batch size the model's fixed shapes do not allow (e.g. a Reshape to
+        ``[1, -1]``).
+    """
+    from parapipe.graph.coarsen import coarsen
+    from parapipe.graph.opgraph import import_onnx
+    from parapipe.graph.zoo import load_model
+
+    lm = load_model(model)
+    source = str(lm.path or model)
+    proto = lm.model if batch in (None, 1) else with_batch(lm.model, batch, source)
+    try:
+        og = import_onnx(proto, name=lm.name, source=source)
+    except Exception as exc:  # shape inference, checker: the batch size does not fit the model
+        if batch in (None, 1):
+            raise
+        raise input_error(source, "--batch", f"the model does not run at batch {batch} "
+                          f"({' '.join(str(exc).split())[:200]})", "profile it at batch 1") from None
+    return lm, og, coarsen(og, max_blocks=max_blocks)
+
+
+def resolve_soc(spec: str, runner=None) -> SoC:
+    """The SoC profile for ``--soc``: ``host`` (this machine with a local agent: measured by
+    :func:`parapipe.profiling.host.host_soc`; a remote agent's machine:
+    :func:`parapipe.profiling.detect.detect_soc` per core, named ``host@<user@address:port>``), or a bundled
+    name / YAML path.
+    """
+    if spec != HOST_SOC:
+        from parapipe.soc.loader import load_soc
+
+        return load_soc(spec)
+    if runner is None or runner.host == "local":
+        from parapipe.profiling.host import host_soc
+
+        return host_soc()
+    from parapipe.profiling.detect import detect_soc
+
+    return detect_soc(runner, name=f"{HOST_SOC}@{runner.host}", per_core=True)
+
+
+def _check_db(path) -> Optional[ProfileDB]:
+    """Open an existing database now (its checks never write); a missing one is created later."""
+    return ProfileDB(path) if Path(path).exists() else None
+
+
+def profile_job(model: str, soc: str, db_path, host=None, python: Optional[str] = None, options=None,
+                batch: Optional[int] = None, max_blocks: Optional[int] = 48, progress: Progress = None):
+    """``parapipe profile``: returns the :class:`~parapipe.profiling.profile.ProfileReport`.
+
+    Parameters
+    ----------
+    model : str
+    soc : str
+        ``host``, a bundled name or a YAML path.
+    db_path : path
+    host : HostSpec, optional
+        The board (default: this machine, with a local agent).
+    python : str, optional
+        Interpreter on the board.
+    options : ProfileOptions, optional
+    batch : int, optional
+    max_blocks : int, optional
+        Coarsening of the blocks (as ``parapipe optimize --max-blocks``, default 48).
+    progress : callable (done, total), optional
+
+    Raises
+    ------
+    InputError, HostError
+        Before anything is written: bad model, SoC, PU, batch, budget, database; unreachable host, refused or
+        unknown key, no onnxruntime or too old a Python there, a PU whose provider or CPUs it lacks.
+    """
+    from parapipe.profiling.profile import ProfileOptions, check_pus, profile_model
+    from parapipe.profiling.runner import open_runner
+
+    options = options or ProfileOptions()
+    if not (isinstance(options.budget, (int, float)) and 0.0 < options.budget <= 1.0):
+        raise input_error("--budget", None, f"must be a fraction in (0, 1], got {options.budget!r}",
+                          "give e.g. 0.1 to measure a tenth of the operators, or 1 for all")
+    _, og, bg = load_graph(model, batch, max_blocks)
+    if soc != HOST_SOC:
+        check_pus(resolve_soc(soc), options.pus)
+    db = _check_db(db_path)
+    try:
+        with open_runner(host, python) as runner:
+            soc_obj = resolve_soc(soc, runner)
+            runner.check_pus(soc_obj, check_pus(soc_obj, options.pus))
+            db = db or ProfileDB(db_path)
+            with Catalog(db_path) as catalog:
+                return profile_model(og, bg, soc_obj, runner, db, catalog, options, progress)
+    finally:
+        if db is not None:
+            db.close()
+
+
+@dataclass
+class CalibrateResult:
+    """What ``parapipe calibrate`` found: the fits, their accuracy, stage measurements taken, profile
+    written."""
+
+    calibration: object
+    accuracy: object
+    stages_measured: int
+    out: Optional[Path]
+
+
+def calibrate_job(soc: str, db_path, models: Sequence[str] = (), host=None, python: Optional[str] = None,
+                  out=None, pus: Optional[Sequence[str]] = None, splits: Sequence[int] = (1, 2, 4),
+                  warmup: int = 3, repeats: int = 10, max_blocks: Optional[int] = 48,
+                  progress: Progress = None) -> CalibrateResult:
+    """``parapipe calibrate``: fit, optionally time stages of ``models`` first, evaluate, optionally write
+    the calibrated profile to ``out`` (temporary file, then rename).
+
+    Raises
+    ------
+    InputError
+        Missing or corrupt database; bad SoC, model or PU; an ``out`` that is not a .yaml path.
+    HostError
+        As :func:`profile_job`, when stages are timed.
+    """
+    from parapipe.profiling.accuracy import evaluate
+    from parapipe.profiling.calibrated import calibrated_soc, fit_calibration
+    from parapipe.profiling.predict import open_existing_db
+    from parapipe.profiling.profile import check_pus, profile_stages
+    from parapipe.profiling.runner import open_runner
+
+    if out is not None and not str(out).endswith((".yaml", ".yml")):
+        raise input_error("--out", None, f"{out} is not a .yaml file", "give a path ending in .yaml")
+    graphs = [load_graph(m, None, max_blocks) for m in models]
+    db = open_existing_db(db_path)
+    measured = 0
+    try:
+        if graphs or (soc == HOST_SOC and host is not None):
+            with open_runner(host, python) as runner:
+                soc_obj = resolve_soc(soc, runner)
+                chosen = check_pus(soc_obj, pus)
+                runner.check_pus(soc_obj, chosen)
+                with Catalog(db_path) as catalog:
+                    for _, og, bg in graphs:
+                        res = profile_stages(og, bg, soc_obj, runner, db, catalog, chosen, splits, warmup,
+                                             repeats,
+                                             progress)
+                        measured += res.measured
+        else:
+            soc_obj = resolve_soc(soc)
+            check_pus(soc_obj, pus)
+        with Catalog(db_path, create=False) as catalog:
+            cal = fit_calibration(soc_obj, db, catalog)
+    finally:
+        db.close()
+    accuracy = evaluate(cal)
+    path = None
+    if out is not None:
+        from parapipe.soc.loader import save_soc
+
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_soc(calibrated_soc(cal, f"parapipe calibrate on {Path(db_path).name}"), path)
+    return CalibrateResult(cal, accuracy, measured, path)
+
+
+def import_job(csv_path, soc: str, db_path=None, out=None) -> Tuple[list, List[Path], int]:
+    """``parapipe import``: returns ``(graphs, block table paths, rows written to the database)``.
+
+    Raises
+    ------
+    InputError
+        Bad CSV (missing columns, unknown PUs, ...), bad SoC, corrupt database: nothing is written.
+    """
+    from parapipe.profiling.importer import read_long_csv, to_measurements, write_tables
+
+    if soc == HOST_SOC:
+        raise input_error("--soc", None, "'host' is measured, not imported",
+                          "give the profile (name or YAML) the "
+                          "measurements were taken on")
+    soc_obj = resolve_soc(soc)
+    graphs = read_long_csv(csv_path, soc_obj)
+    rows = to_measurements(graphs, soc_obj, str(csv_path))
+    db = _check_db(db_path) if db_path is not None else None
+    try:
+        paths = write_tables(graphs, out, str(csv_path))
+        written = 0
+        if db_path is not None:
+            db = db or ProfileDB(db_path)
+            written = db.put(rows)
+    finally:
+        if db is not None:
+            db.close()
+    return graphs, paths, written
+
+
+def detect_job(out, host=None, python: Optional[str] = None, name: Optional[str] = None,
+               per_core: bool = False) -> Tuple[SoC, Path]:
+    """``parapipe soc detect``: measure the machine and write its profile YAML to ``out``.
+
+    Raises
+    ------
+    InputError
+        ``out`` not a .yaml path.
+    HostError
+        As :func:`profile_job`.
+    """
+    from parapipe.profiling.detect import detect_soc
+    from parapipe.profiling.runner import open_runner
+    from parapipe.soc.loader import load_soc, save_soc
+
+    if not str(out).endswith((".yaml", ".yml")):
+        raise input_error("--out", None, f"{out} is not a .yaml file", "give a path ending in .yaml")
+    with open_runner(host, python) as runner:
+        soc = detect_soc(runner, name=name, per_core=per_core)
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_soc(soc, path)
+    load_soc(str(path))  # the written file must load; a failure here is a bug in detect_soc
+    return soc, path

@@ -1,0 +1,148 @@
+"""Block and stage times from the profile database: measurements where they exist, the calibrated model
+elsewhere.
+
+:class:`CostModel` answers "how long does this block take on that PU inside a pipeline stage" in three tiers:
+
+1. a block measurement (optimisation on) of the same block signature: its median;
+2. else the sum over the block's operators of their in-graph time: zero for operators ONNX Runtime fuses away,
+   the isolated measurement (optimisation off) times the ratio of the in-graph to the isolated calibrated
+   model for a measured operator, the in-graph calibrated model for the others;
+3. PUs without any measurement are left to the profile's own roofline (:mod:`parapipe.cost.roofline`).
+
+:func:`costs_from_db` does this for every block of a model, for ``parapipe optimize --db FILE``.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Dict, Iterable, Optional, Sequence, Tuple
+
+from parapipe.errors import input_error
+from parapipe.graph.coarsen import BlockGraph
+from parapipe.profiling.calibrate import op_time
+from parapipe.profiling.calibrated import Calibration, calibrated_soc, fit_calibration
+from parapipe.profiling.catalog import Catalog, OpFeatures, block_parts, op_features
+from parapipe.profiling.db import ProfileDB
+from parapipe.profiling.host import block_signature
+from parapipe.soc.profile import SoC
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CostModel", "costs_from_db", "open_existing_db"]
+
+
+class CostModel:
+    """Measurement-backed in-graph times on the PUs of a calibrated SoC.
+
+    Parameters
+    ----------
+    cal : Calibration
+    extra_features : dict of str to OpFeatures, optional
+        Operators not in the catalog (a model that was never profiled).
+    """
+
+    def __init__(self, cal: Calibration, extra_features: Optional[Dict[str, OpFeatures]] = None):
+        self.cal = cal
+        self.features = {**(extra_features or {}), **cal.features}
+        self._op: Dict[Tuple[str, str], float] = {}
+        self._block: Dict[Tuple[str, str], float] = {}
+        for row in cal.rows:
+            if row.kind == "op":
+                self._op[(row.pu, row.signature)] = row.median_s
+            elif row.kind == "block":
+                self._block[(row.pu, row.signature)] = row.median_s
+
+    def measured_pus(self) -> set:
+        """PUs with at least one operator or block measurement."""
+        return {pu for pu, _ in self._op} | {pu for pu, _ in self._block}
+
+    def op_s(self, signature: str, free: bool, pu: str) -> float:
+        """In-graph time of one operator on ``pu``, s (``inf`` if the PU does not run it)."""
+        if free:
+            return 0.0
+        soc_pu = self.cal.soc.pus[pu]
+        feats = self.features[signature]
+        graph = op_time(feats, soc_pu, self.cal.in_graph[pu])
+        measured = self._op.get((pu, signature))
+        if measured is None or not math.isfinite(graph):
+            return graph
+        isolated = op_time(feats, soc_pu, self.cal.isolated[pu])
+        return measured * graph / isolated if isolated > 0 else graph
+
+    def block_s(self, signature: str, parts: Sequence[Tuple[str, bool]], pu: str) -> Tuple[float, str]:
+        """In-graph time of a block on ``pu`` and where it came from (``"block"``: measured, ``"ops"``: built
+        from operators)."""
+        measured = self._block.get((pu, signature))
+        if measured is not None:
+            return measured, "block"
+        total = sum(self.op_s(sig, free, pu) for sig, free in parts)
+        if all(free for _, free in parts):
+            total = self.cal.in_graph[pu].op_overhead_s
+        return float(total), "ops"
+
+    def work_s(self, parts_by_block: Iterable[Tuple[str, Sequence[Tuple[str, bool]]]], pu: str) -> float:
+        """Time of a stage: the sum of its blocks ``(block signature, parts)``."""
+        return float(sum(self.block_s(sig, parts, pu)[0] for sig, parts in parts_by_block))
+
+
+def open_existing_db(path) -> ProfileDB:
+    """Open a profile database that must exist already (reading commands never create one).
+
+    Raises
+    ------
+    InputError
+        ``"<file>: does not exist; ..."`` or the database's own checks (not a profile database, corrupt).
+    """
+    if not Path(path).exists():
+        raise input_error(str(path), None, "does not exist",
+                          "profile first (parapipe profile MODEL --soc SOC "
+                          "--db FILE) or give the right --db")
+    return ProfileDB(path)
+
+
+def costs_from_db(bg: BlockGraph, soc: SoC, db_path) -> Tuple[SoC, Dict[Tuple[str, str], float]]:
+    """Calibrated SoC and block times of ``bg`` from the profile database at ``db_path``.
+
+    Parameters
+    ----------
+    bg : BlockGraph
+        Blocks as the search uses them (merged blocks are built from their operators).
+    soc : SoC
+        The profile named in the database's ``soc`` column.
+    db_path : path
+        An existing profile database.
+
+    Returns
+    -------
+    (SoC, dict)
+        The profile with the calibrated parameters and transfer costs written in
+        (:func:`~parapipe.profiling.calibrated.calibrated_soc`), and ``(block name, PU) -> seconds`` for every
+        block on every PU that has measurements and runs the block (for
+        :func:`parapipe.cost.roofline.problem_from_blocks`'s ``measured_s``).
+
+    Raises
+    ------
+    InputError
+        Missing, corrupt or foreign database file.
+    """
+    og = bg.opgraph
+    with open_existing_db(db_path) as db:
+        with Catalog(db_path, create=False) as catalog:
+            cal = fit_calibration(soc, db, catalog)
+    extra = {og.op(n).signature: op_features(og, n) for n in og.topo_order}
+    model = CostModel(cal, extra)
+    pus = [p for p in soc.pu_names if p in model.measured_pus()]
+    times: Dict[Tuple[str, str], float] = {}
+    counts = {"block": 0, "ops": 0}
+    for block in bg.blocks:
+        sig, parts = block_signature(og, block), block_parts(og, block)
+        for pu in pus:
+            if not all(soc.pus[pu].supports(t) for t in block.op_types):
+                continue
+            t, source = model.block_s(sig, parts, pu)
+            times[(block.name, pu)] = t
+            counts[source] += 1
+    log.info("costs of %s from %s: %d block time(s) measured, %d built from operators (PUs %s)", og.name,
+             db_path, counts["block"], counts["ops"], ", ".join(pus) or "none")
+    return calibrated_soc(cal, f"parapipe calibration on {Path(db_path).name}"), times

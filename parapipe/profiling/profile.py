@@ -1,0 +1,356 @@
+"""Profile a model on the PUs of a SoC through the agent, into the profile database, resumably.
+
+:func:`profile_model` plans the work (:mod:`parapipe.profiling.plan`): every distinct operator signature on
+every PU that runs it (optimisation off), every distinct block (optimisation on, as the executor runs them)
+and the hand-offs between CPU PUs. It records in the catalog what each signature computes, then measures what
+the database does not hold yet (:func:`execute`), storing each measurement in its own transaction as soon as
+it is taken: a run killed half-way keeps everything it finished and a rerun measures only the rest; a second
+run of the same profile measures nothing.
+
+With ``budget < 1`` only the most informative fraction of operator signatures and blocks is measured
+(:func:`parapipe.profiling.plan.select_informative`); a seeded random held-out sample of the other operators
+is measured too but kept out of the fit, and the calibrated model's error on it is reported
+(:attr:`ProfileReport.holdout_mape_percent`).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Sequence
+
+from parapipe.deploy.agent_client import AgentRequestError
+from parapipe.errors import input_error
+from parapipe.graph.coarsen import BlockGraph
+from parapipe.graph.opgraph import OpGraph
+from parapipe.profiling import plan
+from parapipe.profiling.calibrate import mape_percent, op_time
+from parapipe.profiling.calibrated import fit_calibration, latest_rows
+from parapipe.profiling.catalog import Catalog, op_features
+from parapipe.profiling.db import ProfileDB
+from parapipe.profiling.records import Measurement, utc_now_iso
+from parapipe.profiling.runner import Runner
+from parapipe.soc.profile import SoC
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ProfileOptions", "ProfileReport", "ExecuteResult", "execute", "profile_model", "profile_stages",
+           "model_batch",
+           "check_pus", "HOLDOUT_FRACTION"]
+
+#: Share of all operator signatures measured as the held-out sample of a ``--budget`` run (at least 3).
+#: 5 % is a parapipe choice: enough to see the error, small next to a 10 % budget.
+HOLDOUT_FRACTION = 0.05
+#: A measurement whose spread (p90 / median - 1) exceeds this was disturbed (another process shared the core
+#: for part of the repeats: on this shared 2-core machine p90 reached 5x the median under load); it is taken
+#: again, up to :data:`RETRIES` more times, and the attempt with the lowest median is kept. 0.5 is a parapipe
+#: choice: undisturbed single-operator runs here stay below 0.3.
+MAX_SPREAD = 0.5
+RETRIES = 2
+#: Agent error types that mean "this work cannot run on that PU" (skip it, keep going) rather than a broken
+#: host (``device_agents/agent.py``).
+_SKIPPABLE = ("ModelError", "RunError")
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    """Options of :func:`profile_model`.
+
+    Attributes
+    ----------
+    pus : sequence of str, optional
+        PUs to profile (default: every PU of the SoC).
+    budget : float
+        Fraction of operator signatures (and blocks) to measure, in (0, 1]; 1 measures everything.
+    warmup, repeats : int
+        Untimed and timed runs per measurement (agent defaults 3 and 10).
+    blocks, transfers : bool
+        Also time the distinct blocks / the hand-offs between CPU PUs.
+    seed : int
+        Seed of the held-out sample.
+    """
+
+    pus: Optional[Sequence[str]] = None
+    budget: float = 1.0
+    warmup: int = 3
+    repeats: int = 10
+    blocks: bool = True
+    transfers: bool = True
+    seed: int = 0
+
+
+@dataclass
+class ExecuteResult:
+    """What :func:`execute` did: items ``measured``, ``skipped`` (already in the database) and ``failed``
+    (``"kind pu signature: reason"``)."""
+
+    measured: int = 0
+    skipped: int = 0
+    failed: List[str] = field(default_factory=list)
+
+
+@dataclass
+class ProfileReport:
+    """Summary of one profiling run (all times in seconds)."""
+
+    model: str
+    soc: str
+    host: str
+    ort_version: str
+    batch: int
+    pus: List[str]
+    operators: int
+    signatures: int
+    blocks: int
+    block_signatures: int
+    planned: int
+    measured: int
+    skipped: int
+    failed: List[str]
+    elapsed_s: float
+    budget: float
+    selected_signatures: int
+    holdout_signatures: int = 0
+    holdout_measurements: int = 0
+    holdout_mape_percent: Optional[float] = None
+
+    def to_json(self) -> dict:
+        """The report as a JSON-ready dict."""
+        return dict(self.__dict__)
+
+
+def model_batch(og: OpGraph) -> int:
+    """Batch size of a model: the first dimension of its first data input (1 when unknown)."""
+    if og.inputs and og.tensors[og.inputs[0]].shape:
+        batch = og.tensors[og.inputs[0]].shape[0]
+        if isinstance(batch, int) and batch >= 1:
+            return batch
+    return 1
+
+
+def check_pus(soc: SoC, pus: Optional[Sequence[str]]) -> List[str]:
+    """The PUs to use: ``pus`` checked against ``soc`` (default: all of them, in profile order).
+
+    Raises
+    ------
+    InputError
+        ``"--pus: unknown PU 'x'; choose from ..."``.
+    """
+    if not pus:
+        return list(soc.pu_names)
+    return list(soc.restrict(list(pus)).pu_names)
+
+
+def execute(items: Sequence[plan.WorkItem], runner: Runner, db: ProfileDB, soc: SoC, batch: int, warmup: int,
+            repeats: int, progress: Optional[Callable[[int, int], None]] = None) -> ExecuteResult:
+    """Measure the items the database does not hold yet, storing each one as soon as it is taken.
+
+    Parameters
+    ----------
+    items : sequence of WorkItem
+    runner : Runner
+    db : ProfileDB
+        Checked with :meth:`~parapipe.profiling.db.ProfileDB.has` for ``(soc, pu, signature, batch, kind,
+        ort_version)``; each new :class:`~parapipe.profiling.records.Measurement` is one transaction.
+    soc : SoC
+    batch, warmup, repeats : int
+    progress : callable (done, total), optional
+        Called after each measurement; ``total`` counts the items still to measure. An exception it raises
+        stops the run (what was stored stays).
+
+    Returns
+    -------
+    ExecuteResult
+
+    Raises
+    ------
+    HostError
+        The agent died or timed out.
+    AgentRequestError
+        The agent refused a request for another reason than the work itself (e.g. ``PinError``).
+    """
+    result = ExecuteResult()
+    todo = []
+    for item in items:
+        if db.has(soc.name, item.pu, item.signature, batch, item.kind, runner.ort_version):
+            result.skipped += 1
+        else:
+            todo.append(item)
+    for done, item in enumerate(todo, start=1):
+        try:
+            reply = _measure(item, runner, soc, warmup, repeats)
+        except AgentRequestError as exc:
+            if exc.error_type not in _SKIPPABLE:
+                raise
+            log.warning("cannot time %s %s on %s: %s", item.kind, item.op_type, item.pu, exc)
+            result.failed.append(f"{item.kind} {item.pu} {item.signature}: {exc.error_type}")
+        else:
+            median = float(reply["median_s"])
+            db.put([Measurement(soc.name, item.pu, item.signature, item.op_type, batch, runner.ort_version,
+                                median,
+                                max(float(reply["p90_s"]), median), int(reply["repeats"]), utc_now_iso(),
+                                runner.host, item.kind, int(item.nbytes))])
+            result.measured += 1
+        if progress is not None:
+            progress(done, len(todo))
+    return result
+
+
+def _measure(item: plan.WorkItem, runner: Runner, soc: SoC, warmup: int, repeats: int) -> dict:
+    """One measurement, retaken while disturbed (see :data:`MAX_SPREAD`); the lowest-median attempt."""
+    model = item.build() if item.build is not None else None
+    best = None
+    for _ in range(1 + RETRIES):
+        if item.kind == "transfer":
+            src, dst = item.pu.split("->")
+            reply = runner.transfer(item.nbytes, runner.target(soc.pus[src])["cpus"],
+                                    runner.target(soc.pus[dst])["cpus"], repeats=max(repeats, 20))
+        else:
+            reply = runner.profile(model, soc.pus[item.pu], item.optimization, warmup, repeats)
+        if best is None or reply["median_s"] < best["median_s"]:
+            best = reply
+        if float(reply.get("spread", 0.0)) <= MAX_SPREAD:
+            break
+        log.debug("%s %s on %s disturbed (spread %.2f); measuring again", item.kind, item.op_type, item.pu,
+                  reply.get("spread", 0.0))
+    return best
+
+
+def profile_model(og: OpGraph, bg: BlockGraph, soc: SoC, runner: Runner, db: ProfileDB, catalog: Catalog,
+                  options: ProfileOptions = ProfileOptions(),
+                  progress: Optional[Callable[[int, int], None]] = None) -> ProfileReport:
+    """Profile ``og`` on ``soc`` through ``runner`` into ``db`` (see the module docstring).
+
+    Parameters
+    ----------
+    og : OpGraph
+    bg : BlockGraph
+        Blocks of ``og`` (coarsened as the search will use them).
+    soc : SoC
+        Its name is the ``soc`` column; its PUs say how each PU runs (CPU set and threads, or provider).
+    runner : Runner
+    db : ProfileDB
+    catalog : Catalog
+        Of the same file as ``db``.
+    options : ProfileOptions
+    progress : callable (done, total), optional
+        See :func:`execute`.
+
+    Returns
+    -------
+    ProfileReport
+
+    Raises
+    ------
+    InputError
+        Unknown PU in ``options.pus``; ``budget`` outside (0, 1]; ``warmup`` < 0 or ``repeats`` < 1.
+    HostError
+        A PU whose execution provider or CPUs the host lacks (before anything is measured); a dead agent.
+    """
+    if not (isinstance(options.budget, (int, float)) and 0.0 < options.budget <= 1.0):
+        raise input_error("--budget", None, f"must be a fraction in (0, 1], got {options.budget!r}",
+                          "give e.g. 0.1 to measure a tenth of the operators, or 1 for all")
+    if options.warmup < 0 or options.repeats < 1:
+        raise input_error("--repeats", None, f"need repeats >= 1 and warmup >= 0, got {options.repeats}, "
+                          f"{options.warmup}", "use the defaults (10 and 3)")
+    start = time.perf_counter()
+    pus = check_pus(soc, options.pus)
+    runner.check_pus(soc, pus)
+    batch = model_batch(og)
+    first_op = plan.distinct_ops(og)
+    features = {sig: op_features(og, name) for sig, name in first_op.items()}
+    blocks = plan.distinct_blocks(og, bg)
+    signatures = list(first_op)
+    holdout: List[str] = []
+    if options.budget < 1.0:
+        chosen = plan.select_informative(list(features.values()), options.budget)
+        holdout = plan.holdout_sample(signatures, chosen, HOLDOUT_FRACTION, options.seed)
+        block_feats = [_block_proxy(sig, b) for sig, b in blocks.items()]
+        kept_blocks = set(plan.select_informative(block_feats, options.budget))
+        chosen_blocks = [b for sig, b in blocks.items() if sig in kept_blocks]
+    else:
+        chosen, chosen_blocks = signatures, list(blocks.values())
+    catalog.add_ops(features.values())
+    catalog.add_work(plan.block_entries(og, list(blocks.values())))
+    items = plan.op_items(og, soc, pus, chosen + holdout)
+    if options.blocks:
+        items += plan.block_items(og, soc, pus, chosen_blocks)
+    if options.transfers:
+        items += plan.transfer_items(soc, pus)
+    log.info("profiling %s on %s (%s): %d operators, %d signatures, %d blocks; %d measurement(s) planned",
+             og.name, soc.name, runner.host, len(og.topo_order), len(signatures), len(bg.blocks), len(items))
+    result = execute(items, runner, db, soc, batch, options.warmup, options.repeats, progress)
+    report = ProfileReport(
+        model=og.name, soc=soc.name, host=runner.host, ort_version=runner.ort_version, batch=batch, pus=pus,
+        operators=len(og.topo_order), signatures=len(signatures), blocks=len(bg.blocks),
+        block_signatures=len(blocks), planned=len(items), measured=result.measured, skipped=result.skipped,
+        failed=result.failed, elapsed_s=0.0, budget=float(options.budget), selected_signatures=len(chosen),
+        holdout_signatures=len(holdout))
+    if holdout:
+        _score_holdout(report, soc, db, catalog, chosen, holdout, features, batch, runner.ort_version)
+    report.elapsed_s = time.perf_counter() - start
+    return report
+
+
+def _block_proxy(sig: str, block) -> "plan.OpFeatures":
+    """A block as pseudo operator features (for :func:`~parapipe.profiling.plan.select_informative`)."""
+    from parapipe.profiling.catalog import OpFeatures
+    from parapipe.soc.op_classes import op_class
+
+    main = op_class(block.op_types[0]) if block.op_types else "other"
+    return OpFeatures(sig, "block", main, float(block.flops),
+                      int(block.in_nbytes), int(block.out_nbytes), int(block.param_nbytes))
+
+
+def _score_holdout(report: ProfileReport, soc: SoC, db: ProfileDB, catalog: Catalog, chosen: Sequence[str],
+                   holdout: Sequence[str], features: dict, batch: int, ort_version: str) -> None:
+    """Fit on the chosen operators only, predict the held-out ones, store the MAPE in ``report``."""
+    chosen_set = set(chosen)
+    others = {r.signature for r in latest_rows(db, soc) if r.kind == "op"} - chosen_set
+    cal = fit_calibration(soc, db, catalog, exclude=others)
+    predicted, measured = [], []
+    for sig in holdout:
+        for pu in report.pus:
+            row = db.get(soc.name, pu, sig, batch, "op", ort_version)
+            if row is not None and row.median_s > 0:
+                t = op_time(features[sig], soc.pus[pu], cal.isolated[pu])
+                if math.isfinite(t):
+                    predicted.append(t)
+                    measured.append(row.median_s)
+    report.holdout_measurements = len(measured)
+    report.holdout_mape_percent = mape_percent(predicted, measured) if measured else None
+    log.info("budget %.2f: %d signature(s) fitted, held-out MAPE %s over %d measurement(s)", report.budget,
+             len(chosen), report.holdout_mape_percent, len(measured))
+
+
+#: Stage splits timed by ``parapipe calibrate --model``: the whole model, halves and quarters of about equal
+#: FLOPs (7 stages), as a pipeline of 1, 2 or 4 stages would cut it.
+DEFAULT_STAGE_SPLITS = (1, 2, 4)
+
+
+def profile_stages(og: OpGraph, bg: BlockGraph, soc: SoC, runner: Runner, db: ProfileDB, catalog: Catalog,
+                   pus: Optional[Sequence[str]] = None, splits: Sequence[int] = DEFAULT_STAGE_SPLITS,
+                   warmup: int = 3, repeats: int = 10,
+                   progress: Optional[Callable[[int, int], None]] = None) -> ExecuteResult:
+    """Time contiguous block ranges of ``og`` as whole stages (optimisation on) for validating the
+    calibration.
+
+    Stages are :func:`parapipe.profiling.plan.stage_ranges` of ``bg`` for each ``k`` in ``splits``; they are
+    stored as rows of kind ``stage`` and recorded in the catalog with their blocks and operators, so
+    :func:`parapipe.profiling.accuracy.evaluate` can compare predictions with them. Resumable like
+    :func:`execute`.
+
+    Raises
+    ------
+    InputError
+        Unknown PU.
+    HostError
+        A PU the host cannot run; a dead agent.
+    """
+    pus = check_pus(soc, pus)
+    runner.check_pus(soc, pus)
+    items, entries = plan.stage_items(og, bg, soc, pus, plan.stage_ranges(bg, splits))
+    catalog.add_ops(op_features(og, n) for n in og.topo_order)
+    catalog.add_work(entries)
+    return execute(items, runner, db, soc, model_batch(og), warmup, repeats, progress)
