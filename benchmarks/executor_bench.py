@@ -1,5 +1,5 @@
-"""Executor benchmark: parapipe's best-throughput host mappings vs plain ONNX Runtime, the cost of a stage hop,
-and a long soak.
+"""Executor benchmark: parapipe's best-throughput host mappings vs plain ONNX Runtime, the cost of a stage
+hop, and a long soak.
 
 Run from the repository root (about 5 minutes on the 2-core machine, plus the soak)::
 
@@ -11,8 +11,8 @@ Prints (stderr is left to logging):
 1. Per model (the onnx wheel's light zoo models): throughput of one ORT session with 1 and with 2 intra-op
    threads (unpinned), and of parapipe's best-throughput mapping for ``--soc host`` (this machine measured
    with :func:`parapipe.workflow.prepare`, searched with :func:`parapipe.search.api.search`, run by the
-   pipelined executor). The three run interleaved, ``--repeats`` times each; the table gives the median and the
-   spread ((max - min) / median) of each, the ratios of the medians, parapipe's predicted throughput
+   pipelined executor). The three run interleaved, ``--repeats`` times each; the table gives the median and
+   the spread ((max - min) / median) of each, the ratios of the medians, parapipe's predicted throughput
    (1 / period_s) and measured / predicted, and the largest difference to the unsplit model: of the model's
    outputs (absolute) and of every tensor a task hands on (relative to its largest magnitude; the light zoo
    models have constant weights, so their final outputs do not depend on the input and check little alone).
@@ -26,8 +26,8 @@ Prints (stderr is left to logging):
    per-hop overhead is the growth of that median latency per extra stage, (p50(k) - p50(1)) / (k - 1).
 4. ``--soak N``: N frames of the first model's mapping through one executor (runs of ``--soak-chunk`` frames,
    distinct frames fed cyclically): every output and every handed-over tensor compared with the unsplit
-   model's for its frame (an out-of-order output is a mismatch), and the process RSS after each run (first run, last, growth after the
-   first run, least-squares slope per 1000 frames).
+   model's for its frame (an out-of-order output is a mismatch), and the process RSS after each run (first
+   run, last, growth after the first run, least-squares slope per 1000 frames).
 """
 from __future__ import annotations
 
@@ -45,10 +45,11 @@ import onnx
 from onnx import TensorProto, helper
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # a checkout, not installed
-from parapipe.runtime import (ExecutionPlan, PipelineExecutor, PUBinding, Task, max_abs_diff, reference_outputs,
-                              run_pipeline, write_chrome_trace)
-from parapipe.runtime.reference import handed_over_tensors, max_scaled_diff, reference_with_outputs, with_outputs
-from parapipe.runtime.session import create_session, pin_current_thread
+from parapipe.runtime import (ExecutionPlan, PipelineExecutor, PUBinding, Task, max_abs_diff,  # noqa: E402
+                              reference_outputs, run_pipeline, write_chrome_trace)
+from parapipe.runtime.reference import (handed_over_tensors, max_scaled_diff,  # noqa: E402
+                                        reference_with_outputs, with_outputs)
+from parapipe.runtime.session import create_session, pin_current_thread  # noqa: E402
 
 BINDINGS = {"cpu0": PUBinding(cpus=(0,)), "cpu1": PUBinding(cpus=(1,))}
 DISTINCT_FRAMES = 8  # distinct inputs, fed cyclically (the reference runs once on each)
@@ -158,16 +159,16 @@ def bench_model(model: str, args) -> dict:
 
 
 def print_models(results: List[dict], frames: int, repeats: int) -> None:
-    print(f"\n1. best-throughput host mappings vs ONNX Runtime ({frames} frames, median of {repeats} interleaved "
-          "runs; spread = (max - min) / median)")
+    print(f"\n1. best-throughput host mappings vs ONNX Runtime ({frames} frames, median of {repeats} "
+          "interleaved runs; spread = (max - min) / median)")
     print(f"{'model':<13} {'ORT-1 /s':>9} {'ORT-2 /s':>9} {'parapipe /s':>11} {'x ORT-1':>8} {'x ORT-2':>8} "
           f"{'pred /s':>8} {'meas/pred':>9} {'max|diff|':>9} {'handed':>9} {'spread 1/2/pp':>15}  stages")
     for r in results:
         m, sp = r["med"], r["spread"]
         stages = " | ".join(st["pus"] for st in r["stages"])
-        print(f"{r['model']:<13} {m['ort1']:9.1f} {m['ort2']:9.1f} {m['pp']:11.1f} {m['pp'] / m['ort1']:8.2f} "
-              f"{m['pp'] / m['ort2']:8.2f} {r['predicted']:8.1f} {m['pp'] / r['predicted']:9.2f} {r['diff']:9.1e} "
-              f"{r['scaled']:9.1e} "
+        print(f"{r['model']:<13} {m['ort1']:9.1f} {m['ort2']:9.1f} {m['pp']:11.1f} "
+              f"{m['pp'] / m['ort1']:8.2f} {m['pp'] / m['ort2']:8.2f} {r['predicted']:8.1f} "
+              f"{m['pp'] / r['predicted']:9.2f} {r['diff']:9.1e} {r['scaled']:9.1e} "
               f"{sp['ort1'] * 100:4.0f}%/{sp['ort2'] * 100:3.0f}%/{sp['pp'] * 100:3.0f}%  {stages}")
     print("\n2. measured vs predicted, per stage (ms per frame): predicted = cost model on the host profile; "
           "alone = the stage's sub-model on its core by itself; busy = inside the pipeline")
@@ -177,8 +178,8 @@ def print_models(results: List[dict], frames: int, repeats: int) -> None:
             print(f"{r['model']:<13} {s:<2}{st['pus']:<8} {st['blocks']:>6} {st['tasks']:>5} "
                   f"{st['predicted_s'] * 1e3:9.2f} {st['alone_s'] * 1e3:7.2f} {st['busy_s'] * 1e3:7.2f}")
         one = 1e3 / r["med"]["ort1"]
-        print(f"{r['model']:<13} whole model, 1 thread: {one:.2f} ms; sum of its block times in the host profile "
-              f"{r['whole_blocks_s'] * 1e3:.2f} ms ({r['whole_blocks_s'] * 1e3 / one:.2f}x); "
+        print(f"{r['model']:<13} whole model, 1 thread: {one:.2f} ms; sum of its block times in the host "
+              f"profile {r['whole_blocks_s'] * 1e3:.2f} ms ({r['whole_blocks_s'] * 1e3 / one:.2f}x); "
               f"utilisation {({p: round(u, 2) for p, u in r['utilisation'].items()})}")
 
 
@@ -196,7 +197,8 @@ def identity_chain_plan(k: int) -> ExecutionPlan:
 
 
 def print_hops(hops: List[int], hop_frames: int, idle_frames: int) -> None:
-    print(f"\n3. {'Identity hops':14s} {'frames/s':>10s} {'idle p50 us':>12s} {'idle p90 us':>12s} {'us/hop':>8s}")
+    print(f"\n3. {'Identity hops':14s} {'frames/s':>10s} {'idle p50 us':>12s} {'idle p90 us':>12s} "
+          f"{'us/hop':>8s}")
     p50_1 = None
     x = {"t0": np.ones((1, 16), np.float32)}
     for k in hops:
@@ -211,7 +213,8 @@ def print_hops(hops: List[int], hop_frames: int, idle_frames: int) -> None:
         if k == 1:
             p50_1 = p50
         per_hop = (p50 - p50_1) / (k - 1) if (p50_1 is not None and k > 1) else float("nan")
-        print(f"   {k:14d} {m.throughput_per_s:10.0f} {p50 * 1e6:12.0f} {p90 * 1e6:12.0f} {per_hop * 1e6:8.0f}")
+        print(f"   {k:14d} {m.throughput_per_s:10.0f} {p50 * 1e6:12.0f} {p90 * 1e6:12.0f} "
+              f"{per_hop * 1e6:8.0f}")
 
 
 def rss_bytes() -> int:
@@ -261,7 +264,8 @@ def main(argv=None) -> int:
     parser.add_argument("--idle-frames", type=int, default=200, help="one-frame runs for the idle latency")
     parser.add_argument("--soak", type=int, default=0, help="frames of the soak (0: no soak)")
     parser.add_argument("--soak-chunk", type=int, default=500, help="frames per run in the soak")
-    parser.add_argument("--trace", default=None, help="write the first model's last parapipe run as a Chrome trace")
+    parser.add_argument("--trace", default=None,
+                        help="write the first model's last parapipe run as a Chrome trace")
     parser.add_argument("--skip-models", action="store_true", help="only the hops (and the soak)")
     args = parser.parse_args(argv)
     if not {0, 1} <= os.sched_getaffinity(0):
@@ -272,19 +276,19 @@ def main(argv=None) -> int:
         for model in (args.models if not args.skip_models else args.models[:1]):
             t0 = time.perf_counter()
             results.append(bench_model(model, args))
-            print(f"# {model}: measured the host and searched in {results[-1]['prep_s']:.1f} s, benchmarked in "
-                  f"{time.perf_counter() - t0:.1f} s", flush=True)
+            print(f"# {model}: measured the host and searched in {results[-1]['prep_s']:.1f} s, benchmarked "
+                  f"in {time.perf_counter() - t0:.1f} s", flush=True)
         print_models(results, args.frames, args.repeats)
     print_hops(args.hops, args.hop_frames, args.idle_frames)
     if args.soak:
         r = soak(results[0]["mapping"], args.soak, args.soak_chunk)
         mib = 2.0 ** 20
-        print(f"\n4. soak, {results[0]['model']} point {results[0]['point']}: {r['frames']} frames in {r['runs']} runs "
-              f"of {args.soak_chunk}: {r['mismatches']} mismatched or out-of-order outputs (max |diff| "
-              f"{r['max_abs_diff']:.1e}); median {r['throughput_median']:.1f} inf/s; RSS after the first run "
-              f"{r['rss_first'] / mib:.1f} MiB, last {r['rss_last'] / mib:.1f} MiB, max {r['rss_max'] / mib:.1f} MiB, "
-              f"growth {r['growth_after_first'] / mib:+.2f} MiB, slope {r['slope_bytes_per_1000'] / 1024:+.1f} KiB "
-              "per 1000 frames")
+        print(f"\n4. soak, {results[0]['model']} point {results[0]['point']}: {r['frames']} frames in "
+              f"{r['runs']} runs of {args.soak_chunk}: {r['mismatches']} mismatched or out-of-order outputs "
+              f"(max |diff| {r['max_abs_diff']:.1e}); median {r['throughput_median']:.1f} inf/s; RSS after "
+              f"the first run {r['rss_first'] / mib:.1f} MiB, last {r['rss_last'] / mib:.1f} MiB, max "
+              f"{r['rss_max'] / mib:.1f} MiB, growth {r['growth_after_first'] / mib:+.2f} MiB, slope "
+              f"{r['slope_bytes_per_1000'] / 1024:+.1f} KiB per 1000 frames")
     print(f"# load average at end: {os.getloadavg()}")
     return 0
 

@@ -572,7 +572,8 @@ def op_run_pipeline(request):
     lock_wait = _field(request, "lock_wait_s", (int, float), 30.0)
     kwargs = dict(frames=_int_field(request, "frames", 200, 1), warmup=_int_field(request, "warmup", 5, 0),
                   seed=_int_field(request, "seed", 0, 0),
-                  distinct_frames=_int_field(request, "distinct_frames", 8, 1), atol=float(atol), rtol=float(rtol),
+                  distinct_frames=_int_field(request, "distinct_frames", 8, 1), atol=float(atol),
+                  rtol=float(rtol),
                   progress_interval_s=float(interval), verify=bool(_field(request, "verify", bool, True)),
                   lock_wait_s=float(lock_wait), emit=lambda event: _emit(request, event))
     if not os.path.isdir(folder):

@@ -1,5 +1,6 @@
 """Host mappings (pareto.json documents) written by hand for the deploy tests: real zoo models cut into two
-pipeline stages on cpu0 | cpu1, without measuring the host (``parapipe optimize --soc host`` takes seconds)."""
+pipeline stages on cpu0 | cpu1, without measuring the host (``parapipe optimize --soc host`` takes
+seconds)."""
 from __future__ import annotations
 
 import json
@@ -44,7 +45,8 @@ def two_stage_doc(model: str, fractions: Sequence[float] = (0.5,)) -> Dict:
                        "latency_gap": None, "pu_busy_s": {"cpu0": 0.02, "cpu1": 0.02},
                        "mapping": {"stages": stages}})
     return {"schema_version": 1, "model": {"name": lm.name, "sha256": lm.sha256}, "soc": "host",
-            "objectives": ["throughput", "latency", "energy"], "search": {"max_blocks": MAX_BLOCKS, "seed": 0},
+            "objectives": ["throughput", "latency", "energy"],
+            "search": {"max_blocks": MAX_BLOCKS, "seed": 0},
             "blocks": {b.name: list(b.ops) for b in bg.blocks},
             "bounds": {"period_lb_s": 0.01, "latency_lb_s": 0.03}, "points": points}
 

@@ -27,7 +27,8 @@ def trace(tmp_path_factory):
     if not {0, 1} <= os.sched_getaffinity(0):
         pytest.skip("needs CPUs 0 and 1")
     m = chain_model(4)
-    plan = ExecutionPlan(stages=[[task(m, "s0", 0, "cpu0", ["x"], ["h1"])], [task(m, "s1", 1, "cpu1", ["h1"], ["y"])]],
+    plan = ExecutionPlan(stages=[[task(m, "s0", 0, "cpu0", ["x"], ["h1"])],
+                                 [task(m, "s1", 1, "cpu1", ["h1"], ["y"])]],
                          model_inputs=["x"], model_outputs=["y"], bindings=dict(CPU_BINDINGS))
     _, metrics = run_pipeline(plan, frames(8), warmup=1)
     path = tmp_path_factory.mktemp("trace") / "trace.json"
@@ -37,7 +38,8 @@ def trace(tmp_path_factory):
 
 def test_predicted_gantt_of_a_point(pareto, tmp_path, capsys):
     out = tmp_path / "gantt.png"
-    assert main(["plot", "--gantt", "--mapping", str(pareto), "--point", "best-throughput", "--out", str(out)]) == 0
+    argv = ["plot", "--gantt", "--mapping", str(pareto), "--point", "best-throughput", "--out", str(out)]
+    assert main(argv) == 0
     assert out.read_bytes()[:8] == PNG_MAGIC and f"wrote {out}" in capsys.readouterr().out
     assert [p.name for p in tmp_path.iterdir()] == ["gantt.png"]  # no temporary left
 

@@ -22,8 +22,8 @@ from parapipe.deploy.host import HostSpec, RemoteHost
 from parapipe.errors import ExecutionError, HostError
 from parapipe.runtime.host_plan import load_host_mapping
 
-pytestmark = [pytest.mark.ssh, pytest.mark.slow,
-              pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="host mappings need CPUs 0 and 1")]
+NEEDS_TWO_CPUS = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="mappings use CPUs 0, 1")
+pytestmark = [pytest.mark.ssh, pytest.mark.slow, NEEDS_TWO_CPUS]
 sshd_server = sshd.sshd_server  # the session-scoped loopback sshd fixture
 
 FRAMES = "6"  # a few frames: enough to fill and drain a two-stage pipeline
@@ -36,12 +36,13 @@ def spec_for(server, **overrides) -> HostSpec:
 
 
 def agents_running(root: str) -> list:
-    """Command lines of live processes that run an agent from under ``root`` (the test host is this machine)."""
+    """Command lines of live processes running an agent from under ``root`` (the host is this machine)."""
     found = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+                cmdline = raw.replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
             if root in cmdline and "agent.py" in cmdline:
@@ -63,11 +64,12 @@ def inception_mapping(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def squeezenet_mapping(tmp_path_factory) -> Path:
-    return write_doc(two_stage_doc("squeezenet", (0.4, 0.6)), tmp_path_factory.mktemp("mapping") / "pareto.json")
+    path = tmp_path_factory.mktemp("mapping") / "pareto.json"
+    return write_doc(two_stage_doc("squeezenet", (0.4, 0.6)), path)
 
 
-def test_deploy_two_stage_inception_v1_outputs_match_and_leaves_nothing(sshd_server, inception_mapping, tmp_path,
-                                                                        capsys):
+def test_deploy_two_stage_inception_v1_outputs_match_and_leaves_nothing(sshd_server, inception_mapping,
+                                                                        tmp_path, capsys):
     remote = tmp_path / "remote root" / "it's got spaces"  # quoting: spaces and a quote in the remote path
     out = tmp_path / "local out"
     rc = main(["deploy", "inception_v1", "--mapping", str(inception_mapping), "--point", "p0",
@@ -95,7 +97,8 @@ def test_deploy_two_stage_inception_v1_outputs_match_and_leaves_nothing(sshd_ser
     assert wait_for_no_agents(str(remote)) == []
 
 
-def test_unknown_host_key_is_refused_before_anything_is_sent(sshd_server, inception_mapping, tmp_path, capsys):
+def test_unknown_host_key_is_refused_before_anything_is_sent(sshd_server, inception_mapping, tmp_path,
+                                                             capsys):
     empty = tmp_path / "known_hosts"
     empty.write_text("")
     remote = tmp_path / "remote"
@@ -132,7 +135,8 @@ def test_interrupted_upload_resumes_and_keep_leaves_the_bundle(sshd_server, sque
         assert "models/s0.cpu0.t0.onnx" in half and "models/s1.cpu1.t0.onnx" not in half
         Path(folder, "models", ".s1.cpu1.t0.onnx.part123").write_bytes(b"truncated")
         (tmp_path / "out").mkdir()
-        report = deploy_bundle(host, bundle, tmp_path / "out", DeployOptions(frames=4, remote_dir=remote, keep=True))
+        options = DeployOptions(frames=4, remote_dir=remote, keep=True)
+        report = deploy_bundle(host, bundle, tmp_path / "out", options)
         assert report.report["outputs_match"] is True
         assert set(half) <= set(report.skipped)
         assert "models/s1.cpu1.t0.onnx" in report.uploaded and "models/s0.cpu0.t0.onnx" not in report.uploaded
@@ -189,7 +193,8 @@ def _make_fail_at_run_time(model: onnx.ModelProto) -> None:
                 node.input[i] = name + "_checked"
     graph.initializer.extend([numpy_helper.from_array(np.array([997, -1], np.int64), "bad_shape")])
     graph.node.insert(0, helper.make_node("Shape", [name], [name + "_shape"], name="fail_shape"))
-    graph.node.insert(1, helper.make_node("Reshape", [name, "bad_shape"], [name + "_997"], name="fail_reshape"))
+    graph.node.insert(1, helper.make_node("Reshape", [name, "bad_shape"], [name + "_997"],
+                                          name="fail_reshape"))
     graph.node.insert(2, helper.make_node("Reshape", [name + "_997", name + "_shape"], [name + "_checked"],
                                           name="fail_back"))
 

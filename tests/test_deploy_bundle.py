@@ -1,5 +1,6 @@
 """Deploy bundles on this machine: manifest and id, the bundle's own agent running it (a local subprocess:
-real agent, real executor core, real ORT), tampered files, stale-bundle clean-up, the executor core as data."""
+real agent, real executor core, real ORT), tampered files, stale-bundle clean-up, the executor core as
+data."""
 from __future__ import annotations
 
 import hashlib
@@ -23,7 +24,7 @@ from parapipe.runtime import PipelineExecutor, PUBinding
 from parapipe.runtime._core import core
 from parapipe.runtime.host_plan import host_bindings, load_host_mapping
 
-pytestmark = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="host mappings need CPUs 0 and 1")
+pytestmark = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="host mappings use CPUs 0, 1")
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,8 @@ def test_the_bundles_agent_runs_it_with_progress_events_and_matching_outputs(bun
                           frames=12, warmup=2, distinct_frames=3, progress_interval_s=0.0)
     report = reply["report"]
     assert report["outputs_match"] is True and report["max_abs_diff"] <= 1e-5
-    # the tensor handed from stage 0 to stage 1 is checked too (the light models' outputs are input-independent)
+    # the tensors handed from stage 0 to stage 1 are checked too (the light models' outputs do not depend on
+    # the input)
     assert report["checked_tensors"] >= 1 and report["max_scaled_diff"] <= 1e-5
     assert report["frames"] == 12 and report["stages"] == 2 and report["point"] == "p0"
     assert set(report["pu_utilisation"]) == {"cpu0", "cpu1"}
@@ -109,7 +111,8 @@ def test_a_tampered_file_is_refused_naming_it(mapping_file, tmp_path):
             agent.request("run_pipeline", timeout_s=60, bundle=str(b.folder), frames=2)
         assert agent.request("hello")["ok"]  # the agent keeps serving
     assert info.value.error_type == "BadRequest"
-    assert "manifest.json: models/s1.cpu1.t0.onnx: the file on the host differs from the bundle" in str(info.value)
+    expected = "manifest.json: models/s1.cpu1.t0.onnx: the file on the host differs from the bundle"
+    assert expected in str(info.value)
 
 
 def test_clean_removes_stale_bundles_but_not_live_kept_or_foreign_folders(agent, tmp_path):
@@ -158,7 +161,7 @@ def test_host_pus_must_be_cores():
         host_bindings(["cpu0", "gpu"], "m.json")
 
 
-def test_a_stage_that_computes_something_else_is_caught_even_where_the_model_output_is_not(mapping_file, tmp_path):
+def test_a_stage_computing_something_else_is_caught_though_the_model_output_is_not(mapping_file, tmp_path):
     # stage 0 adds 1 to the tensor it hands on. The light zoo models have constant weights, so the model's own
     # output (a softmax over equal logits) stays the same: only the handed-over tensor shows the error.
     mapping = load_host_mapping("squeezenet", str(mapping_file), "p0")
@@ -171,6 +174,7 @@ def test_a_stage_that_computes_something_else_is_caught_even_where_the_model_out
     graph.node.append(helper.make_node("Add", [out + "_raw", "one"], [out], name="off_by_one"))
     b = build_bundle(mapping, tmp_path / "b")
     with AgentClient.local(agent=b.folder / "agent.py") as agent:
-        report = agent.request("run_pipeline", timeout_s=60, bundle=str(b.folder), frames=3, warmup=0)["report"]
+        reply = agent.request("run_pipeline", timeout_s=60, bundle=str(b.folder), frames=3, warmup=0)
+    report = reply["report"]
     assert report["max_abs_diff"] <= 1e-5  # the model output alone would say "match"
     assert report["max_scaled_diff"] > report["rtol"] and report["outputs_match"] is False

@@ -1,5 +1,5 @@
-"""A short soak of the pipelined executor on a real zoo model: 500 frames through one executor, every output in
-order and equal to the unsplit model's, and no memory growth per frame (RSS, loosely bounded).
+"""A short soak of the pipelined executor on a real zoo model: 500 frames through one executor, every output
+in order and equal to the unsplit model's, and no memory growth per frame (RSS, loosely bounded).
 
 The light zoo models have constant weights: their final outputs are the same for every input. The check
 therefore also covers every tensor a task hands on (input-dependent), which is what reveals a wrong order."""
@@ -13,16 +13,18 @@ import pytest
 from deploy_mappings import two_stage_doc, write_doc
 from parapipe.runtime import PipelineExecutor, max_abs_diff, reference_outputs
 from parapipe.runtime.host_plan import load_host_mapping
-from parapipe.runtime.reference import handed_over_tensors, max_scaled_diff, reference_with_outputs, with_outputs
+from parapipe.runtime.reference import (handed_over_tensors, max_scaled_diff, reference_with_outputs,
+                                        with_outputs)
 
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="host mappings need CPUs 0 and 1")]
+              pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="host mappings use CPUs 0, 1")]
 
 FRAMES = 500
 RUN_FRAMES = 100  # frames per run(): long streams go through one executor as consecutive runs
 DISTINCT = 7  # distinct inputs fed cyclically; prime to RUN_FRAMES, so run boundaries shift the phase
 #: Allowed RSS growth between the end of the first run and the end of the last, bytes. Leaking one
-#: squeezenet input per frame (602 KB) over the 400 later frames would add 240 MB; allocator noise here is a few MB.
+#: squeezenet input per frame (602 KB) over the 400 later frames would add 240 MB; allocator noise here is a
+#: few MB.
 RSS_GROWTH_BOUND_NBYTES = 48 * 2**20
 
 
@@ -33,8 +35,8 @@ def rss_bytes() -> int:
 
 
 def test_500_frames_in_order_identical_and_flat_memory(tmp_path):
-    mapping = load_host_mapping("squeezenet", str(write_doc(two_stage_doc("squeezenet"), tmp_path / "p.json")),
-                                "p0")
+    path = write_doc(two_stage_doc("squeezenet"), tmp_path / "p.json")
+    mapping = load_host_mapping("squeezenet", str(path), "p0")
     og = mapping.opgraph
     (name,) = og.inputs
     reference, handed = reference_with_outputs(mapping.loaded.model, og, handed_over_tensors(mapping.plan))
@@ -50,9 +52,9 @@ def test_500_frames_in_order_identical_and_flat_memory(tmp_path):
         for start in range(0, FRAMES, RUN_FRAMES):
             for i, out in enumerate(ex.run(pool[(start + j) % DISTINCT] for j in range(RUN_FRAMES))):
                 expected = ref[(start + i) % DISTINCT]
-                model_outs = mapping.plan.model_outputs
-                worst = max(worst, max_abs_diff([{k: out[k] for k in model_outs}], [{k: expected[k] for k in model_outs}]),
-                            max_scaled_diff(out, expected, handed))
+                outs = mapping.plan.model_outputs
+                worst = max(worst, max_scaled_diff(out, expected, handed),
+                            max_abs_diff([{k: out[k] for k in outs}], [{k: expected[k] for k in outs}]))
                 checked += 1
             assert ex.metrics.frames == RUN_FRAMES
             rss.append(rss_bytes())

@@ -7,8 +7,8 @@ A bundle is one folder written by ``parapipe deploy`` (:mod:`parapipe.deploy.bun
     plan.json            the execution plan (:func:`.plan.plan_to_doc`) plus "inputs" ({name: {"shape",
                          "dtype"}}), "check_tensors", "reference_model", "predicted", "model", "point"
     models/<task>.onnx   one sub-model per task
-    reference.onnx       the unsplit model with the "check_tensors" of plan.json as extra outputs, run once per
-                         distinct frame to check the pipeline
+    reference.onnx       the unsplit model with the "check_tensors" of plan.json as extra outputs, run
+                         once per distinct frame to check the pipeline
     agent.py, ppexec/    the agent and this package
     out/report.json      written by :func:`run_bundle`; out/trace.json: the Chrome trace of the run
     .lock                held (``fcntl.flock``) while a run or a clean-up uses the folder
@@ -19,7 +19,8 @@ frames, fed cyclically), so nothing but the bundle travels, and every output is 
 unsplit model's output for the same frame: a frame out of order or a wrong output makes ``outputs_match``
 false. Besides the model's outputs, every tensor a task hands on ("check_tensors") is compared, scaled by its
 largest magnitude: the light zoo models of the onnx wheel have constant weights, so their final outputs are
-the same for every input and would check nothing on their own. Standard library, numpy and onnxruntime only (Python >= 3.8).
+the same for every input and would check nothing on their own. Standard library, numpy and onnxruntime
+only (Python >= 3.8).
 """
 from __future__ import annotations
 
@@ -170,9 +171,9 @@ def make_frames(inputs: Dict[str, Dict[str, Any]], count: int, seed: int) -> Lis
 
 def _host_info() -> Dict[str, Any]:
     import onnxruntime as ort
-    return {"hostname": platform.node(), "machine": platform.machine(), "python_version":
-            platform.python_version(), "onnxruntime_version": ort.__version__, "numpy_version": np.__version__,
-            "pid": os.getpid()}
+    return {"hostname": platform.node(), "machine": platform.machine(),
+            "python_version": platform.python_version(), "onnxruntime_version": ort.__version__,
+            "numpy_version": np.__version__, "pid": os.getpid()}
 
 
 def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, distinct_frames: int = 8,
@@ -223,9 +224,11 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
     PlanError, PipelineError (or ``errors``' types)
         A bad bundle or option; a failed stage (naming stage, PU and task).
     """
-    for name, value, low in (("frames", frames, 1), ("warmup", warmup, 0), ("distinct_frames", distinct_frames, 1)):
+    counts = (("frames", frames, 1), ("warmup", warmup, 0), ("distinct_frames", distinct_frames, 1))
+    for name, value, low in counts:
         if int(value) < low:
-            raise errors.input("run_pipeline", name, "must be >= %d, got %r" % (low, value), "pass a valid count")
+            raise errors.input("run_pipeline", name, "must be >= %d, got %r" % (low, value),
+                               "pass a valid count")
     folder = os.path.abspath(folder)
     started = time.perf_counter()
     last = [float("-inf")]
@@ -250,9 +253,10 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
         progress("reference", 0, force=True)
         ref_path = os.path.join(folder, doc.get("reference_model", "reference.onnx"))
         ref_session = create_session(ref_path, PUBinding(cpus=None, threads=1), "CPUExecutionProvider")
-        reference = [dict(zip(plan.model_outputs, ref_session.run(plan.model_outputs,
-                                                                    {n: f[n] for n in plan.model_inputs})))
-                     for f in pool]
+        reference = []
+        for f in pool:
+            values = ref_session.run(plan.model_outputs, {n: f[n] for n in plan.model_inputs})
+            reference.append(dict(zip(plan.model_outputs, values)))
         del ref_session
         worst = scaled = 0.0
         with PipelineExecutor(plan, errors=errors) as ex:
@@ -263,7 +267,8 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
             run_start = time.perf_counter()
             for i, out in enumerate(ex.run(pool[i % len(pool)] for i in range(frames))):
                 ref = reference[i % len(pool)]
-                worst = max(worst, max_abs_diff([{n: out[n] for n in outputs}], [{n: ref[n] for n in outputs}]))
+                worst = max(worst, max_abs_diff([{n: out[n] for n in outputs}],
+                                                [{n: ref[n] for n in outputs}]))
                 scaled = max(scaled, max_scaled_diff(out, ref, checked))
                 progress("run", i + 1, rate=(i + 1) / max(time.perf_counter() - run_start, 1e-9))
             metrics = ex.metrics
@@ -272,7 +277,8 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
         report = {
             "bundle_id": manifest.get("bundle_id"), "model": doc.get("model"), "point": doc.get("point"),
             "frames": metrics.frames, "warmup": warmup, "seed": seed, "distinct_frames": distinct_frames,
-            "stages": len(plan.stages), "throughput_per_s": metrics.throughput_per_s, "wall_s": metrics.wall_s,
+            "stages": len(plan.stages), "throughput_per_s": metrics.throughput_per_s,
+            "wall_s": metrics.wall_s,
             "latency_p50_s": metrics.latency_p50_s, "latency_p90_s": metrics.latency_p90_s,
             "latency_p99_s": metrics.latency_p99_s, "stage_busy_s": list(metrics.stage_busy_s),
             "pu_busy_s": dict(metrics.pu_busy_s), "pu_utilisation": dict(metrics.pu_utilisation),
@@ -287,7 +293,8 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
         return report
 
 
-def clean_stale(root: str, keep: List[str], wait_s: float = 10.0, errors=DEFAULT_ERRORS) -> Dict[str, List[str]]:
+def clean_stale(root: str, keep: List[str], wait_s: float = 10.0,
+                errors=DEFAULT_ERRORS) -> Dict[str, List[str]]:
     """Remove the bundle folders under ``root`` that no run uses, except ``keep`` and those marked ``.keep``.
 
     A folder is stale when its ``.lock`` can be taken: the process that ran it (e.g. after a dropped

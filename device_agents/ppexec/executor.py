@@ -63,8 +63,9 @@ class PipelineExecutor:
         Time allowed for all workers to exit on close (default 5 s; a task stuck inside ORT cannot be
         interrupted: such a daemon thread is logged and abandoned).
     errors : ErrorKinds
-        Exception factories (default: :class:`.errors.PlanError` for input errors, :class:`.errors.PipelineError`
-        for run failures; parapipe passes ``InputError`` and ``ExecutionError``).
+        Exception factories (default: :class:`.errors.PlanError` for input errors,
+        :class:`.errors.PipelineError` for run failures; parapipe passes ``InputError`` and
+        ``ExecutionError``).
 
     Raises
     ------
@@ -87,7 +88,7 @@ class PipelineExecutor:
         validate_plan(plan, errors)
         if int(queue_depth) < 1:
             raise errors.input("PipelineExecutor", "queue_depth", f"must be >= 1, got {queue_depth}",
-                              "use the default 2")
+                               "use the default 2")
         self.plan, self.queue_depth, self.fallback_provider = plan, int(queue_depth), fallback_provider
         self.poll_s, self.join_timeout_s = float(poll_s), float(join_timeout_s)
         self._stop = threading.Event()
@@ -187,8 +188,8 @@ class PipelineExecutor:
             No run has completed yet.
         """
         if self._metrics is None:
-            raise self.errors.execution("no completed run yet; iterate PipelineExecutor.run(frames) to the end "
-                                 "first")
+            raise self.errors.execution("no completed run yet; iterate PipelineExecutor.run(frames) to the "
+                                        "end first")
         return self._metrics
 
     # ----------------------------------------------------------------------------------------- failures
@@ -207,8 +208,8 @@ class PipelineExecutor:
             raise self.errors.execution(f"stage {stage}: {exc}") from exc
         what = f"stage {stage}, PU {pu!r}" + (f", task {task!r}" if task else "")
         detail = " ".join(f"{type(exc).__name__}: {exc}".split())
-        raise self.errors.execution(f"{what} failed while {doing}: {detail}; check the task's sub-model and the "
-                             "frame's tensors (shapes, dtypes)") from exc
+        raise self.errors.execution(f"{what} failed while {doing}: {detail}; check the task's sub-model and "
+                                    "the frame's tensors (shapes, dtypes)") from exc
 
     def _put(self, q: "queue.Queue", item: object) -> None:
         """Put with a timeout loop; gives up (``Stopped``) when the executor stops."""
@@ -258,17 +259,19 @@ class PipelineExecutor:
             The executor is not started, closed or failed, another run is active, or a task failed.
         """
         if not self._started or self._closed:
-            raise self.errors.execution("PipelineExecutor.run: the executor is not running; use it inside 'with'")
+            raise self.errors.execution("PipelineExecutor.run: the executor is not running; use it inside "
+                                        "'with'")
         return self._stream(iter(frames))
 
     def _admit(self, run: Run, seq: int, frame: Mapping[str, np.ndarray]) -> None:
         if not isinstance(frame, Mapping):
             raise self.errors.input("frames", f"frame {seq}", f"is a {type(frame).__name__}, not a mapping",
-                              f"give each frame as a dict {{name: numpy array}} for {self.plan.model_inputs}")
+                                    f"give each frame as a dict {{name: numpy array}} for "
+                                    f"{self.plan.model_inputs}")
         missing = [n for n in self.plan.model_inputs if n not in frame]
         if missing:
             raise self.errors.input("frames", f"frame {seq}", f"missing model input(s) {missing}",
-                              f"give every frame the tensors {self.plan.model_inputs}")
+                                    f"give every frame the tensors {self.plan.model_inputs}")
         f = Frame(run, seq, 0, {n: frame[n] for n in self.plan.model_inputs}, len(self._workers[0]))
         for w in self._workers[0]:
             while True:

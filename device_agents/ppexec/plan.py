@@ -249,9 +249,8 @@ def plan_from_doc(doc: Dict[str, Any], base_dir: str, source: str = "plan.json",
     """
     fix = "rebuild the bundle with 'parapipe deploy'"
     if not isinstance(doc, dict) or doc.get("schema_version") != PLAN_SCHEMA_VERSION:
-        raise errors.input(source, "schema_version", "expected %d, got %r"
-                           % (PLAN_SCHEMA_VERSION, doc.get("schema_version") if isinstance(doc, dict) else doc),
-                           fix)
+        got = doc.get("schema_version") if isinstance(doc, dict) else doc
+        raise errors.input(source, "schema_version", "expected %d, got %r" % (PLAN_SCHEMA_VERSION, got), fix)
     try:
         bindings = {}
         for pu, b in doc["bindings"].items():

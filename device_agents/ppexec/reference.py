@@ -114,7 +114,8 @@ def with_outputs(plan, names: Sequence[str]):
     return dataclasses.replace(plan, model_outputs=list(plan.model_outputs) + extra)
 
 
-def max_scaled_diff(out: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], names: Sequence[str]) -> float:
+def max_scaled_diff(out: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray],
+                    names: Sequence[str]) -> float:
     """Largest ``max|out - ref| / max|ref|`` over the tensors ``names`` of one frame (0 for equal tensors).
 
     A tensor whose reference is all zeros counts its absolute difference.
@@ -123,6 +124,7 @@ def max_scaled_diff(out: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray]
     for name in names:
         diff = max_abs_diff([{name: out[name]}], [{name: ref[name]}])
         values = np.asarray(ref[name])
-        scale = float(np.max(np.abs(values))) if values.size and np.issubdtype(values.dtype, np.number) else 0.0
+        numeric = values.size and np.issubdtype(values.dtype, np.number)
+        scale = float(np.max(np.abs(values))) if numeric else 0.0
         worst = max(worst, diff / scale if scale > 0 and np.isfinite(scale) else diff)
     return worst

@@ -52,8 +52,9 @@ def resolve_provider(pu: str, binding: PUBinding, fallback_provider: Optional[st
         logger.warning("PU %s: provider %s not available, falling back to %s", pu, binding.provider,
                        fallback_provider)
         return fallback_provider
-    wanted = binding.provider if fallback_provider is None else "%s (or %s)" % (binding.provider,
-                                                                              fallback_provider)
+    wanted = binding.provider
+    if fallback_provider is not None:
+        wanted = "%s (or %s)" % (binding.provider, fallback_provider)
     raise errors.execution("PU %r: execution provider %s is not available in onnxruntime %s (available: %s); "
                            "install an onnxruntime build with it, bind the PU to another provider, or pass "
                            "fallback_provider" % (pu, wanted, ort.__version__, ", ".join(available)))
@@ -90,7 +91,7 @@ def session_options(binding: PUBinding) -> ort.SessionOptions:
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.add_session_config_entry("session.inter_op.allow_spinning", "0")
     so.log_severity_level = 4  # fatal only: ORT warns about unused initializers in cut models, and run
-    # errors reach the caller as exceptions (re-raised as execution errors): its own error log would repeat them
+    # errors reach the caller as exceptions (re-raised as execution errors): its own log would repeat them
     return so
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -84,7 +83,8 @@ def _write_model(model: Any, path: Path, task: str) -> None:
                           "build the plan with parapipe.runtime.build_plan")
     for tensor in model.graph.initializer:
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            raise input_error("mapping", f"task {task}", f"weight {tensor.name!r} lives in an external data file",
+            raise input_error("mapping", f"task {task}",
+                              f"weight {tensor.name!r} lives in an external data file",
                               "load the model's external data into memory before deploying")
     path.write_bytes(model.SerializeToString())
 
@@ -157,5 +157,6 @@ def build_bundle(mapping: HostMapping, dest: Path) -> Bundle:
     manifest = {"schema_version": MANIFEST_SCHEMA_VERSION, "bundle_id": bundle_id,
                 "created_by": f"parapipe {__version__}", **content}
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    log.info("bundle %s: %d files, %.1f MB", bundle_id, len(files), sum(f["nbytes"] for f in files.values()) / 1e6)
+    log.info("bundle %s: %d files, %.1f MB", bundle_id, len(files),
+             sum(f["nbytes"] for f in files.values()) / 1e6)
     return Bundle(dest, bundle_id, manifest)

@@ -19,57 +19,33 @@ next progress event finds its pipe closed), and the next deploy to that host rem
 """
 from __future__ import annotations
 
-import json
 import logging
-import os
 import posixpath
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 import paramiko
 
 from parapipe.deploy.agent_client import AgentClient, AgentRequestError, _ChannelTransport
-from parapipe.deploy.bundle import MANIFEST, Bundle, build_bundle
+from parapipe.deploy.bundle import Bundle, build_bundle
 from parapipe.deploy.host import RemoteHost
 from parapipe.deploy.hostspec import HostSpec
 from parapipe.deploy.remote_agent import check_python
+from parapipe.deploy.upload import fetch, remote_abs, remote_files, remove_strays, upload_bundle
 from parapipe.errors import ExecutionError, HostError, input_error
 from parapipe.runtime._core import core
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DeployOptions", "DeployReport", "deploy", "deploy_mapping", "deploy_bundle", "upload_bundle",
-           "remote_files", "remote_abs", "describe_event", "DEFAULT_REMOTE_DIR"]
+__all__ = ["DeployOptions", "DeployReport", "deploy", "deploy_mapping", "deploy_bundle", "describe_event",
+           "DEFAULT_REMOTE_DIR"]
 
 #: Default folder of bundles on the host, relative to the remote home.
 DEFAULT_REMOTE_DIR = ".cache/parapipe/deploy"
 #: Bundle files the agent needs to start (uploaded before the clean-up of stale bundles).
 AGENT_FILES_PREFIXES = ("agent.py", "ppexec/")
-#: Files of a bundle folder that are not in the manifest and stay: the lock, the keep mark, the run's output.
-_NOT_BUNDLE_FILES = (core.bundle_run.LOCK, core.bundle_run.KEEP)
-_OUT_PREFIX = core.bundle_run.OUT_DIR + "/"
-
-#: Python run on the host: every file under a folder (relative path -> SHA-256), the lock, keep mark and
-#: output excluded; ``{}`` when the folder does not exist. Argument: the folder.
-_REMOTE_HASHES = r"""
-import hashlib, json, os, sys
-root, skip, out = sys.argv[1], set(sys.argv[2].split(',')), sys.argv[3]
-found = {}
-for folder, dirs, files in os.walk(root):
-    for name in files:
-        path = os.path.join(folder, name)
-        rel = os.path.relpath(path, root).replace(os.sep, '/')
-        if rel in skip or rel.startswith(out) or os.path.islink(path):
-            continue
-        digest = hashlib.sha256()
-        with open(path, 'rb') as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b''):
-                digest.update(chunk)
-        found[rel] = digest.hexdigest()
-print('PARAPIPE-HASHES ' + json.dumps(found))
-"""
 
 
 @dataclass
@@ -161,10 +137,10 @@ class DeployReport:
     def to_json(self) -> Dict[str, Any]:
         """The report's figures plus where things went (JSON-ready)."""
         doc = dict(self.report)
-        doc.update({"deploy": {"host": self.host, "bundle_id": self.bundle_id, "remote_folder": self.remote_folder,
-                               "report_path": str(self.report_path), "trace_path": str(self.trace_path),
-                               "uploaded": self.uploaded, "skipped": self.skipped,
-                               "removed_stale": self.removed_stale, "kept": self.kept}})
+        doc["deploy"] = {"host": self.host, "bundle_id": self.bundle_id, "remote_folder": self.remote_folder,
+                         "report_path": str(self.report_path), "trace_path": str(self.trace_path),
+                         "uploaded": self.uploaded, "skipped": self.skipped,
+                         "removed_stale": self.removed_stale, "kept": self.kept}
         return doc
 
 
@@ -175,119 +151,10 @@ def _check_options(options: DeployOptions) -> None:
     for name, low in (("frames", 1), ("warmup", 0), ("distinct_frames", 1)):
         value = getattr(options, name)
         if not isinstance(value, int) or value < low:
-            raise input_error(f"--{name.replace('_', '-')}", None, f"must be an integer >= {low}, got {value!r}",
-                              "give a valid count")
+            raise input_error(f"--{name.replace('_', '-')}", None,
+                              f"must be an integer >= {low}, got {value!r}", "give a valid count")
     if not options.remote_dir.strip():
         raise input_error("--remote-dir", None, "is empty", "give a folder on the host, e.g. ~/parapipe")
-
-
-def remote_abs(host: RemoteHost, path: str) -> str:
-    """``path`` on the host made absolute: ``~`` and relative paths are taken from the remote home."""
-    path = path.strip()
-    if path == "~" or path.startswith("~/"):
-        path = path[2:]
-    return posixpath.normpath(path if posixpath.isabs(path) else posixpath.join(host.home(), path))
-
-
-def remote_files(host: RemoteHost, folder: str, python: str = "python3",
-                 timeout_s: float = 120.0) -> Dict[str, str]:
-    """Every file of a bundle folder on the host with its SHA-256 (one remote command); ``{}`` if absent.
-
-    The lock, the keep mark and the ``out/`` folder are left out.
-
-    Raises
-    ------
-    HostError
-        The listing fails or the connection is lost.
-    """
-    rc, output = host.exec([python, "-c", _REMOTE_HASHES, folder, ",".join(_NOT_BUNDLE_FILES), _OUT_PREFIX],
-                           timeout_s=timeout_s)
-    for line in reversed(output.splitlines()):
-        if rc == 0 and line.startswith("PARAPIPE-HASHES "):
-            return json.loads(line[len("PARAPIPE-HASHES "):])
-    raise HostError(f"{host.spec}: cannot list {folder!r} ({output.strip()[-300:] or f'exit {rc}'}); check "
-                    "permissions on the host")
-
-
-def upload_bundle(host: RemoteHost, bundle: Bundle, folder: str, present: Dict[str, str],
-                  only: Optional[Tuple[str, ...]] = None, on_event: Progress = None) -> Tuple[List[str], List[str]]:
-    """Upload the bundle's files that the host lacks or holds with another SHA-256.
-
-    Parameters
-    ----------
-    host : RemoteHost
-    bundle : Bundle
-    folder : str
-        Absolute bundle folder on the host.
-    present : dict of str to str
-        Files already there (from :func:`remote_files`); updated with what is uploaded.
-    only : tuple of str, optional
-        Upload only files whose path starts with one of these prefixes (``manifest.json`` is never uploaded
-        then); default: every file, ``manifest.json`` last.
-    on_event : callable(dict), optional
-        Receives ``{"event": "upload", "file", "nbytes", "done", "total"}`` before each file is sent.
-
-    Returns
-    -------
-    (uploaded, skipped) : lists of str
-
-    Raises
-    ------
-    HostError
-        A file cannot be written, or the connection is lost.
-    """
-    files = bundle.manifest["files"]
-    wanted = [rel for rel in sorted(files) if only is None or rel.startswith(only)]
-    if only is None:
-        wanted.append(MANIFEST)
-    uploaded, skipped = [], []
-    digests = dict((rel, files[rel]["sha256"]) for rel in files)
-    digests[MANIFEST] = core.bundle_run.sha256_file(str(bundle.folder / MANIFEST))
-    folders = set()
-    for i, rel in enumerate(wanted):
-        if present.get(rel) == digests[rel]:
-            skipped.append(rel)
-            continue
-        remote = posixpath.join(folder, rel)
-        parent = posixpath.dirname(remote)
-        if parent not in folders:
-            host.mkdir_p(parent)
-            folders.add(parent)
-        if on_event is not None:
-            on_event({"event": "upload", "file": rel, "nbytes": (bundle.folder / rel).stat().st_size,
-                      "done": i, "total": len(wanted)})
-        host.upload(bundle.folder / rel, remote)
-        present[rel] = digests[rel]
-        uploaded.append(rel)
-    return uploaded, skipped
-
-
-def _remove_strays(host: RemoteHost, bundle: Bundle, folder: str, present: Dict[str, str]) -> None:
-    """Remove the files of the remote folder that the bundle does not have (an interrupted upload's part files)."""
-    known = set(bundle.manifest["files"]) | {MANIFEST}
-    sftp = host.sftp()
-    for rel in sorted(set(present) - known):
-        try:
-            sftp.remove(posixpath.join(folder, rel))
-        except (OSError, paramiko.SSHException) as exc:
-            raise HostError(f"{host.spec}: cannot remove {posixpath.join(folder, rel)!r} ({exc}); check "
-                            "permissions") from None
-        present.pop(rel)
-        log.info("removed %s, which the bundle does not have", rel)
-
-
-def _fetch(host: RemoteHost, remote: str, local: Path) -> None:
-    """Copy a remote file to ``local`` (temp file in the same folder, then renamed)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{local.name}.", dir=str(local.parent))
-    os.close(fd)
-    try:
-        host.sftp().get(remote, tmp)
-        os.replace(tmp, local)
-    except (OSError, paramiko.SSHException) as exc:
-        raise HostError(f"{host.spec}: cannot fetch {remote!r} ({exc}); the run did not write it") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def _start_agent(host: RemoteHost, python: str, folder: str) -> AgentClient:
@@ -299,8 +166,8 @@ def _lost(host: RemoteHost, phase: str, exc: BaseException) -> HostError:
     detail = " ".join(str(exc).split())
     prefix = f"{host.spec}: "
     detail = (detail[len(prefix):] if detail.startswith(prefix) else detail).split(";")[0]
-    return HostError(f"{host.spec}: the connection was lost during {phase} ({detail}); the remote run stops with "
-                     "it, and the next 'parapipe deploy' to this host removes what it left")
+    return HostError(f"{host.spec}: the connection was lost during {phase} ({detail}); the remote run stops "
+                     "with it, and the next 'parapipe deploy' to this host removes what it left")
 
 
 def _finish(host: RemoteHost, folder: str, keep: bool, timeout_s: float) -> None:
@@ -389,14 +256,15 @@ def deploy_bundle(host: RemoteHost, bundle: Bundle, out_dir: Path, options: Opti
     try:
         phase = "the upload"
         present = remote_files(host, folder, options.python, timeout)
-        _remove_strays(host, bundle, folder, present)
-        uploaded, skipped = upload_bundle(host, bundle, folder, present, only=AGENT_FILES_PREFIXES, on_event=emit)
+        remove_strays(host, bundle, folder, present)
+        uploaded, skipped = upload_bundle(host, bundle, folder, present, only=AGENT_FILES_PREFIXES,
+                                          on_event=emit)
         phase = "the clean-up of stale bundles"
         agent = _start_agent(host, options.python, folder)
         hello = agent.request("hello", timeout_s=timeout)
         if "run_pipeline" not in hello.get("ops", []):
-            raise HostError(f"{host.spec}: the agent in {folder!r} has no run_pipeline op; remove that folder and "
-                            "deploy again")
+            raise HostError(f"{host.spec}: the agent in {folder!r} has no run_pipeline op; remove that "
+                            "folder and deploy again")
         cleaned = agent.request("clean", timeout_s=timeout + options.clean_wait_s * 8, root=root,
                                 keep=[bundle.name], wait_s=options.clean_wait_s)
         if cleaned["removed"]:
@@ -407,19 +275,19 @@ def deploy_bundle(host: RemoteHost, bundle: Bundle, out_dir: Path, options: Opti
         skipped = [rel for rel in skipped + more_skipped if rel not in uploaded]
         emit({"event": "uploaded", "uploaded": len(uploaded), "skipped": len(skipped)})
         phase = "the run"
-        reply = agent.request("run_pipeline", timeout_s=options.silence_timeout_s, on_event=emit, bundle=folder,
-                              frames=options.frames, warmup=options.warmup, seed=options.seed,
+        reply = agent.request("run_pipeline", timeout_s=options.silence_timeout_s, on_event=emit,
+                              bundle=folder, frames=options.frames, warmup=options.warmup, seed=options.seed,
                               distinct_frames=options.distinct_frames, atol=float(options.atol),
                               progress_interval_s=float(options.progress_interval_s))
         report = reply["report"]
         phase = "the fetch of the results"
         report_path, trace_path = out_dir / "report.json", out_dir / "trace.json"
-        _fetch(host, posixpath.join(folder, report["report_file"]), report_path)
-        _fetch(host, posixpath.join(folder, report["trace_file"]), trace_path)
+        fetch(host, posixpath.join(folder, report["report_file"]), report_path)
+        fetch(host, posixpath.join(folder, report["trace_file"]), trace_path)
         agent.close(timeout_s=timeout)
         agent = None
-        return DeployReport(str(host.spec), bundle.bundle_id, folder, report, report_path, trace_path, uploaded,
-                            skipped, list(cleaned["removed"]), options.keep)
+        return DeployReport(str(host.spec), bundle.bundle_id, folder, report, report_path, trace_path,
+                            uploaded, skipped, list(cleaned["removed"]), options.keep)
     except AgentRequestError:
         raise  # the host answered: a failing stage or a bad bundle, already one line naming the host
     except (HostError, ExecutionError) as exc:
@@ -462,7 +330,8 @@ def deploy(model: str, mapping_path: str, point: str, spec: HostSpec, out_dir: P
     Raises
     ------
     InputError
-        Bad mapping (model sha256, SoC other than ``host``, unknown point), bad options, missing identity file.
+        Bad mapping (model sha256, SoC other than ``host``, unknown point), bad options, missing identity
+        file.
     HostError
         Unreachable host, unknown or changed host key, no Python/onnxruntime, lost connection (one line).
     ExecutionError

@@ -115,7 +115,8 @@ def load_host_mapping(model: str, mapping_path: str, point: str) -> HostMapping:
     if doc["soc"] != HOST_SOC:
         raise input_error(mapping_path, "soc", f"mapping was computed for SoC {doc['soc']!r}, not for a "
                           "machine like the one it runs on",
-                          "compute the mapping on a matching machine with 'parapipe optimize MODEL --soc host'")
+                          "compute the mapping on a matching machine with "
+                          "'parapipe optimize MODEL --soc host'")
     pt = select_point(doc, point)
     og = import_onnx(lm.model, name=lm.name, source=str(lm.path or model))
     bg = coarsen(og, max_blocks=doc.get("search", {}).get("max_blocks"))
