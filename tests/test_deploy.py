@@ -214,3 +214,17 @@ def test_a_failing_stage_ends_the_run_with_a_clear_error_and_nothing_left(sshd_s
     assert "Reshape" in msg or "reshape" in msg
     assert os.listdir(remote) == []
     assert wait_for_no_agents(remote) == []
+
+
+def test_a_mapping_for_cpus_the_host_lacks_is_refused_before_the_models_are_sent(sshd_server, tmp_path):
+    doc = two_stage_doc("squeezenet")
+    for stage, pu in zip(doc["points"][0]["mapping"]["stages"], ("cpu0", "cpu4095")):
+        stage["pus"], stage["assignment"] = [pu], {b: pu for b in stage["blocks"]}
+    path = write_doc(doc, tmp_path / "pareto.json")
+    remote = str(tmp_path / "remote")
+    with pytest.raises(ExecutionError) as info:
+        deploy_mapping(load_host_mapping("squeezenet", str(path), "p0"), spec_for(sshd_server), tmp_path / "out",
+                       DeployOptions(frames=2, remote_dir=remote))
+    msg = str(info.value)
+    assert "pins PUs to CPUs [0, 4095]" in msg and "--soc host" in msg and "\n" not in msg
+    assert os.listdir(remote) == []

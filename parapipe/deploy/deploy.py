@@ -19,6 +19,7 @@ next progress event finds its pipe closed), and the next deploy to that host rem
 """
 from __future__ import annotations
 
+import json
 import logging
 import posixpath
 import tempfile
@@ -29,7 +30,7 @@ from typing import Any, Callable, Dict, List, Optional
 import paramiko
 
 from parapipe.deploy.agent_client import AgentClient, AgentRequestError, _ChannelTransport
-from parapipe.deploy.bundle import Bundle, build_bundle
+from parapipe.deploy.bundle import PLAN, Bundle, build_bundle
 from parapipe.deploy.host import RemoteHost
 from parapipe.deploy.hostspec import HostSpec
 from parapipe.deploy.remote_agent import check_python
@@ -170,6 +171,18 @@ def _lost(host: RemoteHost, phase: str, exc: BaseException) -> HostError:
                      "with it, and the next 'parapipe deploy' to this host removes what it left")
 
 
+def _check_cpus(host: RemoteHost, bundle: Bundle, hello: Dict[str, Any]) -> None:
+    """Refuse a plan pinned to CPUs the host does not offer (a mapping made on another kind of machine)."""
+    plan = json.loads((bundle.folder / PLAN).read_text())
+    wanted = sorted({c for b in plan["bindings"].values() for c in (b.get("cpus") or [])})
+    offered = hello.get("cpus_allowed") or []
+    missing = sorted(set(wanted) - set(offered))
+    if missing:
+        raise ExecutionError(f"{host.spec}: the mapping pins PUs to CPUs {wanted}, but the host offers "
+                             f"{offered}; compute the mapping with 'parapipe optimize MODEL --soc host' on a "
+                             "machine like this host")
+
+
 def _finish(host: RemoteHost, folder: str, keep: bool, timeout_s: float) -> None:
     """Remove the bundle folder, or mark it kept; never raises (the connection may be gone)."""
     if not host.is_connected():
@@ -265,6 +278,7 @@ def deploy_bundle(host: RemoteHost, bundle: Bundle, out_dir: Path, options: Opti
         if "run_pipeline" not in hello.get("ops", []):
             raise HostError(f"{host.spec}: the agent in {folder!r} has no run_pipeline op; remove that "
                             "folder and deploy again")
+        _check_cpus(host, bundle, hello)
         cleaned = agent.request("clean", timeout_s=timeout + options.clean_wait_s * 8, root=root,
                                 keep=[bundle.name], wait_s=options.clean_wait_s)
         if cleaned["removed"]:
