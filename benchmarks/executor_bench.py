@@ -118,6 +118,33 @@ def standalone_task_s(task: Task, og, cpu: int, repeats: int = 20, warmup: int =
     return box["s"]
 
 
+def measured_best_cut(mapping, repeats: int, lo: float = 0.2, hi: float = 0.8):
+    """The two-stage cut (cpu0 | cpu1) whose slower stage is fastest, by timing the stage sub-models alone.
+
+    Candidates are the prefixes of the blocks' topological order holding ``lo``..``hi`` of the FLOPs. Returns
+    ``(plan, k, stage0_s, stage1_s)``: the plan, blocks in stage 0, and the two stages' times alone.
+    """
+    from parapipe.runtime import StageSpec, build_plan
+    from parapipe.runtime.host_plan import host_bindings
+
+    og, bg = mapping.opgraph, mapping.block_graph
+    names = [b.name for b in bg.blocks]
+    total, prefix, best = sum(b.flops for b in bg.blocks), 0.0, None
+    bindings = host_bindings(["cpu0", "cpu1"])
+    for k, block in enumerate(bg.blocks[:-1], start=1):
+        prefix += block.flops
+        if not lo <= prefix / total <= hi:
+            continue
+        specs = [StageSpec(["cpu0"], {b: "cpu0" for b in names[:k]}, names[:k]),
+                 StageSpec(["cpu1"], {b: "cpu1" for b in names[k:]}, names[k:])]
+        plan = build_plan(og, bg, specs, bindings)
+        t0 = standalone_task_s(plan.stages[0][0], og, 0, repeats)
+        t1 = standalone_task_s(plan.stages[1][0], og, 1, repeats)
+        if best is None or max(t0, t1) < max(best[2], best[3]):
+            best = (plan, k, t0, t1)
+    return best
+
+
 def spread(values: List[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values)
 
@@ -131,31 +158,45 @@ def bench_model(model: str, args) -> dict:
     frames = make_frames(og, args.frames)
     ref = reference_outputs(reference, frames[:DISTINCT_FRAMES])
     ref = [ref[i % DISTINCT_FRAMES] for i in range(len(frames))]
-    runs = {"ort1": [], "ort2": [], "pp": []}
+    cut = measured_best_cut(mapping, args.cut_repeats) if args.measured_cut else None
+    plans = {"pp": plan}
+    if cut is not None:
+        cut_handed = handed_over_tensors(cut[0])
+        reference_cut, cut_handed = reference_with_outputs(mapping.loaded.model, og, cut_handed)
+        ref_cut = reference_outputs(reference_cut, frames[:DISTINCT_FRAMES])
+        plans["cut"] = with_outputs(cut[0], cut_handed)
+    runs = {"ort1": [], "ort2": [], **{key: [] for key in plans}}
     diff = scaled = 0.0
-    last = None
-    for _ in range(args.repeats):  # interleaved, so that load changes hit all three alike
+    last = {}
+    for _ in range(args.repeats):  # interleaved, so that load changes hit every configuration alike
         runs["ort1"].append(ort_throughput(og.model, frames, 1))
         runs["ort2"].append(ort_throughput(og.model, frames, 2))
-        outs, last = run_pipeline(plan, frames, warmup=5)
-        runs["pp"].append(last.throughput_per_s)
-        diff = max(diff, max_abs_diff([{k: o[k] for k in outputs} for o in outs],
-                                      [{k: r[k] for k in outputs} for r in ref]))
-        scaled = max([scaled] + [max_scaled_diff(o, r, handed) for o, r in zip(outs, ref)])
+        for key, p in plans.items():
+            outs, last[key] = run_pipeline(p, frames, warmup=5)
+            runs[key].append(last[key].throughput_per_s)
+            refs = ref if key == "pp" else [ref_cut[i % DISTINCT_FRAMES] for i in range(len(frames))]
+            names = handed if key == "pp" else cut_handed
+            diff = max(diff, max_abs_diff([{k: o[k] for k in outputs} for o in outs],
+                                          [{k: r[k] for k in outputs} for r in refs]))
+            scaled = max([scaled] + [max_scaled_diff(o, r, names) for o, r in zip(outs, refs)])
+    last_pp = last["pp"]
     if args.trace and model == args.models[0]:
-        write_chrome_trace(last, args.trace)
+        write_chrome_trace(last_pp, args.trace)
     med = {k: statistics.median(v) for k, v in runs.items()}
     stages = []
     for s, (st, tasks) in enumerate(zip(pt["mapping"]["stages"], plan.stages)):
         alone = (standalone_task_s(tasks[0], og, plan.bindings[tasks[0].pu].cpus[0])
                  if len(tasks) == 1 else float("nan"))
         stages.append({"pus": "+".join(st["pus"]), "blocks": len(st["blocks"]), "tasks": len(tasks),
-                       "predicted_s": st["time_s"], "alone_s": alone, "busy_s": last.stage_busy_s[s]})
+                       "predicted_s": st["time_s"], "alone_s": alone, "busy_s": last_pp.stage_busy_s[s]})
     whole_blocks_s = float(prep.problem.time_s.min(axis=1).sum())  # every block on its fastest PU
     return {"model": model, "med": med, "spread": {k: spread(v) for k, v in runs.items()}, "diff": diff,
             "scaled": scaled, "handed": len(handed),
             "predicted": 1.0 / pt["period_s"], "point": pt["id"], "stages": stages, "prep_s": prep_s,
-            "whole_blocks_s": whole_blocks_s, "mapping": mapping, "utilisation": last.pu_utilisation}
+            "whole_blocks_s": whole_blocks_s, "mapping": mapping, "utilisation": last_pp.pu_utilisation,
+            "cut": None if cut is None else {"k": cut[1], "of": len(mapping.block_graph.blocks),
+                                              "alone_s": (cut[2], cut[3]),
+                                              "busy_s": list(last["cut"].stage_busy_s)}}
 
 
 def print_models(results: List[dict], frames: int, repeats: int) -> None:
@@ -170,6 +211,17 @@ def print_models(results: List[dict], frames: int, repeats: int) -> None:
               f"{m['pp'] / m['ort1']:8.2f} {m['pp'] / m['ort2']:8.2f} {r['predicted']:8.1f} "
               f"{m['pp'] / r['predicted']:9.2f} {r['diff']:9.1e} {r['scaled']:9.1e} "
               f"{sp['ort1'] * 100:4.0f}%/{sp['ort2'] * 100:3.0f}%/{sp['pp'] * 100:3.0f}%  {stages}")
+    cuts = [r for r in results if r["cut"] is not None]
+    if cuts:
+        print("\n1b. the two-stage cut (cpu0 | cpu1) chosen by timing candidate stages alone (what the "
+              "executor reaches with exact stage costs); predicted = 1 / the slower stage alone")
+        print(f"{'model':<13} {'cut /s':>9} {'x ORT-1':>8} {'x ORT-2':>8} {'pred /s':>8} {'meas/pred':>9} "
+              f"{'spread':>7}")
+        for r in cuts:
+            m, c = r["med"], r["cut"]
+            pred = 1.0 / max(c["alone_s"])
+            print(f"{r['model']:<13} {m['cut']:9.1f} {m['cut'] / m['ort1']:8.2f} {m['cut'] / m['ort2']:8.2f} "
+                  f"{pred:8.1f} {m['cut'] / pred:9.2f} {r['spread']['cut'] * 100:6.0f}%")
     print("\n2. measured vs predicted, per stage (ms per frame): predicted = cost model on the host profile; "
           "alone = the stage's sub-model on its core by itself; busy = inside the pipeline")
     print(f"{'model':<13} {'stage':<10} {'blocks':>6} {'tasks':>5} {'predicted':>9} {'alone':>7} {'busy':>7}")
@@ -178,6 +230,11 @@ def print_models(results: List[dict], frames: int, repeats: int) -> None:
             print(f"{r['model']:<13} {s:<2}{st['pus']:<8} {st['blocks']:>6} {st['tasks']:>5} "
                   f"{st['predicted_s'] * 1e3:9.2f} {st['alone_s'] * 1e3:7.2f} {st['busy_s'] * 1e3:7.2f}")
         one = 1e3 / r["med"]["ort1"]
+        c = r["cut"]
+        if c is not None:
+            print(f"{r['model']:<13} measured-best cut ({c['k']} of {c['of']} blocks on cpu0): alone "
+                  f"{c['alone_s'][0] * 1e3:.2f} | {c['alone_s'][1] * 1e3:.2f} ms, busy "
+                  f"{c['busy_s'][0] * 1e3:.2f} | {c['busy_s'][1] * 1e3:.2f} ms")
         print(f"{r['model']:<13} whole model, 1 thread: {one:.2f} ms; sum of its block times in the host "
               f"profile {r['whole_blocks_s'] * 1e3:.2f} ms ({r['whole_blocks_s'] * 1e3 / one:.2f}x); "
               f"utilisation {({p: round(u, 2) for p, u in r['utilisation'].items()})}")
@@ -259,6 +316,10 @@ def main(argv=None) -> int:
     parser.add_argument("--frames", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--time-limit", type=float, default=10.0, help="search time limit, s")
+    parser.add_argument("--no-measured-cut", dest="measured_cut", action="store_false",
+                        help="skip the two-stage cut chosen by timing candidate stages (the executor's reach "
+                        "with exact stage costs)")
+    parser.add_argument("--cut-repeats", type=int, default=8, help="timed runs per candidate stage")
     parser.add_argument("--hops", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--hop-frames", type=int, default=2000, help="frames of the saturated hop runs")
     parser.add_argument("--idle-frames", type=int, default=200, help="one-frame runs for the idle latency")
