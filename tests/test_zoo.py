@@ -38,7 +38,7 @@ def session(model: onnx.ModelProto) -> ort.InferenceSession:
 
 
 def test_registry_lists_the_nine_light_models():
-    refs = zoo.list_models()
+    refs = zoo.list_models()[:len(NAMES)]  # the onnx-wheel models come first; generated models follow
     assert [r.name for r in refs] == NAMES
     for ref in refs:
         assert ref.path is not None and ref.path.is_file()

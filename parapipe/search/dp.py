@@ -23,6 +23,7 @@ al., Evolutionary Computation 10(3), 2002) to bound the work on large graphs.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -59,6 +60,8 @@ class DPOptions:
         Stage boundaries only where at most this many producers are live (None = anywhere). Cuts through the
         middle of a wide parallel section move many tensors and multiply the DP states; GUIDE §3 ("stage
         boundaries are best at cut points where few bytes cross").
+    deadline : float or None
+        ``time.monotonic()`` value after which the DP gives up with :class:`DPDeadline`.
     """
 
     groups: Optional[List[Tuple[int, ...]]] = None
@@ -68,6 +71,11 @@ class DPOptions:
     max_labels: int = 0
     reuse_pus: bool = False
     max_cut_tensors: Optional[int] = None
+    deadline: Optional[float] = None
+
+
+class DPDeadline(Exception):
+    """The DP ran past ``DPOptions.deadline`` (the caller keeps what it had)."""
 
 
 @dataclass
@@ -233,13 +241,13 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
                     n_trans += m
         if progress is not None:
             progress(i + 1)
+        if opts.deadline is not None and time.monotonic() > opts.deadline:
+            raise DPDeadline(f"DP stopped at block {i + 1} of {n}")
     finals = []
     for key in by_pos.get(n, []):
         chunks = pending.pop(key)
-        vals = np.concatenate([c[0] for c in chunks])
-        back = [b for c in chunks for b in c[1]]
-        vals, back = _prune(vals, back, None, 0, nb)
-        states[key] = (vals, back)
+        # Final labels are judged on the final objectives only (3 numbers), so no label-space filter here.
+        states[key] = (np.concatenate([c[0] for c in chunks]), [b for c in chunks for b in c[1]])
         finals.append(key)
     if not finals:
         raise InfeasibleError(f"{problem.name}: no mapping exists with the allowed PU groups; some block cannot run "
@@ -249,10 +257,9 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
     for key in finals:
         vals, _ = states[key]
         period = vals[:, :nb].max(axis=1)
-        for idx in range(len(vals)):
-            objs.append((period[idx], vals[idx, nb], vals[idx, nb + 1] + idle_static * period[idx]))
-            refs.append((key, idx))
-    objs = np.array(objs)
+        objs.append(np.column_stack([period, vals[:, nb], vals[:, nb + 1] + idle_static * period]))
+        refs.extend((key, idx) for idx in range(len(vals)))
+    objs = np.concatenate(objs)
     mask = pareto_mask(objs)
     mappings = [_rebuild(states, refs[t], groups, sched_cache) for t in np.flatnonzero(mask)]
     return DPResult(mappings=mappings, objectives=objs[mask], n_states=len(states), n_labels=n_labels,
@@ -260,12 +267,25 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
 
 
 def _prune(vals: np.ndarray, back: list, grid: Optional[np.ndarray], max_labels: int, nb: int):
-    if grid is not None:
-        keyvals = np.floor(vals / np.where(grid > 0, grid, 1.0))
-        mask = pareto_mask(keyvals)
-    else:
-        mask = pareto_mask(vals)
-    idx = np.flatnonzero(mask)
+    """Keep the non-dominated labels (on the epsilon grid when given), at most ``max_labels`` of them.
+
+    With a cap and many candidates, a pre-selection keeps the ``4 · max_labels`` best candidates on each label
+    column and on their normalised sum before the exact Pareto filter (the cap discards the rest anyway);
+    this keeps large label sets (PU reuse: k + 2 columns) cheap.
+    """
+    keyvals = np.floor(vals / np.where(grid > 0, grid, 1.0)) if grid is not None else vals
+    cand = np.arange(len(vals))
+    if max_labels and len(vals) > 16 * max_labels:
+        top = 4 * max_labels
+        span = keyvals.max(axis=0) - keyvals.min(axis=0)
+        norm = (keyvals - keyvals.min(axis=0)) / np.where(span > 0, span, 1.0)
+        cols = [keyvals[:, c] for c in range(keyvals.shape[1])] + [norm.sum(axis=1), norm[:, :nb].max(axis=1)]
+        pick = set()
+        for col in cols:
+            pick.update(np.argpartition(col, min(top, len(col) - 1))[:top].tolist())
+        cand = np.array(sorted(pick))
+    mask = pareto_mask(keyvals[cand])
+    idx = cand[mask]
     if max_labels and len(idx) > max_labels:
         period = vals[idx, :nb].max(axis=1)
         order = idx[np.argsort(period, kind="stable")]

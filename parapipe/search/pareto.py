@@ -35,6 +35,12 @@ def pareto_mask(points: np.ndarray) -> np.ndarray:
     # checked against the kept front and against the earlier rows of its own chunk, all in numpy.
     order = np.lexsort(pts.T[::-1])
     sorted_pts = pts[order]
+    if m <= 384:  # small sets: one (m, m, d) comparison beats the chunked loop
+        weak = np.all(sorted_pts[None, :, :] <= sorted_pts[:, None, :], axis=2)  # weak[a, b]: b <= a
+        keep_sorted = ~np.tril(weak, k=-1).any(axis=1)
+        mask = np.zeros(m, dtype=bool)
+        mask[order[keep_sorted]] = True
+        return mask
     keep_sorted = np.zeros(m, dtype=bool)
     front = sorted_pts[:0]
     chunk = 128
