@@ -352,7 +352,8 @@ def cmd_profile(args) -> int:
 
     pus = [p.strip() for p in args.pus.split(",") if p.strip()] if args.pus else None
     options = ProfileOptions(pus=pus, budget=args.budget, warmup=args.warmup, repeats=args.repeats,
-                             blocks=not args.no_blocks, transfers=not args.no_transfers, seed=args.seed)
+                             blocks=not args.no_blocks, transfers=not args.no_transfers, seed=args.seed,
+                             rounds=args.rounds)
     bar = _Bar("profiling")
     try:
         rep = profile_job(args.model, args.soc, args.db, _host_spec(args), args.python, options, args.batch,
@@ -384,7 +385,7 @@ def cmd_calibrate(args) -> int:
     bar = _Bar("timing stages")
     try:
         res = calibrate_job(args.soc, args.db, args.model or (), _host_spec(args), args.python, args.out, pus,
-                            splits, args.warmup, args.repeats, args.max_blocks, bar)
+                            splits, args.warmup, args.repeats, args.max_blocks, bar, args.rounds)
     finally:
         bar.close()
     acc = res.accuracy
@@ -448,6 +449,8 @@ def _add_profiling_parsers(sub) -> None:
     s.add_argument("--batch", type=int, default=None, help="batch size (default: the model's)")
     s.add_argument("--repeats", type=int, default=10, help="timed runs per measurement (default 10)")
     s.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
+    s.add_argument("--rounds", type=int, default=1, help="attempts per measurement spread over the run, lowest "
+                   "median kept (default 1; more on a busy machine)")
     s.add_argument("--max-blocks", type=int, default=48, help="blocks as 'optimize --max-blocks' (default 48)")
     s.add_argument("--no-blocks", action="store_true", help="time operators only")
     s.add_argument("--no-transfers", action="store_true", help="do not time hand-offs between PUs")
@@ -467,6 +470,7 @@ def _add_profiling_parsers(sub) -> None:
                    "(default 1,2,4)")
     s.add_argument("--repeats", type=int, default=10)
     s.add_argument("--warmup", type=int, default=3)
+    s.add_argument("--rounds", type=int, default=3, help="attempts per stage, lowest median kept (default 3)")
     s.add_argument("--max-blocks", type=int, default=48)
     _add_host_options(s)
     s.add_argument("--json", action="store_true")

@@ -90,8 +90,9 @@ def test_transfer_fit():
 def test_calibrated_soc_keeps_predictions_when_efficiency_exceeds_one(tmp_path):
     soc = host_soc(transfer=(1e-5, 1e10))
     pu = soc.pus["cpu0"]
-    fast = PUParams({**{c: 1.0 for c in pu.efficiency}, "conv": 2.0, "pool": 0.3}, 3e-6, 2e10, 10,
-                    ("efficiency.conv", "efficiency.pool", "op_overhead_s", "memory_bandwidth_bytes_per_s"))
+    fast = PUParams({**{c: 1.0 for c in pu.efficiency}, "conv": 2.0, "pool": 0.3}, 3e-6, 2e10, samples=10,
+                    fitted=("efficiency.conv", "efficiency.pool", "op_overhead_s",
+                            "memory_bandwidth_bytes_per_s"))
     same = {n: PUParams.of(p) for n, p in soc.pus.items()}
     cal = Calibration(soc, {**same, "cpu0": fast}, {**same, "cpu0": fast}, {})
     new = calibrated_soc(cal, "test")
@@ -129,7 +130,7 @@ def test_calibrate_reports_operator_and_stage_mape(measured, capsys):
     report = json.loads(capsys.readouterr().out)
     cpu0 = next(p for p in report["pus"] if p["pu"] == "cpu0")
     assert report["stages_measured"] == 3 and cpu0["stages"] == 3
-    assert cpu0["ops"] == 38 and cpu0["blocks"] == 22
+    assert cpu0["ops"] == 38 and cpu0["blocks"] > 22  # the 22 blocks and the pairs of consecutive blocks
     for key in ("stage_mape_model", "stage_mape_measured", "stage_mape_prior", "op_mape_calibrated"):
         assert report[key] is not None and 0 <= report[key] < 1e4, key
     assert cpu0["op_mape_calibrated"] < cpu0["op_mape_prior"]  # fitting beats the uncalibrated roofline
@@ -150,10 +151,20 @@ def test_optimize_db_uses_measurements_and_the_calibrated_model(measured, tmp_pa
     plain = prepare("squeezenet", str(soc_path))
     prep = prepare("squeezenet", str(soc_path), db=str(db))
     cpu0, cpu1 = prep.problem.pu_names.index("cpu0"), prep.problem.pu_names.index("cpu1")
+    og = prep.opgraph
+    graph_io = set(og.inputs) | set(og.outputs)
+    measured_total = 0.0
     with ProfileDB(db) as profile:
         for i, block in enumerate(prep.block_graph.blocks):
-            row = profile.get("host", "cpu0", block_signature(prep.opgraph, block), kind="block")
-            assert row is not None and prep.problem.time_s[i, cpu0] == pytest.approx(row.median_s)
+            row = profile.get("host", "cpu0", block_signature(og, block), kind="block")
+            assert row is not None
+            measured_total += row.median_s
+            touches_io = any(t in graph_io for n in block.ops for t in og.op(n).inputs + og.op(n).outputs)
+            if not touches_io:  # its measurement less the session boundary it paid when timed alone
+                assert 0.1 * row.median_s <= prep.problem.time_s[i, cpu0] < row.median_s
+    # a whole-model stage pays one boundary, not one per block
+    assert prep.problem.time_s[:, cpu0].sum() < measured_total
+    assert prep.soc.transfer("cpu0", "cpu1") != plain.soc.transfer("cpu0", "cpu1")  # boundary in the hand-off
     # cpu1 has no measurement: the profile's own roofline, as without --db
     assert np.allclose(prep.problem.time_s[:, cpu1], plain.problem.time_s[:, cpu1])
     assert not np.allclose(prep.problem.time_s[:, cpu0], plain.problem.time_s[:, cpu0])

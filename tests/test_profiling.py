@@ -40,14 +40,17 @@ def test_profile_fills_the_database(first_run, squeezenet):
     _, og, bg = squeezenet
     signatures = {og.op(n).signature for n in og.topo_order}
     blocks = plan.distinct_blocks(og, bg)
+    pairs = {e.signature for e in plan.pair_items(og, bg, host_soc_stub(), ["cpu0"], bg.blocks)[1]}
     assert report.signatures == len(signatures) == 38 and report.operators == 66
-    assert report.measured == report.planned == len(signatures) + len(blocks) and not report.failed
+    assert len(pairs) >= len(blocks)  # consecutive pairs of squeezenet's 30 blocks, deduplicated
+    assert report.measured == report.planned == len(signatures) + len(blocks) + len(pairs)
+    assert not report.failed
     with ProfileDB(path) as db:
         rows = db.all("host")
     ops = [r for r in rows if r.kind == "op"]
     assert {r.signature for r in ops} == signatures
     assert {r.pu for r in rows} == {"cpu0"} and {r.host for r in rows} == {"local"}
-    assert {r.signature for r in rows if r.kind == "block"} == set(blocks)
+    assert {r.signature for r in rows if r.kind == "block"} == set(blocks) | pairs
     assert all(0 < r.median_s <= r.p90_s and r.repeats == 3 and r.batch == 1 for r in rows)
     conv = max((r for r in ops if r.op_type == "Conv"), key=lambda r: r.median_s)
     relu = min((r for r in ops if r.op_type == "Relu"), key=lambda r: r.median_s)
@@ -56,6 +59,8 @@ def test_profile_fills_the_database(first_run, squeezenet):
         assert set(catalog.ops()) == signatures
         work = catalog.work()
     assert {s for s, e in work.items() if e.kind == "block"} == set(blocks)
+    assert {s for s, e in work.items() if e.kind == "pair"} == pairs
+    assert all(e.boundary_nbytes > 0 for e in work.values())
     fused = [f for e in work.values() for _, f in e.parts]
     assert any(fused) and not all(fused)  # Conv+Relu blocks: the Relu is fused away in a graph
 
@@ -67,6 +72,12 @@ def test_second_run_measures_nothing(first_run):
     assert again.measured == 0 and again.skipped == again.planned == report.planned
     after = sqlite3.connect(str(path)).execute(COUNT).fetchone()
     assert after == before
+
+
+def host_soc_stub():
+    from parapipe.profiling.host import host_soc
+
+    return host_soc(n_cpus=1, transfer=(1e-5, 1e10))
 
 
 class Stop(Exception):
@@ -103,7 +114,8 @@ def test_budget_measures_a_tenth_and_reports_the_holdout_error(tmp_path):
     with ProfileDB(tmp_path / "b.sqlite") as db:
         ops = [r for r in db.all() if r.kind == "op"]
         blocks = [r for r in db.all() if r.kind == "block"]
-    assert len(ops) == 4 + 3 and len(blocks) == math.ceil(0.1 * 22)
+    single = [r for r in blocks if not r.signature.startswith("pair:")]
+    assert len(ops) == 4 + 3 and len(single) == math.ceil(0.1 * 22)
 
 
 def test_select_informative_spreads_over_classes():

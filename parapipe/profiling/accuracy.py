@@ -5,9 +5,9 @@ For each PU of a :class:`~parapipe.profiling.calibrated.Calibration`:
 * **operators** (single-operator rows): the profile's own roofline (``prior``) and the isolated fit;
 * **blocks** (block rows, the in-graph fit's training data): the in-graph fit;
 * **stages** (stage rows, never used for fitting): the profile's own roofline summed over the stage's
-  operators
-  (``prior``), the in-graph calibrated model alone (``model``), and the measurement-backed prediction of
-  :class:`~parapipe.profiling.predict.CostModel` (``measured``: block measurements where they exist);
+  operators (``prior``), the in-graph calibrated model alone with one session boundary (``model``), and the
+  measurement-backed prediction of :class:`~parapipe.profiling.predict.CostModel` (``measured``: block
+  measurements where they exist);
 * **transfers**: the fitted ``alpha + nbytes / beta`` against each measured size.
 
 MAPE is ``100 · mean(|predicted − measured| / measured)``
@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from parapipe.profiling.calibrate import PUParams, mape_percent, predict
+from parapipe.profiling.calibrate import PUParams, compute_time, mape_percent, predict
 from parapipe.profiling.calibrated import Calibration
 from parapipe.profiling.predict import CostModel
 
@@ -98,19 +98,22 @@ def evaluate(cal: Calibration) -> AccuracyReport:
             parts = cal.parts.get(row.signature)
             if parts is not None and all(s in cal.features for s, _ in parts):
                 ops = [(cal.features[s], f) for s, f in parts]
-                blocks.append((predict(ops, pu, cal.in_graph[name], in_graph=True), row.median_s))
+                nbytes = cal.boundary.get(row.signature, 0.0)
+                blocks.append((predict(ops, pu, cal.in_graph[name], True, nbytes), row.median_s))
         acc.blocks, acc.block_mape_calibrated = len(blocks), _mape(blocks)
         st_prior, st_model, st_measured = [], [], []
         for row in cal.rows_of("stage", name):
             blocks_of = work_parts.get(row.signature)
             if blocks_of is None:
                 continue
-            ops = [(cal.features[s], f) for _, parts in blocks_of for s, f in parts]
+            ops = [(cal.features[s], f) for _, parts, _ in blocks_of for s, f in parts]
             st_prior.append((predict(ops, pu, prior, in_graph=False), row.median_s))
-            st_model.append((sum(predict([(cal.features[s], f) for s, f in parts], pu, cal.in_graph[name],
-                                         True)
-                                 for _, parts in blocks_of), row.median_s))
-            st_measured.append((model.work_s(blocks_of, name), row.median_s))
+            graph = cal.in_graph[name]
+            nbytes = cal.boundary.get(row.signature, 0.0)
+            compute = sum(compute_time([(cal.features[s], f) for s, f in parts], pu, graph, True)
+                          for _, parts, _ in blocks_of)
+            st_model.append((compute + graph.boundary_s(nbytes), row.median_s))
+            st_measured.append((model.work_s(blocks_of, name, nbytes), row.median_s))
         acc.stages = len(st_model)
         acc.stage_mape_prior, acc.stage_mape_model = _mape(st_prior), _mape(st_model)
         acc.stage_mape_measured = _mape(st_measured)
@@ -131,7 +134,8 @@ def evaluate(cal: Calibration) -> AccuracyReport:
 
 
 def _stage_blocks(cal: Calibration, signature: str) -> Optional[list]:
-    """``[(block signature, parts)]`` of a stage, or None when the catalog does not describe all of it."""
+    """``[(block signature, parts, boundary bytes)]`` of a stage, or None when the catalog does not describe
+    all of it."""
     entry_parts = cal.stage_blocks.get(signature)
     if entry_parts is None:
         return None
@@ -140,5 +144,5 @@ def _stage_blocks(cal: Calibration, signature: str) -> Optional[list]:
         parts = cal.parts.get(block_sig)
         if parts is None or not all(s in cal.features for s, _ in parts):
             return None
-        out.append((block_sig, parts))
+        out.append((block_sig, parts, cal.boundary.get(block_sig, 0.0)))
     return out

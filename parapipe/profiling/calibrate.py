@@ -8,20 +8,25 @@ The model is the one :mod:`parapipe.cost.roofline` evaluates (GUIDE §2; William
 
 on a PU, and a block or stage the sum over its operators. :func:`fit_pu` fits, per PU, the efficiency of every
 op class that the samples exercise, the per-operator overhead and the memory bandwidth, minimising the mean
-log errors ``ln(predicted / measured)`` under the Huber loss (quadratic up to :data:`HUBER_DELTA`, linear
+log errors ``ln(predicted / measured)`` (plus a weak pull towards the starting values, :data:`PRIOR_WEIGHT`)
+under the Huber loss (quadratic up to :data:`HUBER_DELTA`, linear
 beyond: robust to the odd disturbed measurement, and equal weight to small and large work): coordinate descent
 over the log parameters on grids (to get near the minimum from far-off profile values), then
 Levenberg-Marquardt with iteratively reweighted least squares (to settle it jointly). Parameters the samples
 do not constrain keep the SoC profile's values.
 
-Two fits are made per PU (:func:`fit_calibration`):
+Two fits are made per PU (:func:`parapipe.profiling.calibrated.fit_calibration`):
 
 * **isolated**: on single-operator measurements (optimisation off, one operator per session run), the
   per-operator cost as profiled;
 * **in graph**: on block measurements (optimisation on), with the operators that ONNX Runtime fuses away in a
-  graph (:func:`parapipe.profiling.catalog.in_graph_free`) costing nothing; started from the isolated fit.
-  This is the model of what the executor runs, and the one written to a calibrated profile. Without block
-  measurements it equals the isolated fit.
+  graph (:func:`parapipe.profiling.catalog.in_graph_free`) costing nothing, plus one session boundary per
+  timed sub-model: ``run_overhead_s + boundary bytes / boundary_bandwidth`` (:meth:`PUParams.boundary_s`).
+  The boundary is what makes a stage of 30 blocks faster than its 30 blocks timed alone (squeezenet on this
+  machine: 5.6 ms against 7.6 ms): each sub-model converts its activations to ONNX Runtime's blocked layout
+  and back. It is fitted from pairs of consecutive blocks (:func:`fit_boundary`), then the rest on the blocks
+  and pairs, starting from the isolated fit. This is the model of what the executor runs, and the one written
+  to a calibrated profile. Without block measurements it equals the isolated fit.
 
 Transfers: ``t = alpha_s + nbytes / beta_bytes_per_s`` per ordered PU pair, by least squares on the relative
 error over the sizes measured (:func:`fit_transfer`).
@@ -42,8 +47,8 @@ from parapipe.soc.profile import PU
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PUParams", "Sample", "fit_pu", "fit_transfer", "op_time", "predict", "mape_percent",
-           "log_error"]
+__all__ = ["PUParams", "Sample", "fit_pu", "fit_boundary", "fit_transfer", "op_time", "predict",
+           "compute_time", "mape_percent", "log_error", "samples_by_pu"]
 
 #: Smallest per-operator overhead the fit may choose, s (1 ns: below any timer resolution).
 MIN_OVERHEAD_S = 1e-9
@@ -51,6 +56,12 @@ MIN_OVERHEAD_S = 1e-9
 SWEEPS = 4
 #: Levenberg-Marquardt iterations at most (it converges in 10-30 on the zoo models).
 LM_ITERATIONS = 200
+#: Weight of the pull of each fitted efficiency and memory bandwidth (in ln units) towards its starting value
+#: (the profile's, or the isolated fit's for the in-graph fit), as a pseudo-observation: a factor e away costs
+#: as much as one sample off by 1 %. It keeps parameters that few samples constrain (a ``--budget`` run) near
+#: the profile instead of drifting. Overheads and the boundary are not pulled (profiles often start them at
+#: 0). A parapipe choice.
+PRIOR_WEIGHT = 0.01
 #: Huber threshold on the log error (0.1 = 10 %): errors beyond it count linearly. A parapipe choice.
 HUBER_DELTA = 0.1
 #: Offsets, in ln units, tried around each parameter: coarse (e^±6 ≈ ×400), then two finer grids.
@@ -69,6 +80,13 @@ class PUParams:
     op_overhead_s : float
         Fixed cost per operator, s.
     memory_bandwidth_bytes_per_s : float
+    run_overhead_s : float
+        In-graph model only: fixed cost of one session run (one block or stage), s.
+    boundary_bandwidth_bytes_per_s : float
+        In-graph model only: bytes/s at which a session run's input and output activations cross its boundary.
+        ONNX Runtime's CPU optimiser converts convolution inputs to its blocked NCHWc layout on entry and back
+        on exit (NchwcTransformer), so a sub-model pays this per boundary byte; a whole stage pays it once
+        where its blocks, timed one by one, each pay it. ``inf``: no boundary cost.
     samples : int
         Measurements the fit used (0: the profile's values).
     fitted : tuple of str
@@ -78,6 +96,8 @@ class PUParams:
     efficiency: Dict[str, float]
     op_overhead_s: float
     memory_bandwidth_bytes_per_s: float
+    run_overhead_s: float = 0.0
+    boundary_bandwidth_bytes_per_s: float = math.inf
     samples: int = 0
     fitted: Tuple[str, ...] = ()
 
@@ -86,14 +106,21 @@ class PUParams:
         """The profile's own values for ``pu`` (no fit)."""
         return cls(dict(pu.efficiency), pu.op_overhead_s, pu.memory_bandwidth_bytes_per_s)
 
+    def boundary_s(self, nbytes: float) -> float:
+        """Cost of one session run whose inputs and outputs total ``nbytes``: run overhead + boundary bytes,
+        s."""
+        return self.run_overhead_s + nbytes / self.boundary_bandwidth_bytes_per_s
+
 
 @dataclass(frozen=True)
 class Sample:
-    """One measured piece of work: its operators (features, fused away in a graph) and its time, s."""
+    """One measured piece of work: its operators (features, fused away in a graph), its time (s) and the bytes
+    of the activations entering and leaving it (for the in-graph boundary cost)."""
 
     ops: Tuple[Tuple[OpFeatures, bool], ...]
     measured_s: float
     label: str = ""
+    boundary_nbytes: float = 0.0
 
 
 def op_time(op: OpFeatures, pu: PU, params: PUParams) -> float:
@@ -109,20 +136,25 @@ def op_time(op: OpFeatures, pu: PU, params: PUParams) -> float:
     return max(compute, memory) + params.op_overhead_s
 
 
-def predict(ops: Sequence[Tuple[OpFeatures, bool]], pu: PU, params: PUParams, in_graph: bool) -> float:
-    """Time of a piece of work (sum over its operators), s.
-
-    With ``in_graph`` the operators flagged as fused away cost nothing; a piece of work always pays at least
-    one overhead (a session run of only fused operators still costs one dispatch).
-    """
+def compute_time(ops: Sequence[Tuple[OpFeatures, bool]], pu: PU, params: PUParams, in_graph: bool) -> float:
+    """Sum of the operator times of a piece of work, s (fused operators cost nothing with ``in_graph``); at
+    least one operator overhead (a session run of only fused operators still dispatches once)."""
     kept = [op for op, free in ops if not (in_graph and free)]
     if not kept:
         return params.op_overhead_s
     return float(sum(op_time(op, pu, params) for op in kept))
 
 
+def predict(ops: Sequence[Tuple[OpFeatures, bool]], pu: PU, params: PUParams, in_graph: bool,
+            boundary_nbytes: float = 0.0) -> float:
+    """Time of a piece of work run as one session, s: :func:`compute_time`, plus with ``in_graph`` the run's
+    boundary cost (:meth:`PUParams.boundary_s` of ``boundary_nbytes``)."""
+    total = compute_time(ops, pu, params, in_graph)
+    return total + params.boundary_s(boundary_nbytes) if in_graph else total
+
+
 def log_error(predicted: np.ndarray, measured: np.ndarray) -> float:
-    """Mean ``|ln(predicted / measured)|`` (the fit's objective)."""
+    """Mean ``|ln(predicted / measured)|``."""
     return float(np.mean(np.abs(np.log(predicted) - np.log(measured))))
 
 
@@ -132,6 +164,36 @@ def mape_percent(predicted: Sequence[float], measured: Sequence[float]) -> float
     if p.size == 0:
         return float("nan")
     return float(100.0 * np.mean(np.abs(p - m) / m))
+
+
+# Parameter vector of the fit: ln of the 7 efficiencies, then these (all in ln units).
+_OVH, _BW, _RUN, _BBW = range(len(OP_CLASSES), len(OP_CLASSES) + 4)
+_SCALARS = {"op_overhead_s": _OVH, "memory_bandwidth_bytes_per_s": _BW, "run_overhead_s": _RUN,
+            "boundary_bandwidth_bytes_per_s": _BBW}
+_FLOOR = {_OVH: math.log(MIN_OVERHEAD_S), _RUN: math.log(MIN_OVERHEAD_S)}
+
+
+def _index(name: str) -> int:
+    return OP_CLASSES.index(name.split(".", 1)[1]) if name.startswith("efficiency.") else _SCALARS[name]
+
+
+def _theta(p: PUParams) -> np.ndarray:
+    return np.array([math.log(p.efficiency[c]) for c in OP_CLASSES]
+                    + [math.log(max(p.op_overhead_s, MIN_OVERHEAD_S)),
+                       math.log(p.memory_bandwidth_bytes_per_s),
+                       math.log(max(p.run_overhead_s, MIN_OVERHEAD_S)),
+                       math.log(min(p.boundary_bandwidth_bytes_per_s, 1e30))], float)
+
+
+#: Range of every ln parameter (e^-40 ≈ 4e-18 to e^70 ≈ 2.5e30): keeps a wild trial step finite.
+_LN_RANGE = (-40.0, 70.0)
+
+
+def _clamp(theta: np.ndarray) -> np.ndarray:
+    np.clip(theta, *_LN_RANGE, out=theta)
+    for k, floor in _FLOOR.items():
+        theta[k] = max(theta[k], floor)
+    return theta
 
 
 class _Design:
@@ -153,19 +215,36 @@ class _Design:
         self.cls = np.asarray(cls, int)
         self.owner = np.asarray(owner, int)
         self.counts = np.asarray(counts, float)
+        self.boundary = np.asarray([s.boundary_nbytes * scale for s in samples], float)
         self.measured = np.asarray([s.measured_s for s in samples], float)
         self.peak = pu.peak_flops
+        self.in_graph = in_graph
         self.n = len(samples)
 
-    def predict(self, log_eff: np.ndarray, log_ovh: float, log_bw: float) -> np.ndarray:
-        eff = np.exp(log_eff)[self.cls]
+    def predict(self, theta: np.ndarray) -> np.ndarray:
+        eff = np.exp(theta[:len(OP_CLASSES)])[self.cls]
         with np.errstate(divide="ignore"):
             compute = np.where(self.flops > 0, self.flops / (self.peak * eff), 0.0)
-        t = np.maximum(compute, self.nbytes / math.exp(log_bw))
-        return np.bincount(self.owner, weights=t, minlength=self.n) + math.exp(log_ovh) * self.counts
+        t = np.maximum(compute, self.nbytes / math.exp(theta[_BW]))
+        total = np.bincount(self.owner, weights=t, minlength=self.n) + math.exp(theta[_OVH]) * self.counts
+        if self.in_graph:
+            total = total + math.exp(theta[_RUN]) + self.boundary / math.exp(theta[_BBW])
+        return total
 
-    def objective(self, log_eff: np.ndarray, log_ovh: float, log_bw: float) -> float:
-        return _huber(np.log(self.predict(log_eff, log_ovh, log_bw)) - np.log(self.measured))
+    def set_prior(self, theta: np.ndarray, free: Sequence[int]) -> None:
+        """Pull the ``free`` parameters weakly towards ``theta`` (:data:`PRIOR_WEIGHT`)."""
+        self.prior, self.free = theta.copy(), list(free)
+
+    def residuals(self, theta: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            r = np.log(self.predict(theta)) - np.log(self.measured)
+        r = np.where(np.isfinite(r), r, 1e3)
+        if getattr(self, "free", None):
+            r = np.concatenate([r, PRIOR_WEIGHT * (theta[self.free] - self.prior[self.free])])
+        return r
+
+    def objective(self, theta: np.ndarray) -> float:
+        return _huber(self.residuals(theta))
 
 
 def _huber(residuals: np.ndarray) -> float:
@@ -174,46 +253,48 @@ def _huber(residuals: np.ndarray) -> float:
     return float(np.mean(np.where(a <= HUBER_DELTA, 0.5 * a * a, HUBER_DELTA * (a - 0.5 * HUBER_DELTA))))
 
 
-def _unpack(theta: np.ndarray, names: Sequence[str], log_eff: np.ndarray, log_ovh: float, log_bw: float):
-    e, o, b = log_eff.copy(), log_ovh, log_bw
-    for value, name in zip(theta, names):
-        if name.startswith("efficiency."):
-            e[OP_CLASSES.index(name.split(".", 1)[1])] = value
-        elif name == "op_overhead_s":
-            o = max(value, math.log(MIN_OVERHEAD_S))
-        else:
-            b = value
-    return e, o, b
+def _descend(design: _Design, theta: np.ndarray, free: Sequence[int]) -> np.ndarray:
+    """Coordinate descent on grids of offsets (:data:`_GRIDS`), :data:`SWEEPS` sweeps at most."""
+    best = design.objective(theta)
+    for _ in range(SWEEPS):
+        before = best
+        for k in free:
+            for grid in _GRIDS:
+                trials = []
+                for offset in grid:
+                    trial = theta.copy()
+                    trial[k] += offset
+                    trials.append((design.objective(_clamp(trial)), abs(offset), trial))
+                score, _, trial = min(trials, key=lambda v: (v[0], v[1]))
+                if score < best - 1e-12:
+                    best, theta = score, trial
+        if before - best < 1e-6:
+            break
+    return theta
 
 
-def _polish(design: "_Design", names: Sequence[str], log_eff: np.ndarray, log_ovh: float, log_bw: float):
-    """Levenberg-Marquardt with Huber IRLS weights on the log errors, from the coordinate-descent point."""
-    def pack(e, o, b):
-        return np.array([e[OP_CLASSES.index(n.split(".", 1)[1])] if n.startswith("efficiency.")
-                         else o if n == "op_overhead_s" else b for n in names], float)
-
-    def residuals(theta):
-        return np.log(design.predict(*_unpack(theta, names, log_eff, log_ovh,
-                                              log_bw))) - np.log(design.measured)
-
-    theta = pack(log_eff, log_ovh, log_bw)
-    r = residuals(theta)
+def _polish(design: _Design, theta: np.ndarray, free: Sequence[int]) -> np.ndarray:
+    """Levenberg-Marquardt with Huber IRLS weights on the log errors, over the ``free`` parameters."""
+    free = list(free)
+    r = design.residuals(theta)
     best, lam, h = _huber(r), 1e-2, 1e-5
     for _ in range(LM_ITERATIONS):
-        jac = np.empty((r.size, theta.size))
-        for k in range(theta.size):
+        jac = np.empty((r.size, len(free)))
+        for j, k in enumerate(free):
             bumped = theta.copy()
             bumped[k] += h
-            jac[:, k] = (residuals(bumped) - r) / h
+            jac[:, j] = (design.residuals(_clamp(bumped)) - r) / h
         a = np.abs(r)
         w = np.where(a <= HUBER_DELTA, 1.0, HUBER_DELTA / np.maximum(a, 1e-300))
         jtw = jac.T * w
         hess, grad = jtw @ jac, jtw @ r
-        improved = False
+        improved, step = False, np.zeros(len(free))
         while lam < 1e8:
             step = np.linalg.solve(hess + lam * np.diag(np.diag(hess) + 1e-12), -grad)
-            trial = theta + step
-            r_trial = residuals(trial)
+            trial = theta.copy()
+            trial[free] += step
+            trial = _clamp(trial)
+            r_trial = design.residuals(trial)
             score = _huber(r_trial)
             if score < best - 1e-15:
                 theta, r, best, improved = trial, r_trial, score, True
@@ -222,11 +303,57 @@ def _polish(design: "_Design", names: Sequence[str], log_eff: np.ndarray, log_ov
             lam *= 4.0
         if not improved or np.max(np.abs(step)) < 1e-8:
             break
-    return _unpack(theta, names, log_eff, log_ovh, log_bw)
+    return theta
+
+
+def fit_boundary(saved_s: Sequence[float], saved_nbytes: Sequence[float]) -> Optional[Tuple[float, float]]:
+    """Fit one session boundary's cost from pairs of consecutive blocks.
+
+    Two blocks timed alone pay two boundaries; timed together, one. So for each pair
+    ``t(a) + t(b) - t(ab) = run_overhead_s + saved_nbytes / boundary_bandwidth`` with
+    ``saved_nbytes = boundary(a) + boundary(b) - boundary(ab)`` (the bytes of the tensors between them,
+    twice). Fitted by least squares with Huber reweighting (three rounds, threshold 1.345 MAD, the usual 95 %
+    efficiency constant), both parameters kept >= 0.
+
+    Parameters
+    ----------
+    saved_s, saved_nbytes : sequences of equal length
+        ``t(a) + t(b) - t(ab)`` in s and the bytes above, one per measured pair.
+
+    Returns
+    -------
+    (run_overhead_s, boundary_bandwidth_bytes_per_s) or None
+        None with fewer than 3 pairs. Bandwidth ``inf`` when the bytes do not cost anything measurable.
+
+    Examples
+    --------
+    >>> x = [1e5, 5e5, 1e6, 4e6]
+    >>> run, bw = fit_boundary([4e-6 + n / 1e10 for n in x], x)
+    >>> round(run * 1e6, 2), round(bw / 1e9, 2)
+    (4.0, 10.0)
+    """
+    y, x = np.asarray(saved_s, float), np.asarray(saved_nbytes, float)
+    if y.size < 3:
+        return None
+    w = np.ones_like(y)
+    run, inv_bw = 0.0, 0.0
+    for _ in range(3):
+        a = np.column_stack([np.ones_like(x), x]) * np.sqrt(w)[:, None]
+        (run, inv_bw), *_ = np.linalg.lstsq(a, y * np.sqrt(w), rcond=None)
+        if inv_bw < 0:
+            inv_bw = 0.0
+            run = float(np.sum(w * y) / np.sum(w))
+        if run < 0:
+            run = 0.0
+            inv_bw = max(float(np.sum(w * x * y) / max(np.sum(w * x * x), 1e-300)), 0.0)
+        r = y - run - inv_bw * x
+        scale = 1.345 * max(float(np.median(np.abs(r - np.median(r)))) / 0.6745, 1e-12)
+        w = np.where(np.abs(r) <= scale, 1.0, scale / np.abs(r))
+    return float(run), (float(1.0 / inv_bw) if inv_bw > 0 else math.inf)
 
 
 def fit_pu(samples: Sequence[Sample], pu: PU, start: Optional[PUParams] = None,
-           in_graph: bool = False) -> PUParams:
+           in_graph: bool = False, boundary: Optional[Tuple[float, float]] = None) -> PUParams:
     """Fit the roofline parameters of ``pu`` to ``samples`` (see the module docstring).
 
     Parameters
@@ -238,7 +365,11 @@ def fit_pu(samples: Sequence[Sample], pu: PU, start: Optional[PUParams] = None,
     start : PUParams, optional
         Starting values (default: the PU's own).
     in_graph : bool
-        Operators flagged as fused away cost nothing (for block and stage measurements).
+        Samples are sub-models run with optimisation on: operators flagged as fused away cost nothing, and the
+        run overhead and boundary bandwidth are fitted too (when the samples' boundary bytes vary), unless
+        ``boundary`` fixes them.
+    boundary : (run_overhead_s, boundary_bandwidth_bytes_per_s), optional
+        Fixed session boundary cost (from :func:`fit_boundary`), with ``in_graph``.
 
     Returns
     -------
@@ -263,42 +394,36 @@ def fit_pu(samples: Sequence[Sample], pu: PU, start: Optional[PUParams] = None,
     if not usable:
         return start
     design = _Design(usable, pu, in_graph)
-    log_eff = np.log(np.array([start.efficiency[c] for c in OP_CLASSES], float))
-    log_ovh = math.log(max(start.op_overhead_s, MIN_OVERHEAD_S))
-    log_bw = math.log(start.memory_bandwidth_bytes_per_s)
-    with_flops = design.cls[design.flops > 0]
-    free_classes = sorted(set(int(c) for c in with_flops))
-    names = [f"efficiency.{OP_CLASSES[c]}" for c in free_classes] + ["op_overhead_s"]
+    theta = _theta(start)
+    names = [f"efficiency.{OP_CLASSES[c]}" for c in sorted(set(int(c) for c in design.cls[design.flops > 0]))]
+    names.append("op_overhead_s")
     if np.any(design.nbytes > 0):
         names.append("memory_bandwidth_bytes_per_s")
-    best = design.objective(log_eff, log_ovh, log_bw)
-    for _ in range(SWEEPS):
-        before = best
-        for name in names:
-            for grid in _GRIDS:
-                values = []
-                for offset in grid:
-                    e, o, b = log_eff.copy(), log_ovh, log_bw
-                    if name.startswith("efficiency."):
-                        e[OP_CLASSES.index(name.split(".", 1)[1])] += offset
-                    elif name == "op_overhead_s":
-                        o = max(o + offset, math.log(MIN_OVERHEAD_S))
-                    else:
-                        b += offset
-                    values.append((design.objective(e, o, b), abs(offset), e, o, b))
-                score, _, e, o, b = min(values, key=lambda v: (v[0], v[1]))
-                if score < best - 1e-12:
-                    best, log_eff, log_ovh, log_bw = score, e, o, b
-        if before - best < 1e-6:
-            break
-    log_eff, log_ovh, log_bw = _polish(design, names, log_eff, log_ovh, log_bw)
-    best = log_error(design.predict(log_eff, log_ovh, log_bw), design.measured)
-    fitted = tuple(names)
-    efficiency = {c: float(math.exp(v)) for c, v in zip(OP_CLASSES, log_eff)}
-    params = PUParams(efficiency, float(math.exp(log_ovh)), float(math.exp(log_bw)), len(usable), fitted)
+    fixed = []
+    if in_graph and boundary is not None:
+        theta[_RUN] = math.log(max(boundary[0], MIN_OVERHEAD_S))
+        theta[_BBW] = math.log(min(boundary[1], 1e30))
+        fixed = ["run_overhead_s", "boundary_bandwidth_bytes_per_s"]
+    elif in_graph:
+        names.append("run_overhead_s")
+        if np.ptp(design.boundary) > 0:
+            names.append("boundary_bandwidth_bytes_per_s")
+            theta[_BBW] = math.log(10 * start.memory_bandwidth_bytes_per_s)  # start where it barely matters
+    free = [_index(n) for n in names]
+    design.set_prior(theta, [k for k in free if k < len(OP_CLASSES) or k == _BW])
+    theta = _polish(design, _descend(design, theta, free), free)
+    eff = {c: float(math.exp(v)) for c, v in zip(OP_CLASSES, theta)}
+    bbw = math.inf
+    if "boundary_bandwidth_bytes_per_s" in names:
+        bbw = float(math.exp(theta[_BBW]))
+    if boundary is not None and in_graph:
+        bbw = boundary[1]
+    run = float(math.exp(theta[_RUN])) if in_graph else 0.0
+    params = PUParams(eff, float(math.exp(theta[_OVH])), float(math.exp(theta[_BW])), run, bbw, len(usable),
+                      tuple(names + fixed))
     log.info("%s fit of %s on %d samples: mean |ln error| %.3f; %s", "in-graph" if in_graph else "isolated",
-             pu.name, len(usable), best, ", ".join(f"{k}={v:.3g}" for k, v in efficiency.items()
-                                                   if f"efficiency.{k}" in fitted))
+             pu.name, len(usable), log_error(design.predict(theta), design.measured),
+             ", ".join(f"{n}={math.exp(theta[_index(n)]):.3g}" for n in names))
     return params
 
 
@@ -358,7 +483,8 @@ def fit_transfer(nbytes: Sequence[int], times_s: Sequence[float],
 
 
 def samples_by_pu(rows: Sequence, features: Dict[str, OpFeatures],
-                  parts: Dict[str, List[Tuple[str, bool]]]) -> Dict[str, List[Sample]]:
+                  parts: Dict[str, List[Tuple[str, bool]]],
+                  boundary: Optional[Dict[str, float]] = None) -> Dict[str, List[Sample]]:
     """Group measurement rows into :class:`Sample` lists per PU.
 
     Parameters
@@ -369,6 +495,8 @@ def samples_by_pu(rows: Sequence, features: Dict[str, OpFeatures],
         Operator signature -> features (the catalog).
     parts : dict
         Block/stage signature -> its ``(op signature, fused away)`` list.
+    boundary : dict, optional
+        Block/stage signature -> bytes entering and leaving it (default 0).
 
     Rows whose work is not in the catalog are skipped (logged once with their count).
     """
@@ -387,7 +515,8 @@ def samples_by_pu(rows: Sequence, features: Dict[str, OpFeatures],
         except KeyError:
             missing += 1
             continue
-        out.setdefault(row.pu, []).append(Sample(feats, row.median_s, row.signature))
+        nbytes = float((boundary or {}).get(row.signature, 0.0)) if row.kind != "op" else 0.0
+        out.setdefault(row.pu, []).append(Sample(feats, row.median_s, row.signature, nbytes))
     if missing:
         log.info("%d measurement(s) name work the catalog does not describe; skipped", missing)
     return out

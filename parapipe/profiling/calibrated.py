@@ -15,12 +15,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from parapipe.profiling.calibrate import PUParams, TransferFit, fit_pu, fit_transfer, samples_by_pu
+from parapipe.profiling.calibrate import (PUParams, TransferFit, fit_boundary, fit_pu, fit_transfer,
+                                          samples_by_pu)
 from parapipe.profiling.catalog import Catalog, OpFeatures, ops_of
 from parapipe.profiling.db import ProfileDB
 from parapipe.profiling.records import Measurement, utc_now_iso
 from parapipe.soc.op_classes import OP_CLASSES
-from parapipe.soc.profile import Provenance, SoC, TransferPair, Transfers
+from parapipe.soc.profile import Provenance, SoC, Transfer, TransferPair, Transfers
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,8 @@ class Calibration:
         Block and stage signature -> ``(op signature, fused away)``.
     stage_blocks : dict of str to list of str
         Stage signature -> its block signatures, in order.
+    boundary : dict of str to float
+        Block and stage signature -> bytes of the activations entering and leaving it.
     """
 
     soc: SoC
@@ -75,6 +78,7 @@ class Calibration:
     features: Dict[str, OpFeatures] = field(default_factory=dict)
     parts: Dict[str, List[Tuple[str, bool]]] = field(default_factory=dict)
     stage_blocks: Dict[str, List[str]] = field(default_factory=dict)
+    boundary: Dict[str, float] = field(default_factory=dict)
 
     def rows_of(self, kind: str, pu: Optional[str] = None) -> List[Measurement]:
         """Rows of one kind (and PU)."""
@@ -103,15 +107,19 @@ def fit_calibration(soc: SoC, db: ProfileDB, catalog: Catalog, exclude: Sequence
     work = catalog.work()
     parts = {sig: ops_of(entry, work) for sig, entry in work.items()
              if entry.kind == "block" or all(b in work for b, _ in entry.parts)}
+    pairs = {sig: [b for b, _ in entry.parts] for sig, entry in work.items() if entry.kind == "pair"}
     excluded = set(exclude)
     op_rows = [r for r in rows if r.kind == "op" and r.signature not in excluded]
     block_rows = [r for r in rows if r.kind == "block"]
+    boundary = {sig: float(entry.boundary_nbytes) for sig, entry in work.items()}
     op_samples = samples_by_pu(op_rows, features, parts)
-    block_samples = samples_by_pu(block_rows, features, parts)
+    block_samples = samples_by_pu(block_rows, features, parts, boundary)
     isolated, in_graph = {}, {}
     for name, pu in soc.pus.items():
         isolated[name] = fit_pu(op_samples.get(name, []), pu)
-        in_graph[name] = fit_pu(block_samples.get(name, []), pu, start=isolated[name], in_graph=True)
+        fixed = _boundary_of(name, block_rows, pairs, work)
+        in_graph[name] = fit_pu(block_samples.get(name, []), pu, start=isolated[name], in_graph=True,
+                                boundary=fixed)
     transfers: Dict[Tuple[str, str], TransferFit] = {}
     by_pair: Dict[Tuple[str, str], List[Measurement]] = {}
     for row in rows:
@@ -126,7 +134,22 @@ def fit_calibration(soc: SoC, db: ProfileDB, catalog: Catalog, exclude: Sequence
              len(op_rows), len(block_rows), sum(r.kind == "stage" for r in rows),
              sum(r.kind == "transfer" for r in rows))
     stage_blocks = {sig: [b for b, _ in entry.parts] for sig, entry in work.items() if entry.kind == "stage"}
-    return Calibration(soc, isolated, in_graph, transfers, rows, features, parts, stage_blocks)
+    return Calibration(soc, isolated, in_graph, transfers, rows, features, parts, stage_blocks, boundary)
+
+
+def _boundary_of(pu: str, block_rows: Sequence[Measurement], pairs: Dict[str, List[str]], work: dict):
+    """Session boundary cost of ``pu`` from its measured pairs and their blocks (:func:`fit_boundary`)."""
+    times = {r.signature: r.median_s for r in block_rows if r.pu == pu}
+    saved_s, saved_nbytes = [], []
+    for sig, (a, b) in ((s, p) for s, p in pairs.items() if len(p) == 2):
+        if sig in times and a in times and b in times:
+            saved_s.append(times[a] + times[b] - times[sig])
+            saved_nbytes.append(work[a].boundary_nbytes + work[b].boundary_nbytes - work[sig].boundary_nbytes)
+    fit = fit_boundary(saved_s, saved_nbytes)
+    if fit is not None:
+        log.info("%s: session boundary from %d pair(s): run %.1f us, %.3g B/s", pu, len(saved_s),
+                 fit[0] * 1e6, fit[1])
+    return fit
 
 
 def calibrated_soc(cal: Calibration, citation: str) -> SoC:
@@ -136,8 +159,14 @@ def calibrated_soc(cal: Calibration, citation: str) -> SoC:
     ``memory_bandwidth_bytes_per_s`` (when constrained). Efficiencies above 1 (the fitted work ran faster than
     the profile's ``peak_flops``) raise ``peak_flops`` by the largest of them and scale every class down by
     the same factor, so every prediction is unchanged and every efficiency stays in (0, 1]. Each fitted pair
-    becomes a directed entry of ``transfers.pairs`` (replacing what covered that direction before). Changed
-    numbers get the provenance source :data:`CALIBRATION_SOURCE`, cited with ``citation``.
+    becomes a directed entry of ``transfers.pairs`` (replacing what covered that direction before).
+
+    The session boundary of the in-graph fits (:meth:`~parapipe.profiling.calibrate.PUParams.boundary_s`)
+    has no field of its own in a profile; it is charged where a pipeline pays it, on the tensors handed from
+    one stage to the next: every transfer from ``a`` to ``b`` gets ``run_overhead_s`` of ``b`` added to its
+    alpha and ``1 / boundary_bandwidth`` of ``a`` and of ``b`` added to its ``1 / beta`` (the default
+    transfer: the means over the PUs with a fitted boundary). Changed numbers get the provenance source
+    :data:`CALIBRATION_SOURCE`, cited with ``citation``.
 
     Raises
     ------
@@ -180,6 +209,19 @@ def calibrated_soc(cal: Calibration, citation: str) -> SoC:
                              prov.get(f"transfers.pairs.{i}.beta_bytes_per_s", Provenance(confidence="low")))
     for key, fit in cal.transfers.items():
         directed[key] = (fit.alpha_s, fit.beta_bytes_per_s, mark, mark)
+    bounded = {n: p for n, p in cal.in_graph.items() if p.samples > 0 and "run_overhead_s" in p.fitted}
+    for (src, dst), (alpha, beta, p_alpha, p_beta) in list(directed.items()):
+        if src in bounded and dst in bounded:
+            a, b = bounded[src], bounded[dst]
+            inv = 1.0 / beta + 1.0 / a.boundary_bandwidth_bytes_per_s + 1.0 / b.boundary_bandwidth_bytes_per_s
+            directed[(src, dst)] = (alpha + b.run_overhead_s, 1.0 / inv, mark, mark)
+    default = soc.transfers.default
+    if bounded:
+        run = sum(p.run_overhead_s for p in bounded.values()) / len(bounded)
+        inv_bw = sum(1.0 / p.boundary_bandwidth_bytes_per_s for p in bounded.values()) / len(bounded)
+        default = Transfer(alpha_s=default.alpha_s + run,
+                           beta_bytes_per_s=1.0 / (1.0 / default.beta_bytes_per_s + 2.0 * inv_bw))
+        prov["transfers.default.alpha_s"] = prov["transfers.default.beta_bytes_per_s"] = mark
     prov = {k: v for k, v in prov.items() if not k.startswith("transfers.pairs.")}
     pairs = []
     for i, ((src, dst), (alpha, beta, p_alpha, p_beta)) in enumerate(sorted(directed.items())):
@@ -190,5 +232,4 @@ def calibrated_soc(cal: Calibration, citation: str) -> SoC:
     fields = {f: getattr(soc, f) for f in type(soc).model_fields}
     return type(soc).model_validate({**fields, "pus": pus, "provenance": prov, "sources": sources,
                                      "path": None,
-                                     "transfers": Transfers(default=soc.transfers.default,
-                                                            pairs=tuple(pairs))})
+                                     "transfers": Transfers(default=default, pairs=tuple(pairs))})

@@ -7,7 +7,9 @@ in the same SQLite file, says what that work is:
   class, FLOPs, activation and weight bytes);
 * ``work_catalog``: one row per block or stage signature with its parts: a block lists its operator
   signatures, each with a flag saying whether ONNX Runtime fuses the operator away inside a graph
-  (:func:`in_graph_free`); a stage lists its block signatures.
+  (:func:`in_graph_free`); a pair (two consecutive blocks timed as one sub-model, to measure what a session
+  boundary costs) and a stage list their block signatures. Each row also has the bytes of the activations
+  entering and leaving the work (:func:`boundary_nbytes`).
 
 The tables are created on first use (``CREATE TABLE IF NOT EXISTS``);
 :class:`~parapipe.profiling.db.ProfileDB` ignores tables it does not own. Open the catalog after ``ProfileDB``
@@ -29,7 +31,8 @@ from parapipe.soc.op_classes import op_class
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OpFeatures", "WorkEntry", "Catalog", "op_features", "block_parts", "in_graph_free",
+__all__ = ["OpFeatures", "WorkEntry", "Catalog", "op_features", "block_parts", "boundary_nbytes",
+           "in_graph_free",
            "FUSABLE_ACTIVATIONS"]
 
 #: Activations ONNX Runtime's CPU graph optimiser folds into a preceding Conv or Gemm (ConvActivationFusion,
@@ -45,8 +48,8 @@ _SCHEMA = (
         signature TEXT PRIMARY KEY, op_type TEXT NOT NULL, op_class TEXT NOT NULL, flops REAL NOT NULL,
         in_nbytes INTEGER NOT NULL, out_nbytes INTEGER NOT NULL, param_nbytes INTEGER NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS work_catalog (
-        signature TEXT PRIMARY KEY, kind TEXT NOT NULL CHECK (kind IN ('block', 'stage')),
-        parts TEXT NOT NULL, label TEXT NOT NULL)""",
+        signature TEXT PRIMARY KEY, kind TEXT NOT NULL CHECK (kind IN ('block', 'pair', 'stage')),
+        parts TEXT NOT NULL, label TEXT NOT NULL, boundary_nbytes INTEGER NOT NULL)""",
 )
 
 
@@ -84,13 +87,14 @@ class OpFeatures:
 
 @dataclass(frozen=True)
 class WorkEntry:
-    """A block (parts: ``(op signature, fused away in a graph)``) or a stage (parts: ``(block signature,
-    False)``)."""
+    """A block (parts: ``(op signature, fused away in a graph)``), or a pair or stage (parts: ``(block
+    signature, False)``), with the bytes of the activations entering and leaving it."""
 
     signature: str
     kind: str
     parts: Tuple[Tuple[str, bool], ...]
     label: str
+    boundary_nbytes: int = 0
 
 
 def op_features(og: OpGraph, name: str) -> OpFeatures:
@@ -134,6 +138,20 @@ def in_graph_free(og: OpGraph, name: str, within: Optional[Iterable[str]] = None
             and in_graph_free(og, producer, members))
 
 
+def boundary_nbytes(og: OpGraph, ops: Iterable[str]) -> int:
+    """Bytes of the distinct activation tensors that operators ``ops`` read from outside the set (graph inputs
+    included) plus those they produce for operators outside it or as graph outputs."""
+    members = set(ops)
+    produced = {t: n for n in members for t in og.op(n).outputs}
+    inputs = {t for n in members for t in og.op(n).inputs if t in og.tensors and t not in produced}
+    outputs = {t for t in produced if t in og.outputs}
+    for n in members:
+        for succ, data in og.graph.succ[n].items():
+            if succ not in members:
+                outputs.update(data["tensors"])
+    return int(sum(og.tensors[t].nbytes for t in inputs | outputs))
+
+
 def block_parts(og: OpGraph, block: Block) -> Tuple[Tuple[str, bool], ...]:
     """``(op signature, fused away)`` for each operator of ``block``, in block order."""
     return tuple((og.op(n).signature, in_graph_free(og, n, block.ops)) for n in block.ops)
@@ -168,6 +186,13 @@ class Catalog:
                     self._conn.execute(statement)
                 self._conn.execute("COMMIT")
                 self._present = True
+            columns = {r[1] for r in self._conn.execute("PRAGMA table_info(work_catalog)")}
+            if self._present and "boundary_nbytes" not in columns:  # written by an earlier parapipe
+                if create:
+                    self._conn.execute("ALTER TABLE work_catalog ADD COLUMN boundary_nbytes INTEGER NOT NULL "
+                                       "DEFAULT 0")
+                    columns.add("boundary_nbytes")
+            self._boundary_column = "boundary_nbytes" in columns
         except sqlite3.DatabaseError as exc:
             raise input_error(str(self.path), None, f"cannot use the catalog tables ({exc})",
                               "check that the file is a writable parapipe profile database") from None
@@ -195,9 +220,10 @@ class Catalog:
 
     def add_work(self, entries: Iterable[WorkEntry]) -> None:
         """Record blocks and stages (one transaction; known signatures are kept as they are)."""
-        rows = [(e.signature, e.kind, json.dumps([[s, bool(f)] for s, f in e.parts]),
-                 e.label) for e in entries]
-        self._write("INSERT OR IGNORE INTO work_catalog VALUES (?, ?, ?, ?)", rows)
+        rows = [(e.signature, e.kind, json.dumps([[s, bool(f)] for s, f in e.parts]), e.label,
+                 int(e.boundary_nbytes)) for e in entries]
+        self._write("INSERT OR IGNORE INTO work_catalog (signature, kind, parts, label, boundary_nbytes) "
+                    "VALUES (?, ?, ?, ?, ?)", rows)
 
     def ops(self) -> Dict[str, OpFeatures]:
         """Every recorded operator, by signature."""
@@ -212,9 +238,11 @@ class Catalog:
         out: Dict[str, WorkEntry] = {}
         if not self._present:
             return out
-        query = "SELECT signature, kind, parts, label FROM work_catalog"
-        for sig, kind, parts, label in self._conn.execute(query):
-            out[sig] = WorkEntry(sig, kind, tuple((str(s), bool(f)) for s, f in json.loads(parts)), label)
+        nbytes_column = "boundary_nbytes" if self._boundary_column else "0"
+        query = f"SELECT signature, kind, parts, label, {nbytes_column} FROM work_catalog"
+        for sig, kind, parts, label, nbytes in self._conn.execute(query):
+            out[sig] = WorkEntry(sig, kind, tuple((str(s), bool(f)) for s, f in json.loads(parts)), label,
+                                 int(nbytes))
         return out
 
     def close(self) -> None:
@@ -231,7 +259,7 @@ class Catalog:
 
 
 def ops_of(entry: WorkEntry, work: Dict[str, WorkEntry]) -> List[Tuple[str, bool]]:
-    """The ``(op signature, fused away)`` list of a block, or of every block of a stage in order.
+    """The ``(op signature, fused away)`` list of a block, or of every block of a pair or stage in order.
 
     Raises
     ------

@@ -176,7 +176,7 @@ class CalibrateResult:
 def calibrate_job(soc: str, db_path, models: Sequence[str] = (), host=None, python: Optional[str] = None,
                   out=None, pus: Optional[Sequence[str]] = None, splits: Sequence[int] = (1, 2, 4),
                   warmup: int = 3, repeats: int = 10, max_blocks: Optional[int] = 48,
-                  progress: Progress = None) -> CalibrateResult:
+                  progress: Progress = None, rounds: int = 3) -> CalibrateResult:
     """``parapipe calibrate``: fit, optionally time stages of ``models`` first, evaluate, optionally write
     the calibrated profile to ``out`` (temporary file, then rename).
 
@@ -207,8 +207,7 @@ def calibrate_job(soc: str, db_path, models: Sequence[str] = (), host=None, pyth
                 with Catalog(db_path) as catalog:
                     for _, og, bg in graphs:
                         res = profile_stages(og, bg, soc_obj, runner, db, catalog, chosen, splits, warmup,
-                                             repeats,
-                                             progress)
+                                             repeats, progress, rounds)
                         measured += res.measured
         else:
             soc_obj = resolve_soc(soc)

@@ -23,13 +23,13 @@ import onnx
 from parapipe.graph.coarsen import Block, BlockGraph
 from parapipe.graph.extract import extract_submodel
 from parapipe.graph.opgraph import OpGraph
-from parapipe.profiling.catalog import OpFeatures, WorkEntry, block_parts
+from parapipe.profiling.catalog import OpFeatures, WorkEntry, block_parts, boundary_nbytes
 from parapipe.profiling.host import block_signature
 from parapipe.soc.profile import SoC
 
-__all__ = ["WorkItem", "distinct_ops", "distinct_blocks", "op_items", "block_items", "stage_ranges",
-           "stage_signature", "stage_items", "transfer_items", "select_informative", "holdout_sample",
-           "TRANSFER_SIZES_NBYTES", "MAX_TRANSFER_PAIRS"]
+__all__ = ["WorkItem", "distinct_ops", "distinct_blocks", "op_items", "block_items", "pair_items",
+           "stage_ranges", "stage_signature", "stage_items", "transfer_items", "select_informative",
+           "holdout_sample", "TRANSFER_SIZES_NBYTES", "MAX_TRANSFER_PAIRS"]
 
 #: Hand-off sizes timed per PU pair, bytes: 1 KiB (the fixed cost dominates) to 4 MiB (a large activation;
 #: the first conv output of the zoo models at batch 1 is 1.2-3.2 MB). Four sizes give the fit one spare point.
@@ -118,8 +118,36 @@ def block_items(og: OpGraph, soc: SoC, pus: Sequence[str], blocks: Sequence[Bloc
 
 def block_entries(og: OpGraph, blocks: Sequence[Block]) -> List[WorkEntry]:
     """Catalog entries of ``blocks``."""
-    return [WorkEntry(block_signature(og, b), "block", block_parts(og, b),
-                      f"{og.name}/{b.name}") for b in blocks]
+    return [WorkEntry(block_signature(og, b), "block", block_parts(og, b), f"{og.name}/{b.name}",
+                      boundary_nbytes(og, b.ops)) for b in blocks]
+
+
+def pair_items(og: OpGraph, bg: BlockGraph, soc: SoC, pus: Sequence[str],
+               blocks: Sequence[Block]) -> Tuple[List[WorkItem], List[WorkEntry]]:
+    """Items (optimisation on) and catalog entries of every two consecutive blocks of ``bg`` that are both in
+    ``blocks``, deduplicated: timed as one sub-model next to each block alone, they show what one session
+    boundary costs (:func:`parapipe.profiling.calibrated.fit_boundary`). Database rows are of kind ``block``
+    with a ``"pair:"`` signature."""
+    chosen = {block_signature(og, b) for b in blocks}
+    seen, items, entries = set(), [], []
+    for first, second in zip(bg.blocks, bg.blocks[1:]):
+        sigs = (block_signature(og, first), block_signature(og, second))
+        if not set(sigs) <= chosen:
+            continue
+        sig = "pair:" + hashlib.sha256("\n".join(sigs).encode()).hexdigest()[:24]
+        if sig in seen:
+            continue
+        seen.add(sig)
+        ops = first.ops + second.ops
+        entries.append(WorkEntry(sig, "pair", tuple((s, False) for s in sigs), f"{og.name}/{first.name}+"
+                                 f"{second.name}", boundary_nbytes(og, ops)))
+        build = (lambda ops=ops, n=first.name: extract_submodel(og, ops, name=f"pair_{n}", check=False).model)
+        types = set(first.op_types) | set(second.op_types)
+        for pu in pus:
+            if all(soc.pus[pu].supports(t) for t in types):
+                items.append(WorkItem("block", pu, sig, "pair", int(first.in_nbytes + second.out_nbytes),
+                                      build, "all"))
+    return items, entries
 
 
 def stage_ranges(bg: BlockGraph, splits: Sequence[int]) -> List[Tuple[int, int]]:
@@ -157,7 +185,7 @@ def stage_items(og: OpGraph, bg: BlockGraph, soc: SoC, pus: Sequence[str],
         ops = [o for b in blocks for o in b.ops]
         types = [og.op(o).op_type for o in ops]
         entries.append(WorkEntry(sig, "stage", tuple((block_signature(og, b), False) for b in blocks),
-                                 f"{og.name}/blocks[{start}:{stop}]"))
+                                 f"{og.name}/blocks[{start}:{stop}]", boundary_nbytes(og, ops)))
         build = (lambda ops=ops, s=start, e=stop: extract_submodel(og, ops, name=f"stage_{s}_{e}",
                                                                    check=False).model)
         in_bytes = sum(b.in_nbytes for b in blocks[:1])

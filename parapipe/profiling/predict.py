@@ -1,15 +1,22 @@
 """Block and stage times from the profile database: measurements where they exist, the calibrated model
 elsewhere.
 
-:class:`CostModel` answers "how long does this block take on that PU inside a pipeline stage" in three tiers:
+:class:`CostModel` answers "how long does this work take on that PU inside a pipeline stage". A stage runs as
+one session: its time is the compute of its blocks plus one session boundary (run overhead and the bytes
+entering and leaving it, :meth:`parapipe.profiling.calibrate.PUParams.boundary_s`). The compute of a block is,
+in this order:
 
-1. a block measurement (optimisation on) of the same block signature: its median;
-2. else the sum over the block's operators of their in-graph time: zero for operators ONNX Runtime fuses away,
-   the isolated measurement (optimisation off) times the ratio of the in-graph to the isolated calibrated
-   model for a measured operator, the in-graph calibrated model for the others;
-3. PUs without any measurement are left to the profile's own roofline (:mod:`parapipe.cost.roofline`).
+1. its block measurement (optimisation on, same block signature) less the boundary it paid when timed alone;
+2. else the sum over its operators of their in-graph time: zero for operators ONNX Runtime fuses away, the
+   isolated measurement (optimisation off) times the ratio of the in-graph to the isolated calibrated model
+   for a measured operator, the in-graph calibrated model for the others.
 
-:func:`costs_from_db` does this for every block of a model, for ``parapipe optimize --db FILE``.
+PUs without any measurement are left to the profile's own roofline (:mod:`parapipe.cost.roofline`).
+
+:func:`costs_from_db` gives every block of a model its compute time for ``parapipe optimize --db FILE``; the
+boundary of a stage is charged where the search charges hand-offs: the bytes a block reads from the model's
+inputs or writes to its outputs are added to that block, and the rest goes into the transfer cost between PUs
+(:func:`parapipe.profiling.calibrated.calibrated_soc`).
 """
 from __future__ import annotations
 
@@ -22,7 +29,7 @@ from parapipe.errors import input_error
 from parapipe.graph.coarsen import BlockGraph
 from parapipe.profiling.calibrate import op_time
 from parapipe.profiling.calibrated import Calibration, calibrated_soc, fit_calibration
-from parapipe.profiling.catalog import Catalog, OpFeatures, block_parts, op_features
+from parapipe.profiling.catalog import Catalog, OpFeatures, block_parts, boundary_nbytes, op_features
 from parapipe.profiling.db import ProfileDB
 from parapipe.profiling.host import block_signature
 from parapipe.soc.profile import SoC
@@ -70,20 +77,25 @@ class CostModel:
         isolated = op_time(feats, soc_pu, self.cal.isolated[pu])
         return measured * graph / isolated if isolated > 0 else graph
 
-    def block_s(self, signature: str, parts: Sequence[Tuple[str, bool]], pu: str) -> Tuple[float, str]:
-        """In-graph time of a block on ``pu`` and where it came from (``"block"``: measured, ``"ops"``: built
-        from operators)."""
+    def block_compute_s(self, signature: str, parts: Sequence[Tuple[str, bool]], pu: str,
+                        nbytes: float) -> Tuple[float, str]:
+        """In-graph compute time of a block on ``pu`` (without a session boundary) and where it came from
+        (``"block"``: its measurement less the boundary of ``nbytes`` it paid alone, at least a tenth of the
+        measurement; ``"ops"``: built from operators)."""
         measured = self._block.get((pu, signature))
         if measured is not None:
-            return measured, "block"
+            return max(measured - self.cal.in_graph[pu].boundary_s(nbytes), 0.1 * measured), "block"
         total = sum(self.op_s(sig, free, pu) for sig, free in parts)
         if all(free for _, free in parts):
             total = self.cal.in_graph[pu].op_overhead_s
         return float(total), "ops"
 
-    def work_s(self, parts_by_block: Iterable[Tuple[str, Sequence[Tuple[str, bool]]]], pu: str) -> float:
-        """Time of a stage: the sum of its blocks ``(block signature, parts)``."""
-        return float(sum(self.block_s(sig, parts, pu)[0] for sig, parts in parts_by_block))
+    def work_s(self, blocks: Iterable[Tuple[str, Sequence[Tuple[str, bool]], float]], pu: str,
+               nbytes: float) -> float:
+        """Time of a stage run as one session on ``pu``: its blocks ``(signature, parts, boundary bytes)`` and
+        one boundary of ``nbytes``, s."""
+        compute = sum(self.block_compute_s(sig, parts, pu, b)[0] for sig, parts, b in blocks)
+        return float(compute + self.cal.in_graph[pu].boundary_s(nbytes))
 
 
 def open_existing_db(path) -> ProfileDB:
@@ -133,14 +145,23 @@ def costs_from_db(bg: BlockGraph, soc: SoC, db_path) -> Tuple[SoC, Dict[Tuple[st
     extra = {og.op(n).signature: op_features(og, n) for n in og.topo_order}
     model = CostModel(cal, extra)
     pus = [p for p in soc.pu_names if p in model.measured_pus()]
+    graph_io = set(og.inputs) | set(og.outputs)
     times: Dict[Tuple[str, str], float] = {}
     counts = {"block": 0, "ops": 0}
     for block in bg.blocks:
         sig, parts = block_signature(og, block), block_parts(og, block)
+        alone = boundary_nbytes(og, block.ops)
+        reads = {t for n in block.ops for t in og.op(n).inputs + og.op(n).outputs}
+        edge = sum(og.tensors[t].nbytes for t in reads & graph_io)
         for pu in pus:
             if not all(soc.pus[pu].supports(t) for t in block.op_types):
                 continue
-            t, source = model.block_s(sig, parts, pu)
+            t, source = model.block_compute_s(sig, parts, pu, alone)
+            params = cal.in_graph[pu]
+            if edge:
+                t += edge / params.boundary_bandwidth_bytes_per_s
+            if any(i in reads for i in og.inputs):
+                t += params.run_overhead_s
             times[(block.name, pu)] = t
             counts[source] += 1
     log.info("costs of %s from %s: %d block time(s) measured, %d built from operators (PUs %s)", og.name,
