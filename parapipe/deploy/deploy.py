@@ -64,7 +64,11 @@ class DeployOptions:
     distinct_frames : int
         Distinct frames, fed cyclically; the unsplit model runs once on each for the output check.
     atol : float
-        Largest absolute difference to the unsplit model that counts as a match (1e-5: issue 2's bound).
+        Largest absolute difference of a model output to the unsplit model's that counts as a match (1e-5:
+        issue 2's bound).
+    rtol : float
+        Largest difference of a tensor handed between tasks, relative to its largest magnitude, that counts
+        as a match (1e-5, the same order as ``atol``; these activations reach 1e4 in the light zoo models).
     keep : bool
         Leave the bundle on the host (marked ``.keep`` so that later clean-ups leave it too).
     remote_dir : str
@@ -89,6 +93,7 @@ class DeployOptions:
     seed: int = 0
     distinct_frames: int = 8
     atol: float = 1e-5
+    rtol: float = 1e-5
     keep: bool = False
     remote_dir: str = DEFAULT_REMOTE_DIR
     python: str = "python3"
@@ -292,6 +297,7 @@ def deploy_bundle(host: RemoteHost, bundle: Bundle, out_dir: Path, options: Opti
         reply = agent.request("run_pipeline", timeout_s=options.silence_timeout_s, on_event=emit,
                               bundle=folder, frames=options.frames, warmup=options.warmup, seed=options.seed,
                               distinct_frames=options.distinct_frames, atol=float(options.atol),
+                              rtol=float(options.rtol),
                               progress_interval_s=float(options.progress_interval_s))
         report = reply["report"]
         phase = "the fetch of the results"
