@@ -110,16 +110,6 @@ def _live_sets(problem: MappingProblem) -> List[Tuple[int, ...]]:
     return live
 
 
-class _Labels:
-    """Label set of one state: ``values`` (m, k+2) and back-pointers."""
-
-    __slots__ = ("values", "back")
-
-    def __init__(self) -> None:
-        self.values: List[np.ndarray] = []
-        self.back: List[list] = []
-
-
 def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
              progress: Optional[Callable[[int], None]] = None) -> DPResult:
     """Pareto front (period, latency, energy) of hierarchical mappings of ``problem``.
@@ -185,7 +175,7 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
                 continue
             chunks = pending.pop(key)
             vals = np.concatenate([c[0] for c in chunks])
-            back = [b for c in chunks for b in c[1]]
+            back = _Back(chunks)
             vals, back = _prune(vals, back, grid, opts.max_labels, nb)
             states[key] = (vals, back)
             n_labels += len(back)
@@ -237,7 +227,7 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
                         np.maximum(new[:, 0], t_s, out=new[:, 0])
                     new[:, nb] += t_s
                     new[:, nb + 1] += float(rs.dyn_energy_j[off])
-                    bucket.append((new, [(key, idx, i, j, gi) for idx in range(m)]))
+                    bucket.append((new, (key, i, j, gi)))
                     n_trans += m
         if progress is not None:
             progress(i + 1)
@@ -247,7 +237,7 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
     for key in by_pos.get(n, []):
         chunks = pending.pop(key)
         # Final labels are judged on the final objectives only (3 numbers), so no label-space filter here.
-        states[key] = (np.concatenate([c[0] for c in chunks]), [b for c in chunks for b in c[1]])
+        states[key] = (np.concatenate([c[0] for c in chunks]), _Back(chunks))
         finals.append(key)
     if not finals:
         raise InfeasibleError(f"{problem.name}: no mapping exists with the allowed PU groups; some block cannot run "
@@ -264,6 +254,25 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
     mappings = [_rebuild(states, refs[t], groups, sched_cache) for t in np.flatnonzero(mask)]
     return DPResult(mappings=mappings, objectives=objs[mask], n_states=len(states), n_labels=n_labels,
                     n_transitions=n_trans)
+
+
+class _Back:
+    """Back-pointers of concatenated label chunks, built only for the labels that are kept.
+
+    A chunk is ``(values (m, d), (source state key, i, j, group index))``; label ``t`` of the concatenation is row
+    ``t - offset`` of its chunk, and its back-pointer is ``(source key, source row, i, j, group index)``.
+    """
+
+    __slots__ = ("meta", "offsets")
+
+    def __init__(self, chunks):
+        self.meta = [c[1] for c in chunks]
+        self.offsets = np.cumsum([0] + [len(c[0]) for c in chunks])
+
+    def __getitem__(self, t: int):
+        c = int(np.searchsorted(self.offsets, t, side="right")) - 1
+        key, i, j, gi = self.meta[c]
+        return (key, int(t - self.offsets[c]), i, j, gi)
 
 
 def _prune(vals: np.ndarray, back: list, grid: Optional[np.ndarray], max_labels: int, nb: int):
