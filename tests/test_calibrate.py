@@ -11,7 +11,8 @@ import yaml
 
 from parapipe.cli import main
 from parapipe.cost.roofline import block_time_s
-from parapipe.profiling.calibrate import PUParams, Sample, fit_pu, fit_transfer, op_time, predict
+from parapipe.profiling.calibrate import (PUParams, Sample, fit_boundary, fit_cache, fit_pu, fit_transfer,
+                                          op_time, predict)
 from parapipe.profiling.calibrated import CALIBRATION_SOURCE, Calibration, calibrated_soc
 from parapipe.profiling.catalog import OpFeatures
 from parapipe.profiling.db import ProfileDB
@@ -76,6 +77,29 @@ def test_in_graph_fit_ignores_fused_operators():
     assert predict(block, pu, params, in_graph=True) == pytest.approx(op_time(conv, pu, params))
     assert predict(block, pu, params, in_graph=False) > predict(block, pu, params, in_graph=True)
     assert predict(((relu, True),), pu, params, in_graph=True) == pytest.approx(2e-6)  # one dispatch at least
+
+
+def test_boundary_fit_from_pairs_with_an_outlier():
+    saved_nbytes = [1e5, 3e5, 1e6, 2e6, 4e6, 8e6]
+    saved_s = [4e-6 + n / 1e10 for n in saved_nbytes]
+    saved_s[2] *= 5  # one disturbed pair
+    run, bandwidth = fit_boundary(saved_s, saved_nbytes)
+    assert run == pytest.approx(4e-6, rel=0.1) and bandwidth == pytest.approx(1e10, rel=0.05)
+    assert fit_boundary([1e-5, 2e-5], [1e5, 2e5]) is None  # too few pairs
+    run, bandwidth = fit_boundary([5e-6] * 4, [1e5, 2e5, 3e5, 4e5])  # bytes cost nothing measurable
+    assert run == pytest.approx(5e-6) and bandwidth == math.inf
+
+
+def test_cache_term_only_when_it_explains_the_spans():
+    weights = [[4e6] * 12, [4e6] * 6, [4e6] * 3, [1e6] * 8, [2e6] * 5]
+    base = [0.012, 0.006, 0.003, 0.004, 0.005]
+    slow = [b + (sum(w) / 5e9 if sum(w) > 2**24 else 0.0) for b, w in zip(base, weights)]
+    size, bandwidth = fit_cache(slow, base, weights)
+    assert size == 2**24 and bandwidth == pytest.approx(5e9, rel=1e-6)
+    assert fit_cache(base, base, weights) is None  # spans as fast as their blocks: no cache term
+    params = PUParams(dict(TRUE.efficiency), 1e-6, 1e10, cache_nbytes=2**24, cold_bandwidth_bytes_per_s=5e9)
+    assert params.cache_s([4e6] * 3) == 0.0 and params.cache_s([4e6] * 6) == pytest.approx(24e6 / 5e9)
+    assert params.cache_s([4e6, 3e7]) == pytest.approx(4e6 / 5e9)  # a block too big for the cache alone
 
 
 def test_transfer_fit():

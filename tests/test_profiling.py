@@ -41,16 +41,19 @@ def test_profile_fills_the_database(first_run, squeezenet):
     signatures = {og.op(n).signature for n in og.topo_order}
     blocks = plan.distinct_blocks(og, bg)
     pairs = {e.signature for e in plan.pair_items(og, bg, host_soc_stub(), ["cpu0"], bg.blocks)[1]}
+    validation = plan.stage_ranges(bg, (1, 2, 4))
+    spans = {e.signature for e in plan.span_items(og, bg, host_soc_stub(), ["cpu0"], validation)[1]}
+    assert len(spans) >= 5 and all(s.startswith("span:") for s in spans)
     assert report.signatures == len(signatures) == 38 and report.operators == 66
     assert len(pairs) >= len(blocks)  # consecutive pairs of squeezenet's 30 blocks, deduplicated
-    assert report.measured == report.planned == len(signatures) + len(blocks) + len(pairs)
+    assert report.measured == report.planned == len(signatures) + len(blocks) + len(pairs) + len(spans)
     assert not report.failed
     with ProfileDB(path) as db:
         rows = db.all("host")
     ops = [r for r in rows if r.kind == "op"]
     assert {r.signature for r in ops} == signatures
     assert {r.pu for r in rows} == {"cpu0"} and {r.host for r in rows} == {"local"}
-    assert {r.signature for r in rows if r.kind == "block"} == set(blocks) | pairs
+    assert {r.signature for r in rows if r.kind == "block"} == set(blocks) | pairs | spans
     assert all(0 < r.median_s <= r.p90_s and r.repeats == 3 and r.batch == 1 for r in rows)
     conv = max((r for r in ops if r.op_type == "Conv"), key=lambda r: r.median_s)
     relu = min((r for r in ops if r.op_type == "Relu"), key=lambda r: r.median_s)
@@ -60,6 +63,7 @@ def test_profile_fills_the_database(first_run, squeezenet):
         work = catalog.work()
     assert {s for s, e in work.items() if e.kind == "block"} == set(blocks)
     assert {s for s, e in work.items() if e.kind == "pair"} == pairs
+    assert {s for s, e in work.items() if e.kind == "span"} == spans
     assert all(e.boundary_nbytes > 0 for e in work.values())
     fused = [f for e in work.values() for _, f in e.parts]
     assert any(fused) and not all(fused)  # Conv+Relu blocks: the Relu is fused away in a graph
@@ -125,8 +129,8 @@ def test_select_informative_spreads_over_classes():
              + [OpFeatures("cat", "Concat", "other", 0.0, 500, 500, 0)])
     picked = plan.select_informative(feats, 0.4)
     assert len(picked) == math.ceil(0.4 * 13)
-    assert picked[:3] == ["conv8", "relu4", "cat"]  # the biggest of each class, heaviest class first
-    assert "conv1" in picked  # then the smallest conv (pins the overhead)
+    assert picked[:3] == ["conv5", "relu3", "cat"]  # the typical (median) one of each class, heaviest first
+    assert picked[3:5] == ["conv8", "relu1"]  # then the farthest from it in log work (an extreme)
     assert plan.select_informative(feats, 1.0) == [f.signature for f in feats]
     with pytest.raises(ValueError):
         plan.select_informative(feats, 0.0)

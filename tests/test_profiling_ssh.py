@@ -2,6 +2,7 @@
 one-line refusals of a host that cannot be used (the database stays as it was)."""
 from __future__ import annotations
 
+import json
 import statistics
 import sys
 
@@ -71,6 +72,18 @@ def test_second_remote_run_measures_nothing(shared_db):
     spec = HostSpec.parse(server.host, identity=server.client_key, known_hosts=server.known_hosts)
     again = profile_job("squeezenet", "host", path, host=spec, options=OPTIONS)
     assert again.measured == 0 and again.skipped == remote.planned
+
+
+def test_calibrate_times_stages_over_ssh(shared_db, capsys):
+    path, _, remote, server = shared_db
+    rc = main(["calibrate", "--soc", "host", "--db", str(path), "--model", "squeezenet", "--pus", "cpu0",
+               "--splits", "1", "--rounds", "1", "--repeats", "3", "--json"] + host_args(server))
+    assert rc == 0, capsys.readouterr().err
+    report = json.loads(capsys.readouterr().out)
+    assert report["soc"] == remote.soc and report["stages_measured"] == 1
+    with ProfileDB(path) as db:
+        stages = [r for r in db.all(remote.soc) if r.kind == "stage"]
+    assert len(stages) == 1 and stages[0].host == remote.host
 
 
 def test_soc_detect_over_ssh_writes_a_loadable_profile(sshd_server, tmp_path, capsys):

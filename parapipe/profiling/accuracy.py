@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from parapipe.profiling.calibrate import PUParams, compute_time, mape_percent, predict
-from parapipe.profiling.calibrated import Calibration
+from parapipe.profiling.calibrated import Calibration, block_weight_nbytes
 from parapipe.profiling.predict import CostModel
 
 __all__ = ["PUAccuracy", "AccuracyReport", "evaluate"]
@@ -112,7 +112,8 @@ def evaluate(cal: Calibration) -> AccuracyReport:
             nbytes = cal.boundary.get(row.signature, 0.0)
             compute = sum(compute_time([(cal.features[s], f) for s, f in parts], pu, graph, True)
                           for _, parts, _ in blocks_of)
-            st_model.append((compute + graph.boundary_s(nbytes), row.median_s))
+            weights = [block_weight_nbytes(parts, cal.features) for _, parts, _ in blocks_of]
+            st_model.append((compute + graph.boundary_s(nbytes) + graph.cache_s(weights), row.median_s))
             st_measured.append((model.work_s(blocks_of, name, nbytes), row.median_s))
         acc.stages = len(st_model)
         acc.stage_mape_prior, acc.stage_mape_model = _mape(st_prior), _mape(st_model)

@@ -47,7 +47,7 @@ from parapipe.soc.profile import PU
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PUParams", "Sample", "fit_pu", "fit_boundary", "fit_transfer", "op_time", "predict",
+__all__ = ["PUParams", "Sample", "fit_pu", "fit_boundary", "fit_cache", "fit_transfer", "op_time", "predict",
            "compute_time", "mape_percent", "log_error", "samples_by_pu"]
 
 #: Smallest per-operator overhead the fit may choose, s (1 ns: below any timer resolution).
@@ -87,6 +87,11 @@ class PUParams:
         ONNX Runtime's CPU optimiser converts convolution inputs to its blocked NCHWc layout on entry and back
         on exit (NchwcTransformer), so a sub-model pays this per boundary byte; a whole stage pays it once
         where its blocks, timed one by one, each pay it. ``inf``: no boundary cost.
+    cache_nbytes, cold_bandwidth_bytes_per_s : float
+        In-graph model only: the weights a session run keeps in cache between runs, and the rate at which the
+        weights that do not fit are read again. A block timed alone runs with its weights in cache; a stage
+        whose weights exceed ``cache_nbytes`` reads them from memory every run (:meth:`cache_s`). ``inf``: no
+        such effect seen.
     samples : int
         Measurements the fit used (0: the profile's values).
     fitted : tuple of str
@@ -98,6 +103,8 @@ class PUParams:
     memory_bandwidth_bytes_per_s: float
     run_overhead_s: float = 0.0
     boundary_bandwidth_bytes_per_s: float = math.inf
+    cache_nbytes: float = math.inf
+    cold_bandwidth_bytes_per_s: float = math.inf
     samples: int = 0
     fitted: Tuple[str, ...] = ()
 
@@ -105,6 +112,14 @@ class PUParams:
     def of(cls, pu: PU) -> "PUParams":
         """The profile's own values for ``pu`` (no fit)."""
         return cls(dict(pu.efficiency), pu.op_overhead_s, pu.memory_bandwidth_bytes_per_s)
+
+    def cache_s(self, block_weight_nbytes: Sequence[float]) -> float:
+        """Extra time of a session run over blocks with these weight bytes, against the blocks timed alone:
+        when their sum exceeds :attr:`cache_nbytes`, the weights of every block that fitted alone are read at
+        :attr:`cold_bandwidth_bytes_per_s`, s."""
+        if sum(block_weight_nbytes) <= self.cache_nbytes:
+            return 0.0
+        return sum(w for w in block_weight_nbytes if w <= self.cache_nbytes) / self.cold_bandwidth_bytes_per_s
 
     def boundary_s(self, nbytes: float) -> float:
         """Cost of one session run whose inputs and outputs total ``nbytes``: run overhead + boundary bytes,
@@ -312,8 +327,8 @@ def fit_boundary(saved_s: Sequence[float], saved_nbytes: Sequence[float]) -> Opt
     Two blocks timed alone pay two boundaries; timed together, one. So for each pair
     ``t(a) + t(b) - t(ab) = run_overhead_s + saved_nbytes / boundary_bandwidth`` with
     ``saved_nbytes = boundary(a) + boundary(b) - boundary(ab)`` (the bytes of the tensors between them,
-    twice). Fitted by least squares with Huber reweighting (three rounds, threshold 1.345 MAD, the usual 95 %
-    efficiency constant), both parameters kept >= 0.
+    twice). Fitted by least absolute deviations (iteratively reweighted least squares, 30 rounds: one
+    disturbed pair moves the line little), both parameters kept >= 0.
 
     Parameters
     ----------
@@ -337,7 +352,8 @@ def fit_boundary(saved_s: Sequence[float], saved_nbytes: Sequence[float]) -> Opt
         return None
     w = np.ones_like(y)
     run, inv_bw = 0.0, 0.0
-    for _ in range(3):
+    floor = 1e-9 * max(float(np.max(np.abs(y))), 1e-12)
+    for _ in range(30):
         a = np.column_stack([np.ones_like(x), x]) * np.sqrt(w)[:, None]
         (run, inv_bw), *_ = np.linalg.lstsq(a, y * np.sqrt(w), rcond=None)
         if inv_bw < 0:
@@ -346,10 +362,60 @@ def fit_boundary(saved_s: Sequence[float], saved_nbytes: Sequence[float]) -> Opt
         if run < 0:
             run = 0.0
             inv_bw = max(float(np.sum(w * x * y) / max(np.sum(w * x * x), 1e-300)), 0.0)
-        r = y - run - inv_bw * x
-        scale = 1.345 * max(float(np.median(np.abs(r - np.median(r)))) / 0.6745, 1e-12)
-        w = np.where(np.abs(r) <= scale, 1.0, scale / np.abs(r))
-    return float(run), (float(1.0 / inv_bw) if inv_bw > 0 else math.inf)
+        w = 1.0 / np.maximum(np.abs(y - run - inv_bw * x), floor)  # IRLS weights of the L1 loss
+    negligible = inv_bw * float(np.max(x)) <= 1e-6 * max(abs(float(run)), floor)  # bytes explain nothing
+    return float(run), (math.inf if inv_bw <= 0 or negligible else float(1.0 / inv_bw))
+
+
+#: Cache sizes tried by :func:`fit_cache`, bytes: 1 MiB to 1 GiB in powers of two.
+CACHE_GRID_NBYTES = tuple(float(2 ** k) for k in range(20, 31))
+#: Improvement of the spans' MAPE (percentage points) that a cache term must bring to be kept.
+CACHE_MIN_GAIN_PERCENT = 1.0
+
+
+def fit_cache(measured_s: Sequence[float], base_s: Sequence[float],
+              block_weights: Sequence[Sequence[float]]) -> Optional[Tuple[float, float]]:
+    """Fit the cache term (:meth:`PUParams.cache_s`) from spans: ranges of blocks timed as one sub-model.
+
+    For each span, ``base_s`` is its prediction from its blocks timed alone (weights in cache) and
+    ``measured_s`` its time. For each cache size of :data:`CACHE_GRID_NBYTES` the cold bandwidth is fitted by
+    least squares on the relative error; the size with the lowest MAPE is kept if it beats no cache term by
+    :data:`CACHE_MIN_GAIN_PERCENT` points.
+
+    Returns
+    -------
+    (cache_nbytes, cold_bandwidth_bytes_per_s) or None
+        None with fewer than 3 spans or no gain.
+
+    Examples
+    --------
+    >>> weights = [[3e6] * 10, [3e6] * 4, [3e6] * 2, [1e6] * 6]
+    >>> base = [0.01, 0.004, 0.002, 0.005]
+    >>> slow = [b + (sum(w) / 1e10 if sum(w) > 2**23 else 0) for b, w in zip(base, weights)]
+    >>> size, bw = fit_cache(slow, base, weights)
+    >>> size / 2**20, round(bw / 1e9, 3)
+    (8.0, 10.0)
+    """
+    t = np.asarray(measured_s, float)
+    base = np.asarray(base_s, float)
+    if t.size < 3:
+        return None
+
+    def mape(pred):
+        return float(100.0 * np.mean(np.abs(pred - t) / t))
+
+    best, best_score = None, mape(base) - CACHE_MIN_GAIN_PERCENT
+    for size in CACHE_GRID_NBYTES:
+        x = np.array([sum(v for v in w if v <= size) if sum(w) > size else 0.0 for w in block_weights])
+        if not np.any(x > 0):
+            continue
+        inv = float(np.sum(x * (t - base) / t ** 2) / np.sum(x * x / t ** 2))
+        if inv <= 0:
+            continue
+        score = mape(base + inv * x)
+        if score < best_score:
+            best, best_score = (size, 1.0 / inv), score
+    return best
 
 
 def fit_pu(samples: Sequence[Sample], pu: PU, start: Optional[PUParams] = None,
@@ -419,8 +485,8 @@ def fit_pu(samples: Sequence[Sample], pu: PU, start: Optional[PUParams] = None,
     if boundary is not None and in_graph:
         bbw = boundary[1]
     run = float(math.exp(theta[_RUN])) if in_graph else 0.0
-    params = PUParams(eff, float(math.exp(theta[_OVH])), float(math.exp(theta[_BW])), run, bbw, len(usable),
-                      tuple(names + fixed))
+    params = PUParams(eff, float(math.exp(theta[_OVH])), float(math.exp(theta[_BW])), run_overhead_s=run,
+                      boundary_bandwidth_bytes_per_s=bbw, samples=len(usable), fitted=tuple(names + fixed))
     log.info("%s fit of %s on %d samples: mean |ln error| %.3f; %s", "in-graph" if in_graph else "isolated",
              pu.name, len(usable), log_error(design.predict(theta), design.measured),
              ", ".join(f"{n}={math.exp(theta[_index(n)]):.3g}" for n in names))

@@ -12,11 +12,11 @@ their provenance, so that ``parapipe calibrate --out FILE.yaml`` gives a profile
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from parapipe.profiling.calibrate import (PUParams, TransferFit, fit_boundary, fit_pu, fit_transfer,
-                                          samples_by_pu)
+from parapipe.profiling.calibrate import (PUParams, TransferFit, fit_boundary, fit_cache, fit_pu,
+                                          fit_transfer, samples_by_pu)
 from parapipe.profiling.catalog import Catalog, OpFeatures, ops_of
 from parapipe.profiling.db import ProfileDB
 from parapipe.profiling.records import Measurement, utc_now_iso
@@ -108,9 +108,11 @@ def fit_calibration(soc: SoC, db: ProfileDB, catalog: Catalog, exclude: Sequence
     parts = {sig: ops_of(entry, work) for sig, entry in work.items()
              if entry.kind == "block" or all(b in work for b, _ in entry.parts)}
     pairs = {sig: [b for b, _ in entry.parts] for sig, entry in work.items() if entry.kind == "pair"}
+    spans = {sig: [b for b, _ in entry.parts] for sig, entry in work.items() if entry.kind == "span"}
     excluded = set(exclude)
     op_rows = [r for r in rows if r.kind == "op" and r.signature not in excluded]
-    block_rows = [r for r in rows if r.kind == "block"]
+    block_rows = [r for r in rows if r.kind == "block" and r.signature not in spans]
+    span_rows = [r for r in rows if r.kind == "block" and r.signature in spans]
     boundary = {sig: float(entry.boundary_nbytes) for sig, entry in work.items()}
     op_samples = samples_by_pu(op_rows, features, parts)
     block_samples = samples_by_pu(block_rows, features, parts, boundary)
@@ -120,6 +122,10 @@ def fit_calibration(soc: SoC, db: ProfileDB, catalog: Catalog, exclude: Sequence
         fixed = _boundary_of(name, block_rows, pairs, work)
         in_graph[name] = fit_pu(block_samples.get(name, []), pu, start=isolated[name], in_graph=True,
                                 boundary=fixed)
+        cache = _cache_of(name, in_graph[name], block_rows + span_rows, spans, work, features)
+        if cache is not None:
+            in_graph[name] = replace(in_graph[name], cache_nbytes=cache[0],
+                                     cold_bandwidth_bytes_per_s=cache[1])
     transfers: Dict[Tuple[str, str], TransferFit] = {}
     by_pair: Dict[Tuple[str, str], List[Measurement]] = {}
     for row in rows:
@@ -135,6 +141,31 @@ def fit_calibration(soc: SoC, db: ProfileDB, catalog: Catalog, exclude: Sequence
              sum(r.kind == "transfer" for r in rows))
     stage_blocks = {sig: [b for b, _ in entry.parts] for sig, entry in work.items() if entry.kind == "stage"}
     return Calibration(soc, isolated, in_graph, transfers, rows, features, parts, stage_blocks, boundary)
+
+
+def block_weight_nbytes(parts: Sequence[Tuple[str, bool]], features: Dict[str, OpFeatures]) -> float:
+    """Weight bytes of a block: the sum of its operators' constant inputs."""
+    return float(sum(features[s].param_nbytes for s, _ in parts if s in features))
+
+
+def _cache_of(pu: str, params: PUParams, block_rows: Sequence[Measurement], spans: Dict[str, List[str]],
+              work: dict, features: Dict[str, OpFeatures]):
+    """Cache term of ``pu`` from its measured spans and their blocks (:func:`fit_cache`)."""
+    times = {r.signature: r.median_s for r in block_rows if r.pu == pu}
+    measured, base, weights = [], [], []
+    for sig, blocks in spans.items():
+        if sig not in times or not all(b in times for b in blocks):
+            continue
+        compute = sum(max(times[b] - params.boundary_s(work[b].boundary_nbytes), 0.1 * times[b])
+                      for b in blocks)
+        measured.append(times[sig])
+        base.append(compute + params.boundary_s(work[sig].boundary_nbytes))
+        weights.append([block_weight_nbytes(work[b].parts, features) for b in blocks])
+    fit = fit_cache(measured, base, weights)
+    if fit is not None:
+        log.info("%s: weights beyond %.0f MiB read again at %.3g B/s (from %d span(s))", pu, fit[0] / 2**20,
+                 fit[1], len(measured))
+    return fit
 
 
 def _boundary_of(pu: str, block_rows: Sequence[Measurement], pairs: Dict[str, List[str]], work: dict):

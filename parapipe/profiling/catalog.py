@@ -8,8 +8,9 @@ in the same SQLite file, says what that work is:
 * ``work_catalog``: one row per block or stage signature with its parts: a block lists its operator
   signatures, each with a flag saying whether ONNX Runtime fuses the operator away inside a graph
   (:func:`in_graph_free`); a pair (two consecutive blocks timed as one sub-model, to measure what a session
-  boundary costs) and a stage list their block signatures. Each row also has the bytes of the activations
-  entering and leaving the work (:func:`boundary_nbytes`).
+  boundary costs), a span (a longer range of blocks timed as one sub-model, to measure what weights that no
+  longer stay in cache cost) and a stage list their block signatures. Each row also has the bytes of the
+  activations entering and leaving the work (:func:`boundary_nbytes`).
 
 The tables are created on first use (``CREATE TABLE IF NOT EXISTS``);
 :class:`~parapipe.profiling.db.ProfileDB` ignores tables it does not own. Open the catalog after ``ProfileDB``
@@ -48,7 +49,7 @@ _SCHEMA = (
         signature TEXT PRIMARY KEY, op_type TEXT NOT NULL, op_class TEXT NOT NULL, flops REAL NOT NULL,
         in_nbytes INTEGER NOT NULL, out_nbytes INTEGER NOT NULL, param_nbytes INTEGER NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS work_catalog (
-        signature TEXT PRIMARY KEY, kind TEXT NOT NULL CHECK (kind IN ('block', 'pair', 'stage')),
+        signature TEXT PRIMARY KEY, kind TEXT NOT NULL CHECK (kind IN ('block', 'pair', 'span', 'stage')),
         parts TEXT NOT NULL, label TEXT NOT NULL, boundary_nbytes INTEGER NOT NULL)""",
 )
 
@@ -87,7 +88,7 @@ class OpFeatures:
 
 @dataclass(frozen=True)
 class WorkEntry:
-    """A block (parts: ``(op signature, fused away in a graph)``), or a pair or stage (parts: ``(block
+    """A block (parts: ``(op signature, fused away in a graph)``), or a pair, span or stage (parts: ``(block
     signature, False)``), with the bytes of the activations entering and leaving it."""
 
     signature: str
@@ -216,14 +217,15 @@ class Catalog:
         """Record operator features (one transaction; known signatures are kept as they are)."""
         rows = [(f.signature, f.op_type, f.op_class, f.flops, f.in_nbytes, f.out_nbytes, f.param_nbytes)
                 for f in features]
-        self._write("INSERT OR IGNORE INTO op_catalog VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        self._write("INSERT INTO op_catalog VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (signature) DO NOTHING",
+                    rows)
 
     def add_work(self, entries: Iterable[WorkEntry]) -> None:
         """Record blocks and stages (one transaction; known signatures are kept as they are)."""
         rows = [(e.signature, e.kind, json.dumps([[s, bool(f)] for s, f in e.parts]), e.label,
                  int(e.boundary_nbytes)) for e in entries]
-        self._write("INSERT OR IGNORE INTO work_catalog (signature, kind, parts, label, boundary_nbytes) "
-                    "VALUES (?, ?, ?, ?, ?)", rows)
+        self._write("INSERT INTO work_catalog (signature, kind, parts, label, boundary_nbytes) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (signature) DO NOTHING", rows)
 
     def ops(self) -> Dict[str, OpFeatures]:
         """Every recorded operator, by signature."""
@@ -259,7 +261,8 @@ class Catalog:
 
 
 def ops_of(entry: WorkEntry, work: Dict[str, WorkEntry]) -> List[Tuple[str, bool]]:
-    """The ``(op signature, fused away)`` list of a block, or of every block of a pair or stage in order.
+    """The ``(op signature, fused away)`` list of a block, or of every block of a pair, span or stage, in
+    order.
 
     Raises
     ------

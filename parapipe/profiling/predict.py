@@ -28,7 +28,7 @@ from typing import Dict, Iterable, Optional, Sequence, Tuple
 from parapipe.errors import input_error
 from parapipe.graph.coarsen import BlockGraph
 from parapipe.profiling.calibrate import op_time
-from parapipe.profiling.calibrated import Calibration, calibrated_soc, fit_calibration
+from parapipe.profiling.calibrated import Calibration, block_weight_nbytes, calibrated_soc, fit_calibration
 from parapipe.profiling.catalog import Catalog, OpFeatures, block_parts, boundary_nbytes, op_features
 from parapipe.profiling.db import ProfileDB
 from parapipe.profiling.host import block_signature
@@ -92,10 +92,13 @@ class CostModel:
 
     def work_s(self, blocks: Iterable[Tuple[str, Sequence[Tuple[str, bool]], float]], pu: str,
                nbytes: float) -> float:
-        """Time of a stage run as one session on ``pu``: its blocks ``(signature, parts, boundary bytes)`` and
-        one boundary of ``nbytes``, s."""
+        """Time of a stage run as one session on ``pu``: its blocks ``(signature, parts, boundary bytes)``,
+        one boundary of ``nbytes`` and the weights it reads again when they exceed the cache, s."""
+        blocks = list(blocks)
         compute = sum(self.block_compute_s(sig, parts, pu, b)[0] for sig, parts, b in blocks)
-        return float(compute + self.cal.in_graph[pu].boundary_s(nbytes))
+        params = self.cal.in_graph[pu]
+        weights = [block_weight_nbytes(parts, self.features) for _, parts, _ in blocks]
+        return float(compute + params.boundary_s(nbytes) + params.cache_s(weights))
 
 
 def open_existing_db(path) -> ProfileDB:

@@ -1,11 +1,11 @@
 """Profile a model on the PUs of a SoC through the agent, into the profile database, resumably.
 
 :func:`profile_model` plans the work (:mod:`parapipe.profiling.plan`): every distinct operator signature on
-every PU that runs it (optimisation off), every distinct block and pair of consecutive blocks (optimisation
-on, as the executor runs them) and the hand-offs between CPU PUs. It records in the catalog what each
-signature computes, then measures what the database does not hold yet (:func:`execute`), storing each
-measurement in its own transaction as soon as it is taken: a run killed half-way keeps everything it finished
-and a rerun measures only the rest; a second run of the same profile measures nothing.
+every PU that runs it (optimisation off), every distinct block, pair of consecutive blocks and longer spans
+of blocks (optimisation on, as the executor runs them) and the hand-offs between CPU PUs. It records in the
+catalog what each signature computes, then measures what the database does not hold yet (:func:`execute`),
+storing each measurement in its own transaction as soon as it is taken: a run killed half-way keeps everything
+it finished and a rerun measures only the rest; a second run of the same profile measures nothing.
 
 With ``budget < 1`` only the most informative fraction of operator signatures and blocks is measured
 (:func:`parapipe.profiling.plan.select_informative`); a seeded random held-out sample of the other operators
@@ -66,7 +66,7 @@ class ProfileOptions:
     warmup, repeats : int
         Untimed and timed runs per measurement (agent defaults 3 and 10).
     blocks, transfers : bool
-        Also time the distinct blocks and consecutive block pairs / the hand-offs between CPU PUs.
+        Also time the distinct blocks, consecutive block pairs and spans / the hand-offs between CPU PUs.
     seed : int
         Seed of the held-out sample.
     rounds : int
@@ -301,6 +301,11 @@ def profile_model(og: OpGraph, bg: BlockGraph, soc: SoC, runner: Runner, db: Pro
         pairs, pair_entries = plan.pair_items(og, bg, soc, pus, chosen_blocks)
         catalog.add_work(pair_entries)
         items += pairs
+        if options.budget >= 1.0:
+            spans, span_entries = plan.span_items(og, bg, soc, pus,
+                                                  plan.stage_ranges(bg, DEFAULT_STAGE_SPLITS))
+            catalog.add_work(span_entries)
+            items += spans
     if options.transfers:
         items += plan.transfer_items(soc, pus)
     log.info("profiling %s on %s (%s): %d operators, %d signatures, %d blocks; %d measurement(s) planned",
