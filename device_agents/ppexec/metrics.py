@@ -52,8 +52,9 @@ class RunMetrics:
         Per PU, task seconds per frame (summed over every stage the PU serves).
     pu_utilisation : dict of str to float
         ``pu_busy_s * frames / wall_s``: fraction of the wall time the PU ran tasks. Busy time is wall time
-        inside ``InferenceSession.run``, so two stages time-sharing one core both count the shared seconds:
-        a value above 1 flags an oversubscribed PU.
+        inside ``InferenceSession.run``; a PU serving several stages runs one task at a time by default
+        (``PipelineExecutor(serialise_shared_pus=True)``), otherwise its stages' threads time-slice the core
+        and both count the shared seconds: a value above 1 flags such an oversubscribed PU.
     trace : list of TraceEvent
         Every task execution, sorted by start time.
     """

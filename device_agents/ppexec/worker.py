@@ -102,9 +102,16 @@ class Worker(threading.Thread):
                         raise Stopped()
                     frame.cond.wait(ex.poll_s)
                 feeds = {name: frame.tensors[name] for name in task.inputs}
-            start = time.perf_counter()
-            outs = sess.run(task.outputs, feeds)
-            end = time.perf_counter()
+            pu_lock = ex._pu_locks.get(self.pu)
+            if pu_lock is None:
+                start = time.perf_counter()
+                outs = sess.run(task.outputs, feeds)
+                end = time.perf_counter()
+            else:
+                with pu_lock:  # one task at a time on a PU that serves several stages
+                    start = time.perf_counter()
+                    outs = sess.run(task.outputs, feeds)
+                    end = time.perf_counter()
             with frame.cond:
                 frame.tensors.update(zip(task.outputs, outs))
                 frame.done.add(task.name)

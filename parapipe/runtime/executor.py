@@ -22,9 +22,10 @@ class PipelineExecutor(core.PipelineExecutor):
     __doc__ = core.PipelineExecutor.__doc__
 
     def __init__(self, plan: ExecutionPlan, queue_depth: int = 2, fallback_provider: Optional[str] = None,
-                 poll_s: float = 0.05, join_timeout_s: float = 5.0):
+                 poll_s: float = 0.05, join_timeout_s: float = 5.0, serialise_shared_pus: bool = True):
         super().__init__(plan, queue_depth=queue_depth, fallback_provider=fallback_provider, poll_s=poll_s,
-                         join_timeout_s=join_timeout_s, errors=PARAPIPE_ERRORS)
+                         join_timeout_s=join_timeout_s, errors=PARAPIPE_ERRORS,
+                         serialise_shared_pus=serialise_shared_pus)
 
 
 def run_pipeline(plan: ExecutionPlan, frames: Iterable[Mapping[str, np.ndarray]], warmup: int = 5,
