@@ -57,9 +57,9 @@ class SearchOptions:
     max_cut_tensors : int
         On problems above ``exact_blocks``: stage boundaries only where at most this many producers are live
         (see :class:`parapipe.search.dp.DPOptions`).
-    reuse_pus, reuse_epsilon, reuse_max_labels, reuse_time_limit_s : bool, float, int, float
+    reuse_pus, reuse_epsilon, reuse_max_labels, reuse_time_limit_s, reuse_max_blocks : bool, float, int, float, int
         Also search the space where a PU serves several non-adjacent stages, with this label grid, label cap
-        and time limit (measured on the zoo models: 0.6–3 s, and up to 37 % shorter periods, e.g. inception_v1
+        and time limit, on problems of at most ``reuse_max_blocks`` blocks (or when no disjoint mapping exists) (measured on the zoo models: 0.6–3 s, and up to 37 % shorter periods, e.g. inception_v1
         on the A311D 19.5 → 12.2 ms).
     """
 
@@ -78,6 +78,7 @@ class SearchOptions:
     reuse_epsilon: float = 1e-2
     reuse_max_labels: int = 16
     reuse_time_limit_s: float = 10.0
+    reuse_max_blocks: int = 64
 
     def __post_init__(self) -> None:
         bad = [o for o in self.objectives if o not in OBJECTIVES]
@@ -196,7 +197,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
                            max_labels=opts.reuse_max_labels, max_cut_tensors=dpo.max_cut_tensors, reuse_pus=True,
                            deadline=time.monotonic() + (opts.reuse_time_limit_s if dp_mappings else 10 * opts.reuse_time_limit_s))
     reuse_done = False
-    if opts.reuse_pus:
+    if opts.reuse_pus and (problem.n_blocks <= opts.reuse_max_blocks or not dp_mappings):
         try:
             rdp = dp_front(problem, reuse_opts)
             dp_mappings += rdp.mappings
