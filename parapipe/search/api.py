@@ -127,9 +127,30 @@ class SearchResult:
         return min(pts, key=lambda p: (p.objectives()[col],) + p.objectives())
 
 
+OBJECTIVE_DIGITS = 10
+"""Significant digits objectives are compared on: values equal to 10 digits are ties, not a dominance (the same
+mapping reached along different summation orders differs in the last bits)."""
+
+
+def _canonical(x: float) -> float:
+    return float(f"{x:.{OBJECTIVE_DIGITS}g}")
+
+
 def _objective_matrix(points: Sequence[Point], objectives: Sequence[str]) -> np.ndarray:
     cols = [{"throughput": 0, "latency": 1, "energy": 2}[o] for o in objectives]
-    return np.array([[p.objectives()[c] for c in cols] for p in points]).reshape(len(points), len(cols))
+    return np.array([[_canonical(p.objectives()[c]) for c in cols] for p in points]).reshape(len(points), len(cols))
+
+
+def merge_same_pu_stages(mapping: Mapping) -> Mapping:
+    """Merge consecutive single-PU stages on the same PU (never worse: no hand-off, same busy time, less latency)."""
+    out: List[StageMapping] = []
+    for st in mapping.stages:
+        prev = out[-1] if out else None
+        if prev is not None and len(prev.pus) == 1 and prev.pus == st.pus:
+            out[-1] = StageMapping(prev.start, st.stop, prev.pus, prev.assignment + st.assignment)
+        else:
+            out.append(st)
+    return Mapping(tuple(out))
 
 
 def _stage_kinds(mapping: Mapping) -> List[str]:
@@ -216,6 +237,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
 
     candidates: List[Tuple[str, Mapping, List[str]]] = []
     for m in dp_mappings:
+        m = merge_same_pu_stages(m)
         candidates.append(("parapipe", m, _stage_kinds(m)))
     baseline: List[Tuple[str, str, Mapping]] = []
     for name, m in single_pu_mappings(problem):
@@ -241,16 +263,17 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     for b in points:
         cand_points.append(Point("", "parapipe", b.mapping, b.evaluation, b.stage_schedules))
     mat = _objective_matrix(cand_points, opts.objectives)
-    front = [cand_points[i] for i in np.flatnonzero(pareto_mask(mat))]
+    front = [cand_points[i] for i in np.flatnonzero(pareto_mask(mat))]  # equal vectors: the first is kept
     front.sort(key=lambda p: p.objectives())
     for i, p in enumerate(front):
         p.id = f"p{i}"
     all_points = front + points
     mask = pareto_mask(_objective_matrix(all_points, opts.objectives))
     # Equal objective vectors: pareto_mask keeps the first; a baseline equal to a front point is on the front too.
-    objs = [p.objectives() for p in all_points]
+    objs = [tuple(row) for row in _objective_matrix(all_points, opts.objectives)]
+    on_front = {objs[j] for j in np.flatnonzero(mask)}
     for i, p in enumerate(all_points):
-        p.pareto = bool(mask[i]) or any(mask[j] and objs[j] == objs[i] for j in range(len(all_points)))
+        p.pareto = objs[i] in on_front
     bounds = lower_bounds(problem)
     stats = {"search_s": time.monotonic() - t0, "dp_s": t_dp, "dp_states": n_states, "reuse_searched": float(reuse_done),
              "epsilon": eps, "max_labels": cap, "exact": float(eps == 0 and cap == 0)}  # disjoint-group space searched exactly

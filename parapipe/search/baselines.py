@@ -49,11 +49,16 @@ def parallel_mappings(problem: MappingProblem) -> List[Mapping]:
     """One stage over each group of >= 2 PUs that can run every block (list-scheduled)."""
     n = problem.n_blocks
     out = []
+    seen = set()
     for group in all_groups(problem.n_pus):
         if len(group) < 2:
             continue
         rs = schedule_ranges(problem, 0, group)
-        if len(rs.assignment) < n:
+        assign = tuple(rs.assignment)
+        used = tuple(sorted(set(assign)))
+        # A group whose schedule leaves a PU idle is the same mapping as its used subgroup: keep it once.
+        if len(assign) < n or len(used) < 2 or assign in seen:
             continue
-        out.append(Mapping((StageMapping(0, n, tuple(group), tuple(rs.assignment)),)))
+        seen.add(assign)
+        out.append(Mapping((StageMapping(0, n, used, assign),)))
     return out
