@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -55,7 +56,7 @@ def cmd_inspect(args) -> int:
 
     lm = load_model(args.model)
     og = import_onnx(lm.model, name=lm.name, source=str(lm.path or args.model))
-    bg = coarsen(og, max_blocks=args.max_blocks)
+    bg = coarsen(og, max_blocks=args.max_blocks or None)
     ops = [og.graph.nodes[n]["op"] for n in og.topo_order]
     info = {
         "model": lm.name, "sha256": lm.sha256, "operators": len(ops), "blocks": len(bg.blocks),
@@ -89,9 +90,9 @@ def _front_table(doc) -> str:
         stages = " | ".join("+".join(st["pus"]) for st in p["mapping"]["stages"])
         gap = p.get("period_gap")
         lines.append(f"{p['id']:<13} {p['strategy']:<9} {'*' if p['pareto'] else '':<6} "
-                     f"{p['throughput_per_s']:>8.2f} {p['period_s'] * 1e3:>9.2f} "
-                     f"{(f'{gap * 100:.0f}%' if gap is not None else '-'):>6} {p['latency_s'] * 1e3:>10.2f} "
-                     f"{p['energy_j'] * 1e3:>9.2f}  {stages}")
+                     f"{p['throughput_per_s']:>8.4g} {p['period_s'] * 1e3:>9.4g} "
+                     f"{(f'{gap * 100:.0f}%' if gap is not None else '-'):>6} {p['latency_s'] * 1e3:>10.4g} "
+                     f"{p['energy_j'] * 1e3:>9.4g}  {stages}")
     b = doc["bounds"]
     lines.append(f"lower bounds: period {b['period_lb_s'] * 1e3:.2f} ms, latency {b['latency_lb_s'] * 1e3:.2f} ms;"
                  f" search {doc['search'].get('search_s', 0):.2f} s")
@@ -140,6 +141,9 @@ def cmd_optimize(args) -> int:
         print(f"{prep.loaded.name} on {prep.soc.name}: {prep.problem.n_blocks} blocks x {prep.problem.n_pus} PUs "
               f"({', '.join(prep.problem.pu_names)})")
         print(_front_table(doc))
+        if prep.soc.name == "host":
+            print("note: host energy uses placeholder powers (5 W active, 1 W idle per core, 10 W static): no power "
+                  "meter here; period and latency are measured")
         print(f"wrote {Path(args.out) / 'pareto.json'}" + ("" if args.no_plot else f" and {Path(args.out) / 'pareto.png'}"))
     return 0
 
@@ -173,13 +177,23 @@ def cmd_evaluate(args) -> int:
     from .cost.evaluate import evaluate
     from .cost.mapping_spec import mapping_from_point, parse_pu_list
 
-    problem, soc_name, _ = _problem_for(args)
+    problem, soc_name, prep = _problem_for(args)
     mappings = []
     text = args.mapping
     if text.endswith(".json"):
         from .mapping_doc import load_doc, select_point
 
         doc = load_doc(text)
+        if doc["soc"] != soc_name:
+            from .errors import input_error
+
+            raise input_error(text, "soc", f"mapping was computed for SoC {doc['soc']!r}, not {soc_name!r}",
+                              f"pass --soc {doc['soc']} or a mapping computed for {soc_name}")
+        if prep is not None and doc["model"]["sha256"] != prep.loaded.sha256:
+            from .errors import input_error
+
+            raise input_error(text, "model.sha256", f"mapping was computed for model {doc['model'].get('name')!r}, "
+                              f"not {prep.loaded.name!r}", "evaluate it on the model it was computed for")
         pt = select_point(doc, args.point or "best-throughput")
         mappings.append((pt["id"], mapping_from_point(problem, pt, text)))
     elif "," not in text and Path(text).is_file():
@@ -221,7 +235,12 @@ def _optimize_blocks(args, problem, soc_name, options) -> int:
         plot_pareto(doc, tmp)
     write_json_atomic(doc, out / "pareto.json")
     if not args.no_plot:
+        from .mapping_doc import default_file_mode
+
+        os.chmod(tmp, default_file_mode())
         tmp.replace(out / "pareto.png")
+    elif (out / "pareto.png").exists():
+        (out / "pareto.png").unlink()
     if args.json:
         print(json.dumps(doc))
     else:
@@ -247,6 +266,8 @@ def cmd_run(args) -> int:
         print(f"{'latency ms':<14} {rep.latency_p50_s * 1e3:>10.2f} {rep.predicted_latency_s * 1e3:>10.2f}  "
               f"(measured p50; p99 {rep.latency_p99_s * 1e3:.2f})")
         print(f"outputs_match: {str(rep.outputs_match).lower()}  (max abs diff {rep.max_abs_diff:.3g})")
+        print("note: predicted latency is one input through an idle pipeline; measured latency is taken with the "
+              "pipeline kept full, so it includes waiting in the queues between stages")
     return 0 if rep.outputs_match else 1
 
 
@@ -513,7 +534,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("inspect", help="operators, blocks, FLOPs, parameters and parallelism of a model")
     s.add_argument("model", help="registry name (see 'parapipe models') or path to an .onnx file")
-    s.add_argument("--max-blocks", type=int, default=None, help="coarsen further to at most this many blocks")
+    s.add_argument("--max-blocks", type=int, default=48,
+                   help="coarsen to at most this many blocks, as optimize does (default 48; 0 = no limit)")
     s.add_argument("--blocks", dest="verbose_blocks", action="store_true", help="list every block")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_inspect)
@@ -523,13 +545,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--blocks", default=None, help="a block table CSV instead of a model (block,deps,out_bytes,t_<pu>…)")
     s.add_argument("--soc", required=True, help="bundled profile name, a profile YAML path, or 'host'")
     s.add_argument("--out", default="out", help="output folder (default: out)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="CP-SAT seed; same seed, same front (default 0)")
     s.add_argument("--time-limit", type=float, default=20.0, help="CP-SAT budget in seconds (default 20)")
-    s.add_argument("--objectives", default="throughput,latency,energy")
-    s.add_argument("--max-stages", type=int, default=None)
+    s.add_argument("--objectives", default="throughput,latency,energy",
+                   help="comma-separated subset of throughput, latency, energy (default: all three)")
+    s.add_argument("--max-stages", type=int, default=None, help="most pipeline stages (default: no limit)")
     s.add_argument("--pus", default=None, help="comma-separated PUs to use (default: all)")
     s.add_argument("--max-blocks", type=int, default=48, help="search granularity in blocks (default 48)")
-    s.add_argument("--no-plot", action="store_true")
+    s.add_argument("--no-plot", action="store_true", help="write pareto.json only")
     s.add_argument("--json", action="store_true", help="print the pareto.json document on stdout")
     s.add_argument("--db", default=None, help="profile database: measured times where they exist, the model "
                    "calibrated on it elsewhere")
@@ -538,21 +561,21 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("evaluate", help="period, latency and energy of given mappings")
     s.add_argument("model", nargs="?", help="registry name or .onnx path (or use --blocks)")
     s.add_argument("--blocks", default=None, help="a block table CSV instead of a model")
-    s.add_argument("--soc", required=True)
+    s.add_argument("--soc", required=True, help="bundled profile name, a profile YAML path, or 'host'")
     s.add_argument("--mapping", required=True, help="PU per block ('gpu,gpu,big,…'), a file with one such list "
                    "per line, or a pareto.json (with --point)")
     s.add_argument("--point", default=None, help="point of a pareto.json (default best-throughput)")
-    s.add_argument("--pus", default=None)
-    s.add_argument("--max-blocks", type=int, default=48)
+    s.add_argument("--pus", default=None, help="comma-separated PUs to keep (default: all)")
+    s.add_argument("--max-blocks", type=int, default=48, help="block granularity, as for optimize (default 48)")
     s.add_argument("--json", action="store_true", help="one JSON object per mapping")
     s.set_defaults(func=cmd_evaluate)
 
     s = sub.add_parser("run", help="execute one mapping of a pareto.json (computed with --soc host) on this host")
-    s.add_argument("model")
+    s.add_argument("model", help="the model the mapping was computed for (registry name or .onnx path)")
     s.add_argument("--mapping", required=True, help="pareto.json written by 'parapipe optimize'")
     s.add_argument("--point", default="best-throughput",
                    help="point id, or best-throughput | best-latency | best-energy (default best-throughput)")
-    s.add_argument("--frames", type=int, default=200)
+    s.add_argument("--frames", type=int, default=200, help="frames to push through the pipeline (default 200)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--trace", default=None, help="write a Chrome trace (Perfetto) of the run to this file")
     s.add_argument("--json", action="store_true")
@@ -569,7 +592,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--known-hosts", default=None, help="known_hosts file (default ~/.ssh/known_hosts)")
     s.add_argument("--trust-new-host", action="store_true",
                    help="accept a host key not in known_hosts and save it (a changed key is always refused)")
-    s.add_argument("--frames", type=int, default=200)
+    s.add_argument("--frames", type=int, default=200, help="frames to push through the pipeline (default 200)")
     s.add_argument("--warmup", type=int, default=5)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--keep", action="store_true", help="leave the bundle on the host")
@@ -610,7 +633,11 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def entry() -> None:
-    """Console-script entry point."""
+    """Console-script entry point (a closed stdout pipe, e.g. ``| head``, ends quietly)."""
+    import signal
+
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     sys.exit(main())
 
 

@@ -85,14 +85,25 @@ def result_to_doc(result: SearchResult, model_name: str, model_sha256: str, soc_
     }
 
 
+def default_file_mode() -> int:
+    """Mode a newly created file gets under the current umask (0666 & ~umask), e.g. 0o644."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def write_json_atomic(doc: Any, path: Path) -> None:
-    """Write ``doc`` as JSON to ``path`` via a temporary file in the same folder and a rename."""
+    """Write ``doc`` as JSON to ``path`` via a temporary file in the same folder and a rename.
+
+    The file gets the usual permissions (0666 minus the umask), not mkstemp's private 0600.
+    """
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
     try:
         with os.fdopen(fd, "w") as fh:
             json.dump(doc, fh, indent=1)
             fh.write("\n")
+        os.chmod(tmp, default_file_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

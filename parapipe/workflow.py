@@ -6,6 +6,7 @@ for user errors; the CLI (:mod:`parapipe.cli`) formats what they return.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,7 +108,12 @@ def optimize(prep: Prepared, options, out_dir: Path, progress=None, plot: bool =
         plot_pareto(doc, tmp_png)
     write_json_atomic(doc, out_dir / "pareto.json")
     if plot:
+        from .mapping_doc import default_file_mode
+
+        os.chmod(tmp_png, default_file_mode())
         tmp_png.replace(png)
+    elif png.exists():
+        png.unlink()  # a plot of an earlier result must not sit next to this pareto.json
     return doc
 
 
