@@ -16,7 +16,9 @@ PUs without any measurement are left to the profile's own roofline (:mod:`parapi
 :func:`costs_from_db` gives every block of a model its compute time for ``parapipe optimize --db FILE``; the
 boundary of a stage is charged where the search charges hand-offs: the bytes a block reads from the model's
 inputs or writes to its outputs are added to that block, and the rest goes into the transfer cost between PUs
-(:func:`parapipe.profiling.calibrated.calibrated_soc`).
+(:func:`parapipe.profiling.calibrated.calibrated_soc`). The cache term of a stage
+(:meth:`~parapipe.profiling.calibrate.PUParams.cache_s`) depends on which blocks share the stage, which a
+per-block cost cannot say: the search does not see it (a limit; :class:`CostModel` does).
 """
 from __future__ import annotations
 
