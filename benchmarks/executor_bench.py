@@ -307,12 +307,14 @@ def soak(mapping, frames: int, chunk: int, atol: float = 1e-5) -> dict:
     return {"frames": done, "mismatches": int(mismatches), "max_abs_diff": worst, "rss_first": samples[0][1],
             "rss_last": samples[-1][1], "rss_max": max(s[1] for s in samples),
             "growth_after_first": samples[-1][1] - samples[0][1], "slope_bytes_per_1000": slope * 1000,
-            "throughput_median": statistics.median(rates), "runs": len(samples)}
+            "throughput_median": statistics.median(rates), "runs": len(samples),
+            "rss_mib": [round(rss / 2.0 ** 20, 1) for _, rss in samples]}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["inception_v1", "squeezenet", "resnet50"])
+    parser.add_argument("--models", nargs="+", default=["inception_v1", "squeezenet", "resnet50"],
+                        help="models to compare (the soak runs the first)")
     parser.add_argument("--frames", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--time-limit", type=float, default=10.0, help="search time limit, s")
@@ -350,6 +352,7 @@ def main(argv=None) -> int:
               f"the first run {r['rss_first'] / mib:.1f} MiB, last {r['rss_last'] / mib:.1f} MiB, max "
               f"{r['rss_max'] / mib:.1f} MiB, growth {r['growth_after_first'] / mib:+.2f} MiB, slope "
               f"{r['slope_bytes_per_1000'] / 1024:+.1f} KiB per 1000 frames")
+        print(f"   RSS after each run, MiB: {r['rss_mib']}")
     print(f"# load average at end: {os.getloadavg()}")
     return 0
 
