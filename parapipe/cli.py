@@ -265,7 +265,8 @@ def cmd_run(args) -> int:
         print(f"{'throughput/s':<14} {rep.throughput_per_s:>10.2f} {rep.predicted_throughput_per_s:>10.2f}")
         print(f"{'latency ms':<14} {rep.latency_p50_s * 1e3:>10.2f} {rep.predicted_latency_s * 1e3:>10.2f}  "
               f"(measured p50; p99 {rep.latency_p99_s * 1e3:.2f})")
-        print(f"outputs_match: {str(rep.outputs_match).lower()}  (max abs diff {rep.max_abs_diff:.3g})")
+        print(f"outputs_match: {str(rep.outputs_match).lower()}  (max abs diff {rep.max_abs_diff:.3g}; "
+              f"{rep.handed_over_tensors} handed-over tensors, max relative diff {rep.max_scaled_diff_handed_over:.3g})")
         print("note: predicted latency is one input through an idle pipeline; measured latency is taken with the "
               "pipeline kept full, so it includes waiting in the queues between stages")
     return 0 if rep.outputs_match else 1
