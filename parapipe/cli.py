@@ -249,6 +249,14 @@ def _optimize_blocks(args, problem, soc_name, options) -> int:
     return 0
 
 
+def _print_measured(head: str, thr: float, pred_thr: float, p50_s: float, pred_lat_s: float, p99_s: float) -> None:
+    """The measured-next-to-predicted table shared by ``run`` and ``deploy``."""
+    print(head)
+    print(f"{'':<14} {'measured':>10} {'predicted':>10}")
+    print(f"{'throughput/s':<14} {thr:>10.2f} {pred_thr:>10.2f}")
+    print(f"{'latency ms':<14} {p50_s * 1e3:>10.2f} {pred_lat_s * 1e3:>10.2f}  (measured p50; p99 {p99_s * 1e3:.2f})")
+
+
 def cmd_run(args) -> int:
     from .workflow import run_mapping
 
@@ -260,11 +268,8 @@ def cmd_run(args) -> int:
     if args.json:
         print(json.dumps(rep.to_json()))
     else:
-        print(f"point {rep.point_id}: {rep.stages} stage(s), {rep.frames} frames")
-        print(f"{'':<14} {'measured':>10} {'predicted':>10}")
-        print(f"{'throughput/s':<14} {rep.throughput_per_s:>10.2f} {rep.predicted_throughput_per_s:>10.2f}")
-        print(f"{'latency ms':<14} {rep.latency_p50_s * 1e3:>10.2f} {rep.predicted_latency_s * 1e3:>10.2f}  "
-              f"(measured p50; p99 {rep.latency_p99_s * 1e3:.2f})")
+        _print_measured(f"point {rep.point_id}: {rep.stages} stage(s), {rep.frames} frames", rep.throughput_per_s,
+                        rep.predicted_throughput_per_s, rep.latency_p50_s, rep.predicted_latency_s, rep.latency_p99_s)
         print(f"outputs_match: {str(rep.outputs_match).lower()}  (max abs diff {rep.max_abs_diff:.3g}; "
               f"{rep.handed_over_tensors} handed-over tensors, max relative diff {rep.max_scaled_diff_handed_over:.3g})")
         print("note: predicted latency is one input through an idle pipeline; measured latency is taken with the "
@@ -291,11 +296,9 @@ def cmd_deploy(args) -> int:
     if args.json:
         print(json.dumps(rep.to_json()))
     else:
-        print(f"point {r['point']} on {rep.host}: {r['stages']} stage(s), {r['frames']} frames")
-        print(f"{'':<14} {'measured':>10} {'predicted':>10}")
-        print(f"{'throughput/s':<14} {r['throughput_per_s']:>10.2f} {r['predicted_throughput_per_s']:>10.2f}")
-        print(f"{'latency ms':<14} {r['latency_p50_s'] * 1e3:>10.2f} {r['predicted_latency_s'] * 1e3:>10.2f}  "
-              f"(measured p50; p99 {r['latency_p99_s'] * 1e3:.2f})")
+        _print_measured(f"point {r['point']} on {rep.host}: {r['stages']} stage(s), {r['frames']} frames",
+                        r["throughput_per_s"], r["predicted_throughput_per_s"], r["latency_p50_s"],
+                        r["predicted_latency_s"], r["latency_p99_s"])
         print(f"outputs_match: {str(r['outputs_match']).lower()}  (max abs diff {r['max_abs_diff']:.3g})")
         print(f"wrote {rep.report_path} and {rep.trace_path}"
               + (f"; bundle kept in {rep.remote_folder}" if rep.kept else ""))
