@@ -9,22 +9,9 @@ trained values (shapes, FLOPs and bytes are what the mapping search needs).
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import onnx
 
-
-def _builder():
-    name = "parapipe_models__onnx_builder"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().with_name("_onnx_builder.py")
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules[name] = module
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return sys.modules[name]
+from . import _onnx_builder
 
 
 #: (expansion t, output channels c, repeats n, first stride s): Sandler et al. 2018, Table 2.
@@ -48,7 +35,7 @@ def mobilenet_v2(seed: int = SEED) -> onnx.ModelProto:
     onnx.ModelProto
         Opset 17, IR 8, checked by ``onnx.checker.check_model(full_check=True)``.
     """
-    b = _builder().GraphBuilder("mobilenet_v2", seed)
+    b = _onnx_builder.GraphBuilder("mobilenet_v2", seed)
     x = b.relu6("stem.relu6", b.conv("stem.conv", "input", 3, 32, k=3, stride=2))
     c_in = 32
     for i, (t, c, n, s) in enumerate(INVERTED_RESIDUAL_SETTINGS):

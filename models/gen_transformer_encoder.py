@@ -14,24 +14,12 @@ it at opset 17. About 3.2 M parameters and 0.9 GFLOPs. Weights: seeded He-normal
 """
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import onnx
 
-
-def _builder():
-    name = "parapipe_models__onnx_builder"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().with_name("_onnx_builder.py")
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules[name] = module
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return sys.modules[name]
+from . import _onnx_builder
 
 
 SEQ_LEN = 128
@@ -45,7 +33,7 @@ SEED = 2017
 
 class _Encoder:
     def __init__(self, seed: int) -> None:
-        self.b = _builder().GraphBuilder("transformer_encoder", seed)
+        self.b = _onnx_builder.GraphBuilder("transformer_encoder", seed)
         self.d_head = D_MODEL // N_HEADS
 
     def layer_norm(self, name: str, x: str, output=None) -> str:

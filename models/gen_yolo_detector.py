@@ -11,24 +11,12 @@ them. Every convolution is Conv (batch norm folded) + SiLU. Input 320 x 320 (a c
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import List
 
 import numpy as np
 import onnx
 
-
-def _builder():
-    name = "parapipe_models__onnx_builder"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().with_name("_onnx_builder.py")
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules[name] = module
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return sys.modules[name]
+from . import _onnx_builder
 
 
 INPUT_SIZE = 320
@@ -40,7 +28,7 @@ SEED = 2020
 
 class _Yolo:
     def __init__(self, seed: int) -> None:
-        self.b = _builder().GraphBuilder("yolo_detector", seed)
+        self.b = _onnx_builder.GraphBuilder("yolo_detector", seed)
 
     def conv(self, name: str, x: str, c_in: int, c_out: int, k: int = 1, stride: int = 1) -> str:
         return self.b.silu(f"{name}.act", self.b.conv(name, x, c_in, c_out, k=k, stride=stride))

@@ -229,6 +229,25 @@ def resolve_model(spec: str) -> ModelRef:
     raise _unknown(spec)
 
 
+_MODELS_PACKAGE = "parapipe_models"
+
+
+def _models_package() -> str:
+    """Register the models/ folder as the package ``parapipe_models`` (once) and return its name.
+
+    Generator modules found there are imported as its submodules, so they share helpers with relative imports
+    (``from . import _onnx_builder``) whether parapipe runs from a checkout or an installed copy.
+    """
+    if _MODELS_PACKAGE not in sys.modules:
+        import types
+
+        pkg = types.ModuleType(_MODELS_PACKAGE)
+        pkg.__path__ = [str(data_dir("models"))]
+        pkg.__package__ = _MODELS_PACKAGE
+        sys.modules[_MODELS_PACKAGE] = pkg
+    return _MODELS_PACKAGE
+
+
 def _generator(entry: ZooEntry) -> Callable[[], onnx.ModelProto]:
     module_name, _, func_name = str(entry.generator).partition(":")
     src, field = str(registry_path()), f"{entry.name}.generator"
@@ -240,10 +259,7 @@ def _generator(entry: ZooEntry) -> Callable[[], onnx.ModelProto]:
         if not (target_missing and candidate.is_file()):
             raise input_error(src, field, f"cannot import {module_name!r} ({exc})",
                               "install the module or put it in models/") from exc
-        spec = importlib.util.spec_from_file_location(f"parapipe_models_{module_name}", candidate)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules[spec.name] = module  # type: ignore[union-attr]
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        module = importlib.import_module(f"{_models_package()}.{module_name}")
     func = getattr(module, func_name, None)
     if not callable(func):
         raise input_error(src, field, f"{module_name!r} has no function {func_name!r}", "fix the name")
