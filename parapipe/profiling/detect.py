@@ -39,7 +39,7 @@ __all__ = ["detect_soc", "gemm_model", "scale_model", "identity_model", "PROVIDE
            "COPY_NBYTES"]
 
 #: Side of the square fp32 MatMul timed for peak FLOP/s (2·N³ = 0.27 GFLOP; a few ms on a desktop core, about
-#: 50 ms on a Cortex-A53). Same size as :data:`parapipe.profiling.host.GEMM_N`.
+#: 50 ms on a Cortex-A53). Same size as :data:`parapipe.profiling.machine.GEMM_N`.
 GEMM_N = 512
 #: Bytes of the tensor scaled for memory bandwidth (64 MiB: well beyond the last-level cache of the boards in
 #: soc_profiles/; a 256+ MiB LLC server would measure cache bandwidth).
