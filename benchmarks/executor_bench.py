@@ -45,11 +45,10 @@ import onnx
 from onnx import TensorProto, helper
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # a checkout, not installed
-from parapipe.runtime import (ExecutionPlan, PipelineExecutor, PUBinding, Task, max_abs_diff,  # noqa: E402
-                              reference_outputs, run_pipeline, write_chrome_trace)
-from parapipe.runtime.reference import (handed_over_tensors, max_scaled_diff,  # noqa: E402
-                                        reference_with_outputs, with_outputs)
-from parapipe.runtime.session import create_session, pin_current_thread  # noqa: E402
+from ppexec import ExecutionPlan, PipelineExecutor, PUBinding, Task, max_abs_diff, reference_outputs, run_pipeline, write_chrome_trace
+from ppexec.reference import handed_over_tensors, max_scaled_diff, with_outputs
+from parapipe.runtime.reference import reference_with_outputs
+from ppexec.session import create_session, pin_current_thread
 
 BINDINGS = {"cpu0": PUBinding(cpus=(0,)), "cpu1": PUBinding(cpus=(1,))}
 DISTINCT_FRAMES = 8  # distinct inputs, fed cyclically (the reference runs once on each)
@@ -71,7 +70,7 @@ def ort_throughput(model: onnx.ModelProto, frames: List[Dict[str, np.ndarray]], 
 def best_throughput_mapping(model: str, time_limit_s: float):
     """Measure this host for ``model``, search, and load the best-throughput point as a HostMapping."""
     from parapipe.mapping_doc import result_to_doc, write_json_atomic
-    from parapipe.runtime.host_plan import load_host_mapping
+    from parapipe.runtime.mapping import load_mapping
     from parapipe.search.api import SearchOptions, search
     from parapipe.workflow import prepare
 
@@ -84,7 +83,7 @@ def best_throughput_mapping(model: str, time_limit_s: float):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "pareto.json")
         write_json_atomic(doc, path)
-        mapping = load_host_mapping(model, path, "best-throughput")
+        mapping = load_mapping(model, path, "best-throughput")
     return mapping, prep, time.perf_counter() - t0
 
 

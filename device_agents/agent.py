@@ -556,10 +556,11 @@ def op_run_pipeline(request):
     """Run a deploy bundle: verify its files, run its plan, compare with the unsplit model, write the report.
 
     Fields: ``bundle`` (folder, required); ``frames`` (200); ``warmup`` (5); ``seed`` (0); ``distinct_frames``
-    (8); ``atol`` (1e-5, model outputs); ``rtol`` (1e-5, handed-over tensors, relative to their largest
-    magnitude); ``progress_interval_s`` (0.5); ``verify`` (true); ``lock_wait_s`` (30). Sends
+    (8); ``atol``, ``rtol`` (1e-5 each: a tensor matches when ``max|out - ref| <= atol + rtol * max|ref|``,
+    widened per dtype); ``idle_frames`` (10); ``progress_interval_s`` (0.5); ``verify`` (true); ``lock_wait_s``
+    (30). Sends
     ``progress`` events (``phase``, ``frames_done``, ``frames``, ``elapsed_s``, ``throughput_per_s``) while it
-    runs. Returns the report (``ppexec.bundle_run.run_bundle``), also written to ``out/report.json`` with the
+    runs. Returns the report (``ppexec.RunReport`` as JSON), also written to ``out/report.json`` with the
     Chrome trace in ``out/trace.json``. A failing stage is a ``RunError`` naming stage, PU and task; a bad or
     incomplete bundle a ``BadRequest``.
     """
@@ -573,12 +574,13 @@ def op_run_pipeline(request):
     kwargs = dict(frames=_int_field(request, "frames", 200, 1), warmup=_int_field(request, "warmup", 5, 0),
                   seed=_int_field(request, "seed", 0, 0),
                   distinct_frames=_int_field(request, "distinct_frames", 8, 1), atol=float(atol),
+                  idle_frames=_int_field(request, "idle_frames", 10, 0),
                   rtol=float(rtol),
                   progress_interval_s=float(interval), verify=bool(_field(request, "verify", bool, True)),
                   lock_wait_s=float(lock_wait), emit=lambda event: _emit(request, event))
     if not os.path.isdir(folder):
         raise AgentError("BadRequest", "bundle folder %s does not exist on this host" % folder)
-    return {"report": _core_call(core, lambda: bundle_run.run_bundle(folder, **kwargs))}
+    return {"report": _core_call(core, lambda: bundle_run.run_bundle(folder, **kwargs).to_json())}
 
 
 def op_clean(request):

@@ -84,18 +84,19 @@ def cmd_inspect(args) -> int:
 
 
 def _front_table(doc) -> str:
+    """The points of a :class:`parapipe.mapping.ParetoDoc` as a text table."""
     lines = [f"{'id':<13} {'strategy':<9} {'pareto':<6} {'thr/s':>8} {'period ms':>9} {'gap':>6} "
              f"{'latency ms':>10} {'energy mJ':>9}  stages (PUs)"]
-    for p in doc["points"]:
-        stages = " | ".join("+".join(st["pus"]) for st in p["mapping"]["stages"])
-        gap = p.get("period_gap")
-        lines.append(f"{p['id']:<13} {p['strategy']:<9} {'*' if p['pareto'] else '':<6} "
-                     f"{p['throughput_per_s']:>8.4g} {p['period_s'] * 1e3:>9.4g} "
-                     f"{(f'{gap * 100:.0f}%' if gap is not None else '-'):>6} {p['latency_s'] * 1e3:>10.4g} "
-                     f"{p['energy_j'] * 1e3:>9.4g}  {stages}")
-    b = doc["bounds"]
-    lines.append(f"lower bounds: period {b['period_lb_s'] * 1e3:.2f} ms, latency {b['latency_lb_s'] * 1e3:.2f} ms;"
-                 f" search {doc['search'].get('search_s', 0):.2f} s")
+    for p in doc.points:
+        stages = " | ".join("+".join(st.pus) for st in p.stages)
+        gap = p.period_gap
+        lines.append(f"{p.id:<13} {p.strategy:<9} {'*' if p.pareto else '':<6} "
+                     f"{p.throughput_per_s:>8.4g} {p.period_s * 1e3:>9.4g} "
+                     f"{(f'{gap * 100:.0f}%' if gap is not None else '-'):>6} {p.latency_s * 1e3:>10.4g} "
+                     f"{p.energy_j * 1e3:>9.4g}  {stages}")
+    b = doc.bounds
+    lines.append(f"lower bounds: period {b.period_lb_s * 1e3:.2f} ms, latency {b.latency_lb_s * 1e3:.2f} ms;"
+                 f" search {doc.search.get('search_s', 0):.2f} s")
     return "\n".join(lines)
 
 
@@ -108,8 +109,8 @@ def cmd_optimize(args) -> int:
                             seed=args.seed)
     pus = [p.strip() for p in args.pus.split(",")] if args.pus else None
     if args.blocks or not args.model:
-        problem, soc_name, _ = _problem_for(args)
-        return _optimize_blocks(args, problem, soc_name, options)
+        problem, soc, _ = _problem_for(args)
+        return _optimize_blocks(args, problem, soc, options)
     bar = _Bar("measuring blocks")
     try:
         prep = prepare(args.model, args.soc, pus=pus, max_blocks=args.max_blocks, measure_progress=bar, db=args.db)
@@ -126,7 +127,7 @@ def cmd_optimize(args) -> int:
     finally:
         sbar.close()
     if args.json:
-        print(json.dumps(doc))
+        print(json.dumps(doc.model_dump(mode="json")))
     else:
         print(f"{prep.loaded.name} on {prep.soc.name}: {prep.problem.n_blocks} blocks x {prep.problem.n_pus} PUs "
               f"({', '.join(prep.problem.pu_names)})")
@@ -139,7 +140,7 @@ def cmd_optimize(args) -> int:
 
 
 def _problem_for(args):
-    """(problem, soc name, label) from ``MODEL`` or ``--blocks FILE`` and ``--soc``."""
+    """(problem, SoC, Prepared or None) from ``MODEL`` or ``--blocks FILE`` and ``--soc``."""
     from .workflow import prepare
 
     pus = [p.strip() for p in args.pus.split(",")] if getattr(args, "pus", None) else None
@@ -149,43 +150,39 @@ def _problem_for(args):
 
             raise input_error("--blocks", None, "give either MODEL or --blocks FILE, not both", "drop one of them")
         from .cost.blocktable import read_block_table
-        from .soc import load_soc
+        from .soc.resolve import resolve_soc
 
-        soc = load_soc(args.soc)
-        if pus:
-            soc = soc.restrict(pus)
-        return read_block_table(args.blocks, soc), soc.name, None
+        soc = resolve_soc(args.soc, pus=pus)
+        return read_block_table(args.blocks, soc), soc, None
     if not args.model:
         from .errors import input_error
 
         raise input_error("MODEL", None, "missing", "give a model name/path or --blocks FILE")
     prep = prepare(args.model, args.soc, pus=pus, max_blocks=args.max_blocks)
-    return prep.problem, prep.soc.name, prep
+    return prep.problem, prep.soc, prep
 
 
 def cmd_evaluate(args) -> int:
     from .cost.evaluate import evaluate
     from .cost.mapping_spec import mapping_from_point, parse_pu_list
 
-    problem, soc_name, prep = _problem_for(args)
+    problem, soc, prep = _problem_for(args)
+    soc_name = soc.name
     mappings = []
     text = args.mapping
     if text.endswith(".json"):
-        from .mapping_doc import load_doc, select_point
+        from .mapping import check_model, read_pareto, select_point
 
-        doc = load_doc(text)
-        if doc["soc"] != soc_name:
+        doc = read_pareto(text)
+        if doc.soc.name != soc_name:
             from .errors import input_error
 
-            raise input_error(text, "soc", f"mapping was computed for SoC {doc['soc']!r}, not {soc_name!r}",
-                              f"pass --soc {doc['soc']} or a mapping computed for {soc_name}")
-        if prep is not None and doc["model"]["sha256"] != prep.loaded.sha256:
-            from .errors import input_error
-
-            raise input_error(text, "model.sha256", f"mapping was computed for model {doc['model'].get('name')!r}, "
-                              f"not {prep.loaded.name!r}", "evaluate it on the model it was computed for")
+            raise input_error(text, "soc.name", f"mapping was computed for SoC {doc.soc.name!r}, not {soc_name!r}",
+                              f"pass --soc {doc.soc.name} or a mapping computed for {soc_name}")
+        if prep is not None:
+            check_model(doc, prep.loaded, text)
         pt = select_point(doc, args.point or "best-throughput")
-        mappings.append((pt["id"], mapping_from_point(problem, pt, text)))
+        mappings.append((pt.id, mapping_from_point(problem, pt, text)))
     elif "," not in text and Path(text).is_file():
         for i, line in enumerate(Path(text).read_text().splitlines(), start=1):
             if line.strip() and not line.lstrip().startswith("#"):
@@ -204,95 +201,153 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
-def _optimize_blocks(args, problem, soc_name, options) -> int:
+def _optimize_blocks(args, problem, soc, options) -> int:
     """optimize --blocks FILE: search a block table and write pareto.json/pareto.png like for a model."""
     import hashlib
 
-    from .mapping_doc import result_to_doc, write_json_atomic
+    from .mapping import doc_from_result
     from .search.api import search
-    from .workflow import _check_out_dir
+    from .soc.resolve import soc_ref
+    from .workflow import _check_out_dir, write_outputs
 
     out = Path(args.out)
     _check_out_dir(out)
     sha = hashlib.sha256(Path(args.blocks).read_bytes()).hexdigest()
     result = search(problem, options)
-    doc = result_to_doc(result, problem.name, sha, soc_name, blocks={b: [] for b in problem.block_names},
-                        search={"seed": options.seed, "blocks_file": str(args.blocks)})
-    if not args.no_plot:
-        from .report.plots import plot_pareto
-
-        tmp = out / ".pareto.png.tmp.png"
-        plot_pareto(doc, tmp)
-    write_json_atomic(doc, out / "pareto.json")
-    if not args.no_plot:
-        from .mapping_doc import default_file_mode
-
-        os.chmod(tmp, default_file_mode())
-        tmp.replace(out / "pareto.png")
-    elif (out / "pareto.png").exists():
-        (out / "pareto.png").unlink()
+    doc = doc_from_result(result, problem.name, sha, soc_ref(soc), blocks={b: [] for b in problem.block_names},
+                          search={"seed": options.seed, "blocks_file": str(args.blocks)})
+    write_outputs(doc, out, plot=not args.no_plot)
     if args.json:
-        print(json.dumps(doc))
+        print(json.dumps(doc.model_dump(mode="json")))
     else:
-        print(f"{problem.name} on {soc_name}: {problem.n_blocks} blocks x {problem.n_pus} PUs")
+        print(f"{problem.name} on {soc.name}: {problem.n_blocks} blocks x {problem.n_pus} PUs")
         print(_front_table(doc))
     return 0
 
 
-def _print_measured(head: str, thr: float, pred_thr: float, p50_s: float, pred_lat_s: float, p99_s: float) -> None:
-    """The measured-next-to-predicted table shared by ``run`` and ``deploy``."""
+def _print_report(head: str, rep) -> None:
+    """The measured-next-to-predicted table of a :class:`ppexec.RunReport`, shared by ``run`` and ``deploy``."""
+    def fmt(value, scale=1.0):
+        return f"{value * scale:>10.2f}" if value is not None else f"{'-':>10}"
+
     print(head)
-    print(f"{'':<14} {'measured':>10} {'predicted':>10}")
-    print(f"{'throughput/s':<14} {thr:>10.2f} {pred_thr:>10.2f}")
-    print(f"{'latency ms':<14} {p50_s * 1e3:>10.2f} {pred_lat_s * 1e3:>10.2f}  (measured p50; p99 {p99_s * 1e3:.2f})")
+    print(f"{'':<20} {'measured':>10} {'predicted':>10}")
+    print(f"{'throughput/s':<20} {rep.throughput_per_s:>10.2f} {fmt(rep.predicted_throughput_per_s)}")
+    print(f"{'latency idle ms':<20} {rep.idle_latency_s * 1e3:>10.2f} {fmt(rep.predicted_latency_s, 1e3)}"
+          f"  (one frame at a time, {rep.idle_frames} frames)")
+    print(f"{'latency loaded ms':<20} {rep.latency_p50_s * 1e3:>10.2f} {'':>10}  (p50 with the pipeline full; "
+          f"p99 {rep.latency_p99_s * 1e3:.2f})")
+    print(f"outputs_match: {str(rep.outputs_match).lower()}  (max abs diff {rep.max_abs_diff:.3g}; "
+          f"{rep.checked_tensors} handed-over tensors, max relative diff {rep.max_scaled_diff:.3g})")
+    if rep.substituted:
+        subs = ", ".join(f"{pu}=CPUs {','.join(map(str, cpus))}" for pu, cpus in rep.substituted.items())
+        print(f"substituted: {subs} (CPU provider); the prediction is for the profile's bindings and does not "
+              "apply to this run")
+
+
+class _RunProgress:
+    """Progress of a run on stderr: a tqdm bar of frames with the current throughput (``run``/``deploy``)."""
+
+    def __init__(self, frames: int):
+        self.frames, self.bar = frames, None
+
+    def __call__(self, event) -> None:
+        if event.get("event") != "progress":
+            return
+        if event.get("phase") == "run":
+            if self.bar is None:
+                self.bar = _progress_bar(self.frames, "frames")
+            self.bar.n = int(event.get("frames_done", 0))
+            self.bar.set_postfix_str(f"{event.get('throughput_per_s', 0.0):.1f} inf/s", refresh=True)
+        elif event.get("phase") in ("idle", "done"):
+            self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 def cmd_run(args) -> int:
-    from .workflow import run_mapping
+    from .runtime.mapping import parse_binds
+    from .runtime.run import record_run, run_local
 
-    rep = run_mapping(args.model, args.mapping, args.point, frames=args.frames, seed=args.seed)
-    if args.trace:
-        from .runtime import write_chrome_trace
-
-        write_chrome_trace(rep.metrics, args.trace)
+    binds = parse_binds(args.bind)
+    progress = _RunProgress(args.frames)
+    try:
+        lm, rep = run_local(args.model, args.mapping, args.point, frames=args.frames, seed=args.seed, binds=binds,
+                            trace=args.trace, on_event=progress)
+    finally:
+        progress.close()
+    record_run(args.db, lm.doc, lm.point, rep, "local")
     if args.json:
         print(json.dumps(rep.to_json()))
     else:
-        _print_measured(f"point {rep.point_id}: {rep.stages} stage(s), {rep.frames} frames", rep.throughput_per_s,
-                        rep.predicted_throughput_per_s, rep.latency_p50_s, rep.predicted_latency_s, rep.latency_p99_s)
-        print(f"outputs_match: {str(rep.outputs_match).lower()}  (max abs diff {rep.max_abs_diff:.3g}; "
-              f"{rep.handed_over_tensors} handed-over tensors, max relative diff {rep.max_scaled_diff_handed_over:.3g})")
-        print("note: predicted latency is one input through an idle pipeline; measured latency is taken with the "
-              "pipeline kept full, so it includes waiting in the queues between stages")
+        _print_report(f"point {rep.point}: {rep.stages} stage(s), {rep.frames} frames", rep)
     return 0 if rep.outputs_match else 1
 
 
 def cmd_deploy(args) -> int:
     from .deploy.deploy import DeployOptions, deploy, describe_event
     from .deploy.hostspec import HostSpec
+    from .mapping import read_pareto, select_point
+    from .runtime.mapping import parse_binds
+    from .runtime.run import record_run
 
     spec = HostSpec.parse(args.host, identity=args.identity, known_hosts=args.known_hosts,
                           trust_new_host=args.trust_new_host)
     options = DeployOptions(frames=args.frames, warmup=args.warmup, seed=args.seed, keep=args.keep,
                             remote_dir=args.remote_dir, python=args.python)
+    binds = parse_binds(args.bind)
 
     def show(event) -> None:
         line = describe_event(event)
         if line:
             print(f"parapipe: {line}", file=sys.stderr, flush=True)
 
-    rep = deploy(args.model, args.mapping, args.point, spec, Path(args.out), options, on_event=show)
+    rep = deploy(args.model, args.mapping, args.point, spec, Path(args.out), options, on_event=show, binds=binds)
+    doc = read_pareto(args.mapping)
+    record_run(args.db, doc, select_point(doc, args.point), rep.report, rep.host)
     r = rep.report
     if args.json:
         print(json.dumps(rep.to_json()))
     else:
-        _print_measured(f"point {r['point']} on {rep.host}: {r['stages']} stage(s), {r['frames']} frames",
-                        r["throughput_per_s"], r["predicted_throughput_per_s"], r["latency_p50_s"],
-                        r["predicted_latency_s"], r["latency_p99_s"])
-        print(f"outputs_match: {str(r['outputs_match']).lower()}  (max abs diff {r['max_abs_diff']:.3g})")
+        _print_report(f"point {r.point} on {rep.host}: {r.stages} stage(s), {r.frames} frames", r)
         print(f"wrote {rep.report_path} and {rep.trace_path}"
               + (f"; bundle kept in {rep.remote_folder}" if rep.kept else ""))
-    return 0 if r["outputs_match"] else 1
+    return 0 if r.outputs_match else 1
+
+
+def cmd_runs(args) -> int:
+    from .profiling.db import ProfileDB
+    from .profiling.predict import open_existing_db
+    from .profiling.runs import list_runs, write_runs_csv
+
+    db = open_existing_db(args.db)
+    try:
+        runs = list_runs(db, model=args.model, soc=args.soc)
+    finally:
+        db.close()
+    if args.csv:
+        write_runs_csv(runs, Path(args.csv))
+        print(f"wrote {len(runs)} run(s) to {args.csv}", file=sys.stderr)
+    if args.json:
+        from dataclasses import asdict
+
+        print(json.dumps([asdict(r) for r in runs]))
+    elif not args.csv:
+        print(f"{'id':>4} {'recorded':<20} {'model':<14} {'soc':<16} {'point':<8} {'thr/s':>8} {'pred/s':>8} "
+              f"{'idle ms':>8} {'pred ms':>8} {'match':<5} runner")
+        for r in runs:
+            pred = 1.0 / r.predicted_period_s if r.predicted_period_s else None
+            applies = "" if r.prediction_applies else " (--bind)"
+            print(f"{r.id:>4} {r.recorded_at[:19]:<20} {r.model[:14]:<14} {r.soc[:16]:<16} {r.point[:8]:<8} "
+                  f"{r.throughput_per_s:>8.2f} {(f'{pred:.2f}' if pred else '-'):>8} "
+                  f"{r.idle_latency_s * 1e3:>8.2f} {(r.predicted_latency_s or 0) * 1e3:>8.2f} "
+                  f"{str(r.outputs_match).lower():<5} {r.runner}{applies}")
+        if not runs:
+            print(f"no runs in {args.db} yet: 'parapipe run' and 'parapipe deploy' record them", file=sys.stderr)
+    return 0
 
 
 def cmd_plot(args) -> int:
@@ -302,17 +357,17 @@ def cmd_plot(args) -> int:
         raise input_error("parapipe plot", None, "give exactly one of --gantt and --trace",
                           "use --gantt --mapping FILE --point ID (predicted) or --trace TRACE.json (measured)")
     if args.gantt:
-        from .mapping_doc import load_doc, select_point
+        from .mapping import read_pareto, select_point
         from .report import plot_gantt
 
         if not args.mapping:
             raise input_error("--mapping", None, "is required with --gantt", "pass the pareto.json to draw")
-        doc = load_doc(args.mapping)
+        doc = read_pareto(args.mapping)
         point = select_point(doc, args.point)
-        plot_gantt(doc, point["id"], args.out, n_frames=args.frames, source=args.mapping)
+        plot_gantt(doc.model_dump(mode="json"), point.id, args.out, n_frames=args.frames, source=args.mapping)
     else:
         from .report import gantt_from_trace
-        from .runtime.metrics import read_chrome_trace
+        from .runtime.traces import read_chrome_trace
 
         gantt_from_trace(read_chrome_trace(args.trace), args.out, title=f"measured run: {Path(args.trace).name}")
     print(f"wrote {args.out}")
@@ -337,6 +392,15 @@ class _Bar:
         if self.bar is not None:
             self.bar.close()
 
+
+
+def _add_run_recording(s) -> None:
+    """``--bind`` and ``--db`` of ``run`` and ``deploy``."""
+    s.add_argument("--bind", action="append", default=[], metavar="PU=CPUS",
+                   help="run PU on these CPUs (0, 0-3, 0,2) with ONNX Runtime's CPU provider instead of its profile "
+                   "binding; repeatable. The report names substituted PUs (their prediction does not apply)")
+    s.add_argument("--db", default="profile.sqlite", help="profile database whose 'runs' table keeps the run "
+                   "(default profile.sqlite, as 'parapipe profile'); '' keeps nothing")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -392,7 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="one JSON object per mapping")
     s.set_defaults(func=cmd_evaluate)
 
-    s = sub.add_parser("run", help="execute one mapping of a pareto.json (computed with --soc host) on this host")
+    s = sub.add_parser("run", help="execute one mapping of a pareto.json on this machine, each PU bound as its "
+                       "profile says (or substituted with --bind); check outputs; record the run")
     s.add_argument("model", help="the model the mapping was computed for (registry name or .onnx path)")
     s.add_argument("--mapping", required=True, help="pareto.json written by 'parapipe optimize'")
     s.add_argument("--point", default="best-throughput",
@@ -400,13 +465,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--frames", type=int, default=200, help="frames to push through the pipeline (default 200)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--trace", default=None, help="write a Chrome trace (Perfetto) of the run to this file")
+    _add_run_recording(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_run)
 
-    s = sub.add_parser("deploy", help="run one mapping of a pareto.json (computed with --soc host on a matching "
-                       "machine) on an SSH host; fetch its report and trace")
+    s = sub.add_parser("deploy", help="run one mapping of a pareto.json on a board over SSH, each PU bound as its "
+                       "profile says (or substituted with --bind); fetch its report and trace; record the run")
     s.add_argument("model")
-    s.add_argument("--mapping", required=True, help="pareto.json written by 'parapipe optimize MODEL --soc host'")
+    s.add_argument("--mapping", required=True, help="pareto.json written by 'parapipe optimize' for the board's "
+                   "profile")
     s.add_argument("--point", default="best-throughput",
                    help="point id, or best-throughput | best-latency | best-energy (default best-throughput)")
     s.add_argument("--host", required=True, help="user@address[:port]")
@@ -420,11 +487,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--keep", action="store_true", help="leave the bundle on the host")
     s.add_argument("--remote-dir", default=".cache/parapipe/deploy",
                    help="folder of bundles on the host (default ~/.cache/parapipe/deploy)")
-    s.add_argument("--python", default="python3", help="Python on the host (default python3)")
+    s.add_argument("--python", default="python3", help="Python on the host, by explicit path where the login "
+                   "shell's PATH may find another one (default python3)")
     s.add_argument("--out", default="out/deploy", help="local folder for report.json and trace.json "
                    "(default out/deploy)")
+    _add_run_recording(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_deploy)
+
+    s = sub.add_parser("runs", help="list the measured runs kept in a profile database, or export them as CSV")
+    s.add_argument("--db", default="profile.sqlite", help="profile database (default profile.sqlite)")
+    s.add_argument("--model", default=None, help="only runs of this model name")
+    s.add_argument("--soc", default=None, help="only runs of this SoC profile name")
+    s.add_argument("--csv", default=None, help="write the runs to this CSV file")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_runs)
 
     s = sub.add_parser("plot", help="draw a Gantt chart: predicted (--gantt) or measured (--trace)")
     s.add_argument("--gantt", action="store_true", help="the modelled schedule of --point in --mapping")
@@ -446,11 +523,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    from ppexec import PipelineError, PlanError
+
     try:
         return int(args.func(args))
     except ParapipeError as exc:
         print(f"parapipe: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except (PlanError, PipelineError) as exc:  # the executor's own errors (ppexec knows nothing of parapipe)
+        print(f"parapipe: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return ParapipeError.exit_code
     except KeyboardInterrupt:
         print("parapipe: interrupted", file=sys.stderr)
         return 130

@@ -1,4 +1,6 @@
-"""The library behind the CLI: prepare a problem, optimise it, run a chosen mapping on this host.
+"""The library behind the CLI: prepare a problem (model x SoC profile) and optimise it.
+
+Running a chosen mapping lives in :mod:`parapipe.runtime.run` (this machine) and :mod:`parapipe.deploy` (a board).
 
 Each function does one job, logs instead of printing, and raises :class:`parapipe.errors.ParapipeError` subclasses
 for user errors; the CLI (:mod:`parapipe.cli`) formats what they return.
@@ -6,15 +8,13 @@ for user errors; the CLI (:mod:`parapipe.cli`) formats what they return.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-import numpy as np
-
 from .errors import input_error
+from .soc.resolve import HOST_SOC, is_host
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ DEFAULT_MAX_BLOCKS = 48
 """Blocks the search works on by default: chains are merged further until at most this many remain
 (measured: DenseNet-121 on a 4-PU profile searches in ~2 s at 48 blocks, ~250 s at its natural 242 blocks)."""
 
-HOST_SOC = "host"
+__all__ = ["DEFAULT_MAX_BLOCKS", "HOST_SOC", "Prepared", "prepare", "optimize"]
 
 
 @dataclass
@@ -59,7 +59,7 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     bg = coarsen(og, max_blocks=max_blocks)
     timings = {"import_s": time.perf_counter() - t0}
     measured = None
-    if soc == HOST_SOC:
+    if is_host(soc):
         from .profiling.host import measure_host
 
         t1 = time.perf_counter()
@@ -73,9 +73,9 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
         soc_obj, measured = hp.soc, hp.block_time_s
         timings["measure_s"] = time.perf_counter() - t1
     else:
-        from .soc import load_soc
+        from .soc.resolve import resolve_soc
 
-        soc_obj = load_soc(soc)
+        soc_obj = resolve_soc(soc)
         if db:
             from .profiling.predict import costs_from_db
 
@@ -86,35 +86,42 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     return Prepared(lm, og, bg, soc_obj, problem, max_blocks, timings)
 
 
-def optimize(prep: Prepared, options, out_dir: Path, progress=None, plot: bool = True) -> Dict[str, Any]:
+def optimize(prep: Prepared, options, out_dir: Path, progress=None, plot: bool = True):
     """Search ``prep`` and write ``out_dir/pareto.json`` and ``out_dir/pareto.png`` (both or neither).
 
-    Returns the pareto.json document.
+    Returns the document (:class:`parapipe.mapping.ParetoDoc`).
     """
-    from .mapping_doc import result_to_doc, write_json_atomic
+    from .mapping import doc_from_result
     from .search.api import search
+    from .soc.resolve import soc_ref
 
     out_dir = Path(out_dir)
     _check_out_dir(out_dir)
     result = search(prep.problem, options, progress=progress)
     blocks = {b.name: list(b.ops) for b in prep.block_graph.blocks}
-    doc = result_to_doc(result, prep.loaded.name, prep.loaded.sha256, prep.soc.name, blocks=blocks,
-                        search={"max_blocks": prep.max_blocks, "seed": options.seed, **prep.timings_s})
-    png = out_dir / "pareto.png"
-    tmp_png = out_dir / ".pareto.png.tmp.png"
-    if plot:
-        from .report.plots import plot_pareto
-
-        plot_pareto(doc, tmp_png)
-    write_json_atomic(doc, out_dir / "pareto.json")
-    if plot:
-        from .mapping_doc import default_file_mode
-
-        os.chmod(tmp_png, default_file_mode())
-        tmp_png.replace(png)
-    elif png.exists():
-        png.unlink()  # a plot of an earlier result must not sit next to this pareto.json
+    doc = doc_from_result(result, prep.loaded.name, prep.loaded.sha256, soc_ref(prep.soc), blocks=blocks,
+                          search={"max_blocks": prep.max_blocks, "seed": options.seed, **prep.timings_s})
+    write_outputs(doc, out_dir, plot)
     return doc
+
+
+def write_outputs(doc, out_dir: Path, plot: bool = True) -> None:
+    """Write ``out_dir/pareto.json`` and, with ``plot``, ``out_dir/pareto.png`` (both or neither); without a
+    plot, remove an earlier result's pareto.png so that no stale plot sits next to the new pareto.json."""
+    from .files import atomic_path
+    from .mapping import write_pareto
+
+    png = out_dir / "pareto.png"
+    if not plot:
+        write_pareto(doc, out_dir / "pareto.json")
+        if png.exists():
+            png.unlink()
+        return
+    from .report.plots import plot_pareto
+
+    with atomic_path(png, suffix=".png") as tmp_png:
+        plot_pareto(doc.model_dump(mode="json"), tmp_png)
+        write_pareto(doc, out_dir / "pareto.json")
 
 
 def _check_out_dir(out_dir: Path) -> None:
@@ -130,79 +137,3 @@ def _check_out_dir(out_dir: Path) -> None:
     except OSError as exc:
         raise input_error("--out", str(out_dir), f"output folder is not writable ({exc.strerror or exc})",
                           "choose a writable folder") from None
-
-
-@dataclass
-class RunReport:
-    """Measured next to predicted figures of one mapping run on this host."""
-
-    point_id: str
-    frames: int
-    throughput_per_s: float
-    latency_p50_s: float
-    latency_p90_s: float
-    latency_p99_s: float
-    predicted_throughput_per_s: float
-    predicted_latency_s: float
-    outputs_match: bool
-    max_abs_diff: float
-    stages: int
-    pu_utilisation: Dict[str, float]
-    metrics: Any = None
-    handed_over_tensors: int = 0
-    max_scaled_diff_handed_over: float = 0.0
-
-    def to_json(self) -> Dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if k != "metrics"}
-        return d
-
-
-def run_mapping(model: str, mapping_path: str, point: str, frames: int = 200, warmup: int = 5, seed: int = 0,
-                atol: float = 1e-5) -> RunReport:
-    """Execute one point of a pareto.json on this host with the pipelined executor and check its outputs.
-
-    Every model output and every tensor handed from one task to another is compared with the unsplit model on the
-    same inputs (``max_abs_diff`` over the model outputs; handed-over tensors relative to their largest value).
-    The handed-over tensors matter: the onnx wheel's light zoo models have constant weights, so their final
-    softmax hardly depends on the input and an output check alone would prove little.
-
-    Raises
-    ------
-    InputError
-        Mapping computed for another model (sha256), another SoC than ``host``, unknown point, or block names that
-        do not match the model.
-    ExecutionError
-        A stage failed.
-    """
-    from .runtime import max_abs_diff, run_pipeline
-    from .runtime.host_plan import load_host_mapping
-    from .runtime.reference import handed_over_tensors, max_scaled_diff, reference_with_outputs, with_outputs
-
-    if frames < 1:
-        raise input_error("--frames", None, f"must be >= 1, got {frames}", "give a positive frame count")
-    hm = load_host_mapping(model, mapping_path, point)
-    og, pt = hm.opgraph, hm.point
-    reference, handed = reference_with_outputs(hm.loaded.model, og, handed_over_tensors(hm.plan))
-    plan = with_outputs(hm.plan, handed)
-    outputs = list(hm.plan.model_outputs)
-    rng = np.random.default_rng(seed)
-    inputs = []
-    for _ in range(frames):
-        feed = {}
-        for name in og.inputs:
-            ti = og.tensors[name]
-            feed[name] = rng.standard_normal(ti.shape).astype(ti.dtype)
-        inputs.append(feed)
-    outs, metrics = run_pipeline(plan, inputs, warmup=warmup)
-    from .runtime import reference_outputs
-
-    ref = reference_outputs(reference, inputs, threads=1)
-    diff = float(max_abs_diff([{k: o[k] for k in outputs} for o in outs], [{k: r[k] for k in outputs} for r in ref]))
-    scaled = max([0.0] + [max_scaled_diff(o, r, handed) for o, r in zip(outs, ref)])
-    return RunReport(point_id=pt["id"], frames=frames, throughput_per_s=metrics.throughput_per_s,
-                     latency_p50_s=metrics.latency_p50_s, latency_p90_s=metrics.latency_p90_s,
-                     latency_p99_s=metrics.latency_p99_s,
-                     predicted_throughput_per_s=1.0 / pt["period_s"], predicted_latency_s=pt["latency_s"],
-                     outputs_match=bool(diff <= atol and scaled <= atol), max_abs_diff=diff, stages=len(hm.stages),
-                     pu_utilisation=dict(metrics.pu_utilisation), metrics=metrics, handed_over_tensors=len(handed),
-                     max_scaled_diff_handed_over=scaled)

@@ -5,7 +5,12 @@ IR version 8, named nodes; they run in ONNX Runtime.
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Callable
+
+# The executor package `ppexec` lives in device_agents/ (it also runs on boards); test this checkout's copy.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "device_agents"))
 
 import numpy as np
 import onnx

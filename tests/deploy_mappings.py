@@ -20,6 +20,12 @@ def _stage(pu: str, blocks: List[str], time_s: float) -> Dict:
             "block_start_s": {}, "block_finish_s": {}}
 
 
+def host_soc_ref(n_cpus: int = 2) -> Dict:
+    """The ``soc`` entry of a host document: PUs ``cpu<i>`` pinned to CPU ``i``, one ORT thread each."""
+    pus = {f"cpu{i}": {"kind": "cpu", "execution": {"cpus": [i], "threads": 1}} for i in range(n_cpus)}
+    return {"name": "host", "sha256": "", "pus": pus}
+
+
 def two_stage_doc(model: str, fractions: Sequence[float] = (0.5,)) -> Dict:
     """A pareto.json for ``model`` on ``--soc host`` with one two-stage point per FLOP fraction.
 
@@ -44,7 +50,7 @@ def two_stage_doc(model: str, fractions: Sequence[float] = (0.5,)) -> Dict:
                        "period_s": 0.02, "latency_s": 0.04, "energy_j": 0.5, "period_gap": None,
                        "latency_gap": None, "pu_busy_s": {"cpu0": 0.02, "cpu1": 0.02},
                        "mapping": {"stages": stages}})
-    return {"schema_version": 1, "model": {"name": lm.name, "sha256": lm.sha256}, "soc": "host",
+    return {"schema_version": 2, "model": {"name": lm.name, "sha256": lm.sha256}, "soc": host_soc_ref(),
             "objectives": ["throughput", "latency", "energy"],
             "search": {"max_blocks": MAX_BLOCKS, "seed": 0},
             "blocks": {b.name: list(b.ops) for b in bg.blocks},

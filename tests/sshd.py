@@ -184,9 +184,10 @@ def start_sshd(extra_path: Optional[str] = None) -> SshServer:
 
 @pytest.fixture(scope="session")
 def sshd_server() -> Iterator[SshServer]:
-    """Session-scoped loopback sshd; its sessions find this interpreter first on PATH. Fails without sshd."""
+    """Session-scoped loopback sshd. Its sessions' PATH has only the system folders: tests start remote programs
+    by explicit path (``--python sys.executable``), never through the login shell's PATH. Fails without sshd."""
     try:
-        server = start_sshd(extra_path=str(Path(sys.executable).parent))
+        server = start_sshd()
     except RuntimeError as exc:
         pytest.fail(str(exc), pytrace=False)
     try:

@@ -79,9 +79,10 @@ def test_inspect_squeezenet(capsys):
 
 
 def _check_schema(doc, model, soc):
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert doc["model"]["name"] == model and len(doc["model"]["sha256"]) == 64
-    assert doc["soc"] == soc
+    assert doc["soc"]["name"] == soc and len(doc["soc"]["sha256"]) == 64
+    assert doc["soc"]["pus"] and all("execution" in pu for pu in doc["soc"]["pus"].values())
     assert doc["points"]
     strategies = {p["strategy"] for p in doc["points"]}
     assert "parapipe" in strategies and strategies <= {"parapipe", "pipeline", "parallel", "single"}
@@ -200,7 +201,7 @@ def test_unedited_profile_copy_works(capsys, tmp_path):
     code, out, err = run_cli(capsys, "optimize", "alexnet", "--soc", profile, "--out", tmp_path / "out",
                              "--no-plot", "--time-limit", "1")
     assert code == 0, err
-    assert json.loads((tmp_path / "out" / "pareto.json").read_text())["soc"] == "amlogic_a311d"
+    assert json.loads((tmp_path / "out" / "pareto.json").read_text())["soc"]["name"] == "amlogic_a311d"
 
 
 def test_pus_unknown(capsys, tmp_path):
@@ -255,20 +256,24 @@ def _run_fails(capsys, tmp_path, monkeypatch, argv, *names):
     assert files_under(tmp_path) == before
 
 
-def test_run_mapping_for_another_soc(capsys, tmp_path, monkeypatch, squeezenet_a311d_doc):
+def test_run_a311d_point_this_machine_cannot_bind_names_the_pu_and_bind(capsys, tmp_path, monkeypatch,
+                                                                      squeezenet_a311d_doc):
+    # The A311D's GPU needs the ncnn adapter slot, its NPU the VSINPU provider, its big cluster CPUs 2-5: this
+    # machine has none of them, so the run is refused before anything runs, naming the PU and --bind.
     path = _write(tmp_path, squeezenet_a311d_doc)
-    _run_fails(capsys, tmp_path, monkeypatch, ["squeezenet", "--mapping", path, "--frames", "5"],
+    _run_fails(capsys, tmp_path, monkeypatch, ["squeezenet", "--mapping", path, "--frames", "5", "--db", ""],
+               "this machine: PU ", "--bind")
                str(path), "soc", "amlogic_a311d", "--soc host")
 
 
 def test_run_mapping_for_another_model(capsys, tmp_path, monkeypatch, squeezenet_a311d_doc):
-    path = _write(tmp_path, dict(squeezenet_a311d_doc, soc="host"))
+    path = _write(tmp_path, squeezenet_a311d_doc)
     _run_fails(capsys, tmp_path, monkeypatch, ["alexnet", "--mapping", path, "--frames", "5"],
                str(path), "model.sha256", "'squeezenet'", "'alexnet'")
 
 
 def test_run_unknown_point(capsys, tmp_path, monkeypatch, squeezenet_a311d_doc):
-    path = _write(tmp_path, dict(squeezenet_a311d_doc, soc="host"))
+    path = _write(tmp_path, squeezenet_a311d_doc)
     _run_fails(capsys, tmp_path, monkeypatch,
                ["squeezenet", "--mapping", path, "--point", "p999", "--frames", "5"],
                "--point", "'p999'", "best-throughput")
@@ -278,8 +283,8 @@ def test_run_unknown_point(capsys, tmp_path, monkeypatch, squeezenet_a311d_doc):
     (None, ["cannot read"]),
     ("{not json", ["not valid JSON"]),
     (json.dumps({"schema_version": 7}), ["schema_version"]),
-    (json.dumps({"schema_version": 1, "model": {"sha256": "0" * 64}, "soc": "host", "blocks": {}}),
-     ["points"]),
+    (json.dumps({"schema_version": 2, "model": {"name": "m", "sha256": "0" * 64}, "soc": {"name": "host"},
+                 "blocks": {}, "bounds": {"period_lb_s": 0, "latency_lb_s": 0}}), ["points"]),
 ], ids=["missing", "not-json", "schema-version", "no-points"])
 def test_run_bad_mapping_file(capsys, tmp_path, monkeypatch, content, names):
     path = tmp_path / "pareto.json"
@@ -311,16 +316,17 @@ def host_mapping(tmp_path_factory):
     return out_dir / "pareto.json"
 
 
-RUN_KEYS = ("throughput_per_s", "latency_p50_s", "latency_p99_s", "predicted_throughput_per_s",
-            "predicted_latency_s", "outputs_match", "max_abs_diff")
+RUN_KEYS = ("throughput_per_s", "latency_p50_s", "latency_p99_s", "idle_latency_s", "predicted",
+            "outputs_match", "max_abs_diff", "substituted", "host")
 
 
 @pytest.mark.slow
-def test_run_host_mapping_end_to_end(capsys, host_mapping):
+def test_run_host_mapping_end_to_end(capsys, host_mapping, tmp_path):
     doc = json.loads(host_mapping.read_text())
     _check_schema(doc, "squeezenet", "host")
+    db = tmp_path / "profile.sqlite"
     code, out, err = run_cli(capsys, "run", "squeezenet", "--mapping", host_mapping,
-                             "--point", "best-throughput", "--frames", "20", "--json")
+                             "--point", "best-throughput", "--frames", "20", "--json", "--db", db)
     assert code == 0, err
     rep = json.loads(out)
     for key in RUN_KEYS:
@@ -331,9 +337,19 @@ def test_run_host_mapping_end_to_end(capsys, host_mapping):
     assert rep["throughput_per_s"] > 0 and 0 < rep["latency_p50_s"] <= rep["latency_p99_s"]
     best = min((p for p in doc["points"] if p["strategy"] == "parapipe"),
                key=lambda p: (p["period_s"], p["latency_s"], p["energy_j"]))
-    assert rep["point_id"] == best["id"]
-    assert rep["predicted_throughput_per_s"] == pytest.approx(1 / best["period_s"])
-    assert rep["predicted_latency_s"] == pytest.approx(best["latency_s"])
+    assert rep["point"] == best["id"]
+    assert rep["predicted"]["throughput_per_s"] == pytest.approx(1 / best["period_s"])
+    assert rep["predicted"]["latency_s"] == pytest.approx(best["latency_s"])
+    assert rep["predicted"]["applies"] is True and rep["substituted"] == {}
+    assert 0 < rep["idle_latency_s"] and rep["idle_frames"] == 10
+    # the run is kept in the database's runs table, and 'parapipe runs' exports it
+    code, out, err = run_cli(capsys, "runs", "--db", db, "--json")
+    assert code == 0, err
+    (row,) = json.loads(out)
+    assert row["point"] == best["id"] and row["model"] == "squeezenet" and row["soc"] == "host"
+    assert row["throughput_per_s"] == pytest.approx(rep["throughput_per_s"])
+    assert row["predicted_period_s"] == pytest.approx(best["period_s"]) and row["outputs_match"] is True
+    assert len(row["pu_list"].split(",")) == len(doc["blocks"])
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ from parapipe.deploy.bundle import build_bundle
 from parapipe.deploy.deploy import DeployOptions, deploy_bundle, deploy_mapping, remote_files, upload_bundle
 from parapipe.deploy.host import HostSpec, RemoteHost
 from parapipe.errors import ExecutionError, HostError
-from parapipe.runtime.host_plan import load_host_mapping
+from parapipe.runtime.mapping import load_mapping
 
 NEEDS_TWO_CPUS = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="mappings use CPUs 0, 1")
 pytestmark = [pytest.mark.ssh, pytest.mark.slow, NEEDS_TWO_CPUS]
@@ -72,7 +72,7 @@ def test_deploy_two_stage_inception_v1_outputs_match_and_leaves_nothing(sshd_ser
                                                                         tmp_path, capsys):
     remote = tmp_path / "remote root" / "it's got spaces"  # quoting: spaces and a quote in the remote path
     out = tmp_path / "local out"
-    rc = main(["deploy", "inception_v1", "--mapping", str(inception_mapping), "--point", "p0",
+    rc = main(["deploy", "--python", sys.executable, "--db", "", "inception_v1", "--mapping", str(inception_mapping), "--point", "p0",
                "--host", sshd_server.host, "--identity", str(sshd_server.client_key),
                "--known-hosts", str(sshd_server.known_hosts), "--frames", FRAMES, "--remote-dir", str(remote),
                "--out", str(out), "--json"])
@@ -102,7 +102,7 @@ def test_unknown_host_key_is_refused_before_anything_is_sent(sshd_server, incept
     empty = tmp_path / "known_hosts"
     empty.write_text("")
     remote = tmp_path / "remote"
-    rc = main(["deploy", "inception_v1", "--mapping", str(inception_mapping), "--host", sshd_server.host,
+    rc = main(["deploy", "--python", sys.executable, "--db", "", "inception_v1", "--mapping", str(inception_mapping), "--host", sshd_server.host,
                "--identity", str(sshd_server.client_key), "--known-hosts", str(empty), "--frames", FRAMES,
                "--remote-dir", str(remote), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
@@ -117,7 +117,7 @@ def test_mapping_for_another_soc_is_an_input_error(sshd_server, tmp_path, capsys
     doc = two_stage_doc("squeezenet")
     doc["soc"] = "amlogic_a311d"
     path = write_doc(doc, tmp_path / "pareto.json")
-    rc = main(["deploy", "squeezenet", "--mapping", str(path), "--host", sshd_server.host,
+    rc = main(["deploy", "--python", sys.executable, "--db", "", "squeezenet", "--mapping", str(path), "--host", sshd_server.host,
                "--identity", str(sshd_server.client_key), "--known-hosts", str(sshd_server.known_hosts)])
     err = capsys.readouterr().err
     assert rc == 2 and f"{path}: soc: mapping was computed for SoC 'amlogic_a311d'" in err
@@ -125,7 +125,7 @@ def test_mapping_for_another_soc_is_an_input_error(sshd_server, tmp_path, capsys
 
 
 def test_interrupted_upload_resumes_and_keep_leaves_the_bundle(sshd_server, squeezenet_mapping, tmp_path):
-    mapping = load_host_mapping("squeezenet", str(squeezenet_mapping), "p0")
+    mapping = load_mapping("squeezenet", str(squeezenet_mapping), "p0")
     bundle = build_bundle(mapping, tmp_path / "bundle")
     remote = str(tmp_path / "remote dir")
     folder = os.path.join(remote, bundle.name)
@@ -135,9 +135,9 @@ def test_interrupted_upload_resumes_and_keep_leaves_the_bundle(sshd_server, sque
         assert "models/s0.cpu0.t0.onnx" in half and "models/s1.cpu1.t0.onnx" not in half
         Path(folder, "models", ".s1.cpu1.t0.onnx.part123").write_bytes(b"truncated")
         (tmp_path / "out").mkdir()
-        options = DeployOptions(frames=4, remote_dir=remote, keep=True)
+        options = DeployOptions(python=sys.executable, frames=4, remote_dir=remote, keep=True)
         report = deploy_bundle(host, bundle, tmp_path / "out", options)
-        assert report.report["outputs_match"] is True
+        assert report.report.outputs_match is True
         assert set(half) <= set(report.skipped)
         assert "models/s1.cpu1.t0.onnx" in report.uploaded and "models/s0.cpu0.t0.onnx" not in report.uploaded
         # kept: every bundle file is there (the part file is gone), marked .keep, and matches its digest
@@ -146,8 +146,8 @@ def test_interrupted_upload_resumes_and_keep_leaves_the_bundle(sshd_server, sque
         assert present == {rel: e["sha256"] for rel, e in bundle.manifest["files"].items()} | {
             "manifest.json": present["manifest.json"]}
         # a second deploy of the same bundle sends nothing but finds everything in place
-        again = deploy_bundle(host, bundle, tmp_path / "out", DeployOptions(frames=4, remote_dir=remote))
-        assert again.uploaded == [] and again.report["outputs_match"] is True
+        again = deploy_bundle(host, bundle, tmp_path / "out", DeployOptions(python=sys.executable, frames=4, remote_dir=remote))
+        assert again.uploaded == [] and again.report.outputs_match is True
     assert os.listdir(remote) == []
 
 
@@ -156,25 +156,25 @@ def test_connection_killed_mid_run_is_one_line_and_the_next_deploy_leaves_the_ho
     remote = str(tmp_path / "remote")
     out = tmp_path / "out"
     out.mkdir()
-    first = build_bundle(load_host_mapping("squeezenet", str(squeezenet_mapping), "p0"), tmp_path / "b0")
+    first = build_bundle(load_mapping("squeezenet", str(squeezenet_mapping), "p0"), tmp_path / "b0")
     with RemoteHost(spec_for(sshd_server)) as host:
         def kill_on_first_frames(event):
             if event.get("event") == "progress" and event.get("phase") == "run":
                 host._transport().sock.shutdown(socket.SHUT_RDWR)  # the network goes away mid-run
 
         with pytest.raises(HostError) as info:
-            deploy_bundle(host, first, out, DeployOptions(frames=100_000, remote_dir=remote),
+            deploy_bundle(host, first, out, DeployOptions(python=sys.executable, frames=100_000, remote_dir=remote),
                           on_event=kill_on_first_frames)
     msg = str(info.value)
     assert "\n" not in msg and "connection was lost during the run" in msg and "next 'parapipe deploy'" in msg
     assert os.listdir(remote) == [first.name]  # left behind, until the next deploy
     assert wait_for_no_agents(remote) == []  # the orphaned run ended by itself: its pipe was closed
     # the next deploy (another mapping) removes the stale bundle and its own
-    second = build_bundle(load_host_mapping("squeezenet", str(squeezenet_mapping), "p1"), tmp_path / "b1")
+    second = build_bundle(load_mapping("squeezenet", str(squeezenet_mapping), "p1"), tmp_path / "b1")
     assert second.bundle_id != first.bundle_id
     with RemoteHost(spec_for(sshd_server)) as host:
-        report = deploy_bundle(host, second, out, DeployOptions(frames=4, remote_dir=remote))
-    assert report.removed_stale == [first.name] and report.report["outputs_match"] is True
+        report = deploy_bundle(host, second, out, DeployOptions(python=sys.executable, frames=4, remote_dir=remote))
+    assert report.removed_stale == [first.name] and report.report.outputs_match is True
     assert os.listdir(remote) == []
 
 
@@ -201,13 +201,13 @@ def _make_fail_at_run_time(model: onnx.ModelProto) -> None:
 
 def test_a_failing_stage_ends_the_run_with_a_clear_error_and_nothing_left(sshd_server, squeezenet_mapping,
                                                                           tmp_path):
-    mapping = load_host_mapping("squeezenet", str(squeezenet_mapping), "p0")
+    mapping = load_mapping("squeezenet", str(squeezenet_mapping), "p0")
     (task,) = mapping.plan.stages[1]
     _make_fail_at_run_time(task.model)
     remote = str(tmp_path / "remote")
     with pytest.raises(ExecutionError) as info:
         deploy_mapping(mapping, spec_for(sshd_server), tmp_path / "out",
-                       DeployOptions(frames=4, warmup=0, remote_dir=remote))
+                       DeployOptions(python=sys.executable, frames=4, warmup=0, remote_dir=remote))
     msg = str(info.value)
     assert "\n" not in msg
     assert "RunError" in msg and "stage 1, PU 'cpu1', task 's1.cpu1.t0' failed while running frame 0" in msg
@@ -223,8 +223,8 @@ def test_a_mapping_for_cpus_the_host_lacks_is_refused_before_the_models_are_sent
     path = write_doc(doc, tmp_path / "pareto.json")
     remote = str(tmp_path / "remote")
     with pytest.raises(ExecutionError) as info:
-        deploy_mapping(load_host_mapping("squeezenet", str(path), "p0"), spec_for(sshd_server), tmp_path / "out",
-                       DeployOptions(frames=2, remote_dir=remote))
+        deploy_mapping(load_mapping("squeezenet", str(path), "p0"), spec_for(sshd_server), tmp_path / "out",
+                       DeployOptions(python=sys.executable, frames=2, remote_dir=remote))
     msg = str(info.value)
     assert "pins PUs to CPUs [0, 4095]" in msg and "--soc host" in msg and "\n" not in msg
     assert os.listdir(remote) == []

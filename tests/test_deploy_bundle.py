@@ -20,9 +20,10 @@ from parapipe._paths import data_dir
 from parapipe.deploy.agent_client import AgentClient, AgentRequestError
 from parapipe.deploy.bundle import build_bundle
 from parapipe.errors import InputError
-from parapipe.runtime import PipelineExecutor, PUBinding
-from parapipe.runtime._core import core
-from parapipe.runtime.host_plan import host_bindings, load_host_mapping
+import ppexec
+from ppexec import PUBinding
+from parapipe.runtime.mapping import bindings_for, load_mapping
+from parapipe.mapping import read_pareto
 
 pytestmark = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="host mappings use CPUs 0, 1")
 
@@ -34,7 +35,7 @@ def mapping_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def bundle(mapping_file, tmp_path_factory):
-    return build_bundle(load_host_mapping("squeezenet", str(mapping_file), "p0"),
+    return build_bundle(load_mapping("squeezenet", str(mapping_file), "p0"),
                         tmp_path_factory.mktemp("bundles") / "b")
 
 
@@ -45,10 +46,9 @@ def agent(bundle):
     assert client.close() == 0
 
 
-def test_the_runtime_is_the_executor_core_loaded_from_device_agents():
-    # one implementation: parapipe's classes are the very ones a bundle ships
-    assert PipelineExecutor.__mro__[1] is core.PipelineExecutor and PUBinding is core.PUBinding
-    assert Path(core.__file__).parent == data_dir("device_agents") / "ppexec"
+def test_the_executor_parapipe_imports_is_the_one_bundles_ship():
+    # one implementation: the ppexec package parapipe imports is the folder bundles copy
+    assert Path(ppexec.__file__).parent.resolve() == (data_dir("device_agents") / "ppexec").resolve()
 
 
 def test_manifest_lists_every_file_with_its_sha256_and_the_id_is_content_addressed(bundle, mapping_file,
@@ -67,12 +67,12 @@ def test_manifest_lists_every_file_with_its_sha256_and_the_id_is_content_address
     # same mapping -> same id (an interrupted upload resumes into the same folder); another point -> another
     doc = two_stage_doc("squeezenet", (0.5, 0.3))
     other = write_doc(doc, tmp_path / "pareto.json")
-    again = build_bundle(load_host_mapping("squeezenet", str(other), "p0"), tmp_path / "again")
+    again = build_bundle(load_mapping("squeezenet", str(other), "p0"), tmp_path / "again")
     assert again.bundle_id == bundle.bundle_id
-    different = build_bundle(load_host_mapping("squeezenet", str(other), "p1"), tmp_path / "different")
+    different = build_bundle(load_mapping("squeezenet", str(other), "p1"), tmp_path / "different")
     assert different.bundle_id != bundle.bundle_id and different.name.startswith("bundle-")
     with pytest.raises(InputError, match="not empty"):
-        build_bundle(load_host_mapping("squeezenet", str(other), "p1"), tmp_path / "different")
+        build_bundle(load_mapping("squeezenet", str(other), "p1"), tmp_path / "different")
 
 
 def test_the_bundles_agent_runs_it_with_progress_events_and_matching_outputs(bundle, agent):
@@ -93,7 +93,7 @@ def test_the_bundles_agent_runs_it_with_progress_events_and_matching_outputs(bun
     on_disk = json.loads((bundle.folder / "out" / "report.json").read_text())
     assert on_disk == report
     trace = json.loads((bundle.folder / "out" / "trace.json").read_text())
-    assert len(core.metrics.trace_events_from_chrome(trace)) == 24
+    assert len(ppexec.metrics.trace_events_from_chrome(trace)) == 24
     assert not list(bundle.folder.rglob("__pycache__"))  # the agent leaves no bytecode in the bundle
     # a second request on the same agent works (the lock was released)
     assert agent.request("run_pipeline", timeout_s=60, bundle=str(bundle.folder), frames=2,
@@ -101,7 +101,7 @@ def test_the_bundles_agent_runs_it_with_progress_events_and_matching_outputs(bun
 
 
 def test_a_tampered_file_is_refused_naming_it(mapping_file, tmp_path):
-    b = build_bundle(load_host_mapping("squeezenet", str(mapping_file), "p0"), tmp_path / "b")
+    b = build_bundle(load_mapping("squeezenet", str(mapping_file), "p0"), tmp_path / "b")
     model = b.folder / "models" / "s1.cpu1.t0.onnx"
     data = bytearray(model.read_bytes())
     data[-1] ^= 1
@@ -155,16 +155,21 @@ def test_the_agent_alone_cannot_run_a_bundle_and_says_why(bundle, tmp_path):
         assert plain.request("hello")["ok"]
 
 
-def test_host_pus_must_be_cores():
-    assert host_bindings(["cpu0", "cpu12"]) == {"cpu0": PUBinding(cpus=(0,)), "cpu12": PUBinding(cpus=(12,))}
-    with pytest.raises(InputError, match=r"unknown host PU 'gpu'.*--soc host"):
-        host_bindings(["cpu0", "gpu"], "m.json")
+def test_bindings_come_from_the_profile_in_the_document_and_bind_substitutes(mapping_file):
+    doc = read_pareto(str(mapping_file))
+    point = doc.points[0]
+    bindings, substituted = bindings_for(doc, point)
+    assert bindings == {"cpu0": PUBinding(cpus=(0,)), "cpu1": PUBinding(cpus=(1,))} and substituted == {}
+    bindings, substituted = bindings_for(doc, point, {"cpu1": (0, 1)})
+    assert bindings["cpu1"] == PUBinding(cpus=(0, 1), threads=2) and substituted == {"cpu1": (0, 1)}
+    with pytest.raises(InputError, match=r"--bind: gpu: no PU 'gpu' in SoC 'host'"):
+        bindings_for(doc, point, {"gpu": (0,)})
 
 
 def test_a_stage_computing_something_else_is_caught_though_the_model_output_is_not(mapping_file, tmp_path):
     # stage 0 adds 1 to the tensor it hands on. The light zoo models have constant weights, so the model's own
     # output (a softmax over equal logits) stays the same: only the handed-over tensor shows the error.
-    mapping = load_host_mapping("squeezenet", str(mapping_file), "p0")
+    mapping = load_mapping("squeezenet", str(mapping_file), "p0")
     (task,) = mapping.plan.stages[0]
     graph = task.model.graph
     out = task.outputs[0]

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from deploy_mappings import two_stage_doc, write_doc
-from parapipe.runtime import PipelineExecutor, max_abs_diff, reference_outputs
-from parapipe.runtime.host_plan import load_host_mapping
-from parapipe.runtime.reference import (handed_over_tensors, max_scaled_diff, reference_with_outputs,
-                                        with_outputs)
+from ppexec import PipelineExecutor, max_abs_diff, reference_outputs
+from parapipe.runtime.mapping import load_mapping
+from ppexec.reference import handed_over_tensors, max_scaled_diff, with_outputs
+from parapipe.runtime.reference import reference_with_outputs
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="host mappings use CPUs 0, 1")]
@@ -36,7 +36,7 @@ def rss_bytes() -> int:
 
 def test_500_frames_in_order_identical_and_flat_memory(tmp_path):
     path = write_doc(two_stage_doc("squeezenet"), tmp_path / "p.json")
-    mapping = load_host_mapping("squeezenet", str(path), "p0")
+    mapping = load_mapping("squeezenet", str(path), "p0")
     og = mapping.opgraph
     (name,) = og.inputs
     reference, handed = reference_with_outputs(mapping.loaded.model, og, handed_over_tensors(mapping.plan))

@@ -25,7 +25,7 @@ OPTIONS = ProfileOptions(pus=["cpu0"], warmup=2, repeats=5, blocks=False, transf
 def host_args(server, **overrides):
     options = {"--identity": str(server.client_key), "--known-hosts": str(server.known_hosts)}
     options.update(overrides)
-    args = ["--host", server.host]
+    args = ["--host", server.host, "--python", sys.executable]  # never the login shell's python3
     for key, value in options.items():
         if value is not None:
             args += [key, value]
@@ -39,7 +39,7 @@ def shared_db(sshd_server, tmp_path_factory):
     local = profile_job("squeezenet", "host", path, options=OPTIONS)
     spec = HostSpec.parse(sshd_server.host, identity=sshd_server.client_key,
                           known_hosts=sshd_server.known_hosts)
-    remote = profile_job("squeezenet", "host", path, host=spec, options=OPTIONS)
+    remote = profile_job("squeezenet", "host", path, host=spec, python=sys.executable, options=OPTIONS)
     return path, local, remote, sshd_server
 
 
@@ -70,7 +70,7 @@ def test_remote_times_match_the_local_run_within_noise(shared_db):
 def test_second_remote_run_measures_nothing(shared_db):
     path, _, remote, server = shared_db
     spec = HostSpec.parse(server.host, identity=server.client_key, known_hosts=server.known_hosts)
-    again = profile_job("squeezenet", "host", path, host=spec, options=OPTIONS)
+    again = profile_job("squeezenet", "host", path, host=spec, python=sys.executable, options=OPTIONS)
     assert again.measured == 0 and again.skipped == remote.planned
 
 

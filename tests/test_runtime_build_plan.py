@@ -8,7 +8,8 @@ import pytest
 from parapipe.errors import InputError
 from parapipe.graph.coarsen import coarsen
 from parapipe.graph.opgraph import import_onnx
-from parapipe.runtime import StageSpec, build_plan, max_abs_diff, reference_outputs, run_pipeline
+from ppexec import max_abs_diff, reference_outputs, run_pipeline
+from parapipe.runtime import StageSpec, build_plan
 from runtime_models import CPU_BINDINGS, chain_model, diamond_model, frames
 
 

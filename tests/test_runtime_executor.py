@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 
 from parapipe.errors import ExecutionError, InputError
-from parapipe.runtime import (ExecutionPlan, PipelineExecutor, PUBinding, max_abs_diff, reference_outputs,
-                              run_pipeline, write_chrome_trace)
+from ppexec import ExecutionPlan, PipelineExecutor, PUBinding, max_abs_diff, reference_outputs, run_pipeline, write_chrome_trace
 from runtime_models import (CPU_BINDINGS, chain_model, cut, diamond_model, frames, identity_model,
                             parapipe_threads, reshape_model, task)
-from parapipe.runtime.plan import Task
+from ppexec import Task
 
 pytestmark = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1")
 

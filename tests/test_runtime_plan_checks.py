@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from parapipe.errors import InputError
-from parapipe.runtime import ExecutionPlan, PUBinding, Task, max_abs_diff, reference_outputs, validate_plan
+from ppexec import ExecutionPlan, PUBinding, Task, max_abs_diff, reference_outputs, validate_plan
 from runtime_models import CPU_BINDINGS, chain_model, diamond_model, frames, task
 
 

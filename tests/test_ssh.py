@@ -168,7 +168,7 @@ def test_agent_over_ssh_matches_the_local_agent(host, caplog):
     b64 = model_b64(tiny_conv_model(channels_out=16, size=64))
     body = dict(model_b64=b64, pu={"cpus": [0], "threads": 1}, warmup=3, repeats=15)
     with caplog.at_level(logging.INFO, logger="parapipe.deploy.remote_agent"):
-        agent = host.start_agent()
+        agent = host.start_agent(python=sys.executable)
     assert sum("uploaded the agent" in r.getMessage() for r in caplog.records) == 1
     assert host.sha256(posixpath.join(folder, "agent.py")) == digest
     try:
@@ -189,7 +189,7 @@ def test_agent_over_ssh_matches_the_local_agent(host, caplog):
     assert 0.1 < remote["median_s"] / local["median_s"] < 10
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="parapipe.deploy.remote_agent"):
-        again = host.start_agent()  # same version already there: no upload
+        again = host.start_agent(python=sys.executable)  # same version already there: no upload
     assert not any("uploaded the agent" in r.getMessage() for r in caplog.records)
     assert again.request("hello")["ok"]
     again.close()

@@ -42,7 +42,8 @@ from .errors import DEFAULT_ERRORS
 from .executor import PipelineExecutor
 from .metrics import chrome_trace
 from .plan import PUBinding, plan_from_doc
-from .reference import max_abs_diff, max_scaled_diff, with_outputs
+from .reference import max_abs_diff, max_scaled_diff, with_outputs, within_tolerance
+from .report import RunReport
 from .session import create_session
 
 logger = logging.getLogger(__name__)
@@ -176,10 +177,22 @@ def _host_info() -> Dict[str, Any]:
             "numpy_version": np.__version__, "pid": os.getpid()}
 
 
+def _idle_latency_s(ex: PipelineExecutor, pool: List[Dict[str, np.ndarray]], count: int) -> float:
+    """Median wall time of ``count`` frames sent one at a time through the empty pipeline, s."""
+    times = []
+    for i in range(count):
+        start = time.perf_counter()
+        for _ in ex.run([pool[i % len(pool)]]):
+            pass
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return times[len(times) // 2] if times else 0.0
+
+
 def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, distinct_frames: int = 8,
                atol: float = 1e-5, rtol: float = 1e-5, progress_interval_s: float = 0.5,
                emit: Optional[Callable[[Dict[str, Any]], None]] = None, verify: bool = True,
-               lock_wait_s: float = 30.0, errors=DEFAULT_ERRORS) -> Dict[str, Any]:
+               lock_wait_s: float = 30.0, idle_frames: int = 10, errors=DEFAULT_ERRORS) -> RunReport:
     """Run the bundle in ``folder``: ``warmup`` + ``frames`` frames through its plan, outputs checked.
 
     Parameters
@@ -194,11 +207,10 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
         Seed of the frames (:func:`make_frames`).
     distinct_frames : int
         Distinct frames fed cyclically (>= 1); the unsplit model runs once on each.
-    atol : float
-        Largest absolute difference to the unsplit model's outputs that still counts as a match.
-    rtol : float
-        Largest difference of a handed-over tensor, relative to its largest magnitude, that still counts as a
-        match.
+    atol, rtol : float
+        A tensor (model output or handed-over tensor) matches the unsplit model's when
+        ``max|out - ref| <= atol + rtol * max|ref|``, both widened to the tensor's dtype
+        (:func:`.reference.dtype_tolerance`: an fp16 tensor one ulp off matches; integers must be equal).
     progress_interval_s : float
         Least seconds between two progress events.
     emit : callable(dict), optional
@@ -209,22 +221,23 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
         Check every file's SHA-256 against the manifest first.
     lock_wait_s : float
         How long to wait for another process that holds the bundle.
+    idle_frames : int
+        Frames sent one at a time through the empty pipeline after the measured run, for ``idle_latency_s``
+        (0 to skip; at most ``frames``).
     errors : ErrorKinds
 
     Returns
     -------
-    dict
-        The report (also written to ``out/report.json``; the Chrome trace to ``out/trace.json``):
-        ``frames``, ``throughput_per_s``, ``latency_p50_s``/``p90``/``p99``, ``wall_s``, ``stage_busy_s``,
-        ``pu_busy_s``, ``pu_utilisation``, ``outputs_match``, ``max_abs_diff`` (model outputs),
-        ``checked_tensors``, ``max_scaled_diff`` (handed-over tensors), ``predicted_*``, ``host``...
+    RunReport
+        Also written to ``out/report.json``; the Chrome trace of the loaded run to ``out/trace.json``.
 
     Raises
     ------
     PlanError, PipelineError (or ``errors``' types)
         A bad bundle or option; a failed stage (naming stage, PU and task).
     """
-    counts = (("frames", frames, 1), ("warmup", warmup, 0), ("distinct_frames", distinct_frames, 1))
+    counts = (("frames", frames, 1), ("warmup", warmup, 0), ("distinct_frames", distinct_frames, 1),
+              ("idle_frames", idle_frames, 0))
     for name, value, low in counts:
         if int(value) < low:
             raise errors.input("run_pipeline", name, "must be >= %d, got %r" % (low, value),
@@ -259,6 +272,7 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
             reference.append(dict(zip(plan.model_outputs, values)))
         del ref_session
         worst = scaled = 0.0
+        matched = True
         with PipelineExecutor(plan, errors=errors) as ex:
             progress("start", 0, force=True)
             if warmup:
@@ -270,26 +284,28 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
                 worst = max(worst, max_abs_diff([{n: out[n] for n in outputs}],
                                                 [{n: ref[n] for n in outputs}]))
                 scaled = max(scaled, max_scaled_diff(out, ref, checked))
+                matched = matched and within_tolerance(out, ref, outputs + checked, atol, rtol)
                 progress("run", i + 1, rate=(i + 1) / max(time.perf_counter() - run_start, 1e-9))
             metrics = ex.metrics
+            progress("idle", frames, force=True, rate=metrics.throughput_per_s)
+            idle_count = min(int(idle_frames), int(frames))
+            idle_s = _idle_latency_s(ex, pool, idle_count)
         progress("done", frames, force=True, rate=metrics.throughput_per_s)
-        predicted = doc.get("predicted") or {}
-        report = {
-            "bundle_id": manifest.get("bundle_id"), "model": doc.get("model"), "point": doc.get("point"),
-            "frames": metrics.frames, "warmup": warmup, "seed": seed, "distinct_frames": distinct_frames,
-            "stages": len(plan.stages), "throughput_per_s": metrics.throughput_per_s,
-            "wall_s": metrics.wall_s,
-            "latency_p50_s": metrics.latency_p50_s, "latency_p90_s": metrics.latency_p90_s,
-            "latency_p99_s": metrics.latency_p99_s, "stage_busy_s": list(metrics.stage_busy_s),
-            "pu_busy_s": dict(metrics.pu_busy_s), "pu_utilisation": dict(metrics.pu_utilisation),
-            "predicted_throughput_per_s": predicted.get("throughput_per_s"),
-            "predicted_latency_s": predicted.get("latency_s"),
-            "outputs_match": bool(worst <= atol and scaled <= rtol), "max_abs_diff": worst, "atol": atol,
-            "checked_tensors": len(checked), "max_scaled_diff": scaled, "rtol": rtol,
-            "host": _host_info(), "report_file": REPORT, "trace_file": TRACE,
-        }
+        predicted = dict(doc.get("predicted") or {})
+        substituted = {str(k): [int(c) for c in v] for k, v in (doc.get("substituted") or {}).items()}
+        predicted["applies"] = not substituted
+        report = RunReport(
+            model=doc.get("model") or {}, point=str(doc.get("point")), frames=metrics.frames, warmup=warmup,
+            stages=len(plan.stages), throughput_per_s=metrics.throughput_per_s, wall_s=metrics.wall_s,
+            latency_p50_s=metrics.latency_p50_s, latency_p90_s=metrics.latency_p90_s,
+            latency_p99_s=metrics.latency_p99_s, idle_latency_s=idle_s, idle_frames=idle_count,
+            stage_busy_s=list(metrics.stage_busy_s), pu_busy_s=dict(metrics.pu_busy_s),
+            pu_utilisation=dict(metrics.pu_utilisation), outputs_match=bool(matched), max_abs_diff=worst,
+            checked_tensors=len(checked), max_scaled_diff=scaled, atol=float(atol), rtol=float(rtol),
+            predicted=predicted, substituted=substituted, bindings=doc.get("bindings") or {},
+            host=_host_info(), bundle_id=manifest.get("bundle_id"), report_file=REPORT, trace_file=TRACE)
         _write_json_atomic(chrome_trace(metrics), os.path.join(folder, *TRACE.split("/")))
-        _write_json_atomic(report, os.path.join(folder, *REPORT.split("/")))
+        _write_json_atomic(report.to_json(), os.path.join(folder, *REPORT.split("/")))
         return report
 
 

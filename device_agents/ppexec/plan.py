@@ -37,6 +37,8 @@ class PUBinding:
     threads: int = 1
     provider: str = "CPUExecutionProvider"
     provider_options: dict = field(default_factory=dict)
+    runtime: str = "onnxruntime"
+    runtime_options: dict = field(default_factory=dict)
 
 
 @dataclass

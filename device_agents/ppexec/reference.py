@@ -128,3 +128,36 @@ def max_scaled_diff(out: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray]
         scale = float(np.max(np.abs(values))) if numeric else 0.0
         worst = max(worst, diff / scale if scale > 0 and np.isfinite(scale) else diff)
     return worst
+
+
+def dtype_tolerance(dtype, atol: float, rtol: float):
+    """``(atol, rtol)`` for comparing tensors of ``dtype``: exact for integers and booleans; for floats at least
+    two units of the dtype's resolution (``2 * finfo(dtype).eps`` relative, ``finfo(dtype).tiny`` absolute), so
+    an fp16 output one ulp off still matches while fp32 keeps the requested ``atol``/``rtol``."""
+    dt = np.dtype(dtype)
+    if dt.kind not in "fc":
+        return 0.0, 0.0
+    info = np.finfo(dt)
+    return max(float(atol), float(info.tiny)), max(float(rtol), 2.0 * float(info.eps))
+
+
+def within_tolerance(out: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], names: Sequence[str],
+                     atol: float, rtol: float) -> bool:
+    """Whether every tensor ``names`` of one frame matches: ``max|out - ref| <= atol_d + rtol_d * max|ref|``
+    with ``(atol_d, rtol_d) = dtype_tolerance(ref dtype, atol, rtol)`` (equal shapes and dtypes required;
+    NaNs must sit in the same places)."""
+    for name in names:
+        a, r = np.asarray(out[name]), np.asarray(ref[name])
+        if a.shape != r.shape or a.dtype != r.dtype:
+            return False
+        if r.size == 0:
+            continue
+        tol_a, tol_r = dtype_tolerance(r.dtype, atol, rtol)
+        diff = max_abs_diff([{name: a}], [{name: r}])
+        numeric = np.issubdtype(r.dtype, np.number)
+        scale = float(np.nanmax(np.abs(r.astype(np.float64)))) if numeric and np.isfinite(diff) else 0.0
+        if not np.isfinite(scale):
+            scale = 0.0
+        if not diff <= tol_a + tol_r * scale:
+            return False
+    return True

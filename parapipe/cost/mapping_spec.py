@@ -34,8 +34,9 @@ def parse_pu_list(problem: MappingProblem, text: str, source: str = "--mapping")
     return mapping_from_pu_list(problem, idx)
 
 
-def mapping_from_point(problem: MappingProblem, point: Dict[str, Any], source: str) -> Mapping:
-    """Mapping from a pareto.json point (its ``mapping.stages`` with ``pus``, ``assignment``, ``order``).
+def mapping_from_point(problem: MappingProblem, point: Any, source: str) -> Mapping:
+    """Mapping from a pareto.json point (a :class:`parapipe.mapping.Point`: stages with ``pus``, ``blocks``,
+    ``assignment``, ``order``).
 
     Raises
     ------
@@ -45,12 +46,12 @@ def mapping_from_point(problem: MappingProblem, point: Dict[str, Any], source: s
     index = {b: i for i, b in enumerate(problem.block_names)}
     stages: List[StageMapping] = []
     start = 0
-    for s, st in enumerate(point["mapping"]["stages"]):
-        where = f"points[{point.get('id')}].mapping.stages[{s}]"
+    for s, st in enumerate(point.stages):
+        where = f"points[{point.id}].mapping.stages[{s}]"
         try:
-            blocks = [index[b] for b in st["blocks"]]
-            pus = tuple(sorted(problem.pu_names.index(p) for p in st["pus"]))
-            assign = {index[b]: problem.pu_names.index(p) for b, p in st.get("assignment", {}).items()}
+            blocks = [index[b] for b in st.blocks]
+            pus = tuple(sorted(problem.pu_names.index(p) for p in st.pus))
+            assign = {index[b]: problem.pu_names.index(p) for b, p in st.assignment.items()}
         except (KeyError, ValueError) as exc:
             raise input_error(source, where, f"unknown block or PU {exc}", "evaluate the mapping on the model "
                               "and SoC it was computed for") from None
@@ -60,7 +61,7 @@ def mapping_from_point(problem: MappingProblem, point: Dict[str, Any], source: s
         stop = start + len(blocks)
         if len(pus) == 1 and not assign:
             assign = {v: pus[0] for v in blocks}
-        order = tuple(index[b] for b in st.get("order", [])) or None
+        order = tuple(index[b] for b in st.order) or None
         stages.append(StageMapping(start, stop, pus, tuple(assign[v] for v in range(start, stop)), order))
         start = stop
     if start != problem.n_blocks:

@@ -20,19 +20,22 @@ from typing import Any, Dict
 
 import onnx
 
+import ppexec
+from ppexec import bundle_run
+from ppexec.reference import handed_over_tensors
+
 from parapipe import __version__
 from parapipe._paths import data_dir
 from parapipe.errors import input_error
-from parapipe.runtime._core import core
-from parapipe.runtime.host_plan import HostMapping
-from parapipe.runtime.reference import handed_over_tensors, reference_with_outputs
+from parapipe.runtime.mapping import LoadedMapping
+from parapipe.runtime.reference import reference_with_outputs
 
 log = logging.getLogger(__name__)
 
-MANIFEST = core.bundle_run.MANIFEST
-PLAN = core.bundle_run.PLAN
+MANIFEST = bundle_run.MANIFEST
+PLAN = bundle_run.PLAN
 REFERENCE = "reference.onnx"
-BUNDLE_PREFIX = core.bundle_run.BUNDLE_PREFIX
+BUNDLE_PREFIX = bundle_run.BUNDLE_PREFIX
 #: Version of manifest.json.
 MANIFEST_SCHEMA_VERSION = 1
 #: Hex digits of the bundle id (64 bits: collisions between bundles on one board are not a concern).
@@ -63,6 +66,11 @@ class Bundle:
         """Folder name of the bundle on a host: ``bundle-<id>``."""
         return f"{BUNDLE_PREFIX}{self.bundle_id}"
 
+    def bindings(self) -> Dict[str, Any]:
+        """The plan's PU bindings (:class:`ppexec.PUBinding` by PU), read back from ``plan.json``."""
+        doc = json.loads((self.folder / PLAN).read_text())
+        return ppexec.plan_from_doc(doc, str(self.folder), PLAN).bindings
+
     @property
     def nbytes(self) -> int:
         """Total size of the files listed in the manifest."""
@@ -70,7 +78,7 @@ class Bundle:
 
 
 def _sha256(path: Path) -> str:
-    return core.bundle_run.sha256_file(str(path))
+    return bundle_run.sha256_file(str(path))
 
 
 def _safe_name(name: str) -> str:
@@ -98,14 +106,14 @@ def _copy_runtime(dest: Path) -> None:
         shutil.copyfile(source, dest / "ppexec" / source.name)
 
 
-def build_bundle(mapping: HostMapping, dest: Path) -> Bundle:
+def build_bundle(mapping: LoadedMapping, dest: Path) -> Bundle:
     """Write the bundle of ``mapping`` into the empty or new folder ``dest``.
 
     Parameters
     ----------
-    mapping : HostMapping
-        From :func:`parapipe.runtime.host_plan.load_host_mapping` (its plan's task models may be edited
-        before, e.g. by tests).
+    mapping : LoadedMapping
+        From :func:`parapipe.runtime.mapping.load_mapping` (its plan's task models may be edited before, e.g.
+        by tests).
     dest : Path
         Folder to write (created; must be empty if it exists).
 
@@ -136,16 +144,18 @@ def build_bundle(mapping: HostMapping, dest: Path) -> Bundle:
     og = mapping.opgraph
     reference, checked = reference_with_outputs(mapping.loaded.model, og, handed_over_tensors(mapping.plan))
     _write_model(reference, dest / REFERENCE, "reference")
-    plan_doc = core.plan_to_doc(mapping.plan, model_files)
+    plan_doc = ppexec.plan_to_doc(mapping.plan, model_files)
     plan_doc.update({
         "inputs": {n: {"shape": [int(d) for d in og.tensors[n].shape], "dtype": str(og.tensors[n].dtype)}
                    for n in mapping.plan.model_inputs},
         "check_tensors": checked,
         "reference_model": REFERENCE,
         "predicted": {"throughput_per_s": mapping.predicted_throughput_per_s,
-                      "latency_s": mapping.predicted_latency_s, "period_s": float(mapping.point["period_s"])},
+                      "latency_s": mapping.predicted_latency_s, "period_s": float(mapping.point.period_s)},
+        "substituted": {pu: list(cpus) for pu, cpus in mapping.substituted.items()},
+        "soc": {"name": mapping.doc.soc.name, "sha256": mapping.doc.soc.sha256},
         "model": {"name": mapping.loaded.name, "sha256": mapping.loaded.sha256},
-        "point": mapping.point["id"],
+        "point": mapping.point.id,
     })
     (dest / PLAN).write_text(json.dumps(plan_doc, indent=1, sort_keys=True) + "\n")
     files = {}

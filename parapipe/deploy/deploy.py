@@ -1,11 +1,14 @@
-"""``parapipe deploy``: run one host mapping on an SSH host through the agent, and bring the results back.
+"""``parapipe deploy``: run one mapping on an SSH host (a board) through the agent, and bring the results back.
 
 Steps (each remote command shell-quoted, host-key checking on, every wait bounded):
 
-1. build the bundle locally (:func:`parapipe.deploy.bundle.build_bundle`);
+1. build the bundle locally (:func:`parapipe.deploy.bundle.build_bundle`), every PU bound as the mapping's SoC
+   profile says (or substituted with ``--bind``);
 2. connect, check Python/numpy/onnxruntime on the host;
-3. upload the agent and the executor core into ``<remote_dir>/bundle-<id>/``, start the agent from there and
-   let it remove stale bundles (left by a dropped connection: their lock is free) under ``<remote_dir>``;
+3. upload the agent and the executor core into ``<remote_dir>/bundle-<id>/``, start the agent from there, check
+   the board's facts (its ``hello``: allowed CPUs, runtimes, ONNX Runtime providers) against every PU of the
+   plan (:func:`parapipe.runtime.facts.check_board`) before any model is uploaded, and let it remove stale
+   bundles (left by a dropped connection: their lock is free) under ``<remote_dir>``;
 4. upload the rest: a file whose SHA-256 already matches on the host is skipped (an interrupted upload
    resumes), a file the manifest does not list (an interrupted upload's temporary) is removed;
 5. run the plan through the agent's ``run_pipeline`` op, which verifies every file against the manifest and
@@ -36,7 +39,8 @@ from parapipe.deploy.hostspec import HostSpec
 from parapipe.deploy.remote_agent import check_python
 from parapipe.deploy.upload import fetch, remote_abs, remote_files, remove_strays, upload_bundle
 from parapipe.errors import ExecutionError, HostError, input_error
-from parapipe.runtime._core import core
+from parapipe.runtime.facts import check_board, facts_from_probe, facts_probe
+from ppexec import RunReport, bundle_run
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +79,8 @@ class DeployOptions:
         Folder of bundles on the host (absolute, ``~/...`` or relative to the remote home).
     python : str
         Interpreter on the host.
+    idle_frames : int
+        Frames sent one at a time through the empty pipeline after the run, for the idle latency.
     progress_interval_s : float
         Least seconds between two progress events from the host.
     silence_timeout_s : float
@@ -97,6 +103,7 @@ class DeployOptions:
     keep: bool = False
     remote_dir: str = DEFAULT_REMOTE_DIR
     python: str = "python3"
+    idle_frames: int = 10
     progress_interval_s: float = 0.5
     silence_timeout_s: float = 120.0
     clean_wait_s: float = 10.0
@@ -115,10 +122,8 @@ class DeployReport:
     bundle_id : str
     remote_folder : str
         Bundle folder on the host (removed unless ``kept``).
-    report : dict
-        The host's run report (``device_agents/ppexec/bundle_run.py``): ``throughput_per_s``,
-        ``latency_p50_s``, ``latency_p99_s``, ``predicted_throughput_per_s``, ``predicted_latency_s``,
-        ``outputs_match``, ``max_abs_diff``, per-stage and per-PU figures, ``host``.
+    report : ppexec.RunReport
+        The host's run report (measured next to predicted figures, outputs check, board facts).
     report_path, trace_path : Path
         Local copies of the report and the Chrome trace.
     uploaded, skipped : list of str
@@ -132,7 +137,7 @@ class DeployReport:
     host: str
     bundle_id: str
     remote_folder: str
-    report: Dict[str, Any]
+    report: RunReport
     report_path: Path
     trace_path: Path
     uploaded: List[str] = field(default_factory=list)
@@ -142,7 +147,7 @@ class DeployReport:
 
     def to_json(self) -> Dict[str, Any]:
         """The report's figures plus where things went (JSON-ready)."""
-        doc = dict(self.report)
+        doc = self.report.to_json()
         doc["deploy"] = {"host": self.host, "bundle_id": self.bundle_id, "remote_folder": self.remote_folder,
                          "report_path": str(self.report_path), "trace_path": str(self.trace_path),
                          "uploaded": self.uploaded, "skipped": self.skipped,
@@ -154,7 +159,7 @@ Progress = Optional[Callable[[Dict[str, Any]], None]]
 
 
 def _check_options(options: DeployOptions) -> None:
-    for name, low in (("frames", 1), ("warmup", 0), ("distinct_frames", 1)):
+    for name, low in (("frames", 1), ("warmup", 0), ("distinct_frames", 1), ("idle_frames", 0)):
         value = getattr(options, name)
         if not isinstance(value, int) or value < low:
             raise input_error(f"--{name.replace('_', '-')}", None,
@@ -176,18 +181,6 @@ def _lost(host: RemoteHost, phase: str, exc: BaseException) -> HostError:
                      "with it, and the next 'parapipe deploy' to this host removes what it left")
 
 
-def _check_cpus(host: RemoteHost, bundle: Bundle, hello: Dict[str, Any]) -> None:
-    """Refuse a plan pinned to CPUs the host does not offer (a mapping made on another kind of machine)."""
-    plan = json.loads((bundle.folder / PLAN).read_text())
-    wanted = sorted({c for b in plan["bindings"].values() for c in (b.get("cpus") or [])})
-    offered = hello.get("cpus_allowed") or []
-    missing = sorted(set(wanted) - set(offered))
-    if missing:
-        raise ExecutionError(f"{host.spec}: the mapping pins PUs to CPUs {wanted}, but the host offers "
-                             f"{offered}; compute the mapping with 'parapipe optimize MODEL --soc host' on a "
-                             "machine like this host")
-
-
 def _finish(host: RemoteHost, folder: str, keep: bool, timeout_s: float) -> None:
     """Remove the bundle folder, or mark it kept; never raises (the connection may be gone)."""
     if not host.is_connected():
@@ -195,7 +188,7 @@ def _finish(host: RemoteHost, folder: str, keep: bool, timeout_s: float) -> None
         return
     try:
         if keep:
-            with host.sftp().open(posixpath.join(folder, core.bundle_run.KEEP), "w") as handle:
+            with host.sftp().open(posixpath.join(folder, bundle_run.KEEP), "w") as handle:
                 handle.write(b"kept by parapipe deploy --keep\n")
             log.info("kept %s on %s", folder, host.spec)
         else:
@@ -211,7 +204,7 @@ def deploy_mapping(mapping, spec: HostSpec, out_dir: Path, options: Optional[Dep
 
     Parameters
     ----------
-    mapping : parapipe.runtime.host_plan.HostMapping
+    mapping : parapipe.runtime.mapping.LoadedMapping
     spec, out_dir, options, on_event
         As for :func:`deploy`.
     """
@@ -263,6 +256,10 @@ def deploy_bundle(host: RemoteHost, bundle: Bundle, out_dir: Path, options: Opti
     phase = "the checks"
     try:
         check_python(host, options.python, timeout)
+        phase = "the board check"
+        rc, output = host.exec([options.python, *facts_probe()], timeout_s=timeout)
+        facts = facts_from_probe(output, str(host.spec))
+        check_board(bundle.bindings(), facts, str(host.spec))  # before anything is uploaded
         root = remote_abs(host, options.remote_dir)
         folder = posixpath.join(root, bundle.name)
     except HostError as exc:
@@ -283,7 +280,6 @@ def deploy_bundle(host: RemoteHost, bundle: Bundle, out_dir: Path, options: Opti
         if "run_pipeline" not in hello.get("ops", []):
             raise HostError(f"{host.spec}: the agent in {folder!r} has no run_pipeline op; remove that "
                             "folder and deploy again")
-        _check_cpus(host, bundle, hello)
         cleaned = agent.request("clean", timeout_s=timeout + options.clean_wait_s * 8, root=root,
                                 keep=[bundle.name], wait_s=options.clean_wait_s)
         if cleaned["removed"]:
@@ -297,13 +293,17 @@ def deploy_bundle(host: RemoteHost, bundle: Bundle, out_dir: Path, options: Opti
         reply = agent.request("run_pipeline", timeout_s=options.silence_timeout_s, on_event=emit,
                               bundle=folder, frames=options.frames, warmup=options.warmup, seed=options.seed,
                               distinct_frames=options.distinct_frames, atol=float(options.atol),
-                              rtol=float(options.rtol),
+                              rtol=float(options.rtol), idle_frames=options.idle_frames,
                               progress_interval_s=float(options.progress_interval_s))
-        report = reply["report"]
+        try:
+            report = RunReport.from_json(reply["report"])
+        except ValueError as exc:
+            raise HostError(f"{host.spec}: the agent's report is unreadable ({exc}); deploy again with the "
+                            "agent of this parapipe version") from None
         phase = "the fetch of the results"
         report_path, trace_path = out_dir / "report.json", out_dir / "trace.json"
-        fetch(host, posixpath.join(folder, report["report_file"]), report_path)
-        fetch(host, posixpath.join(folder, report["trace_file"]), trace_path)
+        fetch(host, posixpath.join(folder, report.report_file), report_path)
+        fetch(host, posixpath.join(folder, report.trace_file), trace_path)
         agent.close(timeout_s=timeout)
         agent = None
         return DeployReport(str(host.spec), bundle.bundle_id, folder, report, report_path, trace_path,
@@ -321,15 +321,17 @@ def deploy_bundle(host: RemoteHost, bundle: Bundle, out_dir: Path, options: Opti
 
 
 def deploy(model: str, mapping_path: str, point: str, spec: HostSpec, out_dir: Path,
-           options: Optional[DeployOptions] = None, on_event: Progress = None) -> DeployReport:
-    """Run one point of a host mapping on an SSH host and fetch its report and trace.
+           options: Optional[DeployOptions] = None, on_event: Progress = None,
+           binds: Optional[Dict[str, Any]] = None) -> DeployReport:
+    """Run one point of a mapping on an SSH host and fetch its report and trace.
 
     Parameters
     ----------
     model : str
         Registry name or .onnx path.
     mapping_path : str
-        pareto.json computed with ``parapipe optimize MODEL --soc host`` on a machine like the host.
+        pareto.json computed with ``parapipe optimize`` for the host's SoC profile (a bundled board, a profile
+        YAML, or ``host`` measured on a machine like it).
     point : str
         Point id or ``best-throughput`` | ``best-latency`` | ``best-energy``.
     spec : HostSpec
@@ -338,6 +340,8 @@ def deploy(model: str, mapping_path: str, point: str, spec: HostSpec, out_dir: P
     out_dir : Path
         Local folder for ``report.json`` and ``trace.json`` (created).
     options : DeployOptions, optional
+    binds : dict of str to sequence of int, optional
+        PUs to run on these CPUs of the host with the CPU provider instead of their profile binding.
     on_event : callable(dict), optional
         Receives progress: ``{"event": "bundle" | "connected" | "upload" | "clean" | "uploaded" |
         "progress", ...}`` (``progress`` events come from the host: ``phase``, ``frames_done``, ``frames``,
@@ -350,16 +354,17 @@ def deploy(model: str, mapping_path: str, point: str, spec: HostSpec, out_dir: P
     Raises
     ------
     InputError
-        Bad mapping (model sha256, SoC other than ``host``, unknown point), bad options, missing identity
-        file.
+        Bad mapping (model sha256, unknown point, inconsistent document), bad options or ``binds``, missing
+        identity file; a board that lacks what a PU needs (CPUs, runtime, provider), before any model is
+        uploaded.
     HostError
         Unreachable host, unknown or changed host key, no Python/onnxruntime, lost connection (one line).
     ExecutionError
         The run failed on the host (a stage raised: the message names stage, PU and task).
     """
-    from parapipe.runtime.host_plan import load_host_mapping
+    from parapipe.runtime.mapping import load_mapping
 
-    mapping = load_host_mapping(model, mapping_path, point)
+    mapping = load_mapping(model, mapping_path, point, binds)
     return deploy_mapping(mapping, spec, out_dir, options, on_event)
 
 
@@ -385,5 +390,6 @@ def describe_event(event: Dict[str, Any]) -> Optional[str]:
             return f"run done: {event['frames']} frames, {event.get('throughput_per_s', 0.0):.1f} inf/s"
         return {"verify": "checking the bundle's SHA-256 on the host",
                 "reference": "running the unsplit model for the output check",
-                "start": "pipeline started"}.get(phase)
+                "start": "pipeline started",
+                "idle": "measuring the idle latency (one frame at a time)"}.get(phase)
     return None

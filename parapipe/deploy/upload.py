@@ -19,15 +19,15 @@ import paramiko
 from parapipe.deploy.bundle import MANIFEST, Bundle
 from parapipe.deploy.host import RemoteHost
 from parapipe.errors import HostError
-from parapipe.runtime._core import core
+from ppexec import bundle_run
 
 log = logging.getLogger(__name__)
 
 __all__ = ["remote_abs", "remote_files", "upload_bundle", "remove_strays", "fetch"]
 
 #: Files of a bundle folder that are not in the manifest and stay: the lock, the keep mark, the run's output.
-_NOT_BUNDLE_FILES = (core.bundle_run.LOCK, core.bundle_run.KEEP)
-_OUT_PREFIX = core.bundle_run.OUT_DIR + "/"
+_NOT_BUNDLE_FILES = (bundle_run.LOCK, bundle_run.KEEP)
+_OUT_PREFIX = bundle_run.OUT_DIR + "/"
 
 Progress = Optional[Callable[[Dict[str, Any]], None]]
 
@@ -114,7 +114,7 @@ def upload_bundle(host: RemoteHost, bundle: Bundle, folder: str, present: Dict[s
         wanted.append(MANIFEST)
     uploaded, skipped = [], []
     digests = dict((rel, files[rel]["sha256"]) for rel in files)
-    digests[MANIFEST] = core.bundle_run.sha256_file(str(bundle.folder / MANIFEST))
+    digests[MANIFEST] = bundle_run.sha256_file(str(bundle.folder / MANIFEST))
     folders = set()
     for i, rel in enumerate(wanted):
         if present.get(rel) == digests[rel]:

@@ -9,7 +9,7 @@ machine, so the powers are placeholders (:data:`PLACEHOLDER_ACTIVE_POWER_W` and 
 
 :func:`measure_host` also times every block of a :class:`~parapipe.graph.coarsen.BlockGraph` the way the
 pipelined executor runs it: the block's sub-model (:func:`~parapipe.graph.extract.extract_submodel`) in an
-ORT session made by :func:`parapipe.runtime.session.create_session` (one thread, no spinning,
+ORT session made by :func:`ppexec.session.create_session` (one thread, no spinning,
 ``ORT_ENABLE_ALL``) on a thread pinned to one core, fed seeded random inputs of the block's shapes and dtypes.
 The cores of one machine are taken as identical: each block is measured on the first allowed core only and
 that time is used for every PU. These measured times replace the roofline wherever the cost model has them
@@ -27,18 +27,20 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import onnxruntime as ort
 
+from ppexec import PUBinding
+from ppexec.session import create_session
+
 from parapipe.errors import ExecutionError, input_error
 from parapipe.graph.coarsen import Block, BlockGraph
 from parapipe.graph.extract import extract_submodel
 from parapipe.graph.opgraph import OpGraph
 from parapipe.profiling.db import ProfileDB
 from parapipe.profiling.records import Measurement, utc_now_iso
-from parapipe.runtime.plan import PUBinding
 from parapipe.profiling.machine import (_copy_bandwidth, _frequency_hz, _gemm_and_overhead, _on_cpu, _timed,
                                         allowed_cpus, measure_transfer)
-from parapipe.runtime.session import create_session
 from parapipe.soc.op_classes import OP_CLASSES
 from parapipe.soc.profile import PU, Provenance, SoC
+from parapipe.soc.resolve import HOST_SOC
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ __all__ = ["HostProfile", "host_soc", "measure_host", "block_signature", "measur
            "HOST_SOC_NAME"]
 
 #: SoC name of the measured profile (reserved: soc_profiles/README.md forbids a bundled host.yaml).
-HOST_SOC_NAME = "host"
+HOST_SOC_NAME = HOST_SOC
 #: Placeholder powers, W: no power meter can be read on this machine. 5 W per busy core, 1 W idle and 10 W for
 #: the rest of the system are parapipe's round guesses for a server core, not measurements.
 PLACEHOLDER_ACTIVE_POWER_W = 5.0
@@ -198,7 +200,7 @@ def measure_host(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optiona
 
     Each distinct block (by :func:`block_signature`) is run ``warmup`` times, then timed ``repeats`` times
     with ``time.perf_counter`` in one thread pinned to the first allowed core, in a session made exactly as
-    the executor makes it (:func:`parapipe.runtime.session.create_session`, one thread); the median is its
+    the executor makes it (:func:`ppexec.session.create_session`, one thread); the median is its
     time on every PU (the cores are taken as identical).
 
     Parameters

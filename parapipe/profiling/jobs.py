@@ -19,6 +19,7 @@ from parapipe.errors import input_error
 from parapipe.profiling.catalog import Catalog
 from parapipe.profiling.db import ProfileDB
 from parapipe.soc.profile import SoC
+from parapipe.soc.resolve import HOST_SOC, resolve_soc
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +27,6 @@ __all__ = ["HOST_SOC", "load_graph", "with_batch", "resolve_soc", "profile_job",
            "CalibrateResult",
            "import_job", "detect_job"]
 
-#: ``--soc`` value for the machine the agent runs on (one PU per core; see :mod:`parapipe.profiling.host`).
-HOST_SOC = "host"
 Progress = Optional[Callable[[int, int], None]]
 
 
@@ -87,25 +86,6 @@ def load_graph(model: str, batch: Optional[int] = None, max_blocks: Optional[int
         raise input_error(source, "--batch", f"the model does not run at batch {batch} "
                           f"({' '.join(str(exc).split())[:200]})", "profile it at batch 1") from None
     return lm, og, coarsen(og, max_blocks=max_blocks)
-
-
-def resolve_soc(spec: str, runner=None) -> SoC:
-    """The SoC profile for ``--soc``: ``host`` (this machine with a local agent: measured by
-    :func:`parapipe.profiling.host.host_soc`; a remote agent's machine:
-    :func:`parapipe.profiling.detect.detect_soc` per core, named ``host@<user@address:port>``), or a bundled
-    name / YAML path.
-    """
-    if spec != HOST_SOC:
-        from parapipe.soc.loader import load_soc
-
-        return load_soc(spec)
-    if runner is None or runner.host == "local":
-        from parapipe.profiling.host import host_soc
-
-        return host_soc()
-    from parapipe.profiling.detect import detect_soc
-
-    return detect_soc(runner, name=f"{HOST_SOC}@{runner.host}", per_core=True)
 
 
 def _check_db(path) -> Optional[ProfileDB]:

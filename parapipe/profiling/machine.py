@@ -18,8 +18,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from parapipe.errors import ExecutionError, input_error
-from parapipe.runtime.plan import PUBinding
-from parapipe.runtime.session import pin_current_thread, session_options
+from ppexec import PUBinding
+from ppexec.session import pin_current_thread, session_options
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -1,18 +1,15 @@
-"""Pipelined execution of mappings with ONNX Runtime: per-PU sub-models, pinned worker threads, metrics.
+"""The computer side of running a mapping: plans of per-PU sub-models, bindings, the board-facts check, runs.
 
-- :mod:`~parapipe.runtime.plan`: :class:`PUBinding`, :class:`Task`, :class:`ExecutionPlan`,
-  :class:`StageSpec`, :func:`build_plan`, :func:`validate_plan`.
-- :mod:`~parapipe.runtime.executor`: :class:`PipelineExecutor`, :func:`run_pipeline`.
-- :mod:`~parapipe.runtime.metrics`: :class:`RunMetrics`, :class:`TraceEvent`, :func:`write_chrome_trace`.
-- :mod:`~parapipe.runtime.reference`: :func:`reference_outputs`, :func:`max_abs_diff`.
+The executor itself is the package :mod:`ppexec` (``device_agents/ppexec``: the same files run on boards inside
+deploy bundles); import it directly. Here:
+
+- :mod:`~parapipe.runtime.plan`: :class:`StageSpec`, :func:`build_plan` (ONNX sub-models per task).
+- :mod:`~parapipe.runtime.mapping`: :func:`load_mapping` (a pareto.json point -> plan bound as its profile says,
+  with ``--bind`` substitutions).
+- :mod:`~parapipe.runtime.facts`: :func:`check_board` (the board's CPUs, runtimes and providers vs the plan).
+- :mod:`~parapipe.runtime.run`: :func:`run_local` (``parapipe run``: the deploy bundle run on this machine).
+- :mod:`~parapipe.runtime.reference`, :mod:`~parapipe.runtime.traces`.
 """
-from parapipe.runtime.executor import PipelineExecutor, run_pipeline
-from parapipe.runtime.metrics import RunMetrics, TraceEvent, chrome_trace, write_chrome_trace
-from parapipe.runtime.plan import ExecutionPlan, PUBinding, StageSpec, Task, build_plan, validate_plan
-from parapipe.runtime.reference import max_abs_diff, reference_outputs
+from parapipe.runtime.plan import StageSpec, build_plan
 
-__all__ = [
-    "PipelineExecutor", "run_pipeline", "RunMetrics", "TraceEvent", "chrome_trace", "write_chrome_trace",
-    "ExecutionPlan", "PUBinding", "StageSpec", "Task", "build_plan", "validate_plan",
-    "max_abs_diff", "reference_outputs",
-]
+__all__ = ["StageSpec", "build_plan"]

@@ -7,9 +7,8 @@ to another PU except at their end. Each task is a convex operator set, so it can
 self-contained ONNX model whose cross-PU inputs all arrive before it starts; the executor
 (:mod:`parapipe.runtime.executor`) runs one thread per (stage, PU) over these tasks.
 
-:class:`PUBinding`, :class:`Task` and :class:`ExecutionPlan` are the executor core's classes
-(``device_agents/ppexec/plan.py``, loaded by :mod:`parapipe.runtime._core`), so plans built here run
-unchanged on boards.
+:class:`ppexec.PUBinding`, :class:`ppexec.Task` and :class:`ppexec.ExecutionPlan` are the executor's classes
+(``device_agents/ppexec/plan.py``), so plans built here run unchanged on boards.
 
 Why the split rule yields a deadlock-free plan: order tasks by the position of their first block in the
 stage's (topological) order. A task waits only on (a) earlier tasks of its own PU and (b) tasks of other PUs
@@ -24,17 +23,15 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import networkx as nx
 
+from ppexec import ExecutionPlan, PUBinding, Task, validate_plan
+
 from parapipe.errors import input_error
-from parapipe.runtime._core import PARAPIPE_ERRORS, core
 
 logger = logging.getLogger(__name__)
 
 _SOURCE = "mapping"  # the "file" named in error messages: the mapping handed to build_plan
 
-
-PUBinding = core.PUBinding
-Task = core.Task
-ExecutionPlan = core.ExecutionPlan
+__all__ = ["StageSpec", "build_plan", "ExecutionPlan", "PUBinding", "Task"]
 
 
 @dataclass
@@ -220,18 +217,3 @@ def build_plan(og, bg, stages: Sequence[StageSpec], bindings: Dict[str, PUBindin
     validate_plan(plan)
     return plan
 
-
-def validate_plan(plan: ExecutionPlan) -> None:
-    """Check that a plan (built or hand-written) can run without missing tensors or deadlocks.
-
-    Checks: unique task names, tasks filed under their own stage, every PU bound, every task input available
-    (a model input, forwarded from an earlier stage, or produced by a same-stage task listed in ``deps``),
-    every tensor produced once, every model output produced, and no cycle among ``deps`` plus each PU's task
-    order within a stage (the core's ``validate_plan``, device_agents/ppexec/plan.py).
-
-    Raises
-    ------
-    InputError
-        Naming the stage and task at fault and how to fix it.
-    """
-    core.validate_plan(plan, PARAPIPE_ERRORS)

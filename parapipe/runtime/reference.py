@@ -1,7 +1,7 @@
-"""Reference results: the unsplit model in one ORT session, and the distance between two sets of outputs.
+"""The unsplit model as the reference of a run: a copy that also outputs the tensors handed between tasks.
 
-The implementation is the executor core's (``device_agents/ppexec/reference.py``, see
-:mod:`parapipe.runtime._core`), so a board compares outputs exactly as parapipe does.
+Comparing outputs is the executor's job (:mod:`ppexec.reference`); building the reference model needs onnx,
+so it happens here, on the computer that builds the plan.
 """
 from __future__ import annotations
 
@@ -11,16 +11,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from parapipe.runtime._core import core
-
-reference_outputs = core.reference.reference_outputs
-max_abs_diff = core.reference.max_abs_diff
-max_scaled_diff = core.reference.max_scaled_diff
-handed_over_tensors = core.reference.handed_over_tensors
-with_outputs = core.reference.with_outputs
-
-__all__ = ["reference_outputs", "max_abs_diff", "max_scaled_diff", "handed_over_tensors", "with_outputs",
-           "reference_with_outputs"]
+__all__ = ["reference_with_outputs"]
 
 
 def reference_with_outputs(model: onnx.ModelProto, og, names: Sequence[str]) -> tuple:

@@ -1,4 +1,4 @@
-"""How a stage runs on a PU with ONNX Runtime: CPU pinning, threads, execution provider and its options."""
+"""How a stage runs on a PU: CPU pinning, threads, runtime (ONNX Runtime or another adapter), provider, options."""
 from __future__ import annotations
 
 from typing import Mapping, Optional
@@ -8,8 +8,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from parapipe.soc.validation import FieldProblem
 
 
+#: Runtime adapters shipped with the executor (``device_agents/ppexec/runtimes.py``). A profile may name another
+#: runtime: it is a declared adapter slot that a vendor adapter fills on the board (device_agents/README.md).
+SHIPPED_RUNTIMES = ("onnxruntime", "openvino")
+
+
 class Execution(BaseModel):
-    """How a stage runs on a PU with ONNX Runtime.
+    """How a stage runs on a PU.
 
     Attributes
     ----------
@@ -17,8 +22,13 @@ class Execution(BaseModel):
         CPU ids the stage thread is pinned to (``os.sched_setaffinity``); None = not pinned.
     threads : int
         ``intra_op_num_threads``; defaults to ``len(cpus)`` when cpus are given, else 1.
+    runtime : str
+        Runtime adapter of the executor: ``onnxruntime`` (default), ``openvino``, or the name of a vendor adapter
+        slot (e.g. a Black Sesame engine: no public runtime exists; see device_agents/README.md).
+    runtime_options : dict of str to str
+        Options of the runtime adapter (OpenVINO: ``device``, e.g. ``{"device": "CPU"}``).
     provider : str
-        ONNX Runtime execution provider name.
+        ONNX Runtime execution provider name (runtime ``onnxruntime`` only).
     provider_options : dict of str to str
         Options passed with the provider (e.g. ``{"trt_dla_enable": "1", "trt_dla_core": "0"}``).
     """
@@ -26,6 +36,8 @@ class Execution(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     cpus: Optional[tuple[int, ...]] = None
     threads: int = Field(1, ge=1)
+    runtime: str = Field("onnxruntime", pattern=r"^[A-Za-z][A-Za-z0-9_]*$")
+    runtime_options: dict[str, str] = {}
     provider: str = Field("CPUExecutionProvider", min_length=1)
     provider_options: dict[str, str] = {}
 
@@ -49,4 +61,5 @@ class Execution(BaseModel):
         return tuple(cpus)
 
     def __hash__(self) -> int:
-        return hash((self.cpus, self.threads, self.provider, tuple(sorted(self.provider_options.items()))))
+        return hash((self.cpus, self.threads, self.runtime, tuple(sorted(self.runtime_options.items())),
+                     self.provider, tuple(sorted(self.provider_options.items()))))

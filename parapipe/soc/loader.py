@@ -187,8 +187,10 @@ def soc_to_yaml_dict(soc: SoC) -> dict:
         execution: dict[str, Any] = {}
         if pu.execution.cpus is not None:
             execution["cpus"] = list(pu.execution.cpus)
-        execution.update(threads=pu.execution.threads, provider=pu.execution.provider,
-                         provider_options=dict(pu.execution.provider_options))
+        execution["threads"] = pu.execution.threads
+        if pu.execution.runtime != "onnxruntime" or pu.execution.runtime_options:
+            execution.update(runtime=pu.execution.runtime, runtime_options=dict(pu.execution.runtime_options))
+        execution.update(provider=pu.execution.provider, provider_options=dict(pu.execution.provider_options))
         pus[name] = {
             "kind": pu.kind, "cores": pu.cores,
             "frequency_hz": quantity(f"{at}.frequency_hz", pu.frequency_hz),

@@ -54,11 +54,13 @@ class Quantity(BaseModel):
 
 
 class ExecutionEntry(BaseModel):
-    """``execution:`` of a PU: CPU pinning, thread count, ONNX Runtime provider and its options."""
+    """``execution:`` of a PU: CPU pinning, thread count, runtime adapter, ONNX Runtime provider and options."""
 
     model_config = _STRICT
     cpus: Optional[list[int]] = None
     threads: Optional[int] = None
+    runtime: str = "onnxruntime"
+    runtime_options: dict[str, str] = {}
     provider: str = "CPUExecutionProvider"
     provider_options: dict[str, str] = {}
 

@@ -1,0 +1,130 @@
+"""The one report of a verified run: what ``parapipe run``, ``parapipe deploy`` and the benchmarks return.
+
+Standard library only (Python >= 3.8): it is written on the board (``out/report.json``) and read back on the
+computer with :meth:`RunReport.from_json`.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Dict, List, Optional
+
+#: Version of the report document.
+REPORT_SCHEMA_VERSION = 1
+
+
+@dataclass
+class RunReport:
+    """Measured next to predicted figures of one mapping run, and whether its outputs matched.
+
+    Times in seconds; throughput in frames per second.
+
+    Attributes
+    ----------
+    model : dict
+        ``{"name", "sha256"}`` of the model.
+    point : str
+        Point id of the mapping.
+    frames, warmup : int
+        Measured frames, unmeasured frames pushed through first.
+    stages : int
+    throughput_per_s : float
+        Measured frames / wall time with the pipeline kept full.
+    wall_s : float
+    latency_p50_s, latency_p90_s, latency_p99_s : float
+        Per-frame latency with the pipeline kept full (queueing included).
+    idle_latency_s : float
+        Median latency of ``idle_frames`` frames sent one at a time through an empty pipeline: what the cost
+        model's latency predicts.
+    idle_frames : int
+    stage_busy_s : list of float
+        Per stage, mean makespan per frame.
+    pu_busy_s : dict of str to float
+        Per PU, task seconds per frame.
+    pu_utilisation : dict of str to float
+    outputs_match : bool
+        Every model output and every handed-over tensor within tolerance of the unsplit model, in frame order.
+    max_abs_diff : float
+        Largest absolute difference of a model output.
+    checked_tensors : int
+        Handed-over tensors compared besides the outputs.
+    max_scaled_diff : float
+        Largest difference of a handed-over tensor relative to its largest magnitude.
+    atol, rtol : float
+        Requested tolerances (widened per dtype: :func:`ppexec.reference.dtype_tolerance`).
+    predicted : dict
+        ``throughput_per_s``, ``latency_s``, ``period_s`` of the cost model, and ``applies`` (false when a PU
+        was substituted: the prediction is for the profile's binding).
+    substituted : dict of str to list of int
+        PUs run on these CPUs with the CPU provider instead of their profile binding.
+    bindings : dict
+        How each PU ran: ``cpus``, ``threads``, ``runtime``, ``provider``.
+    host : dict
+        Facts of the machine that ran it (hostname, machine, Python, onnxruntime, ...).
+    energy_j : float or None
+        Measured energy per inference where a sensor was read; None otherwise (energies are estimates).
+    report_file, trace_file : str
+        Paths relative to the bundle.
+    """
+
+    model: Dict[str, Any]
+    point: str
+    frames: int
+    warmup: int
+    stages: int
+    throughput_per_s: float
+    wall_s: float
+    latency_p50_s: float
+    latency_p90_s: float
+    latency_p99_s: float
+    idle_latency_s: float
+    idle_frames: int
+    stage_busy_s: List[float]
+    pu_busy_s: Dict[str, float]
+    pu_utilisation: Dict[str, float]
+    outputs_match: bool
+    max_abs_diff: float
+    checked_tensors: int
+    max_scaled_diff: float
+    atol: float
+    rtol: float
+    predicted: Dict[str, Any] = field(default_factory=dict)
+    substituted: Dict[str, List[int]] = field(default_factory=dict)
+    bindings: Dict[str, Any] = field(default_factory=dict)
+    host: Dict[str, Any] = field(default_factory=dict)
+    energy_j: Optional[float] = None
+    bundle_id: Optional[str] = None
+    report_file: str = "out/report.json"
+    trace_file: str = "out/trace.json"
+    schema_version: int = REPORT_SCHEMA_VERSION
+
+    @property
+    def predicted_throughput_per_s(self) -> Optional[float]:
+        """The cost model's throughput for this point (None when unknown)."""
+        return self.predicted.get("throughput_per_s")
+
+    @property
+    def predicted_latency_s(self) -> Optional[float]:
+        """The cost model's latency (idle pipeline) for this point (None when unknown)."""
+        return self.predicted.get("latency_s")
+
+    def to_json(self) -> Dict[str, Any]:
+        """A JSON-ready dict (every field)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: Dict[str, Any]) -> "RunReport":
+        """Rebuild a report from :meth:`to_json`'s dict (unknown keys are ignored, so newer boards' reports
+        load).
+
+        Raises
+        ------
+        ValueError
+            A required field is missing or ``doc`` is not a dict.
+        """
+        if not isinstance(doc, dict):
+            raise ValueError("a run report must be a JSON object")
+        names = {f.name for f in fields(cls)}
+        try:
+            return cls(**{k: v for k, v in doc.items() if k in names})
+        except TypeError as exc:
+            raise ValueError("malformed run report (%s)" % exc)

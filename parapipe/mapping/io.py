@@ -1,0 +1,151 @@
+"""Writing a search result as a :class:`~parapipe.mapping.model.ParetoDoc`, and the one reader of pareto.json."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from pydantic import ValidationError
+
+from parapipe.errors import input_error
+from parapipe.files import write_json_atomic
+from parapipe.mapping.model import SCHEMA_VERSION, SELECTORS, ParetoDoc, Point, SocRef
+from parapipe.soc.validation import to_input_error
+
+_FIX = "pass the pareto.json written by 'parapipe optimize'"
+
+
+def _point_dict(result, point) -> Dict[str, Any]:
+    pr = result.problem
+    names, pus = pr.block_names, pr.pu_names
+    ev = point.evaluation
+    stages = []
+    for st, res, kind in zip(point.mapping.stages, ev.stage_results, point.stage_schedules):
+        stages.append({
+            "pus": [pus[p] for p in st.pus],
+            "blocks": [names[v] for v in range(st.start, st.stop)],
+            "time_s": res.time_s, "input_s": res.input_s, "makespan_s": res.makespan_s, "schedule": kind,
+            "assignment": {names[v]: pus[st.pu_of(v)] for v in range(st.start, st.stop)},
+            "order": [names[v] for v in st.block_order()],
+            "block_start_s": {names[v]: res.start_s[v] for v in range(st.start, st.stop)},
+            "block_finish_s": {names[v]: res.finish_s[v] for v in range(st.start, st.stop)},
+        })
+    b = result.bounds
+    return {
+        "id": point.id, "strategy": point.strategy, "pareto": point.pareto,
+        "throughput_per_s": ev.throughput_per_s, "period_s": ev.period_s, "latency_s": ev.latency_s,
+        "energy_j": ev.energy_j,
+        "period_gap": ev.period_s / b.period_lb_s - 1 if b.period_lb_s > 0 else None,
+        "latency_gap": ev.latency_s / b.latency_lb_s - 1 if b.latency_lb_s > 0 else None,
+        "pu_busy_s": {pus[p]: float(ev.busy_s[p]) for p in range(len(pus)) if ev.busy_s[p] > 0},
+        "mapping": {"stages": stages},
+    }
+
+
+def doc_from_result(result, model_name: str, model_sha256: str, soc: SocRef,
+                    blocks: Optional[Dict[str, List[str]]] = None,
+                    search: Optional[Dict[str, Any]] = None) -> ParetoDoc:
+    """The document of a :class:`parapipe.search.api.SearchResult`.
+
+    Parameters
+    ----------
+    result : SearchResult
+    model_name, model_sha256 : str
+    soc : SocRef
+        From :func:`parapipe.soc.resolve.soc_ref` of the profile searched.
+    blocks : dict, optional
+        Block name -> its operators, in the problem's block order (default: the problem's blocks, no ops).
+    search : dict, optional
+        Settings to record next to the search's own statistics.
+    """
+    pr = result.problem
+    return ParetoDoc(
+        model={"name": model_name, "sha256": model_sha256}, soc=soc, objectives=list(result.objectives),
+        search=dict(search or {}, **{k: float(v) for k, v in result.stats.items()}),
+        blocks=blocks if blocks is not None else {b: [] for b in pr.block_names},
+        bounds={"period_lb_s": result.bounds.period_lb_s, "latency_lb_s": result.bounds.latency_lb_s},
+        points=[_point_dict(result, p) for p in result.points])
+
+
+def write_pareto(doc: ParetoDoc, path: Path) -> None:
+    """Write ``doc`` to ``path`` as JSON, atomically."""
+    write_json_atomic(doc.model_dump(mode="json"), Path(path))
+
+
+def parse_pareto(data: Any, source: str) -> ParetoDoc:
+    """Validate a decoded pareto.json object (see :class:`ParetoDoc`).
+
+    Raises
+    ------
+    InputError
+        Wrong schema version, a missing or mistyped field, an inconsistent point — one line naming
+        ``source`` and the field.
+    """
+    if not isinstance(data, dict):
+        raise input_error(source, None, "not a pareto.json object", _FIX)
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise input_error(source, "schema_version", f"expected {SCHEMA_VERSION}, got {version!r}",
+                          "re-run 'parapipe optimize' with this version of parapipe")
+    try:
+        return ParetoDoc.model_validate(data)
+    except ValidationError as exc:
+        raise to_input_error(exc, source, ParetoDoc) from None
+
+
+def read_pareto(path: str) -> ParetoDoc:
+    """Read and validate a pareto.json file.
+
+    Raises
+    ------
+    InputError
+        Missing/unreadable file, not JSON, or :func:`parse_pareto`'s errors (naming the file and field).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise input_error(str(p), None, f"cannot read mapping file ({exc.strerror or exc})", _FIX) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise input_error(str(p), f"line {exc.lineno}", f"not valid JSON ({exc.msg})", _FIX) from None
+    return parse_pareto(data, str(p))
+
+
+def select_point(doc: ParetoDoc, selector: str, source: str = "--point") -> Point:
+    """The point named by id, or by ``best-throughput`` | ``best-latency`` | ``best-energy`` among the
+    ``parapipe`` points (all points when there are none).
+
+    Raises
+    ------
+    InputError
+        If no point has that id.
+    """
+    pts = doc.points
+    if selector in SELECTORS:
+        front = [p for p in pts if p.strategy == "parapipe"] or pts
+        if not front:
+            raise input_error(source, None, "the mapping file has no points", "re-run 'parapipe optimize'")
+        key = {"best-throughput": "period_s", "best-latency": "latency_s", "best-energy": "energy_j"}[selector]
+        return min(front, key=lambda p: (getattr(p, key), p.period_s, p.latency_s, p.energy_j))
+    for p in pts:
+        if p.id == selector:
+            return p
+    ids = ", ".join(p.id for p in pts[:12]) + (", ..." if len(pts) > 12 else "")
+    raise input_error(source, None, f"no point {selector!r} in the mapping file",
+                      f"use one of {', '.join(SELECTORS)} or a point id ({ids})")
+
+
+def check_model(doc: ParetoDoc, loaded, source: str) -> None:
+    """Refuse a document computed for another model than ``loaded`` (a :class:`LoadedModel`), by SHA-256.
+
+    Raises
+    ------
+    InputError
+        Naming both models and the fix.
+    """
+    if doc.model.sha256 != loaded.sha256:
+        raise input_error(source, "model.sha256",
+                          f"mapping was computed for model {doc.model.name!r} (sha256 {doc.model.sha256[:12]}…), "
+                          f"not {loaded.name!r} ({loaded.sha256[:12]}…)", "run 'parapipe optimize' on this model first")

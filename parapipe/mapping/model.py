@@ -1,0 +1,223 @@
+"""The typed ``pareto.json`` document: one model for every producer and consumer of a mapping.
+
+A search result travels as one :class:`ParetoDoc`; ``optimize`` writes it, and ``evaluate``, ``run``,
+``deploy``, ``plot`` and the experiments read it back through :func:`parapipe.mapping.read_pareto`. The document
+carries what a point needs to run on the board it was computed for: the SoC profile's name and SHA-256 and, for
+every PU of the profile, its kind and its execution binding (:class:`parapipe.soc.execution.Execution`: pinned
+CPUs, threads, runtime, execution provider and options), so ``run``/``deploy`` never guess a binding from a PU
+name.
+
+Schema (``schema_version`` 2)::
+
+    {"schema_version": 2,
+     "model": {"name", "sha256"},
+     "soc": {"name", "sha256", "pus": {pu: {"kind", "execution": {"cpus", "threads", "runtime",
+             "runtime_options", "provider", "provider_options"}}}},
+     "objectives": [...], "search": {...}, "blocks": {block: [operator, ...]} (topological order),
+     "bounds": {"period_lb_s", "latency_lb_s"},
+     "points": [{"id", "strategy", "pareto", "throughput_per_s", "period_s", "latency_s", "energy_j",
+                 "period_gap", "latency_gap", "pu_busy_s": {pu: s},
+                 "mapping": {"stages": [{"pus", "blocks", "time_s", "input_s", "makespan_s", "schedule",
+                                         "assignment": {block: pu}, "order": [block],
+                                         "block_start_s": {block: s}, "block_finish_s": {block: s}}]}}]}
+
+``*_gap`` is ``value / lower_bound - 1`` (None when the bound is 0). Times are seconds, energies joules.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from parapipe.soc.execution import Execution
+from parapipe.soc.validation import FieldProblem
+
+SCHEMA_VERSION = 2
+#: Point strategies: the searched front and the baselines computed by the same machinery.
+STRATEGIES = ("parapipe", "pipeline", "parallel", "single", "replicated")
+#: ``--point`` selectors besides a point id (chosen among the ``parapipe`` points).
+SELECTORS = ("best-throughput", "best-latency", "best-energy")
+_FIX = "re-run 'parapipe optimize', or fix the hand edit"
+
+_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class ModelRef(BaseModel):
+    """The model a document was computed for: registry name (or file stem) and SHA-256 of the .onnx bytes."""
+
+    model_config = _STRICT
+    name: str
+    sha256: str = Field(min_length=1)
+
+
+class PURef(BaseModel):
+    """One PU of the profile as ``run``/``deploy`` need it: its kind and its execution binding."""
+
+    model_config = _STRICT
+    kind: str
+    execution: Execution = Execution()
+
+
+class SocRef(BaseModel):
+    """The SoC profile a document was computed for.
+
+    Attributes
+    ----------
+    name : str
+        Profile name (``host`` for this machine's measured profile).
+    sha256 : str
+        SHA-256 of the profile's canonical YAML form (:func:`parapipe.soc.resolve.soc_sha256`); measured
+        profiles (``host``) change with every measurement, so this records which one was used.
+    pus : dict of str to PURef
+        Every PU of the (possibly ``--pus``-restricted) profile.
+    """
+
+    model_config = _STRICT
+    name: str
+    sha256: str = ""
+    pus: Dict[str, PURef] = {}
+
+
+class Bounds(BaseModel):
+    """Lower bounds of the search problem, s."""
+
+    model_config = _STRICT
+    period_lb_s: float = Field(ge=0)
+    latency_lb_s: float = Field(ge=0)
+
+
+class Stage(BaseModel):
+    """One pipeline stage of a point: its PUs, its blocks (a contiguous run of the document's block order),
+    the PU of each block, the execution order and the modelled times (s; block times from the end of the stage's
+    input transfer)."""
+
+    model_config = _STRICT
+    pus: List[str] = Field(min_length=1)
+    blocks: List[str] = Field(min_length=1)
+    time_s: float = Field(ge=0)
+    input_s: float = Field(0.0, ge=0)
+    makespan_s: float = Field(0.0, ge=0)
+    schedule: str = "single-pu"
+    assignment: Dict[str, str] = {}
+    order: List[str] = []
+    block_start_s: Dict[str, float] = {}
+    block_finish_s: Dict[str, float] = {}
+
+    def pu_of(self, block: str) -> str:
+        """The PU running ``block`` (the stage's only PU when ``assignment`` is empty)."""
+        return self.assignment.get(block) or self.pus[0]
+
+    def execution_order(self) -> List[str]:
+        """``order`` when given, else ``blocks``."""
+        return list(self.order) or list(self.blocks)
+
+
+class PointMapping(BaseModel):
+    """The stages of a point, first stage first."""
+
+    model_config = _STRICT
+    stages: List[Stage] = Field(min_length=1)
+
+
+class Point(BaseModel):
+    """One mapping with its modelled figures (period, latency in s; energy per inference in J)."""
+
+    model_config = _STRICT
+    id: str = Field(min_length=1)
+    strategy: Literal["parapipe", "pipeline", "parallel", "single", "replicated"]
+    pareto: bool = False
+    throughput_per_s: float = Field(gt=0)
+    period_s: float = Field(gt=0)
+    latency_s: float = Field(gt=0)
+    energy_j: float = Field(ge=0)
+    period_gap: Optional[float] = None
+    latency_gap: Optional[float] = None
+    pu_busy_s: Dict[str, float] = {}
+    mapping: PointMapping
+
+    @property
+    def stages(self) -> List[Stage]:
+        """The point's stages (``mapping.stages``)."""
+        return self.mapping.stages
+
+    def used_pus(self) -> List[str]:
+        """PUs named by the stages, in order of first use."""
+        return list(dict.fromkeys(pu for st in self.stages for pu in st.pus))
+
+
+class ParetoDoc(BaseModel):
+    """A search result: the model and SoC it is for, the blocks, the bounds and the points.
+
+    Validation (on construction and by :func:`parapipe.mapping.read_pareto`) refuses an inconsistent document
+    with a :class:`~parapipe.soc.validation.FieldProblem` naming the point and the field: a stage naming an
+    unknown block, a block in two stages or in none, a block assigned to a PU outside its stage, a PU the
+    profile does not have, ``order`` not listing the stage's blocks, or stages out of the block order.
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=True)
+    schema_version: Literal[2] = SCHEMA_VERSION
+    model: ModelRef
+    soc: SocRef
+    objectives: List[str] = ["throughput", "latency", "energy"]
+    search: Dict[str, Any] = {}
+    blocks: Dict[str, List[str]]
+    bounds: Bounds
+    points: List[Point]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ParetoDoc":
+        index = {b: i for i, b in enumerate(self.blocks)}
+        ids = set()
+        for p in self.points:
+            if p.id in ids:
+                raise FieldProblem(f"points[{p.id}].id", "two points have this id", "give every point its own id")
+            ids.add(p.id)
+            _check_point(p, index, self.soc)
+        return self
+
+
+def _check_point(p: Point, index: Dict[str, int], soc: SocRef) -> None:
+    """Raise FieldProblem at the first inconsistency of ``p`` (see :class:`ParetoDoc`)."""
+    seen: Dict[str, int] = {}
+    last = -1
+    for s, st in enumerate(p.stages):
+        where = f"points[{p.id}].mapping.stages[{s}]"
+        if len(set(st.pus)) != len(st.pus):
+            raise FieldProblem(f"{where}.pus", f"a PU is listed twice in {st.pus}", "list each PU once")
+        for pu in st.pus:
+            if soc.pus and pu not in soc.pus:
+                raise FieldProblem(f"{where}.pus", f"PU {pu!r} is not in SoC {soc.name!r} "
+                                   f"({', '.join(soc.pus)})", _FIX)
+        for b in st.blocks:
+            if index and b not in index:
+                raise FieldProblem(f"{where}.blocks", f"unknown block {b!r}",
+                                   "use block names from the document's 'blocks'")
+            if b in seen:
+                raise FieldProblem(f"{where}.blocks", f"block {b!r} is already in stage {seen[b]}",
+                                   "put every block in exactly one stage")
+            seen[b] = s
+        for b, pu in st.assignment.items():
+            if b not in st.blocks:
+                raise FieldProblem(f"{where}.assignment.{b}", "block is not in this stage",
+                                   "assign only the stage's blocks")
+            if pu not in st.pus:
+                raise FieldProblem(f"{where}.assignment.{b}", f"PU {pu!r} is not one of the stage's PUs "
+                                   f"{st.pus}", "assign the block to a PU of its stage or add the PU to the stage")
+        if len(st.pus) > 1 and set(st.assignment) != set(st.blocks):
+            missing = sorted(set(st.blocks) - set(st.assignment))
+            raise FieldProblem(f"{where}.assignment", f"blocks without a PU: {missing[:3]}",
+                               "give every block of a multi-PU stage a PU")
+        if st.order and sorted(st.order) != sorted(st.blocks):
+            raise FieldProblem(f"{where}.order", "does not list exactly the stage's blocks",
+                               "list every block of the stage once, in execution order")
+        if index:
+            pos = sorted(index[b] for b in st.blocks)
+            if pos[0] <= last or pos != list(range(pos[0], pos[0] + len(pos))):
+                raise FieldProblem(f"{where}.blocks", "stages out of order: a stage must hold the blocks that "
+                                   "follow the previous stage's in the document's block order",
+                                   "keep the stages in block order, each a contiguous run of blocks")
+            last = pos[-1]
+    if index and len(seen) != len(index):
+        missing = [b for b in index if b not in seen]
+        raise FieldProblem(f"points[{p.id}].mapping.stages", f"{len(missing)} block(s) in no stage, "
+                           f"e.g. {missing[:3]}", "put every block in exactly one stage")

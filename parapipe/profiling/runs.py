@@ -1,0 +1,200 @@
+"""Measured runs of mappings, kept in the profile database's ``runs`` table.
+
+Every ``parapipe run`` and ``parapipe deploy`` appends one row: what ran (model, SoC profile and their SHA-256,
+the point and its mapping, the PU bindings substituted with ``--bind``), on which board (its facts), what was
+measured (throughput, latency p50/p99 with the pipeline full, idle latency, per-PU busy time, measured energy
+where a sensor was read) and what the cost model predicted. These rows are what calibrating the pipeline-level
+terms of the cost model learns from; ``parapipe runs`` lists them and exports CSV.
+
+The table is created on the first write (``CREATE TABLE IF NOT EXISTS``), so databases written before it exist
+keep working; each insert is one transaction.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import sqlite3
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from parapipe.errors import input_error
+from parapipe.files import atomic_path
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    recorded_at TEXT NOT NULL,
+    model TEXT NOT NULL,
+    model_sha256 TEXT NOT NULL,
+    soc TEXT NOT NULL,
+    soc_sha256 TEXT NOT NULL,
+    point TEXT NOT NULL,
+    pu_list TEXT NOT NULL,
+    mapping TEXT NOT NULL,
+    frames INTEGER NOT NULL CHECK (frames >= 1),
+    throughput_per_s REAL NOT NULL,
+    period_s REAL NOT NULL,
+    latency_p50_s REAL NOT NULL,
+    latency_p99_s REAL NOT NULL,
+    idle_latency_s REAL NOT NULL,
+    pu_busy_s TEXT NOT NULL,
+    energy_j REAL,
+    predicted_period_s REAL,
+    predicted_latency_s REAL,
+    predicted_energy_j REAL,
+    prediction_applies INTEGER NOT NULL,
+    substituted TEXT NOT NULL,
+    outputs_match INTEGER NOT NULL,
+    runner TEXT NOT NULL,
+    board TEXT NOT NULL
+)
+"""
+
+#: JSON-encoded columns (dicts and lists).
+_JSON_COLUMNS = ("mapping", "pu_busy_s", "substituted", "board")
+
+
+@dataclass
+class RunRecord:
+    """One row of the ``runs`` table (seconds, joules; JSON columns as Python objects).
+
+    Attributes
+    ----------
+    pu_list : str
+        One PU per block in the document's block order, as ``parapipe evaluate --mapping`` takes it (a
+        multi-PU stage lists each block's PU, so stage grouping is kept only in ``mapping``).
+    mapping : list of dict
+        The point's stages: ``pus``, ``blocks``, ``assignment``.
+    period_s : float
+        ``1 / throughput_per_s`` as measured.
+    prediction_applies : bool
+        False when PUs were substituted (the prediction is for the profile's bindings).
+    runner : str
+        ``local`` or the SSH host (``user@address:port``).
+    board : dict
+        The board's facts (hostname, machine, Python, onnxruntime, CPUs, runtimes).
+    """
+
+    recorded_at: str
+    model: str
+    model_sha256: str
+    soc: str
+    soc_sha256: str
+    point: str
+    pu_list: str
+    mapping: List[Dict[str, Any]]
+    frames: int
+    throughput_per_s: float
+    period_s: float
+    latency_p50_s: float
+    latency_p99_s: float
+    idle_latency_s: float
+    pu_busy_s: Dict[str, float]
+    energy_j: Optional[float]
+    predicted_period_s: Optional[float]
+    predicted_latency_s: Optional[float]
+    predicted_energy_j: Optional[float]
+    prediction_applies: bool
+    substituted: Dict[str, List[int]]
+    outputs_match: bool
+    runner: str
+    board: Dict[str, Any]
+    id: Optional[int] = None
+
+
+def _columns() -> List[str]:
+    return [f.name for f in fields(RunRecord) if f.name != "id"]
+
+
+def record_from_run(doc, point, report, runner: str) -> RunRecord:
+    """The row of one verified run.
+
+    Parameters
+    ----------
+    doc : parapipe.mapping.ParetoDoc
+    point : parapipe.mapping.Point
+    report : ppexec.RunReport
+    runner : str
+        ``local`` or the SSH host.
+    """
+    pu_list = ",".join(st.pu_of(b) for st in point.stages for b in st.blocks)
+    mapping = [{"pus": list(st.pus), "blocks": list(st.blocks),
+                "assignment": {b: st.pu_of(b) for b in st.blocks}} for st in point.stages]
+    board = dict(report.host, bindings=report.bindings)
+    return RunRecord(
+        recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), model=doc.model.name,
+        model_sha256=doc.model.sha256, soc=doc.soc.name, soc_sha256=doc.soc.sha256, point=point.id,
+        pu_list=pu_list, mapping=mapping, frames=int(report.frames),
+        throughput_per_s=float(report.throughput_per_s), period_s=1.0 / float(report.throughput_per_s),
+        latency_p50_s=float(report.latency_p50_s), latency_p99_s=float(report.latency_p99_s),
+        idle_latency_s=float(report.idle_latency_s), pu_busy_s=dict(report.pu_busy_s), energy_j=report.energy_j,
+        predicted_period_s=float(point.period_s), predicted_latency_s=float(point.latency_s),
+        predicted_energy_j=float(point.energy_j), prediction_applies=not report.substituted,
+        substituted=dict(report.substituted), outputs_match=bool(report.outputs_match), runner=runner,
+        board=board)
+
+
+def append_run(db, record: RunRecord) -> int:
+    """Append ``record`` to the ``runs`` table of ``db`` (a :class:`ProfileDB`); return its row id.
+
+    Raises
+    ------
+    InputError
+        The database cannot be written (read-only, locked, disk full); nothing is written.
+    """
+    cols = _columns()
+    values = [json.dumps(getattr(record, c)) if c in _JSON_COLUMNS else getattr(record, c) for c in cols]
+    conn = db._conn
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(_SCHEMA)
+            cursor = conn.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+                                  values)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    except sqlite3.DatabaseError as exc:
+        raise input_error(str(db.path), "runs", f"cannot write ({' '.join(str(exc).split())})",
+                          "check that the file is writable and not locked by a hung run") from None
+    return int(cursor.lastrowid)
+
+
+def list_runs(db, model: Optional[str] = None, soc: Optional[str] = None) -> List[RunRecord]:
+    """Every run in ``db`` (oldest first), optionally of one model and/or SoC name; empty without a table."""
+    conn = db._conn
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone():
+        return []
+    cols = _columns()
+    where, args = [], []
+    for column, value in (("model", model), ("soc", soc)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            args.append(value)
+    sql = f"SELECT id, {', '.join(cols)} FROM runs" + (f" WHERE {' AND '.join(where)}" if where else "")
+    out = []
+    for row in conn.execute(sql + " ORDER BY id", args):
+        values = dict(zip(["id"] + cols, row))
+        for c in _JSON_COLUMNS:
+            values[c] = json.loads(values[c])
+        values["prediction_applies"] = bool(values["prediction_applies"])
+        values["outputs_match"] = bool(values["outputs_match"])
+        out.append(RunRecord(**values))
+    return out
+
+
+def write_runs_csv(runs: List[RunRecord], path: Path) -> None:
+    """Write ``runs`` as CSV (one row each; JSON columns as JSON text) to ``path``, atomically."""
+    cols = ["id"] + _columns()
+    with atomic_path(Path(path)) as tmp:
+        with open(tmp, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=cols)
+            writer.writeheader()
+            for r in runs:
+                row = asdict(r)
+                for c in _JSON_COLUMNS:
+                    row[c] = json.dumps(row[c], sort_keys=True)
+                writer.writerow({c: row[c] for c in cols})

@@ -1,0 +1,98 @@
+"""``parapipe run``: one point of a mapping executed on this machine, verified, and recorded.
+
+The local run is the deploy bundle run in this process: the same bundle (:func:`parapipe.deploy.bundle.build_bundle`)
+and the same run-and-verify (:func:`ppexec.bundle_run.run_bundle`) that ``parapipe deploy`` runs on a board, so
+a local run and a board run report the same figures (:class:`ppexec.RunReport`) in the same way. Before the
+run, the machine's facts are checked against every PU binding (:func:`parapipe.runtime.facts.check_board`).
+"""
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+
+from ppexec import RunReport
+from ppexec.bundle_run import run_bundle
+
+from parapipe.errors import input_error
+
+log = logging.getLogger(__name__)
+
+__all__ = ["run_local", "record_run"]
+
+
+def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warmup: int = 5, seed: int = 0,
+              binds: Optional[Mapping[str, Sequence[int]]] = None, atol: float = 1e-5, rtol: float = 1e-5,
+              idle_frames: int = 10, trace: Optional[str] = None,
+              on_event: Optional[Callable[[Dict[str, Any]], None]] = None):
+    """Run one point of a pareto.json on this machine with the pipelined executor and check its outputs.
+
+    Every model output and every tensor handed from one task to another is compared with the unsplit model on
+    the same frames (``distinct_frames`` seeded frames fed cyclically): the onnx wheel's light zoo models have
+    constant weights, so their softmax hardly depends on the input and an output check alone would prove little.
+
+    Parameters
+    ----------
+    model, mapping_path, point : str
+        As for :func:`parapipe.runtime.mapping.load_mapping`.
+    frames, warmup, seed : int
+        Measured frames (>= 1), unmeasured frames first, seed of the frames.
+    binds : dict of str to sequence of int, optional
+        ``--bind`` substitutions.
+    atol, rtol : float
+        Match tolerances (widened per dtype; :func:`ppexec.reference.dtype_tolerance`).
+    idle_frames : int
+        Frames sent one at a time for the idle latency.
+    trace : str, optional
+        Write the Chrome trace of the run here.
+    on_event : callable(dict), optional
+        Progress events (as ``deploy``'s ``progress`` events).
+
+    Returns
+    -------
+    (LoadedMapping, RunReport)
+
+    Raises
+    ------
+    InputError
+        Bad mapping, point, ``--bind``, counts; a PU this machine cannot run as bound (CPUs, runtime, provider).
+    ppexec.PipelineError
+        A stage failed (naming stage, PU and task).
+    """
+    from parapipe.deploy.bundle import build_bundle
+    from parapipe.runtime.facts import check_board, local_facts
+    from parapipe.runtime.mapping import load_mapping
+
+    if frames < 1:
+        raise input_error("--frames", None, f"must be >= 1, got {frames}", "give a positive frame count")
+    lm = load_mapping(model, mapping_path, point, binds)
+    check_board(lm.plan.bindings, local_facts(), "this machine")
+    with tempfile.TemporaryDirectory(prefix="parapipe-run-") as tmp:
+        bundle = build_bundle(lm, Path(tmp) / "bundle")
+        report = run_bundle(str(bundle.folder), frames=frames, warmup=warmup, seed=seed, atol=atol, rtol=rtol,
+                            idle_frames=idle_frames, emit=on_event, verify=False)
+        if trace:
+            import shutil
+
+            from parapipe.files import atomic_path
+
+            with atomic_path(Path(trace)) as out:
+                shutil.copyfile(bundle.folder / report.trace_file, out)
+    return lm, report
+
+
+def record_run(db_path: Optional[str], doc, point, report: RunReport, runner: str) -> Optional[int]:
+    """Append the run to the ``runs`` table of the profile database ``db_path`` (None: keep nothing).
+
+    Returns the row id, or None when ``db_path`` is None.
+    """
+    if not db_path:
+        return None
+    from parapipe.profiling.db import ProfileDB
+    from parapipe.profiling.runs import append_run, record_from_run
+
+    with ProfileDB(db_path) as db:
+        row = append_run(db, record_from_run(doc, point, report, runner))
+    log.info("recorded run %d in %s", row, db_path)
+    return row

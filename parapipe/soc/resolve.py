@@ -1,0 +1,71 @@
+"""The one resolution of ``--soc``: a bundled profile name, a profile YAML path, or ``host``.
+
+``host`` is a profile like the others: this machine measured as :func:`parapipe.profiling.host.host_soc` does
+(one PU per allowed core, pinned, one thread), or, with a remote runner, the board measured by
+:func:`parapipe.profiling.detect.detect_soc` per core. Every command (optimize, evaluate, profile, calibrate,
+import, soc detect) resolves ``--soc`` here.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Optional, Sequence
+
+from parapipe.soc.profile import SoC
+
+#: ``--soc`` value for the measured profile of the machine the command (or the remote agent) runs on.
+HOST_SOC = "host"
+
+
+def is_host(spec: str) -> bool:
+    """Whether ``--soc`` names the measured profile of this machine (``host``)."""
+    return str(spec) == HOST_SOC
+
+
+def resolve_soc(spec: str, runner=None, pus: Optional[Sequence[str]] = None) -> SoC:
+    """The SoC profile named by ``spec``.
+
+    Parameters
+    ----------
+    spec : str
+        ``host``, a bundled profile name (``parapipe socs``) or a path to a profile YAML.
+    runner : parapipe.profiling.runner.Runner, optional
+        With ``host``: a remote runner measures the board (``host@<user@address:port>``); None or a local
+        runner measures this machine.
+    pus : sequence of str, optional
+        Keep only these PUs (``--pus``).
+
+    Raises
+    ------
+    InputError
+        Unknown profile, malformed YAML, unknown PU in ``pus``.
+    ExecutionError
+        ``host``: a core cannot be pinned.
+    """
+    if not is_host(spec):
+        from parapipe.soc.loader import load_soc
+
+        soc = load_soc(spec)
+    elif runner is None or getattr(runner, "host", "local") == "local":
+        from parapipe.profiling.host import host_soc
+
+        soc = host_soc()
+    else:
+        from parapipe.profiling.detect import detect_soc
+
+        soc = detect_soc(runner, name=f"{HOST_SOC}@{runner.host}", per_core=True)
+    return soc.restrict(list(pus)) if pus else soc
+
+
+def soc_sha256(soc: SoC) -> str:
+    """SHA-256 of the profile's canonical form (its YAML dict as sorted JSON): equal profiles, equal digests."""
+    text = json.dumps(soc.to_yaml_dict(), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def soc_ref(soc: SoC):
+    """The :class:`parapipe.mapping.SocRef` of ``soc``: name, SHA-256 and every PU's kind and execution."""
+    from parapipe.mapping.model import PURef, SocRef
+
+    return SocRef(name=soc.name, sha256=soc_sha256(soc),
+                  pus={name: PURef(kind=pu.kind, execution=pu.execution) for name, pu in soc.pus.items()})

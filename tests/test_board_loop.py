@@ -1,0 +1,125 @@
+"""The loop on a board, end to end: a profile YAML -> optimize -> deploy to a real OpenSSH server on loopback (or
+run here), each PU bound as its profile says, a second runtime adapter (OpenVINO) on one PU, the run recorded in
+the profile database; refusals before anything is uploaded; --bind substitutions of a real board's point."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import sshd
+from parapipe._paths import data_dir
+from parapipe.cli import main
+
+sshd_server = sshd.sshd_server  # the session-scoped loopback sshd fixture
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0),
+                                                   reason="the two-PU profile pins CPUs 0 and 1")]
+
+
+def two_pu_profile(tmp_path: Path, b_execution: dict) -> Path:
+    """A profile with PU ``a`` (ONNX Runtime, CPU 0) and PU ``b`` (``b_execution``), both A53-like cores."""
+    raw = yaml.safe_load((data_dir("soc_profiles") / "amlogic_a311d.yaml").read_text())
+    little = raw["pus"]["little"]
+    a, b = copy.deepcopy(little), copy.deepcopy(little)
+    a["cores"] = b["cores"] = 1
+    a["execution"] = {"cpus": [0], "threads": 1}
+    b["execution"] = b_execution
+    raw.update(name="two_cores", pus={"a": a, "b": b})
+    raw["transfers"] = {"default": raw["transfers"]["default"]}
+    path = tmp_path / "two_cores.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def cli(capsys, *argv):
+    capsys.readouterr()
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def ssh_args(server):
+    return ["--host", server.host, "--identity", server.client_key, "--known-hosts", server.known_hosts,
+            "--python", sys.executable]  # the remote interpreter by explicit path, never the login shell's
+
+
+def point_using(doc: dict, pus: set) -> str:
+    """Id of the first point whose stages use exactly ``pus``."""
+    for p in doc["points"]:
+        if {pu for st in p["mapping"]["stages"] for pu in st["pus"]} == pus:
+            return p["id"]
+    raise AssertionError(f"no point uses {sorted(pus)}: {[p['id'] for p in doc['points']]}")
+
+
+def test_two_pu_profile_optimize_deploy_openvino_pu_and_runs_row(sshd_server, tmp_path, capsys):
+    pytest.importorskip("openvino", reason="the test extra installs openvino")
+    profile = two_pu_profile(tmp_path, {"cpus": [1], "threads": 1, "runtime": "openvino",
+                                        "runtime_options": {"device": "CPU"}})
+    code, out, err = cli(capsys, "optimize", "squeezenet", "--soc", profile, "--out", tmp_path / "o", "--no-plot",
+                         "--time-limit", "2")
+    assert code == 0, err
+    doc = json.loads((tmp_path / "o" / "pareto.json").read_text())
+    assert doc["soc"]["pus"]["b"]["execution"]["runtime"] == "openvino"
+    point = point_using(doc, {"a", "b"})
+    db, remote = tmp_path / "profile.sqlite", tmp_path / "remote"
+    code, out, err = cli(capsys, "deploy", "squeezenet", "--mapping", tmp_path / "o" / "pareto.json", "--point",
+                         point, *ssh_args(sshd_server), "--frames", 12, "--remote-dir", remote,
+                         "--out", tmp_path / "fetched", "--db", db, "--json")
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["outputs_match"] is True and rep["checked_tensors"] >= 1
+    assert rep["bindings"]["b"]["runtime"] == "openvino" and rep["bindings"]["a"]["cpus"] == [0]
+    assert rep["substituted"] == {} and rep["predicted"]["applies"] is True
+    assert os.listdir(remote) == []  # the bundle was removed
+    code, out, err = cli(capsys, "runs", "--db", db, "--json")
+    (row,) = json.loads(out)
+    assert row["soc"] == "two_cores" and row["point"] == point and row["runner"].endswith(str(sshd_server.port))
+    assert row["soc_sha256"] == doc["soc"]["sha256"] and row["outputs_match"] is True
+    assert set(row["pu_busy_s"]) == {"a", "b"} and row["frames"] == 12
+    # CSV export of the same row
+    code, _, err = cli(capsys, "runs", "--db", db, "--csv", tmp_path / "runs.csv")
+    assert code == 0 and (tmp_path / "runs.csv").read_text().count("\n") == 2
+
+
+def test_a_provider_the_board_lacks_is_refused_before_any_upload(sshd_server, tmp_path, capsys):
+    profile = two_pu_profile(tmp_path, {"cpus": [1], "threads": 1, "provider": "CUDAExecutionProvider"})
+    code, _, err = cli(capsys, "optimize", "squeezenet", "--soc", profile, "--out", tmp_path / "o", "--no-plot",
+                       "--time-limit", "1")
+    assert code == 0, err
+    doc = json.loads((tmp_path / "o" / "pareto.json").read_text())
+    point = point_using(doc, {"a", "b"})
+    remote = tmp_path / "remote"
+    code, out, err = cli(capsys, "deploy", "squeezenet", "--mapping", tmp_path / "o" / "pareto.json", "--point",
+                         point, *ssh_args(sshd_server), "--remote-dir", remote, "--db", tmp_path / "db.sqlite")
+    assert code == 2 and out == ""
+    lines = [ln for ln in err.splitlines() if ln.startswith("parapipe: error:")]
+    assert len(lines) == 1 and "Traceback" not in err
+    assert "PU b" in lines[0] and "CUDAExecutionProvider" in lines[0] and "--bind b=CPUS" in lines[0]
+    assert not remote.exists()  # nothing was uploaded: the board was checked first
+    assert not (tmp_path / "db.sqlite").exists()  # no run, no row
+
+
+def test_a311d_point_runs_here_with_every_pu_bound_to_a_core(tmp_path, capsys):
+    code, _, err = cli(capsys, "optimize", "inception_v1", "--soc", "amlogic_a311d", "--out", tmp_path / "o",
+                       "--no-plot", "--time-limit", "1")
+    assert code == 0, err
+    code, out, err = cli(capsys, "run", "inception_v1", "--mapping", tmp_path / "o" / "pareto.json", "--point",
+                         "best-throughput", "--bind", "big=0", "--bind", "little=1", "--bind", "gpu=1",
+                         "--bind", "npu=0", "--frames", 20, "--json", "--db", tmp_path / "db.sqlite")
+    assert code == 0, err
+    rep = json.loads(out)
+    doc = json.loads((tmp_path / "o" / "pareto.json").read_text())
+    best = min((p for p in doc["points"] if p["strategy"] == "parapipe"),
+               key=lambda p: (p["period_s"], p["latency_s"], p["energy_j"]))
+    used = {pu for st in best["mapping"]["stages"] for pu in st["pus"]}
+    assert rep["outputs_match"] is True
+    assert set(rep["substituted"]) == used and rep["predicted"]["applies"] is False
+    code, out, _ = cli(capsys, "runs", "--db", tmp_path / "db.sqlite", "--json")
+    (row,) = json.loads(out)
+    assert row["prediction_applies"] is False and set(row["substituted"]) == used
