@@ -5,7 +5,8 @@ work from input queues, stop on a sentinel, and carry exceptions back to the cal
 Here:
 
 - every (stage, PU) pair of the plan gets a thread that pins itself (``os.sched_setaffinity``) and then
-  creates its ORT sessions, so ORT's own threads inherit the mask (:mod:`.session`);
+  loads its sub-models through the PU's runtime adapter (:mod:`.runtimes`: ONNX Runtime sessions by
+  default, whose own threads inherit the mask, :mod:`.session`);
 - a frame enters a stage as a :class:`.worker.Frame` (a per-frame tensor dict and a
   Condition) put into the queue of each of the stage's workers; a worker runs its tasks in plan order,
   waiting on the Condition for same-stage deps; the worker that finishes the frame last passes on only the
@@ -17,7 +18,8 @@ Here:
 - every blocking call uses a timeout (``poll_s``) and checks a stop flag, so a failed peer never hangs the
   rest; a task error is re-raised in the caller as an execution error naming stage, PU and task.
 
-``InferenceSession.run`` releases the GIL, so workers of one process run truly in parallel (design guide §6).
+``InferenceSession.run`` (and OpenVINO's ``InferRequest.infer``) release the GIL, so workers of one process
+run truly in parallel (design guide §6).
 
 This module is the one implementation of the executor: it lives in ``device_agents/ppexec`` so that it ships
 to boards in deploy bundles (standard library, numpy and onnxruntime only; Python >= 3.8), and
@@ -25,6 +27,7 @@ to boards in deploy bundles (standard library, numpy and onnxruntime only; Pytho
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -35,8 +38,9 @@ import numpy as np
 
 from .errors import DEFAULT_ERRORS
 from .metrics import RunMetrics, TraceEvent, compute_metrics, write_chrome_trace
-from .plan import ExecutionPlan, Task, validate_plan
-from .session import resolve_provider
+from .plan import ExecutionPlan, PUBinding, Task, validate_plan
+from .runtimes import get_adapter
+from .session import provider_problem
 from .worker import STOP, Frame, Run, Stopped, Worker
 
 __all__ = ["PipelineExecutor", "run_pipeline", "write_chrome_trace", "RunMetrics", "TraceEvent"]
@@ -45,9 +49,9 @@ logger = logging.getLogger(__name__)
 
 
 class PipelineExecutor:
-    """Run an :class:`.plan.ExecutionPlan` as a software pipeline of pinned ORT workers.
+    """Run an :class:`.plan.ExecutionPlan` as a software pipeline of pinned workers (one runtime per PU).
 
-    Use as a context manager: sessions are created on entry (one thread per (stage, PU)) and kept across
+    Use as a context manager: sub-models are loaded on entry (one thread per (stage, PU)) and kept across
     :meth:`run` calls; threads are stopped and joined on exit.
 
     Parameters
@@ -57,12 +61,13 @@ class PipelineExecutor:
     queue_depth : int
         Capacity of each stage's input queue (default 2, enough to hide hand-over jitter between stages).
     fallback_provider : str, optional
-        Provider used for a PU whose bound provider is missing; without it a missing provider is an error.
+        Provider used (without provider options) for an ``onnxruntime`` PU whose bound provider is missing;
+        without it a missing provider is an error.
     poll_s : float
         Longest a worker or the caller blocks before checking for failure or shutdown (default 0.05 s, so an
         error reaches the caller well within a second).
     join_timeout_s : float
-        Time allowed for all workers to exit on close (default 5 s; a task stuck inside ORT cannot be
+        Time allowed for all workers to exit on close (default 5 s; a task stuck inside its runtime cannot be
         interrupted: such a daemon thread is logged and abandoned).
     serialise_shared_pus : bool
         A PU that serves several stages (e.g. cpu0 -> cpu1 -> cpu0) runs one task at a time, as the cost
@@ -78,9 +83,12 @@ class PipelineExecutor:
     ------
     InputError (PlanError on a board)
         Invalid plan or ``queue_depth``.
+    InputError (PlanError on a board)
+        On entry: a PU bound to a runtime this ppexec has no adapter for.
     ExecutionError (PipelineError on a board)
-        On entry: missing provider, bad CPU ids, a session that cannot be created. In :meth:`run`: a task
-        failed (the message names stage, PU and task; the ORT error is chained as ``__cause__``).
+        On entry: a binding its runtime refuses here (``adapter.check``: a missing provider, device or
+        runtime), bad CPU ids, a sub-model that cannot be loaded. In :meth:`run`: a task
+        failed (the message names stage, PU and task; the runtime's error is chained as ``__cause__``).
 
     Examples
     --------
@@ -126,25 +134,45 @@ class PipelineExecutor:
     def __exit__(self, *exc_info) -> None:
         self.close()
 
+    def _check_binding(self, pu: str) -> Tuple[object, PUBinding]:
+        """The adapter and the binding ``pu`` runs with: ``adapter.check`` passed, or the ORT fallback
+        provider substituted (logged); else the check's one-line problem as an execution error."""
+        binding = self.plan.bindings[pu]
+        adapter = get_adapter(binding.runtime, self.errors, pu)
+        problem = adapter.check(pu, binding)
+        fallback = self.fallback_provider
+        if problem is not None and binding.runtime == "onnxruntime" and fallback not in (None, binding.provider):
+            substitute = dataclasses.replace(binding, provider=fallback, provider_options={})
+            if adapter.check(pu, substitute) is None:
+                logger.warning("PU %s: %s; falling back to %s", pu, problem, fallback)
+                return adapter, substitute
+            problem = provider_problem(pu, binding, fallback) or problem
+        if problem is not None:
+            raise self.errors.execution(problem)
+        return adapter, binding
+
     def start(self) -> None:
-        """Resolve providers, start the workers and wait until every session exists.
+        """Check every PU's binding with its runtime adapter, start the workers and wait until every
+        sub-model is loaded.
 
         Raises
         ------
+        InputError
+            A PU bound to a runtime without adapter in this ppexec.
         ExecutionError
-            Missing provider, unusable CPU ids or a session that cannot be created (workers are joined first).
+            A binding its adapter refuses (missing provider, device, runtime), unusable CPU ids or a
+            sub-model that cannot be loaded (workers are joined first).
         """
         if self._started:
             raise self.errors.execution("PipelineExecutor.start: already started; create a new executor")
         self._started = True
-        providers = {pu: resolve_provider(pu, self.plan.bindings[pu], self.fallback_provider, self.errors)
-                     for pu in self.plan.pus()}
+        checked = {pu: self._check_binding(pu) for pu in self.plan.pus()}
         try:
             for s, tasks in enumerate(self.plan.stages):
                 by_pu: Dict[str, List[Task]] = {}
                 for task in tasks:
                     by_pu.setdefault(task.pu, []).append(task)
-                self._workers.append([Worker(self, s, pu, ts, providers[pu]) for pu, ts in by_pu.items()])
+                self._workers.append([Worker(self, s, pu, ts, *checked[pu]) for pu, ts in by_pu.items()])
             if self.serialise_shared_pus:
                 stages_of: Dict[str, int] = {}
                 for w in self.workers:
@@ -178,10 +206,13 @@ class PipelineExecutor:
             w.join(timeout=max(0.0, deadline - time.monotonic()))
         alive = [w.name for w in self.workers if w.is_alive()]
         if alive:
-            logger.warning("workers still inside ONNX Runtime after %.1f s, abandoned: %s",
+            logger.warning("workers still inside their runtime after %.1f s, abandoned: %s",
                            self.join_timeout_s, alive)
         for w in self.workers:
-            w.sessions = []
+            runners, w.runners = w.runners, []
+            if not w.is_alive():  # an abandoned worker may still be inside its runner
+                for runner in runners:
+                    runner.close()
 
     @property
     def workers(self) -> List[Worker]:

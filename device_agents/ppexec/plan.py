@@ -31,6 +31,12 @@ class PUBinding:
         ONNX Runtime execution provider name, e.g. ``"CPUExecutionProvider"``, ``"CUDAExecutionProvider"``.
     provider_options : dict
         Options passed with ``provider`` (e.g. ``{"device_id": 0}``).
+    runtime : str
+        Name of the runtime adapter that loads and runs the PU's sub-models (:data:`.runtimes.ADAPTERS`):
+        ``"onnxruntime"`` (default; ``provider`` and ``provider_options`` apply) or ``"openvino"``.
+    runtime_options : dict
+        Options of that adapter (JSON values), e.g. ``{"device": "CPU"}`` for OpenVINO; each adapter
+        documents its keys (:mod:`.runtimes`).
     """
 
     cpus: Optional[Tuple[int, ...]]
@@ -224,7 +230,7 @@ def plan_to_doc(plan: ExecutionPlan, model_files: Dict[str, str]) -> Dict[str, A
     dict
         ``{"schema_version", "stages": [[{"name", "pu", "model", "inputs", "outputs", "deps"}]],
         "model_inputs", "model_outputs", "bindings": {pu: {"cpus", "threads", "provider",
-        "provider_options"}}}``.
+        "provider_options", "runtime", "runtime_options"}}}``.
     """
     return {
         "schema_version": PLAN_SCHEMA_VERSION,
@@ -235,7 +241,8 @@ def plan_to_doc(plan: ExecutionPlan, model_files: Dict[str, str]) -> Dict[str, A
         "model_outputs": list(plan.model_outputs),
         "bindings": {pu: {"cpus": None if b.cpus is None else [int(c) for c in b.cpus],
                           "threads": int(b.threads), "provider": b.provider,
-                          "provider_options": dict(b.provider_options)}
+                          "provider_options": dict(b.provider_options), "runtime": b.runtime,
+                          "runtime_options": dict(b.runtime_options)}
                      for pu, b in plan.bindings.items()},
     }
 
@@ -260,7 +267,9 @@ def plan_from_doc(doc: Dict[str, Any], base_dir: str, source: str = "plan.json",
             bindings[str(pu)] = PUBinding(cpus=None if cpus is None else tuple(int(c) for c in cpus),
                                           threads=int(b.get("threads", 1)),
                                           provider=str(b.get("provider", "CPUExecutionProvider")),
-                                          provider_options=dict(b.get("provider_options") or {}))
+                                          provider_options=dict(b.get("provider_options") or {}),
+                                          runtime=str(b.get("runtime") or "onnxruntime"),
+                                          runtime_options=dict(b.get("runtime_options") or {}))
         stages = []
         root = os.path.realpath(base_dir)
         for s, tasks in enumerate(doc["stages"]):

@@ -20,6 +20,20 @@ from .plan import PUBinding
 logger = logging.getLogger(__name__)
 
 
+def provider_problem(pu: str, binding: PUBinding, fallback_provider: Optional[str] = None) -> Optional[str]:
+    """One line saying why neither ``binding.provider`` nor ``fallback_provider`` is available in this
+    onnxruntime build (naming the PU, the providers there and the fixes), or ``None`` if one is."""
+    available = ort.get_available_providers()
+    if binding.provider in available or (fallback_provider is not None and fallback_provider in available):
+        return None
+    wanted = binding.provider
+    if fallback_provider is not None:
+        wanted = "%s (or %s)" % (binding.provider, fallback_provider)
+    return ("PU %r: execution provider %s is not available in onnxruntime %s (available: %s); install an "
+            "onnxruntime build with it, bind the PU to another provider, or pass fallback_provider"
+            % (pu, wanted, ort.__version__, ", ".join(available)))
+
+
 def resolve_provider(pu: str, binding: PUBinding, fallback_provider: Optional[str] = None,
                      errors=DEFAULT_ERRORS) -> str:
     """Return the execution provider to use for ``pu``.
@@ -45,19 +59,14 @@ def resolve_provider(pu: str, binding: PUBinding, fallback_provider: Optional[st
     PipelineError (or ``errors.execution``'s type)
         Neither provider is available (the message names the PU and the provider).
     """
-    available = ort.get_available_providers()
-    if binding.provider in available:
+    problem = provider_problem(pu, binding, fallback_provider)
+    if problem is not None:
+        raise errors.execution(problem)
+    if binding.provider in ort.get_available_providers():
         return binding.provider
-    if fallback_provider is not None and fallback_provider in available:
-        logger.warning("PU %s: provider %s not available, falling back to %s", pu, binding.provider,
-                       fallback_provider)
-        return fallback_provider
-    wanted = binding.provider
-    if fallback_provider is not None:
-        wanted = "%s (or %s)" % (binding.provider, fallback_provider)
-    raise errors.execution("PU %r: execution provider %s is not available in onnxruntime %s (available: %s); "
-                           "install an onnxruntime build with it, bind the PU to another provider, or pass "
-                           "fallback_provider" % (pu, wanted, ort.__version__, ", ".join(available)))
+    logger.warning("PU %s: provider %s not available, falling back to %s", pu, binding.provider,
+                   fallback_provider)
+    return str(fallback_provider)
 
 
 def pin_current_thread(pu: str, cpus: Optional[Sequence[int]], errors=DEFAULT_ERRORS) -> frozenset:
@@ -81,15 +90,37 @@ def pin_current_thread(pu: str, cpus: Optional[Sequence[int]], errors=DEFAULT_ER
     return frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()
 
 
-def session_options(binding: PUBinding) -> ort.SessionOptions:
-    """Build the session options for one PU (threads, no spinning, full graph optimisation)."""
+#: Keys of ``PUBinding.runtime_options`` for the ``onnxruntime`` runtime and what they set.
+ORT_RUNTIME_OPTIONS = {
+    "optimization": "graph optimisation: 'all' (default, ORT_ENABLE_ALL) or 'disabled' (ORT_DISABLE_ALL, "
+                    "for per-operator profiling: ORT fuses and renames nodes otherwise)",
+    "allow_spinning": "let ORT's intra-op threads spin while idle (default false: stages wait on queues)",
+    "session_config": "extra ORT session config entries {key: value}, e.g. "
+                      "{'session.intra_op_thread_affinities': '2;3'}",
+}
+_OPTIMIZATION_LEVELS = {"all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+                        "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL}
+
+
+def session_options(binding: PUBinding, provider: Optional[str] = None) -> ort.SessionOptions:
+    """Build the session options for one PU: ``binding.threads`` intra-op threads, one inter-op thread,
+    sequential execution, no spinning, full graph optimisation (``binding.runtime_options`` may change the
+    last two and add config entries: :data:`ORT_RUNTIME_OPTIONS`). For a ``provider`` other than the CPU
+    one, ``session.disable_cpu_ep_fallback = 1``: a node the provider cannot run fails the session instead
+    of running on the CPU, so accelerator time is never CPU time (as when profiling)."""
+    options = binding.runtime_options if binding.runtime == "onnxruntime" else {}
     so = ort.SessionOptions()
     so.intra_op_num_threads = int(binding.threads)
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.graph_optimization_level = _OPTIMIZATION_LEVELS[options.get("optimization", "all")]
+    spinning = "1" if options.get("allow_spinning", False) else "0"
+    so.add_session_config_entry("session.intra_op.allow_spinning", spinning)
     so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    if provider is not None and provider != "CPUExecutionProvider":
+        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    for key, value in (options.get("session_config") or {}).items():
+        so.add_session_config_entry(str(key), str(value))
     so.log_severity_level = 4  # fatal only: ORT warns about unused initializers in cut models, and run
     # errors reach the caller as exceptions (re-raised as execution errors): its own log would repeat them
     return so
@@ -115,7 +146,8 @@ def create_session(model: Any, binding: PUBinding, provider: str) -> ort.Inferen
     binding : PUBinding
         Threads and provider options.
     provider : str
-        Provider resolved with :func:`resolve_provider`.
+        Provider resolved with :func:`resolve_provider` (a non-CPU one gets no CPU fallback:
+        :func:`session_options`).
 
     Returns
     -------
@@ -123,5 +155,5 @@ def create_session(model: Any, binding: PUBinding, provider: str) -> ort.Inferen
     """
     options = binding.provider_options if provider == binding.provider else {}
     providers = [(provider, dict(options))] if options else [provider]
-    return ort.InferenceSession(model_source(model), sess_options=session_options(binding),
+    return ort.InferenceSession(model_source(model), sess_options=session_options(binding, provider),
                                 providers=providers)

@@ -1,6 +1,7 @@
 """Worker threads of the pipelined executor and the per-frame state they share.
 
-One :class:`Worker` serves one (stage, PU) pair: it pins itself, creates its sessions, then takes
+One :class:`Worker` serves one (stage, PU) pair: it pins itself, loads its tasks' sub-models through the PU's
+runtime adapter (:mod:`.runtimes`), then takes
 :class:`Frame` objects from its bounded input queue and runs its tasks on them, waiting on the frame's
 Condition for same-stage dependencies. The worker that finishes a frame last hands it back to the executor
 (``PipelineExecutor._forward``), which passes it to the next stage. Errors are reported to the executor
@@ -16,8 +17,8 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
 import numpy as np
 
 from .metrics import TraceEvent
-from .plan import Task
-from .session import create_session, pin_current_thread
+from .plan import PUBinding, Task
+from .session import pin_current_thread
 
 if TYPE_CHECKING:  # pragma: no cover
     from .executor import PipelineExecutor
@@ -54,25 +55,26 @@ class Frame:
 class Worker(threading.Thread):
     """The thread serving one (stage, PU) pair."""
 
-    def __init__(self, ex: "PipelineExecutor", stage: int, pu: str, tasks: List[Task], provider: str):
+    def __init__(self, ex: "PipelineExecutor", stage: int, pu: str, tasks: List[Task], adapter: object,
+                 binding: PUBinding):
         super().__init__(name=f"parapipe-s{stage}-{pu}", daemon=True)
-        self.ex, self.stage, self.pu, self.tasks, self.provider = ex, stage, pu, tasks, provider
+        self.ex, self.stage, self.pu, self.tasks = ex, stage, pu, tasks
+        self.adapter, self.binding = adapter, binding
         self.in_q: "queue.Queue" = queue.Queue(maxsize=ex.queue_depth)
         self.ready = threading.Event()
         self.affinity: frozenset = frozenset()
-        self.sessions: list = []
+        self.runners: list = []
         self._current: Optional[str] = None
 
     def run(self) -> None:
-        binding = self.ex.plan.bindings[self.pu]
         try:
-            self.affinity = pin_current_thread(self.pu, binding.cpus, self.ex.errors)
-            for task in self.tasks:
+            self.affinity = pin_current_thread(self.pu, self.binding.cpus, self.ex.errors)
+            for task in self.tasks:  # after pinning: the runtime's own threads inherit the mask
                 self._current = task.name
-                self.sessions.append(create_session(task.model, binding, self.provider))
+                self.runners.append(self.adapter.load(task.model, self.binding, self.pu))
             self._current = None
         except BaseException as exc:  # carried back to the caller of start()
-            self.ex._fail(self.stage, self.pu, self._current, "creating its session", exc)
+            self.ex._fail(self.stage, self.pu, self._current, "loading its sub-model", exc)
             self.ready.set()
             return
         self.ready.set()
@@ -94,7 +96,7 @@ class Worker(threading.Thread):
 
     def _process(self, frame: Frame) -> None:
         ex, run = self.ex, frame.run
-        for task, sess in zip(self.tasks, self.sessions):
+        for task, runner in zip(self.tasks, self.runners):
             self._current = task.name
             with frame.cond:
                 while not frame.done.issuperset(task.deps):
@@ -105,12 +107,12 @@ class Worker(threading.Thread):
             pu_lock = ex._pu_locks.get(self.pu)
             if pu_lock is None:
                 start = time.perf_counter()
-                outs = sess.run(task.outputs, feeds)
+                outs = runner.run(task.outputs, feeds)
                 end = time.perf_counter()
             else:
                 with pu_lock:  # one task at a time on a PU that serves several stages
                     start = time.perf_counter()
-                    outs = sess.run(task.outputs, feeds)
+                    outs = runner.run(task.outputs, feeds)
                     end = time.perf_counter()
             with frame.cond:
                 frame.tensors.update(zip(task.outputs, outs))
