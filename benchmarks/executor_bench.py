@@ -33,22 +33,29 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Dict, List
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # a checkout, not installed
-from ppexec import ExecutionPlan, PipelineExecutor, PUBinding, Task, max_abs_diff, reference_outputs, run_pipeline, write_chrome_trace
-from ppexec.reference import handed_over_tensors, max_scaled_diff, with_outputs
-from parapipe.runtime.reference import reference_with_outputs
-from ppexec.session import create_session, pin_current_thread
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [_REPO, os.path.join(_REPO, "device_agents")]  # this checkout (parapipe, ppexec), not installed
+from ppexec import (ExecutionPlan, PipelineExecutor, PUBinding, Task, max_abs_diff,  # noqa: E402
+                    reference_outputs, run_pipeline)
+from ppexec.bundle_run import run_bundle  # noqa: E402
+from ppexec.reference import handed_over_tensors, max_scaled_diff, with_outputs  # noqa: E402
+from ppexec.session import create_session, pin_current_thread  # noqa: E402
+
+from parapipe.deploy.bundle import build_bundle  # noqa: E402
+from parapipe.runtime.reference import reference_with_outputs  # noqa: E402
 
 BINDINGS = {"cpu0": PUBinding(cpus=(0,)), "cpu1": PUBinding(cpus=(1,))}
 DISTINCT_FRAMES = 8  # distinct inputs, fed cyclically (the reference runs once on each)
@@ -68,21 +75,22 @@ def ort_throughput(model: onnx.ModelProto, frames: List[Dict[str, np.ndarray]], 
 
 
 def best_throughput_mapping(model: str, time_limit_s: float):
-    """Measure this host for ``model``, search, and load the best-throughput point as a HostMapping."""
-    from parapipe.mapping_doc import result_to_doc, write_json_atomic
+    """Measure this host for ``model``, search, and load the best-throughput point as a LoadedMapping."""
+    from parapipe.mapping import doc_from_result, write_pareto
     from parapipe.runtime.mapping import load_mapping
     from parapipe.search.api import SearchOptions, search
+    from parapipe.soc.resolve import soc_ref
     from parapipe.workflow import prepare
 
     t0 = time.perf_counter()
     prep = prepare(model, "host")
     result = search(prep.problem, SearchOptions(time_limit_s=time_limit_s, seed=0))
     blocks = {b.name: list(b.ops) for b in prep.block_graph.blocks}
-    doc = result_to_doc(result, prep.loaded.name, prep.loaded.sha256, prep.soc.name, blocks=blocks,
-                        search={"max_blocks": prep.max_blocks, "seed": 0})
+    doc = doc_from_result(result, prep.loaded.name, prep.loaded.sha256, soc_ref(prep.soc), blocks=blocks,
+                          search={"max_blocks": prep.max_blocks, "seed": 0})
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "pareto.json")
-        write_json_atomic(doc, path)
+        write_pareto(doc, path)
         mapping = load_mapping(model, path, "best-throughput")
     return mapping, prep, time.perf_counter() - t0
 
@@ -124,12 +132,11 @@ def measured_best_cut(mapping, repeats: int, lo: float = 0.2, hi: float = 0.8):
     ``(plan, k, stage0_s, stage1_s)``: the plan, blocks in stage 0, and the two stages' times alone.
     """
     from parapipe.runtime import StageSpec, build_plan
-    from parapipe.runtime.host_plan import host_bindings
 
     og, bg = mapping.opgraph, mapping.block_graph
     names = [b.name for b in bg.blocks]
     total, prefix, best = sum(b.flops for b in bg.blocks), 0.0, None
-    bindings = host_bindings(["cpu0", "cpu1"])
+    bindings = {"cpu0": PUBinding(cpus=(0,)), "cpu1": PUBinding(cpus=(1,))}
     for k, block in enumerate(bg.blocks[:-1], start=1):
         prefix += block.flops
         if not lo <= prefix / total <= hi:
@@ -158,40 +165,49 @@ def bench_model(model: str, args) -> dict:
     ref = reference_outputs(reference, frames[:DISTINCT_FRAMES])
     ref = [ref[i % DISTINCT_FRAMES] for i in range(len(frames))]
     cut = measured_best_cut(mapping, args.cut_repeats) if args.measured_cut else None
-    plans = {"pp": plan}
+    plans = {}
+    bundle_dir = tempfile.TemporaryDirectory(prefix="parapipe-bench-")
+    bundle = build_bundle(mapping, Path(bundle_dir.name) / "bundle")  # the run-and-verify 'parapipe run' uses
     if cut is not None:
         cut_handed = handed_over_tensors(cut[0])
         reference_cut, cut_handed = reference_with_outputs(mapping.loaded.model, og, cut_handed)
         ref_cut = reference_outputs(reference_cut, frames[:DISTINCT_FRAMES])
         plans["cut"] = with_outputs(cut[0], cut_handed)
-    runs = {"ort1": [], "ort2": [], **{key: [] for key in plans}}
+    runs = {"ort1": [], "ort2": [], "pp": [], **{key: [] for key in plans}}
     diff = scaled = 0.0
     last = {}
+    matched = True
     for _ in range(args.repeats):  # interleaved, so that load changes hit every configuration alike
         runs["ort1"].append(ort_throughput(og.model, frames, 1))
         runs["ort2"].append(ort_throughput(og.model, frames, 2))
+        rep = run_bundle(str(bundle.folder), frames=len(frames), warmup=5, verify=False, idle_frames=0)
+        runs["pp"].append(rep.throughput_per_s)
+        diff, scaled = max(diff, rep.max_abs_diff), max(scaled, rep.max_scaled_diff)
+        matched = matched and rep.outputs_match
+        last["pp"] = rep
         for key, p in plans.items():
             outs, last[key] = run_pipeline(p, frames, warmup=5)
             runs[key].append(last[key].throughput_per_s)
-            refs = ref if key == "pp" else [ref_cut[i % DISTINCT_FRAMES] for i in range(len(frames))]
-            names = handed if key == "pp" else cut_handed
+            refs = [ref_cut[i % DISTINCT_FRAMES] for i in range(len(frames))]
+            names = cut_handed
             diff = max(diff, max_abs_diff([{k: o[k] for k in outputs} for o in outs],
                                           [{k: r[k] for k in outputs} for r in refs]))
             scaled = max([scaled] + [max_scaled_diff(o, r, names) for o, r in zip(outs, refs)])
     last_pp = last["pp"]
     if args.trace and model == args.models[0]:
-        write_chrome_trace(last_pp, args.trace)
+        shutil.copyfile(bundle.folder / last_pp.trace_file, args.trace)
+    bundle_dir.cleanup()
     med = {k: statistics.median(v) for k, v in runs.items()}
     stages = []
-    for s, (st, tasks) in enumerate(zip(pt["mapping"]["stages"], plan.stages)):
+    for s, (st, tasks) in enumerate(zip(pt.stages, plan.stages)):
         alone = (standalone_task_s(tasks[0], og, plan.bindings[tasks[0].pu].cpus[0])
                  if len(tasks) == 1 else float("nan"))
-        stages.append({"pus": "+".join(st["pus"]), "blocks": len(st["blocks"]), "tasks": len(tasks),
-                       "predicted_s": st["time_s"], "alone_s": alone, "busy_s": last_pp.stage_busy_s[s]})
+        stages.append({"pus": "+".join(st.pus), "blocks": len(st.blocks), "tasks": len(tasks),
+                       "predicted_s": st.time_s, "alone_s": alone, "busy_s": last_pp.stage_busy_s[s]})
     whole_blocks_s = float(prep.problem.time_s.min(axis=1).sum())  # every block on its fastest PU
     return {"model": model, "med": med, "spread": {k: spread(v) for k, v in runs.items()}, "diff": diff,
-            "scaled": scaled, "handed": len(handed),
-            "predicted": 1.0 / pt["period_s"], "point": pt["id"], "stages": stages, "prep_s": prep_s,
+            "scaled": scaled, "handed": len(handed), "outputs_match": matched,
+            "predicted": 1.0 / pt.period_s, "point": pt.id, "stages": stages, "prep_s": prep_s,
             "whole_blocks_s": whole_blocks_s, "mapping": mapping, "utilisation": last_pp.pu_utilisation,
             "cut": None if cut is None else {"k": cut[1], "of": len(mapping.block_graph.blocks),
                                               "alone_s": (cut[2], cut[3]),

@@ -171,7 +171,7 @@ def write_outputs(folder: Path, cfg: SweepConfig, results: Sequence[JobResult],
                           title=f"{cfg.name}: energy-efficiency gain of throughput-optimal parapipe mappings "
                                 "(dashed: Para-Pipe paper)")
         info.summary_figure = SUMMARY_FIGURE
-    labels = {r.job.key: f"{r.doc['model']['name']} on {r.doc['soc']}" for r in results}
+    labels = {r.job.key: f"{r.doc['model']['name']} on {r.doc['soc']['name']}" for r in results}
     (folder / "report.md").write_text(markdown.render(info, eff, search, breakeven, labels), encoding="utf-8")
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
     manifest = {"kind": MANIFEST_KIND,

@@ -55,7 +55,7 @@ class JobResult:
     ----------
     job : Job
     doc : dict
-        The pareto.json document (:func:`parapipe.mapping_doc.result_to_doc`).
+        The pareto.json document (:class:`parapipe.mapping.ParetoDoc` as a dict).
     prepare_s : float
         Wall time of import, coarsening and costing (the "profiling" part for bundled profiles), seconds.
     search_s : float
@@ -111,8 +111,9 @@ def run_job(job: Job) -> JobResult:
     parapipe.errors.ParapipeError
         Bad model or profile, or no feasible mapping (carried back to the caller by both runners).
     """
-    from parapipe.mapping_doc import result_to_doc
+    from parapipe.mapping import doc_from_result
     from parapipe.search.api import SearchOptions, search
+    from parapipe.soc.resolve import soc_ref
     from parapipe.workflow import prepare
 
     t0 = time.perf_counter()
@@ -120,9 +121,9 @@ def run_job(job: Job) -> JobResult:
     prepare_s = time.perf_counter() - t0
     result = search(prep.problem, SearchOptions(**job.search))
     blocks = {b.name: list(b.ops) for b in prep.block_graph.blocks}
-    doc = result_to_doc(result, prep.loaded.name, prep.loaded.sha256, prep.soc.name, blocks=blocks,
-                        search={"max_blocks": prep.max_blocks, "seed": result_seed(job),
-                                "prepare_s": prepare_s, **prep.timings_s})
+    doc = doc_from_result(result, prep.loaded.name, prep.loaded.sha256, soc_ref(prep.soc), blocks=blocks,
+                          search={"max_blocks": prep.max_blocks, "seed": result_seed(job),
+                                  "prepare_s": prepare_s, **prep.timings_s}).model_dump(mode="json")
     best = throughput_optimal(doc["points"], "parapipe")
     assert best is not None, "search returned no parapipe point"
     figures = _render(doc, best["id"], job.key) if job.figures else {}

@@ -62,7 +62,7 @@ def point_rows(results: Sequence[JobResult]) -> List[Dict[str, Any]]:
     rows = []
     for r in results:
         for p in r.doc["points"]:
-            rows.append({"model": r.doc["model"]["name"], "soc": r.doc["soc"], "strategy": p["strategy"],
+            rows.append({"model": r.doc["model"]["name"], "soc": r.doc["soc"]["name"], "strategy": p["strategy"],
                          "pareto": bool(p["pareto"]), "throughput_per_s": p["throughput_per_s"],
                          "period_s": p["period_s"], "latency_s": p["latency_s"], "energy_j": p["energy_j"],
                          "search_s": r.search_s, "point_id": p["id"], "stages": stages_text(p)})
@@ -81,7 +81,7 @@ def efficiency_rows(results: Sequence[JobResult]) -> List[Dict[str, Any]]:
     for r in results:
         pts = r.doc["points"]
         pp = throughput_optimal(pts, "parapipe")
-        row: Dict[str, Any] = {"model": r.doc["model"]["name"], "soc": r.doc["soc"],
+        row: Dict[str, Any] = {"model": r.doc["model"]["name"], "soc": r.doc["soc"]["name"],
                                "parapipe_inf_per_j": 1.0 / pp["energy_j"],
                                "parapipe_period_s": pp["period_s"],
                                "parapipe_shape": mapping_shape(pp)}
@@ -107,7 +107,7 @@ def average_row(rows: Sequence[Dict[str, Any]], label: str = "average", soc: str
 
 def search_rows(results: Sequence[JobResult]) -> List[Dict[str, Any]]:
     """Per job: problem size, preparation and search wall times, front size (:data:`SEARCH_COLUMNS`)."""
-    return [{"model": r.doc["model"]["name"], "soc": r.doc["soc"], "blocks": r.n_blocks, "pus": r.n_pus,
+    return [{"model": r.doc["model"]["name"], "soc": r.doc["soc"]["name"], "blocks": r.n_blocks, "pus": r.n_pus,
              "prepare_s": r.prepare_s, "search_s": r.search_s,
              "front_points": sum(1 for p in r.doc["points"] if p["strategy"] == "parapipe"),
              "exact": bool(r.doc["search"].get("exact", 0.0))} for r in results]
@@ -125,7 +125,7 @@ def break_even_rows(results: Sequence[JobResult]) -> List[Dict[str, Any]]:
         cost_s = r.prepare_s + r.search_s
         saved = best["period_s"] - pp["period_s"]
         n = math.ceil(cost_s / saved) if saved > 0 else None
-        rows.append({"model": r.doc["model"]["name"], "soc": r.doc["soc"], "cost_s": cost_s,
+        rows.append({"model": r.doc["model"]["name"], "soc": r.doc["soc"]["name"], "cost_s": cost_s,
                      "parapipe_period_s": pp["period_s"], "best_baseline": best["id"],
                      "best_baseline_period_s": best["period_s"], "saved_s_per_inference": saved,
                      "break_even_inferences": n,

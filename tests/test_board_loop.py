@@ -59,16 +59,19 @@ def point_using(doc: dict, pus: set) -> str:
 
 def test_two_pu_profile_optimize_deploy_openvino_pu_and_runs_row(sshd_server, tmp_path, capsys):
     pytest.importorskip("openvino", reason="the test extra installs openvino")
+    # mobilenet_v2 (seeded random weights): the onnx wheel's light zoo models have constant weights, so their
+    # 1000 logits are equal up to rounding and a softmax of them is ill-conditioned: OpenVINO's other summation
+    # order alone turns a uniform 0.001 into 0.125 on eight classes (measured). Real weights compare fairly.
     profile = two_pu_profile(tmp_path, {"cpus": [1], "threads": 1, "runtime": "openvino",
                                         "runtime_options": {"device": "CPU"}})
-    code, out, err = cli(capsys, "optimize", "squeezenet", "--soc", profile, "--out", tmp_path / "o", "--no-plot",
+    code, out, err = cli(capsys, "optimize", "mobilenet_v2", "--soc", profile, "--out", tmp_path / "o", "--no-plot",
                          "--time-limit", "2")
     assert code == 0, err
     doc = json.loads((tmp_path / "o" / "pareto.json").read_text())
     assert doc["soc"]["pus"]["b"]["execution"]["runtime"] == "openvino"
     point = point_using(doc, {"a", "b"})
     db, remote = tmp_path / "profile.sqlite", tmp_path / "remote"
-    code, out, err = cli(capsys, "deploy", "squeezenet", "--mapping", tmp_path / "o" / "pareto.json", "--point",
+    code, out, err = cli(capsys, "deploy", "mobilenet_v2", "--mapping", tmp_path / "o" / "pareto.json", "--point",
                          point, *ssh_args(sshd_server), "--frames", 12, "--remote-dir", remote,
                          "--out", tmp_path / "fetched", "--db", db, "--json")
     assert code == 0, err

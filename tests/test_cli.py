@@ -263,7 +263,6 @@ def test_run_a311d_point_this_machine_cannot_bind_names_the_pu_and_bind(capsys, 
     path = _write(tmp_path, squeezenet_a311d_doc)
     _run_fails(capsys, tmp_path, monkeypatch, ["squeezenet", "--mapping", path, "--frames", "5", "--db", ""],
                "this machine: PU ", "--bind")
-               str(path), "soc", "amlogic_a311d", "--soc host")
 
 
 def test_run_mapping_for_another_model(capsys, tmp_path, monkeypatch, squeezenet_a311d_doc):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import socket
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ from parapipe.cli import main
 from parapipe.deploy.bundle import build_bundle
 from parapipe.deploy.deploy import DeployOptions, deploy_bundle, deploy_mapping, remote_files, upload_bundle
 from parapipe.deploy.host import HostSpec, RemoteHost
-from parapipe.errors import ExecutionError, HostError
+from parapipe.errors import ExecutionError, HostError, InputError
 from parapipe.runtime.mapping import load_mapping
 
 NEEDS_TWO_CPUS = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="mappings use CPUs 0, 1")
@@ -82,7 +83,7 @@ def test_deploy_two_stage_inception_v1_outputs_match_and_leaves_nothing(sshd_ser
     assert doc["outputs_match"] is True and doc["max_abs_diff"] <= 1e-5
     assert doc["frames"] == int(FRAMES) and doc["stages"] == 2 and doc["point"] == "p0"
     assert doc["throughput_per_s"] > 0 and doc["latency_p50_s"] > 0
-    assert doc["predicted_throughput_per_s"] == pytest.approx(50.0)
+    assert doc["predicted"]["throughput_per_s"] == pytest.approx(50.0) and doc["idle_latency_s"] > 0
     assert set(doc["pu_busy_s"]) == {"cpu0", "cpu1"}
     assert "run " in captured.err and "upload done" in captured.err  # progress streamed to stderr
     # the report and the trace came back; the trace has one lane per PU and every measured task
@@ -113,15 +114,15 @@ def test_unknown_host_key_is_refused_before_anything_is_sent(sshd_server, incept
     assert not remote.exists() and empty.read_text() == ""
 
 
-def test_mapping_for_another_soc_is_an_input_error(sshd_server, tmp_path, capsys):
+def test_a_mapping_of_the_old_schema_is_an_input_error(sshd_server, tmp_path, capsys):
     doc = two_stage_doc("squeezenet")
-    doc["soc"] = "amlogic_a311d"
+    doc.update(schema_version=1, soc="host")  # what parapipe 0.1 wrote: no bindings inside
     path = write_doc(doc, tmp_path / "pareto.json")
-    rc = main(["deploy", "--python", sys.executable, "--db", "", "squeezenet", "--mapping", str(path), "--host", sshd_server.host,
-               "--identity", str(sshd_server.client_key), "--known-hosts", str(sshd_server.known_hosts)])
+    rc = main(["deploy", "--python", sys.executable, "--db", "", "squeezenet", "--mapping", str(path),
+               "--host", sshd_server.host, "--identity", str(sshd_server.client_key),
+               "--known-hosts", str(sshd_server.known_hosts)])
     err = capsys.readouterr().err
-    assert rc == 2 and f"{path}: soc: mapping was computed for SoC 'amlogic_a311d'" in err
-    assert "--soc host" in err
+    assert rc == 2 and f"{path}: schema_version: expected 2, got 1" in err and "re-run 'parapipe optimize'" in err
 
 
 def test_interrupted_upload_resumes_and_keep_leaves_the_bundle(sshd_server, squeezenet_mapping, tmp_path):
@@ -218,13 +219,14 @@ def test_a_failing_stage_ends_the_run_with_a_clear_error_and_nothing_left(sshd_s
 
 def test_a_mapping_for_cpus_the_host_lacks_is_refused_before_the_models_are_sent(sshd_server, tmp_path):
     doc = two_stage_doc("squeezenet")
+    doc["soc"]["pus"]["cpu4095"] = {"kind": "cpu", "execution": {"cpus": [4095], "threads": 1}}
     for stage, pu in zip(doc["points"][0]["mapping"]["stages"], ("cpu0", "cpu4095")):
         stage["pus"], stage["assignment"] = [pu], {b: pu for b in stage["blocks"]}
     path = write_doc(doc, tmp_path / "pareto.json")
-    remote = str(tmp_path / "remote")
-    with pytest.raises(ExecutionError) as info:
+    remote = tmp_path / "remote"
+    with pytest.raises(InputError) as info:
         deploy_mapping(load_mapping("squeezenet", str(path), "p0"), spec_for(sshd_server), tmp_path / "out",
-                       DeployOptions(python=sys.executable, frames=2, remote_dir=remote))
+                       DeployOptions(python=sys.executable, frames=2, remote_dir=str(remote)))
     msg = str(info.value)
-    assert "pins PUs to CPUs [0, 4095]" in msg and "--soc host" in msg and "\n" not in msg
-    assert os.listdir(remote) == []
+    assert "PU cpu4095: is pinned to CPUs [4095]" in msg and "--bind cpu4095=CPUS" in msg and "\n" not in msg
+    assert not remote.exists()  # checked before anything was uploaded

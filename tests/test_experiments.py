@@ -86,7 +86,7 @@ def test_throughput_optimal_breaks_ties_by_energy():
 
 
 def test_efficiency_gains_break_even_and_average():
-    doc = {"model": {"name": "m"}, "soc": "s", "search": {}, "points": [
+    doc = {"model": {"name": "m"}, "soc": {"name": "s"}, "search": {}, "points": [
         _pt("p0", "parapipe", 1.0, 0.5, stages=(("big", "gpu"), ("npu",))),
         _pt("pipeline-0", "pipeline", 2.0, 1.0, stages=(("big",), ("npu",))),
         _pt("parallel-0", "parallel", 4.0, 0.4, stages=(("big", "gpu"),)),

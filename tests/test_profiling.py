@@ -220,8 +220,10 @@ def test_runner_check_pus_names_the_provider():
 
     soc = load_soc("amlogic_a311d")
     with open_runner() as runner:
-        with pytest.raises(HostError, match="OpenCLExecutionProvider"):
-            runner.check_pus(soc, ["gpu"])
+        with pytest.raises(InputError, match=r"PU gpu: needs runtime adapter 'ncnn'.*--bind gpu=CPUS"):
+            runner.check_pus(soc, ["gpu"])  # the Mali GPU is a declared adapter slot, shipped nowhere
+        with pytest.raises(InputError, match=r"PU npu: needs execution provider VSINPUExecutionProvider"):
+            runner.check_pus(soc, ["npu"])
         with pytest.raises(InputError):
             profile_job("squeezenet", "amlogic_a311d", "/nonexistent/x.sqlite",
                         options=ProfileOptions(pus=["nope"]))

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from parapipe.errors import ExecutionError, InputError
+from ppexec import PipelineError as ExecutionError, PlanError as InputError  # the executor's own errors
 from ppexec import ExecutionPlan, PipelineExecutor, PUBinding, max_abs_diff, reference_outputs, run_pipeline, write_chrome_trace
 from runtime_models import (CPU_BINDINGS, chain_model, cut, diamond_model, frames, identity_model,
                             parapipe_threads, reshape_model, task)

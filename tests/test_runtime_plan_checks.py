@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parapipe.errors import InputError
+from ppexec import PlanError as InputError  # the executor's own error for bad plans
 from ppexec import ExecutionPlan, PUBinding, Task, max_abs_diff, reference_outputs, validate_plan
 from runtime_models import CPU_BINDINGS, chain_model, diamond_model, frames, task
 

@@ -90,7 +90,7 @@ def parse_pareto(data: Any, source: str) -> ParetoDoc:
     try:
         return ParetoDoc.model_validate(data)
     except ValidationError as exc:
-        raise to_input_error(exc, source, ParetoDoc) from None
+        raise to_input_error(exc, source, ParetoDoc, default_fix=_FIX) from None
 
 
 def read_pareto(path: str) -> ParetoDoc:

@@ -66,10 +66,16 @@ def pu_target(pu: PU, cpus_allowed: Optional[Sequence[int]] = None) -> Dict[str,
     -------
     dict
         ``{"cpus": [...], "threads": n}`` for the CPU provider; ``{"provider": name, "provider_options":
-        {...}, "threads": n}`` (plus ``cpus`` when given) otherwise.
+        {...}, "threads": n}`` (plus ``cpus`` when given) for another provider; ``{"runtime": name,
+        "runtime_options": {...}, "threads": n}`` (plus ``cpus``) for another runtime adapter.
     """
     ex = pu.execution
     spec: Dict[str, Any] = {"threads": ex.threads}
+    if ex.runtime != "onnxruntime":  # measured through the PU's runtime adapter, as run/deploy execute it
+        spec.update(runtime=ex.runtime, runtime_options=dict(ex.runtime_options))
+        if ex.cpus is not None:
+            spec["cpus"] = list(ex.cpus)
+        return spec
     if ex.provider == "CPUExecutionProvider":
         cpus = list(ex.cpus) if ex.cpus is not None else list(cpus_allowed or [])
         if not cpus:
@@ -117,28 +123,22 @@ class Runner:
     def check_pus(self, soc: SoC, pus: Sequence[str]) -> None:
         """Refuse PUs this host cannot run, before anything is measured.
 
+        The same check as ``run``/``deploy`` make (:func:`parapipe.runtime.facts.check_board`), so a PU is
+        profiled exactly as it will run.
+
         Raises
         ------
-        HostError
-            One line naming the PU and what the host lacks (execution provider, CPUs), with the remedy.
+        InputError
+            One line naming the PU and what the host lacks (CPUs, runtime adapter, execution provider), with the
+            remedy.
         """
-        providers = list(self.hello.get("providers") or [])
-        allowed = set(self.cpus_allowed)
-        for name in pus:
-            ex = soc.pus[name].execution
-            others = [p for p in pus if p != name]
-            skip = f"profile the other PUs with --pus {','.join(others)}" if others else "use another --soc"
-            if ex.provider not in providers:
-                available = ", ".join(providers) or "none"
-                raise HostError(f"{self.host}: PU {name!r} runs on {ex.provider}, which onnxruntime "
-                                f"{self.ort_version} there lacks (available: {available}); "
-                                f"install an onnxruntime build with {ex.provider}, or {skip}")
-            missing = sorted(set(ex.cpus or ()) - allowed)
-            if missing:
-                raise HostError(f"{self.host}: PU {name!r} is pinned to CPUs {missing} that the host does "
-                                f"not offer (it has {sorted(allowed)}); check --soc (is it this board's "
-                                "profile?) "
-                                f"or {skip}")
+        from parapipe.runtime.facts import check_board
+
+        facts = dict(self.hello)
+        facts.setdefault("cpus_allowed", list(self.cpus_allowed))
+        if "runtimes" not in facts:  # an agent from before runtime adapters: ONNX Runtime only
+            facts["runtimes"] = {"onnxruntime": {"available": True}}
+        check_board({name: soc.pus[name].execution for name in pus}, facts, str(self.host))
 
     def target(self, pu: PU) -> Dict[str, Any]:
         """:func:`pu_target` with this host's CPUs."""

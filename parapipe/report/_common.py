@@ -121,9 +121,10 @@ def strategy_of(point: Mapping, where: str, source: Optional[str]) -> str:
 
 def title_of(doc: Mapping) -> str:
     """``"<model> on <soc>"`` from the document (``?`` for missing names)."""
-    model = doc.get("model")
+    model, soc = doc.get("model"), doc.get("soc")
     name = model.get("name") if isinstance(model, Mapping) else None
-    return f"{name or '?'} on {doc.get('soc') or '?'}"
+    soc_name = soc.get("name") if isinstance(soc, Mapping) else soc
+    return f"{name or '?'} on {soc_name or '?'}"
 
 
 def save_figure(fig: Figure, path: Any, dpi: int = 100) -> None:

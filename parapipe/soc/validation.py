@@ -171,7 +171,7 @@ def _describe(error: dict, root: Optional[type]) -> tuple[list, str, str]:
 
 
 def to_input_error(err: ValidationError, source: Optional[str], root: Optional[type] = None,
-                   prefix: Sequence[Any] = ()) -> InputError:
+                   prefix: Sequence[Any] = (), default_fix: Optional[str] = None) -> InputError:
     """Rewrite the first error of a pydantic ``ValidationError`` as a one-line :class:`InputError`.
 
     Parameters
@@ -184,6 +184,8 @@ def to_input_error(err: ValidationError, source: Optional[str], root: Optional[t
         The pydantic model class that was validated; used to list the allowed keys for an unknown key.
     prefix : sequence
         Location components to put in front of pydantic's (when a nested object was validated alone).
+    default_fix : str, optional
+        The fix for errors without a field-specific hint (default: see the SoC profile format).
 
     Returns
     -------
@@ -194,4 +196,6 @@ def to_input_error(err: ValidationError, source: Optional[str], root: Optional[t
     if not errors:  # pragma: no cover - pydantic never raises an empty ValidationError
         return input_error(source, None, "invalid value", _DEFAULT_FIX)
     loc, problem, fix = _describe(errors[0], root)
+    if default_fix is not None and _DEFAULT_FIX in fix:
+        fix = fix.replace(_DEFAULT_FIX, default_fix)
     return input_error(source, dotted(list(prefix) + loc) or None, problem, fix)
