@@ -246,13 +246,21 @@ def _print_report(head: str, rep) -> None:
 
 
 class _RunProgress:
-    """Progress of a run on stderr: a tqdm bar of frames with the current throughput (``run``/``deploy``)."""
+    """Progress of a run on stderr: a tqdm bar of frames with the current throughput on a terminal, else the
+    lines ``deploy`` prints (at most two a second)."""
 
     def __init__(self, frames: int):
         self.frames, self.bar = frames, None
 
     def __call__(self, event) -> None:
         if event.get("event") != "progress":
+            return
+        if not sys.stderr.isatty():
+            from .deploy.deploy import describe_event
+
+            line = describe_event(event)
+            if line:
+                print(f"parapipe: {line}", file=sys.stderr, flush=True)
             return
         if event.get("phase") == "run":
             if self.bar is None:
