@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-import numpy as np
 
 from .errors import input_error
 
@@ -39,14 +38,18 @@ class Prepared:
 
 
 def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_blocks: Optional[int] = DEFAULT_MAX_BLOCKS,
-            measure_progress: Optional[Callable[[int, int], None]] = None, db: Optional[str] = None) -> Prepared:
+            measure_progress: Optional[Callable[[int, int], None]] = None, db: Optional[str] = None,
+            input_shapes: Optional[Dict[str, Sequence[int]]] = None, feeds: Optional[str] = None) -> Prepared:
     """Load ``model`` (registry name or .onnx path), coarsen it, and build its problem on ``soc``.
 
     ``soc`` is a bundled profile name, a YAML path, or ``"host"``: this machine, each core a PU, with every block
     measured for real with ONNX Runtime (:func:`parapipe.profiling.host.measure_host`). ``db``, a profile database:
     on ``host`` its block measurements are reused (and new ones stored); on another SoC the measured times replace
     the model where they exist and the model calibrated on the database fills the rest
-    (:func:`parapipe.profiling.predict.costs_from_db`).
+    (:func:`parapipe.profiling.predict.costs_from_db`). ``input_shapes`` (``--input-shape``) fix symbolic input
+    dims (:func:`parapipe.graph.inputs.resolve_input_shapes`); ``feeds`` (an .npz, ``--feeds``) are the input
+    values the host measurement uses (default: :func:`parapipe.graph.feeds.make_frames`). A custom-domain
+    operator no PU declares is refused before anything is measured (:func:`parapipe.graph.support.check_declared`).
     """
     from .cost.roofline import problem_from_blocks
     from .graph.coarsen import coarsen
@@ -54,28 +57,35 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     from .graph.zoo import load_model
 
     t0 = time.perf_counter()
+    from .graph.support import check_declared
+
     lm = load_model(model)
-    og = import_onnx(lm.model, name=lm.name, source=str(lm.path or model))
+    source = str(lm.path or model)
+    og = import_onnx(lm.model, name=lm.name, source=source, input_shapes=input_shapes)
     bg = coarsen(og, max_blocks=max_blocks)
     timings = {"import_s": time.perf_counter() - t0}
     measured = None
     if soc == HOST_SOC:
+        from .graph.feeds import load_feeds
         from .profiling.host import measure_host
 
+        check_declared(og.model, source, HOST_SOC, [])  # host PUs run ONNX Runtime's CPU operators only
+        frame = load_feeds(feeds, og)[0] if feeds else None
         t1 = time.perf_counter()
         if db:
             from .profiling.db import ProfileDB
 
             with ProfileDB(db) as profile_db:
-                hp = measure_host(bg, progress=measure_progress, db=profile_db)
+                hp = measure_host(bg, progress=measure_progress, db=profile_db, feeds=frame)
         else:
-            hp = measure_host(bg, progress=measure_progress)
+            hp = measure_host(bg, progress=measure_progress, feeds=frame)
         soc_obj, measured = hp.soc, hp.block_time_s
         timings["measure_s"] = time.perf_counter() - t1
     else:
         from .soc import load_soc
 
         soc_obj = load_soc(soc)
+        check_declared(og.model, source, soc_obj.name, [p.supported_ops for p in soc_obj.pus.values()])
         if db:
             from .profiling.predict import costs_from_db
 
@@ -100,6 +110,7 @@ def optimize(prep: Prepared, options, out_dir: Path, progress=None, plot: bool =
     blocks = {b.name: list(b.ops) for b in prep.block_graph.blocks}
     doc = result_to_doc(result, prep.loaded.name, prep.loaded.sha256, prep.soc.name, blocks=blocks,
                         search={"max_blocks": prep.max_blocks, "seed": options.seed, **prep.timings_s})
+    doc.update(model_notes(prep.opgraph))
     png = out_dir / "pareto.png"
     tmp_png = out_dir / ".pareto.png.tmp.png"
     if plot:
@@ -115,6 +126,15 @@ def optimize(prep: Prepared, options, out_dir: Path, progress=None, plot: bool =
     elif png.exists():
         png.unlink()  # a plot of an earlier result must not sit next to this pareto.json
     return doc
+
+
+def model_notes(og) -> Dict[str, Any]:
+    """The pareto.json fields about the model's inputs and costs: ``input_shapes`` (checked by ``run``) and
+    ``cost_notes`` (dims parapipe chose, ops costed without a FLOP formula, ops whose cost is one sample's)."""
+    return {"input_shapes": og.input_shapes,
+            "cost_notes": {"input_dims_chosen": list(og.input_notes),
+                           "ops_without_flop_formula": og.ops_without_flop_formula,
+                           "data_dependent_ops": og.data_dependent_ops}}
 
 
 def _check_out_dir(out_dir: Path) -> None:
@@ -158,7 +178,8 @@ class RunReport:
 
 
 def run_mapping(model: str, mapping_path: str, point: str, frames: int = 200, warmup: int = 5, seed: int = 0,
-                atol: float = 1e-5) -> RunReport:
+                atol: float = 1e-5, input_shapes: Optional[Dict[str, Sequence[int]]] = None,
+                feeds: Optional[str] = None) -> RunReport:
     """Execute one point of a pareto.json on this host with the pipelined executor and check its outputs.
 
     Every model output and every tensor handed from one task to another is compared with the unsplit model on the
@@ -166,11 +187,16 @@ def run_mapping(model: str, mapping_path: str, point: str, frames: int = 200, wa
     The handed-over tensors matter: the onnx wheel's light zoo models have constant weights, so their final
     softmax hardly depends on the input and an output check alone would prove little.
 
+    The inputs are ``feeds`` (an .npz, cycled to ``frames``) or seeded frames whose integer inputs lie in the range
+    the graph allows (:func:`parapipe.graph.feeds.make_frames`); ``input_shapes`` must equal those stored in the
+    mapping.
+
     Raises
     ------
     InputError
-        Mapping computed for another model (sha256), another SoC than ``host``, unknown point, or block names that
-        do not match the model.
+        Mapping computed for another model (sha256), another SoC than ``host``, other input shapes, unknown point,
+        or block names that do not match the model; bad feeds, or feeds the unsplit model fails on (a feed error
+        naming the input).
     ExecutionError
         A stage failed.
     """
@@ -180,23 +206,24 @@ def run_mapping(model: str, mapping_path: str, point: str, frames: int = 200, wa
 
     if frames < 1:
         raise input_error("--frames", None, f"must be >= 1, got {frames}", "give a positive frame count")
-    hm = load_host_mapping(model, mapping_path, point)
+    from .graph.feeds import feed_error, load_feeds, make_frames
+    from .runtime import reference_outputs
+
+    hm = load_host_mapping(model, mapping_path, point, input_shapes)
     og, pt = hm.opgraph, hm.point
     reference, handed = reference_with_outputs(hm.loaded.model, og, handed_over_tensors(hm.plan))
     plan = with_outputs(hm.plan, handed)
     outputs = list(hm.plan.model_outputs)
-    rng = np.random.default_rng(seed)
-    inputs = []
-    for _ in range(frames):
-        feed = {}
-        for name in og.inputs:
-            ti = og.tensors[name]
-            feed[name] = rng.standard_normal(ti.shape).astype(ti.dtype)
-        inputs.append(feed)
+    if feeds:
+        given = load_feeds(feeds, og)
+        inputs = [given[i % len(given)] for i in range(frames)]
+    else:
+        inputs = make_frames(og, frames, seed)
+    try:
+        ref = reference_outputs(reference, inputs, threads=1)
+    except Exception as exc:  # ONNX Runtime's errors: the unsplit model fails on these inputs
+        raise feed_error(og, exc, f"--feeds {feeds}" if feeds else "generated inputs") from exc
     outs, metrics = run_pipeline(plan, inputs, warmup=warmup)
-    from .runtime import reference_outputs
-
-    ref = reference_outputs(reference, inputs, threads=1)
     diff = float(max_abs_diff([{k: o[k] for k in outputs} for o in outs], [{k: r[k] for k in outputs} for r in ref]))
     scaled = max([0.0] + [max_scaled_diff(o, r, handed) for o, r in zip(outs, ref)])
     return RunReport(point_id=pt["id"], frames=frames, throughput_per_s=metrics.throughput_per_s,

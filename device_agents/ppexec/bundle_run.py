@@ -151,8 +151,9 @@ def verify_files(folder: str, manifest: Dict[str, Any], errors=DEFAULT_ERRORS) -
 def make_frames(inputs: Dict[str, Dict[str, Any]], count: int, seed: int) -> List[Dict[str, np.ndarray]]:
     """``count`` seeded random frames for the model inputs ``{name: {"shape": [...], "dtype": str}}``.
 
-    Floats are standard normal; integers and booleans are 0 or 1 (valid indices for most ops). The same seed
-    gives the same frames on every machine (``numpy.random.RandomState``).
+    Floats are standard normal; integers with a ``"range": [low, high]`` (computed from the graph on the host
+    computer, :func:`parapipe.graph.feeds.integer_input_ranges`) are uniform in it; other integers and booleans
+    are 0 or 1. The same seed gives the same frames on every machine (``numpy.random.RandomState``).
     """
     rng = np.random.RandomState(seed)
     frames = []
@@ -163,6 +164,9 @@ def make_frames(inputs: Dict[str, Dict[str, Any]], count: int, seed: int) -> Lis
             dtype = np.dtype(inputs[name].get("dtype", "float32"))
             if dtype.kind == "f":
                 frame[name] = rng.standard_normal(shape).astype(dtype)
+            elif dtype.kind in "iu" and "range" in inputs[name]:
+                low, high = (int(v) for v in inputs[name]["range"])
+                frame[name] = rng.randint(low, high + 1, size=shape).astype(dtype)
             else:
                 frame[name] = rng.randint(0, 2, size=shape).astype(dtype)
         frames.append(frame)

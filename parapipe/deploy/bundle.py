@@ -137,8 +137,12 @@ def build_bundle(mapping: HostMapping, dest: Path) -> Bundle:
     reference, checked = reference_with_outputs(mapping.loaded.model, og, handed_over_tensors(mapping.plan))
     _write_model(reference, dest / REFERENCE, "reference")
     plan_doc = core.plan_to_doc(mapping.plan, model_files)
+    from parapipe.graph.feeds import integer_input_ranges
+
+    ranges = integer_input_ranges(og)  # valid integer values (embedding rows ...), for the frames on the board
     plan_doc.update({
-        "inputs": {n: {"shape": [int(d) for d in og.tensors[n].shape], "dtype": str(og.tensors[n].dtype)}
+        "inputs": {n: {"shape": [int(d) for d in og.tensors[n].shape], "dtype": str(og.tensors[n].dtype),
+                       **({"range": list(ranges[n])} if n in ranges else {})}
                    for n in mapping.plan.model_inputs},
         "check_tensors": checked,
         "reference_model": REFERENCE,

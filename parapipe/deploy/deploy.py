@@ -321,7 +321,8 @@ def deploy_bundle(host: RemoteHost, bundle: Bundle, out_dir: Path, options: Opti
 
 
 def deploy(model: str, mapping_path: str, point: str, spec: HostSpec, out_dir: Path,
-           options: Optional[DeployOptions] = None, on_event: Progress = None) -> DeployReport:
+           options: Optional[DeployOptions] = None, on_event: Progress = None,
+           input_shapes: Optional[Dict[str, List[int]]] = None) -> DeployReport:
     """Run one point of a host mapping on an SSH host and fetch its report and trace.
 
     Parameters
@@ -342,6 +343,8 @@ def deploy(model: str, mapping_path: str, point: str, spec: HostSpec, out_dir: P
         Receives progress: ``{"event": "bundle" | "connected" | "upload" | "clean" | "uploaded" |
         "progress", ...}`` (``progress`` events come from the host: ``phase``, ``frames_done``, ``frames``,
         ``throughput_per_s``).
+    input_shapes : dict of str to list of int, optional
+        ``--input-shape`` values: must equal those stored in the mapping (used when None).
 
     Returns
     -------
@@ -359,7 +362,7 @@ def deploy(model: str, mapping_path: str, point: str, spec: HostSpec, out_dir: P
     """
     from parapipe.runtime.host_plan import load_host_mapping
 
-    mapping = load_host_mapping(model, mapping_path, point)
+    mapping = load_host_mapping(model, mapping_path, point, input_shapes)
     return deploy_mapping(mapping, spec, out_dir, options, on_event)
 
 

@@ -164,25 +164,30 @@ def block_signature(og: OpGraph, block: Block) -> str:
     return "block:" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def _random_feeds(og: OpGraph, names: Sequence[str], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Seeded inputs: standard normal for floating point tensors, zeros (valid indices) for the others."""
+def _random_feeds(og: OpGraph, names: Sequence[str], rng: np.random.Generator,
+                  given: Optional[dict] = None) -> dict[str, np.ndarray]:
+    """Seeded inputs: ``given`` values (the user's feeds) for the model's inputs, standard normal for floating
+    point tensors, zeros (valid indices) for the others."""
     feeds = {}
     for name in names:
         info = og.tensors[name]
         dtype = np.dtype(info.dtype)
-        if np.issubdtype(dtype, np.floating):
+        if given is not None and name in given:
+            feeds[name] = np.asarray(given[name])
+        elif np.issubdtype(dtype, np.floating):
             feeds[name] = rng.standard_normal(info.shape).astype(dtype)
         else:
             feeds[name] = np.zeros(info.shape, dtype)
     return feeds
 
 
-def _time_block(og: OpGraph, block: Block, binding: PUBinding, repeats: int, warmup: int) -> list[float]:
+def _time_block(og: OpGraph, block: Block, binding: PUBinding, repeats: int, warmup: int,
+                given: Optional[dict] = None) -> list[float]:
     """Run on the pinned measuring thread: times of ``repeats`` runs of the block's sub-model, s."""
     try:
         sub = extract_submodel(og, block.ops, name=block.name, check=False)
         sess = create_session(sub.model, binding, "CPUExecutionProvider")
-        feeds = _random_feeds(og, sub.inputs, np.random.default_rng(0))
+        feeds = _random_feeds(og, sub.inputs, np.random.default_rng(0), given)
         for _ in range(warmup):
             sess.run(sub.outputs, feeds)
         return [_timed(lambda: sess.run(sub.outputs, feeds)) for _ in range(repeats)]
@@ -193,7 +198,8 @@ def _time_block(og: OpGraph, block: Block, binding: PUBinding, repeats: int, war
 
 
 def measure_host(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optional[ProfileDB] = None,
-                 progress: Optional[Callable[[int, int], None]] = None) -> HostProfile:
+                 progress: Optional[Callable[[int, int], None]] = None,
+                 feeds: Optional[dict] = None) -> HostProfile:
     """Build :func:`host_soc` and time every block of ``bg`` on it.
 
     Each distinct block (by :func:`block_signature`) is run ``warmup`` times, then timed ``repeats`` times
@@ -215,6 +221,9 @@ def measure_host(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optiona
         distinct block, for the measured PU only), so an interrupted run resumes where it stopped.
     progress : callable (done, total), optional
         Called in the calling thread after each block, ``total = len(bg.blocks)``.
+    feeds : dict of str to numpy.ndarray, optional
+        Values of the model's data inputs (one frame of ``--feeds``) fed to the blocks that read them; other
+        block inputs get seeded values (standard normal, zeros for integers).
 
     Returns
     -------
@@ -249,7 +258,7 @@ def measure_host(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optiona
             row = None if db is None else db.get(HOST_SOC_NAME, measured_pu, sig, batch, "block",
                                                  ort.__version__)
             if row is None:
-                times = _on_cpu(cpu, lambda: _time_block(og, block, binding, repeats, warmup))
+                times = _on_cpu(cpu, lambda: _time_block(og, block, binding, repeats, warmup, feeds))
                 median, p90 = float(np.median(times)), float(np.percentile(times, 90))
                 summary = "+".join(dict.fromkeys(block.op_types))[:200]
                 row = Measurement(HOST_SOC_NAME, measured_pu, sig, summary, batch, ort.__version__, median,

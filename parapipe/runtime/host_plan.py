@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from parapipe.errors import input_error
 from parapipe.runtime.plan import ExecutionPlan, PUBinding, StageSpec, build_plan
@@ -82,7 +82,8 @@ def stage_specs(point: Dict[str, Any]) -> List[StageSpec]:
             for st in point["mapping"]["stages"]]
 
 
-def load_host_mapping(model: str, mapping_path: str, point: str) -> HostMapping:
+def load_host_mapping(model: str, mapping_path: str, point: str,
+                      input_shapes: Optional[Dict[str, Sequence[int]]] = None) -> HostMapping:
     """Load ``model``, read the mapping, select ``point`` and build its execution plan.
 
     Parameters
@@ -93,12 +94,16 @@ def load_host_mapping(model: str, mapping_path: str, point: str) -> HostMapping:
         pareto.json written by ``parapipe optimize MODEL --soc host``.
     point : str
         Point id or ``best-throughput`` | ``best-latency`` | ``best-energy``.
+    input_shapes : dict of str to sequence of int, optional
+        ``--input-shape`` values; they must equal the shapes stored in the mapping (``input_shapes``), which
+        are used when none are given.
 
     Raises
     ------
     InputError
-        Unreadable mapping, a mapping for another model (sha256) or SoC, an unknown point, block names that do
-        not match the model, a PU that is not a host core.
+        Unreadable mapping, a mapping for another model (sha256) or SoC, input shapes other than those the
+        mapping was computed for, an unknown point, block names that do not match the model, a PU that is not
+        a host core.
     """
     from parapipe.graph.coarsen import coarsen
     from parapipe.graph.opgraph import import_onnx
@@ -118,7 +123,15 @@ def load_host_mapping(model: str, mapping_path: str, point: str) -> HostMapping:
                           "compute the mapping on a matching machine with "
                           "'parapipe optimize MODEL --soc host'")
     pt = select_point(doc, point)
-    og = import_onnx(lm.model, name=lm.name, source=str(lm.path or model))
+    stored = doc.get("input_shapes")
+    for name, shape in (input_shapes or {}).items():
+        if stored is not None and [int(d) for d in shape] != stored.get(name):
+            planned = ", ".join(f"{k}:{'x'.join(map(str, v))}" for k, v in stored.items())
+            raise input_error("--input-shape", name, f"{'x'.join(map(str, shape))} differs from the shapes the "
+                              f"mapping was computed for ({planned})",
+                              "run with those shapes, or optimize again with the new ones")
+    og = import_onnx(lm.model, name=lm.name, source=str(lm.path or model),
+                     input_shapes=stored if stored is not None else input_shapes)
     bg = coarsen(og, max_blocks=doc.get("search", {}).get("max_blocks"))
     if {b.name: list(b.ops) for b in bg.blocks} != doc["blocks"]:
         raise input_error(mapping_path, "blocks", "block structure differs from this model's",
