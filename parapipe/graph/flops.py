@@ -16,7 +16,7 @@ to be right):
 
 Sequence, transformer and ONNX Runtime contrib ops (Attention, LSTM/GRU/RNN, Einsum, RMSNormalization,
 ``com.microsoft`` FusedMatMul, BiasGelu, SkipLayerNormalization ...) have their formulas in
-:mod:`parapipe.graph.flops_nn`. Op types without any formula count 0 FLOPs, log one warning per op type and are
+:mod:`parapipe.graph.flops_nn`. Op types without any formula count 0 FLOPs, log one line per op type and are
 reported by :func:`has_flop_formula` (``parapipe inspect`` and pareto.json list them).
 """
 from __future__ import annotations
@@ -218,8 +218,8 @@ def _unknown(node: onnx.NodeProto) -> float:
     key = f"{node.domain or 'ai.onnx'}::{node.op_type}"
     if key not in _warned_unknown:
         _warned_unknown.add(key)
-        logger.warning("no FLOP formula for op type %s (domain %s): counting 0 FLOPs", node.op_type,
-                       node.domain or "ai.onnx")
+        logger.info("no FLOP formula for op type %s (domain %s): counting 0 FLOPs (listed by inspect and in "
+                    "pareto.json)", node.op_type, node.domain or "ai.onnx")
     return 0.0
 
 

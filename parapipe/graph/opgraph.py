@@ -22,7 +22,7 @@ from onnx import helper
 from parapipe.errors import InputError, input_error
 from parapipe.graph import inputs as input_shapes_mod
 from parapipe.graph import normalize, shapes, support
-from parapipe.graph._proto import node_inputs, np_dtype_name, tensor_nbytes
+from parapipe.graph._proto import elem_tensor_nbytes, node_inputs, np_dtype_name, tensor_nbytes
 from parapipe.graph.flops import has_flop_formula, op_flops
 
 logger = logging.getLogger(__name__)
@@ -250,6 +250,7 @@ def _import(model: onnx.ModelProto, name: str, source: str,
     found = shapes.infer_tensor_types(norm, source)
     constants = {t.name for t in g.initializer}
     const_types = {t.name: (tuple(int(d) for d in t.dims), np_dtype_name(t.data_type)) for t in g.initializer}
+    const_nbytes = {t.name: elem_tensor_nbytes(t.dims, t.data_type) for t in g.initializer}
 
     tensors: dict[str, TensorInfo] = {}
     elem_types: dict[str, int] = {}
@@ -290,7 +291,7 @@ def _import(model: onnx.ModelProto, name: str, source: str,
             name=node.name, op_type=support.qualified_op_type(node), inputs=tuple(ins),
             outputs=tuple(o for o in node.output if o),
             flops=float(op_flops(node, in_shapes, out_shapes)),
-            param_nbytes=sum(tensor_nbytes(*const_types[t]) for t in ins if t in constants),
+            param_nbytes=sum(const_nbytes[t] for t in ins if t in constants),
             in_nbytes=sum(tensors[t].nbytes for t in act_in if t in tensors),
             out_nbytes=sum(tensors[o].nbytes for o in node.output if o in tensors),
             signature=_signature(node, in_types), flop_formula=has_flop_formula(node),

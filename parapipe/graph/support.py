@@ -137,8 +137,9 @@ def check_declared(model: onnx.ModelProto, source: str, soc_name: str,
     for node in custom_nodes(model):
         name = qualified_op_type(node)
         if not any(name in s for s in sets):
+            fix = (f"add '{name}' to the supported_ops of a PU that runs it, or export the model without it"
+                   if supported else "export the model without it: this profile's PUs run ONNX Runtime's "
+                   "operators only")
             raise input_error(source, f"operator {node.op_type} (domain {node.domain}, node {node.name!r})",
                               f"is a custom-domain operator that no PU of {soc_name} declares, so nothing can "
-                              "run it",
-                              f"add '{name}' to the supported_ops of a PU that runs it, or export the model "
-                              "without it")
+                              "run it", fix)
