@@ -16,7 +16,9 @@ Schema (``schema_version`` 1)::
                                          "assignment": {block: pu}, "order": [block],
                                          "block_start_s": {block: s}, "block_finish_s": {block: s}}]}}]}
 
-``*_gap`` is ``value / lower_bound - 1``.
+``*_gap`` is ``value / lower_bound - 1``. Documents of a model (not a block table) also carry ``"input_shapes":
+{input: [dims]}`` (checked by ``run``) and ``"cost_notes": {"input_dims_chosen", "ops_without_flop_formula",
+"data_dependent_ops"}`` (:func:`parapipe.workflow.model_notes`).
 """
 from __future__ import annotations
 
