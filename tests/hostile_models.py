@@ -174,3 +174,24 @@ def pipeline_vs_original(og, original: onnx.ModelProto, frames: List[Dict[str, n
     ref = reference_outputs(runnable_reference(original), frames)
     names = list(plan.model_outputs)
     return max_abs_diff([{k: o[k] for k in names} for o in outs], [{k: r[k] for k in names} for r in ref])
+
+
+def shape_vector_model() -> onnx.ModelProto:
+    """x[1, 16] -> NonZero -> nz[2, n]; Shape(nz) -> ReduceProd -> p = [2n]; Reshape(nz, p) -> Cast -> y[2n]:
+    an int64 shape vector whose value only a real run gives (zeros make the Reshape fail)."""
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"], name="nonzero"),
+             helper.make_node("Shape", ["nz"], ["s"], name="shape"),
+             helper.make_node("ReduceProd", ["s"], ["p"], name="prod", keepdims=1),
+             helper.make_node("Reshape", ["nz", "p"], ["flat"], name="reshape"),
+             helper.make_node("Cast", ["flat"], ["y"], name="cast", to=F)]
+    return _model(nodes, [helper.make_tensor_value_info("x", F, [1, 16])],
+                  [helper.make_tensor_value_info("y", F, None)])
+
+
+def stale_output_shape_model() -> onnx.ModelProto:
+    """x[1, 4] -> Reshape [2, 2, 1] -> Relu -> y, with y declared [1, 'seqlen'] (rank 2), as exporters leave it."""
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+             helper.make_node("Relu", ["r"], ["y"], name="relu")]
+    return _model(nodes, [helper.make_tensor_value_info("x", F, [1, 4])],
+                  [helper.make_tensor_value_info("y", F, [1, "seqlen"])],
+                  [numpy_helper.from_array(np.array([2, 2, 1], np.int64), "shape")])

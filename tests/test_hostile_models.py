@@ -269,3 +269,18 @@ def test_missing_graph_output_shape_is_inferred(tmp_path):
         onnx.checker.check_model(str(path))
     lm = load_model(str(path))
     assert [d.dim_value for d in lm.model.graph.output[0].type.tensor_type.shape.dim] == [1, 2]
+
+
+def test_blocks_are_measured_with_the_real_values_of_shape_vectors():
+    from parapipe.profiling.host import measure_host
+
+    og = import_onnx(hm.shape_vector_model())
+    bg = singleton_blocks(og)
+    assert {t for _, v, ts in bg.graph.edges(data="tensors") if v == "reshape" for t in ts} == {"nz", "p"}
+    times = measure_host(bg, repeats=1, warmup=0).block_time_s
+    assert {b for b, _ in times} == {"nonzero", "shape", "prod", "reshape", "cast"}
+
+
+def test_a_stale_declared_output_shape_is_not_a_data_dependent_one():
+    og = import_onnx(hm.stale_output_shape_model())
+    assert og.tensors["y"].shape == (2, 2, 1) and og.data_dependent_ops == []

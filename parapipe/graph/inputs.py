@@ -185,9 +185,9 @@ def _describe(dims: list[tuple[Optional[int], str]]) -> str:
 
 
 def apply_input_shapes(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int]]) -> None:
-    """Set the data inputs of ``graph`` to ``shapes`` (in place) and clear symbolic graph-output dims.
+    """Set the data inputs of ``graph`` to ``shapes`` (in place) and drop graph-output shapes with symbolic dims.
 
-    Output dims become unknown (filled by shape inference later); inputs not in ``shapes`` are left alone.
+    Those outputs' shapes (rank included) are left to shape inference; inputs not in ``shapes`` are left alone.
     """
     for vi in graph.input:
         if vi.name not in shapes or not vi.type.HasField("tensor_type"):
@@ -196,8 +196,7 @@ def apply_input_shapes(graph: onnx.GraphProto, shapes: Mapping[str, Sequence[int
         del shape.dim[:]
         for d in shapes[vi.name]:
             shape.dim.add().dim_value = int(d)
-    for vi in graph.output:
-        if vi.type.HasField("tensor_type"):
-            for d in vi.type.tensor_type.shape.dim:
-                if d.HasField("dim_param") or (d.HasField("dim_value") and d.dim_value <= 0):
-                    d.Clear()
+    for vi in graph.output:  # a symbolic output shape is a guess of the exporter (sometimes of the wrong rank)
+        tt = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        if tt is not None and any(not d.HasField("dim_value") or d.dim_value <= 0 for d in tt.shape.dim):
+            tt.ClearField("shape")

@@ -84,14 +84,33 @@ class TensorTypes:
 
 
 def _infer(model: onnx.ModelProto, source: str, strict: bool) -> dict[str, onnx.ValueInfoProto]:
+    """ONNX shape inference on the skeleton; in strict mode, failing that, again without the model's own
+    ``value_info`` for ONNX-domain outputs (exporters leave stale ones: "Inferred shape and existing shape
+    differ"), then non-strict."""
     sk = skeleton(model)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(sk, check_type=False, strict_mode=strict, data_prop=True)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
-        logger.warning("%s: ONNX shape inference failed in strict mode (%s); retrying non-strict", source,
-                       str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-        inferred = onnx.shape_inference.infer_shapes(sk, check_type=False, strict_mode=False, data_prop=True)
-    return _collect(inferred.graph)
+    errors = (onnx.shape_inference.InferenceError, onnx.checker.ValidationError)
+    if strict:
+        try:
+            return _collect(onnx.shape_inference.infer_shapes(sk, check_type=False, strict_mode=True,
+                                                              data_prop=True).graph)
+        except errors as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        onnx_outputs = {o for n in sk.graph.node if n.domain in ("", "ai.onnx") for o in n.output}
+        kept = [vi for vi in sk.graph.value_info if vi.name not in onnx_outputs]
+        if len(kept) < len(sk.graph.value_info):
+            del sk.graph.value_info[:]
+            sk.graph.value_info.extend(kept)
+            try:
+                found = _collect(onnx.shape_inference.infer_shapes(sk, check_type=False, strict_mode=True,
+                                                                   data_prop=True).graph)
+                logger.info("%s: the model's value_info contradicts ONNX shape inference (%s); inferred "
+                            "without it", source, first)
+                return found
+            except errors:
+                pass
+        logger.warning("%s: ONNX shape inference failed in strict mode (%s); retrying non-strict", source, first)
+    return _collect(onnx.shape_inference.infer_shapes(sk, check_type=False, strict_mode=False,
+                                                      data_prop=True).graph)
 
 
 def _producers(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 
 from parapipe.errors import ExecutionError, input_error
@@ -181,6 +182,32 @@ def _random_feeds(og: OpGraph, names: Sequence[str], rng: np.random.Generator,
     return feeds
 
 
+def _real_index_values(bg: BlockGraph, feeds: Optional[dict]) -> dict[str, np.ndarray]:
+    """``feeds`` (default: one seeded frame) plus the values of the integer and boolean tensors that cross
+    blocks, from one run of the whole model: random values there would be wrong shapes or indices."""
+    from parapipe.graph.feeds import make_frames
+    from parapipe.runtime.reference import reference_outputs
+
+    og = bg.opgraph
+    values = dict(feeds) if feeds is not None else make_frames(og, 1)[0]
+    wanted = sorted({t for _, _, ts in bg.graph.edges(data="tensors") for t in ts
+                     if t in og.tensors and np.dtype(og.tensors[t].dtype).kind in "iub"
+                     and not og.tensors[t].sequence})
+    if wanted:
+        probe = onnx.ModelProto()
+        probe.CopyFrom(og.model)
+        present = {o.name for o in probe.graph.output}
+        probe.graph.output.extend(og.value_info(t) for t in wanted if t not in present)
+        try:
+            (ran,) = reference_outputs(probe, [values])
+        except Exception as exc:  # the feeds do not run: measure with seeded values, as before
+            logger.warning("%s: the whole model does not run on its inputs (%s); blocks get seeded values",
+                           og.name, " ".join(str(exc).split())[:200])
+            return values
+        values.update({t: ran[t] for t in wanted})
+    return values
+
+
 def _time_block(og: OpGraph, block: Block, binding: PUBinding, repeats: int, warmup: int,
                 given: Optional[dict] = None) -> list[float]:
     """Run on the pinned measuring thread: times of ``repeats`` runs of the block's sub-model, s."""
@@ -222,8 +249,10 @@ def measure_host(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optiona
     progress : callable (done, total), optional
         Called in the calling thread after each block, ``total = len(bg.blocks)``.
     feeds : dict of str to numpy.ndarray, optional
-        Values of the model's data inputs (one frame of ``--feeds``) fed to the blocks that read them; other
-        block inputs get seeded values (standard normal, zeros for integers).
+        Values of the model's data inputs (one frame of ``--feeds``; default
+        :func:`parapipe.graph.feeds.make_frames`). Blocks read them, and the real values of every integer or
+        boolean tensor handed between blocks (shape vectors, indices, masks: :func:`_real_index_values`, one run
+        of the whole model); other block inputs get seeded standard-normal values.
 
     Returns
     -------
@@ -249,6 +278,7 @@ def measure_host(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optiona
     binding = PUBinding(cpus=(cpu,), threads=1)
     batch = og.tensors[og.inputs[0]].shape[0] if og.inputs and og.tensors[og.inputs[0]].shape else 1
     batch = batch if isinstance(batch, int) and batch >= 1 else 1
+    feeds = _real_index_values(bg, feeds)
     by_signature: dict[str, float] = {}
     block_time_s: dict[tuple[str, str], float] = {}
     new_rows: list[Measurement] = []
