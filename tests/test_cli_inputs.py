@@ -112,3 +112,26 @@ def test_custom_domain_op_refused_by_optimize(capsys, tmp_path):
     assert code == 0 and "com.example.MyOp x1" in out
     code, out, err = run_cli(capsys, "optimize", model, "--soc", "amlogic_a311d", "--out", tmp_path / "o")
     assert_user_error(code, out, err, "operator MyOp (domain com.example, node 'mine')", "amlogic_a311d")
+
+
+def test_profile_loads_the_graph_with_the_given_shapes(tmp_path):
+    from parapipe.profiling.jobs import load_graph
+
+    net = _save(tmp_path, "net", hm.unpadded_conv_net())
+    _, og, bg = load_graph(str(net), None, 48, {"x": (1, 3, 16, 16)})
+    assert og.tensors["y"].shape == (1, 8, 10, 10) and len(bg.blocks) == 1
+
+
+def test_bundle_frames_use_the_graph_ranges(capsys, tmp_path):
+    from parapipe.deploy.bundle import PLAN, build_bundle
+    from parapipe.runtime._core import core
+    from parapipe.runtime.host_plan import load_host_mapping
+
+    bert = _save(tmp_path, "bert", hm.bert_front_end(vocab=30, types=2))
+    mapping, _ = _optimize(capsys, tmp_path, bert)
+    bundle = build_bundle(load_host_mapping(str(bert), str(mapping), "best-throughput"), tmp_path / "bundle")
+    inputs = json.loads((bundle.folder / PLAN).read_text())["inputs"]
+    assert inputs["token_type_ids"]["range"] == [0, 1] and inputs["input_ids"]["range"] == [0, 29]
+    frames = core.bundle_run.make_frames(inputs, 8, seed=0)
+    ids = np.concatenate([f["input_ids"].ravel() for f in frames])
+    assert ids.max() <= 29 and ids.max() > 1 and {int(v) for f in frames for v in f["token_type_ids"].ravel()} == {0, 1}
