@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 #: Operators whose output holds (a subset or a copy of) the integer values of their first input.
 VALUE_PRESERVING_OPS = frozenset({
     "Identity", "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Transpose", "Slice", "Concat",
-    "Tile", "Split", "Gather", "GatherElements", "GatherND", "Pad", "Max", "Min",
+    "Tile", "Split", "Gather", "GatherElements", "GatherND", "Pad",
 })
 #: ORT's message for a failing node: "... running Gather node. Name:'/emb/Gather' Status Message: ...".
 _NODE_IN_MESSAGE = re.compile(r"Name:'([^']*)'")
