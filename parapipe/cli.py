@@ -36,8 +36,8 @@ def _input_shapes(args):
 def add_input_options(s, feeds: bool = False) -> None:
     """``--input-shape NAME:D0xD1x...`` (repeatable) and, with ``feeds``, ``--feeds FILE.npz``."""
     s.add_argument("--input-shape", action="append", default=None, metavar="NAME:D0xD1x...",
-                   help="static shape of a model input with symbolic dims, e.g. images:1x3x640x640 (repeatable; "
-                   "a symbolic batch dim defaults to 1, any other symbolic dim must be given)")
+                   help="static shape of a model input with symbolic dims, e.g. images:1x3x640x640 "
+                   "(repeatable; a symbolic batch dim defaults to 1, any other symbolic dim must be given)")
     if feeds:
         s.add_argument("--feeds", default=None, metavar="FILE.npz",
                        help="real input values: one array per model input, named like it, of the input's shape "
@@ -86,7 +86,8 @@ def cmd_inspect(args) -> int:
     from .graph.zoo import load_model
 
     lm = load_model(args.model)
-    og = import_onnx(lm.model, name=lm.name, source=str(lm.path or args.model), input_shapes=_input_shapes(args))
+    og = import_onnx(lm.model, name=lm.name, source=str(lm.path or args.model),
+                     input_shapes=_input_shapes(args))
     bg = coarsen(og, max_blocks=args.max_blocks or None)
     ops = [og.graph.nodes[n]["op"] for n in og.topo_order]
     info = {
@@ -146,8 +147,8 @@ def cmd_optimize(args) -> int:
         return _optimize_blocks(args, problem, soc_name, options)
     bar = _Bar("measuring blocks")
     try:
-        prep = prepare(args.model, args.soc, pus=pus, max_blocks=args.max_blocks, measure_progress=bar, db=args.db,
-                       input_shapes=_input_shapes(args), feeds=args.feeds)
+        prep = prepare(args.model, args.soc, pus=pus, max_blocks=args.max_blocks, measure_progress=bar,
+                       db=args.db, input_shapes=_input_shapes(args), feeds=args.feeds)
     finally:
         bar.close()
     sbar = _progress_bar(prep.problem.n_blocks, "searching")
@@ -229,9 +230,9 @@ def cmd_evaluate(args) -> int:
         if prep is not None and doc.get("input_shapes") not in (None, prep.opgraph.input_shapes):
             from .errors import input_error
 
-            raise input_error(text, "input_shapes", f"mapping was computed for inputs {doc['input_shapes']}, not "
-                              f"{prep.opgraph.input_shapes}", "evaluate it without --input-shape, or optimize "
-                              "again with these shapes")
+            raise input_error(text, "input_shapes", f"mapping was computed for inputs {doc['input_shapes']}, "
+                              f"not {prep.opgraph.input_shapes}",
+                              "evaluate it without --input-shape, or optimize again with these shapes")
         pt = select_point(doc, args.point or "best-throughput")
         mappings.append((pt["id"], mapping_from_point(problem, pt, text)))
     elif "," not in text and Path(text).is_file():

@@ -49,7 +49,8 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     (:func:`parapipe.profiling.predict.costs_from_db`). ``input_shapes`` (``--input-shape``) fix symbolic input
     dims (:func:`parapipe.graph.inputs.resolve_input_shapes`); ``feeds`` (an .npz, ``--feeds``) are the input
     values the host measurement uses (default: :func:`parapipe.graph.feeds.make_frames`). A custom-domain
-    operator no PU declares is refused before anything is measured (:func:`parapipe.graph.support.check_declared`).
+    operator no PU declares is refused before anything is measured
+    (:func:`parapipe.graph.support.check_declared`).
     """
     from .cost.roofline import problem_from_blocks
     from .graph.coarsen import coarsen
@@ -234,6 +235,7 @@ def run_mapping(model: str, mapping_path: str, point: str, frames: int = 200, wa
                      latency_p50_s=metrics.latency_p50_s, latency_p90_s=metrics.latency_p90_s,
                      latency_p99_s=metrics.latency_p99_s,
                      predicted_throughput_per_s=1.0 / pt["period_s"], predicted_latency_s=pt["latency_s"],
-                     outputs_match=bool((diff <= atol or out_scaled <= atol) and scaled <= atol), max_abs_diff=diff, stages=len(hm.stages),
+                     outputs_match=bool((diff <= atol or out_scaled <= atol) and scaled <= atol),
+                     max_abs_diff=diff, stages=len(hm.stages),
                      pu_utilisation=dict(metrics.pu_utilisation), metrics=metrics, handed_over_tensors=len(handed),
                      max_scaled_diff_handed_over=scaled)

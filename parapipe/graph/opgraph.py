@@ -54,7 +54,8 @@ class Operator:
     ``param_nbytes`` sums the distinct constant inputs, ``in_nbytes`` the distinct activation inputs,
     ``out_nbytes`` the outputs; ``signature`` is a stable string of op type, input shapes/dtypes and
     attributes, equal for operators that cost the same (used to deduplicate profiling). ``op_type`` carries
-    the domain outside ONNX's (``com.microsoft.FusedMatMul``, see :func:`~parapipe.graph.support.qualified_op_type`).
+    the domain outside ONNX's (``com.microsoft.FusedMatMul``, see
+    :func:`~parapipe.graph.support.qualified_op_type`).
     ``flop_formula`` is False when :mod:`parapipe.graph.flops` has no formula for the op (0 FLOPs counted);
     ``data_dependent`` is True when a tensor it reads or writes has data-dependent dims (its cost is that of
     one sample).
