@@ -26,6 +26,37 @@ def _progress_bar(total: int, desc: str):
                 disable=not sys.stderr.isatty())
 
 
+def _input_shapes(args):
+    """``--input-shape`` values as ``{name: shape}`` (None when none were given)."""
+    from .graph.inputs import parse_input_shapes
+
+    return parse_input_shapes(getattr(args, "input_shape", None)) or None
+
+
+def add_input_options(s, feeds: bool = False) -> None:
+    """``--input-shape NAME:D0xD1x...`` (repeatable) and, with ``feeds``, ``--feeds FILE.npz``."""
+    s.add_argument("--input-shape", action="append", default=None, metavar="NAME:D0xD1x...",
+                   help="static shape of a model input with symbolic dims, e.g. images:1x3x640x640 "
+                   "(repeatable; a symbolic batch dim defaults to 1, any other symbolic dim must be given)")
+    if feeds:
+        s.add_argument("--feeds", default=None, metavar="FILE.npz",
+                       help="real input values: one array per model input, named like it, of the input's shape "
+                       "or with a leading frame axis (default: seeded values valid for the graph)")
+
+
+def _print_model_notes(og) -> None:
+    for note in og.input_notes:
+        print(f"note: {note}")
+    missing = og.ops_without_flop_formula
+    if missing:
+        print("note: no FLOP formula (counted as 0 FLOPs, costed by the bytes they move): "
+              + ", ".join(f"{op} x{n}" for op, n in missing.items()))
+    dd = og.data_dependent_ops
+    if dd:
+        print(f"note: {len(dd)} operator(s) with data-dependent shapes, costed on one sample: "
+              + ", ".join(dd[:8]) + (", ..." if len(dd) > 8 else ""))
+
+
 def cmd_models(args) -> int:
     from .graph.zoo import list_models
 
@@ -55,15 +86,18 @@ def cmd_inspect(args) -> int:
     from .graph.zoo import load_model
 
     lm = load_model(args.model)
-    og = import_onnx(lm.model, name=lm.name, source=str(lm.path or args.model))
+    og = import_onnx(lm.model, name=lm.name, source=str(lm.path or args.model),
+                     input_shapes=_input_shapes(args))
     bg = coarsen(og, max_blocks=args.max_blocks or None)
     ops = [og.graph.nodes[n]["op"] for n in og.topo_order]
     info = {
         "model": lm.name, "sha256": lm.sha256, "operators": len(ops), "blocks": len(bg.blocks),
         "flops": sum(o.flops for o in ops), "param_nbytes": sum(o.param_nbytes for o in ops),
         "widest_parallel_section": widest_parallel_section(bg),
-        "inputs": {n: list(og.tensors[n].shape) for n in og.inputs},
+        "inputs": og.input_shapes,
         "outputs": {n: list(og.tensors[n].shape) for n in og.outputs},
+        "input_dims_chosen": list(og.input_notes), "ops_without_flop_formula": og.ops_without_flop_formula,
+        "data_dependent_ops": og.data_dependent_ops,
     }
     if args.json:
         info["block_list"] = [{"name": b.name, "ops": list(b.op_types), "flops": b.flops,
@@ -75,6 +109,7 @@ def cmd_inspect(args) -> int:
           f"{info['widest_parallel_section']} blocks")
     print(f"FLOPs      {info['flops'] / 1e9:.3f} G   parameters {info['param_nbytes'] / 1e6:.2f} MB")
     print(f"inputs     {info['inputs']}   outputs {info['outputs']}")
+    _print_model_notes(og)
     if args.verbose_blocks:
         print(f"\n{'block':<40} {'ops':<40} {'MFLOPs':>10} {'out KB':>9}")
         for b in bg.blocks:
@@ -113,7 +148,8 @@ def cmd_optimize(args) -> int:
         return _optimize_blocks(args, problem, soc, options)
     bar = _Bar("measuring blocks")
     try:
-        prep = prepare(args.model, args.soc, pus=pus, max_blocks=args.max_blocks, measure_progress=bar, db=args.db)
+        prep = prepare(args.model, args.soc, pus=pus, max_blocks=args.max_blocks, measure_progress=bar,
+                       db=args.db, input_shapes=_input_shapes(args), feeds=args.feeds)
     finally:
         bar.close()
     sbar = _progress_bar(prep.problem.n_blocks, "searching")
@@ -132,6 +168,7 @@ def cmd_optimize(args) -> int:
         print(f"{prep.loaded.name} on {prep.soc.name}: {prep.problem.n_blocks} blocks x {prep.problem.n_pus} PUs "
               f"({', '.join(prep.problem.pu_names)})")
         print(_front_table(doc))
+        _print_model_notes(prep.opgraph)
         if prep.soc.name == "host":
             print("note: host energy uses placeholder powers (5 W active, 1 W idle per core, 10 W static): no power "
                   "meter here; period and latency are measured")
@@ -139,7 +176,7 @@ def cmd_optimize(args) -> int:
     return 0
 
 
-def _problem_for(args):
+def _problem_for(args, input_shapes=None):
     """(problem, SoC, Prepared or None) from ``MODEL`` or ``--blocks FILE`` and ``--soc``."""
     from .workflow import prepare
 
@@ -158,7 +195,8 @@ def _problem_for(args):
         from .errors import input_error
 
         raise input_error("MODEL", None, "missing", "give a model name/path or --blocks FILE")
-    prep = prepare(args.model, args.soc, pus=pus, max_blocks=args.max_blocks)
+    prep = prepare(args.model, args.soc, pus=pus, max_blocks=args.max_blocks,
+                   input_shapes=input_shapes or _input_shapes(args))
     return prep.problem, prep.soc, prep
 
 
@@ -166,14 +204,19 @@ def cmd_evaluate(args) -> int:
     from .cost.evaluate import evaluate
     from .cost.mapping_spec import mapping_from_point, parse_pu_list
 
-    problem, soc, prep = _problem_for(args)
-    soc_name = soc.name
-    mappings = []
     text = args.mapping
+    doc = None
     if text.endswith(".json"):
-        from .mapping import check_model, read_pareto, select_point
+        from .mapping import read_pareto
 
         doc = read_pareto(text)
+    stored = doc.input_shapes if doc is not None and args.model and not _input_shapes(args) else None
+    problem, soc, prep = _problem_for(args, stored)  # at the shapes the mapping was computed for
+    soc_name = soc.name
+    mappings = []
+    if doc is not None:
+        from .mapping import check_model, select_point
+
         if doc.soc.name != soc_name:
             from .errors import input_error
 
@@ -181,10 +224,16 @@ def cmd_evaluate(args) -> int:
                               f"pass --soc {doc.soc.name} or a mapping computed for {soc_name}")
         if prep is not None:
             check_model(doc, prep.loaded, text)
+        if prep is not None and doc.input_shapes not in (None, prep.opgraph.input_shapes):
+            from .errors import input_error
+
+            raise input_error(text, "input_shapes", f"mapping was computed for inputs {doc.input_shapes}, "
+                              f"not {prep.opgraph.input_shapes}",
+                              "evaluate it without --input-shape, or optimize again with these shapes")
         pt = select_point(doc, args.point or "best-throughput")
         mappings.append((pt.id, mapping_from_point(problem, pt, text)))
     elif "," not in text and Path(text).is_file():
-        for i, line in enumerate(Path(text).read_text().splitlines(), start=1):
+        for i, line in enumerate(Path(text).read_text(encoding="utf-8-sig").splitlines(), start=1):
             if line.strip() and not line.lstrip().startswith("#"):
                 mappings.append((line.strip(), parse_pu_list(problem, line, f"{text}: line {i}")))
     else:
@@ -247,7 +296,7 @@ def _print_report(head: str, rep) -> None:
 
 class _RunProgress:
     """Progress of a run on stderr: a tqdm bar of frames with the current throughput on a terminal, else the
-    lines ``deploy`` prints (at most two a second)."""
+    frame lines ``deploy`` prints (at most two a second)."""
 
     def __init__(self, frames: int):
         self.frames, self.bar = frames, None
@@ -258,7 +307,8 @@ class _RunProgress:
         if not sys.stderr.isatty():
             from .deploy.deploy import describe_event
 
-            line = describe_event(event)
+            # frames and throughput only: set-up steps stay quiet, so a refused run is one error line
+            line = describe_event(event) if event.get("phase") in ("run", "done") else None
             if line:
                 print(f"parapipe: {line}", file=sys.stderr, flush=True)
             return
@@ -284,7 +334,8 @@ def cmd_run(args) -> int:
     progress = _RunProgress(args.frames)
     try:
         lm, rep = run_local(args.model, args.mapping, args.point, frames=args.frames, seed=args.seed, binds=binds,
-                            trace=args.trace, on_event=progress)
+                            trace=args.trace, on_event=progress, input_shapes=_input_shapes(args),
+                            feeds=args.feeds)
     finally:
         progress.close()
     record_run(args.db, lm.doc, lm.point, rep, "local")
@@ -313,7 +364,8 @@ def cmd_deploy(args) -> int:
         if line:
             print(f"parapipe: {line}", file=sys.stderr, flush=True)
 
-    rep = deploy(args.model, args.mapping, args.point, spec, Path(args.out), options, on_event=show, binds=binds)
+    rep = deploy(args.model, args.mapping, args.point, spec, Path(args.out), options, on_event=show, binds=binds,
+                 input_shapes=_input_shapes(args), feeds=args.feeds)
     doc = read_pareto(args.mapping)
     record_run(args.db, doc, select_point(doc, args.point), rep.report, rep.host)
     r = rep.report
@@ -431,6 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-blocks", type=int, default=48,
                    help="coarsen to at most this many blocks, as optimize does (default 48; 0 = no limit)")
     s.add_argument("--blocks", dest="verbose_blocks", action="store_true", help="list every block")
+    add_input_options(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_inspect)
 
@@ -450,6 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print the pareto.json document on stdout")
     s.add_argument("--db", default=None, help="profile database: measured times where they exist, the model "
                    "calibrated on it elsewhere")
+    add_input_options(s, feeds=True)
     s.set_defaults(func=cmd_optimize)
 
     s = sub.add_parser("evaluate", help="period, latency and energy of given mappings")
@@ -462,6 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--pus", default=None, help="comma-separated PUs to keep (default: all)")
     s.add_argument("--max-blocks", type=int, default=48, help="block granularity, as for optimize (default 48)")
     s.add_argument("--json", action="store_true", help="one JSON object per mapping")
+    add_input_options(s)
     s.set_defaults(func=cmd_evaluate)
 
     s = sub.add_parser("run", help="execute one mapping of a pareto.json on this machine, each PU bound as its "
@@ -474,6 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--trace", default=None, help="write a Chrome trace (Perfetto) of the run to this file")
     _add_run_recording(s)
+    add_input_options(s, feeds=True)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_run)
 
@@ -500,6 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default="out/deploy", help="local folder for report.json and trace.json "
                    "(default out/deploy)")
     _add_run_recording(s)
+    add_input_options(s, feeds=True)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_deploy)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .cli import _Bar
+from .cli import _Bar, _input_shapes, add_input_options
 
 
 def _add_host_options(s) -> None:
@@ -41,7 +41,7 @@ def cmd_profile(args) -> int:
     bar = _Bar("profiling")
     try:
         rep = profile_job(args.model, args.soc, args.db, _host_spec(args), args.python, options, args.batch,
-                          args.max_blocks, bar)
+                          args.max_blocks, bar, input_shapes=_input_shapes(args))
     finally:
         bar.close()
     if args.json:
@@ -139,6 +139,7 @@ def add_profiling_parsers(sub) -> None:
     s.add_argument("--no-blocks", action="store_true", help="time operators only")
     s.add_argument("--no-transfers", action="store_true", help="do not time hand-offs between PUs")
     s.add_argument("--seed", type=int, default=0, help="seed of the held-out sample of --budget")
+    add_input_options(s)
     _add_host_options(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_profile)

@@ -39,14 +39,19 @@ class Prepared:
 
 
 def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_blocks: Optional[int] = DEFAULT_MAX_BLOCKS,
-            measure_progress: Optional[Callable[[int, int], None]] = None, db: Optional[str] = None) -> Prepared:
+            measure_progress: Optional[Callable[[int, int], None]] = None, db: Optional[str] = None,
+            input_shapes: Optional[Dict[str, Sequence[int]]] = None, feeds: Optional[str] = None) -> Prepared:
     """Load ``model`` (registry name or .onnx path), coarsen it, and build its problem on ``soc``.
 
     ``soc`` is a bundled profile name, a YAML path, or ``"host"``: this machine, each core a PU, with every block
     measured for real with ONNX Runtime (:func:`parapipe.profiling.host.measure_host`). ``db``, a profile database:
     on ``host`` its block measurements are reused (and new ones stored); on another SoC the measured times replace
     the model where they exist and the model calibrated on the database fills the rest
-    (:func:`parapipe.profiling.predict.costs_from_db`).
+    (:func:`parapipe.profiling.predict.costs_from_db`). ``input_shapes`` (``--input-shape``) fix symbolic input
+    dims (:func:`parapipe.graph.inputs.resolve_input_shapes`); ``feeds`` (an .npz, ``--feeds``) are the input
+    values the host measurement uses (default: :func:`parapipe.graph.feeds.make_frames`). A custom-domain
+    operator no PU declares is refused before anything is measured
+    (:func:`parapipe.graph.support.check_declared`).
     """
     from .cost.roofline import problem_from_blocks
     from .graph.coarsen import coarsen
@@ -54,28 +59,35 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     from .graph.zoo import load_model
 
     t0 = time.perf_counter()
+    from .graph.support import check_declared
+
     lm = load_model(model)
-    og = import_onnx(lm.model, name=lm.name, source=str(lm.path or model))
+    source = str(lm.path or model)
+    og = import_onnx(lm.model, name=lm.name, source=source, input_shapes=input_shapes)
     bg = coarsen(og, max_blocks=max_blocks)
     timings = {"import_s": time.perf_counter() - t0}
     measured = None
     if is_host(soc):
+        from .graph.feeds import load_feeds
         from .profiling.host import measure_host
 
+        check_declared(og.model, source, HOST_SOC, [])  # host PUs run ONNX Runtime's CPU operators only
+        frame = load_feeds(feeds, og)[0] if feeds else None
         t1 = time.perf_counter()
         if db:
             from .profiling.db import ProfileDB
 
             with ProfileDB(db) as profile_db:
-                hp = measure_host(bg, progress=measure_progress, db=profile_db)
+                hp = measure_host(bg, progress=measure_progress, db=profile_db, feeds=frame)
         else:
-            hp = measure_host(bg, progress=measure_progress)
+            hp = measure_host(bg, progress=measure_progress, feeds=frame)
         soc_obj, measured = hp.soc, hp.block_time_s
         timings["measure_s"] = time.perf_counter() - t1
     else:
         from .soc.resolve import resolve_soc
 
         soc_obj = resolve_soc(soc)
+        check_declared(og.model, source, soc_obj.name, [p.supported_ops for p in soc_obj.pus.values()])
         if db:
             from .profiling.predict import costs_from_db
 
@@ -100,9 +112,19 @@ def optimize(prep: Prepared, options, out_dir: Path, progress=None, plot: bool =
     result = search(prep.problem, options, progress=progress)
     blocks = {b.name: list(b.ops) for b in prep.block_graph.blocks}
     doc = doc_from_result(result, prep.loaded.name, prep.loaded.sha256, soc_ref(prep.soc), blocks=blocks,
-                          search={"max_blocks": prep.max_blocks, "seed": options.seed, **prep.timings_s})
+                          search={"max_blocks": prep.max_blocks, "seed": options.seed, **prep.timings_s},
+                          **model_notes(prep.opgraph))
     write_outputs(doc, out_dir, plot)
     return doc
+
+
+def model_notes(og) -> Dict[str, Any]:
+    """The pareto.json fields about the model's inputs and costs: ``input_shapes`` (checked by ``run``) and
+    ``cost_notes`` (dims parapipe chose, ops costed without a FLOP formula, ops whose cost is one sample's)."""
+    return {"input_shapes": og.input_shapes,
+            "cost_notes": {"input_dims_chosen": list(og.input_notes),
+                           "ops_without_flop_formula": og.ops_without_flop_formula,
+                           "data_dependent_ops": og.data_dependent_ops}}
 
 
 def write_outputs(doc, out_dir: Path, plot: bool = True) -> None:

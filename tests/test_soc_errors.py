@@ -139,7 +139,7 @@ def test_unreadable_yaml_names_the_line(tmp_path):
 def test_duplicate_yaml_key_is_rejected(tmp_path):
     path = tmp_path / "dup.yaml"
     path.write_text("schema_version: 1\nname: a\nname: b\n")
-    with pytest.raises(InputError, match=r"dup\.yaml: line 3, column 1: invalid YAML \(duplicate key 'name'\)"):
+    with pytest.raises(InputError, match=r"dup\.yaml: name: duplicate key 'name' \(lines 2 and 3\); keep one"):
         load_soc(str(path))
 
 

@@ -5,8 +5,10 @@ A bundle is one folder written by ``parapipe deploy`` (:mod:`parapipe.deploy.bun
     manifest.json        {"schema_version", "bundle_id", "model", "point", "files": {path: {"sha256",
                          "nbytes"}}}: every other file of the bundle with its SHA-256
     plan.json            the execution plan (:func:`.plan.plan_to_doc`) plus "inputs" ({name: {"shape",
-                         "dtype"}}), "check_tensors", "reference_model", "predicted", "model", "point"
+                         "dtype", "range"?}}), "check_tensors", "reference_model", "predicted", "substituted",
+                         "soc", "model", "point", "feeds"?
     models/<task>.onnx   one sub-model per task
+    feeds.npz            optional: the user's frames (``parapipe run/deploy --feeds``), fed cyclically
     reference.onnx       the unsplit model with the "check_tensors" of plan.json as extra outputs, run
                          once per distinct frame to check the pipeline
     agent.py, ppexec/    the agent and this package
@@ -38,7 +40,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import numpy as np
 
-from .errors import DEFAULT_ERRORS
+from .errors import DEFAULT_ERRORS, PlanError
 from .executor import PipelineExecutor
 from .metrics import chrome_trace
 from .plan import PUBinding, plan_from_doc
@@ -66,6 +68,11 @@ LOCK_POLL_S = 0.1
 CROSS_RUNTIME_RTOL = 1e-4
 #: Bytes hashed per read when verifying files.
 _HASH_CHUNK_NBYTES = 1 << 20
+
+
+class ReferenceRunError(PlanError):
+    """The unsplit reference model failed on the frames (bad inputs, not a bad split); the ONNX Runtime error
+    is the ``__cause__``."""
 
 
 def sha256_file(path: str) -> str:
@@ -157,8 +164,9 @@ def verify_files(folder: str, manifest: Dict[str, Any], errors=DEFAULT_ERRORS) -
 def make_frames(inputs: Dict[str, Dict[str, Any]], count: int, seed: int) -> List[Dict[str, np.ndarray]]:
     """``count`` seeded random frames for the model inputs ``{name: {"shape": [...], "dtype": str}}``.
 
-    Floats are standard normal; integers and booleans are 0 or 1 (valid indices for most ops). The same seed
-    gives the same frames on every machine (``numpy.random.RandomState``).
+    Floats are standard normal; integers with a ``"range": [low, high]`` (computed from the graph on the host
+    computer, :func:`parapipe.graph.feeds.integer_input_ranges`) are uniform in it; other integers and booleans
+    are 0 or 1. The same seed gives the same frames on every machine (``numpy.random.RandomState``).
     """
     rng = np.random.RandomState(seed)
     frames = []
@@ -169,10 +177,23 @@ def make_frames(inputs: Dict[str, Dict[str, Any]], count: int, seed: int) -> Lis
             dtype = np.dtype(inputs[name].get("dtype", "float32"))
             if dtype.kind == "f":
                 frame[name] = rng.standard_normal(shape).astype(dtype)
+            elif dtype.kind in "iu" and "range" in inputs[name]:
+                low, high = (int(v) for v in inputs[name]["range"])
+                frame[name] = rng.randint(low, high + 1, size=shape).astype(dtype)
             else:
                 frame[name] = rng.randint(0, 2, size=shape).astype(dtype)
         frames.append(frame)
     return frames
+
+
+def load_bundle_feeds(path: str) -> List[Dict[str, np.ndarray]]:
+    """The frames of a bundle's ``feeds.npz`` (arrays named ``<frame index>/<input name>``), in frame order."""
+    frames: Dict[int, Dict[str, np.ndarray]] = {}
+    with np.load(path, allow_pickle=False) as data:
+        for key in data.files:
+            index, _, name = key.partition("/")
+            frames.setdefault(int(index), {})[name] = data[key]
+    return [frames[i] for i in sorted(frames)]
 
 
 def _host_info() -> Dict[str, Any]:
@@ -271,13 +292,19 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
         plan = with_outputs(plan, checked)
         if any(b.runtime != "onnxruntime" or b.provider != "CPUExecutionProvider" for b in plan.bindings.values()):
             rtol = max(float(rtol), CROSS_RUNTIME_RTOL)
-        pool = make_frames(doc.get("inputs", {}), distinct_frames, seed)
+        if doc.get("feeds"):  # the user's frames (--feeds), fed cyclically
+            pool = load_bundle_feeds(os.path.join(folder, doc["feeds"]))
+        else:
+            pool = make_frames(doc.get("inputs", {}), distinct_frames, seed)
         progress("reference", 0, force=True)
         ref_path = os.path.join(folder, doc.get("reference_model", "reference.onnx"))
         ref_session = create_session(ref_path, PUBinding(cpus=None, threads=1), "CPUExecutionProvider")
         reference = []
         for f in pool:
-            values = ref_session.run(plan.model_outputs, {n: f[n] for n in plan.model_inputs})
+            try:
+                values = ref_session.run(plan.model_outputs, {n: f[n] for n in plan.model_inputs})
+            except Exception as exc:  # onnxruntime's own error types
+                raise ReferenceRunError("the unsplit model fails on the frames: %s" % exc) from exc
             reference.append(dict(zip(plan.model_outputs, values)))
         del ref_session
         worst = scaled = 0.0

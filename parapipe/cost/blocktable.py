@@ -53,7 +53,8 @@ def read_block_table(path, soc, name: Optional[str] = None) -> MappingProblem:
     """
     src = str(path)
     try:
-        with open(path, newline="") as fh:
+        # utf-8-sig: spreadsheet programs start CSVs with a byte-order mark; newline="": CRLF rows read as rows
+        with open(path, newline="", encoding="utf-8-sig") as fh:
             rows = list(csv.DictReader(fh))
             header = list(rows[0].keys()) if rows else []
     except OSError as exc:

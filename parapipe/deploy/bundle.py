@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 MANIFEST = bundle_run.MANIFEST
 PLAN = bundle_run.PLAN
 REFERENCE = "reference.onnx"
+#: Input frames given with ``--feeds``, as ``<frame>/<input>`` arrays (``ppexec.bundle_run.load_bundle_feeds``).
+FEEDS = "feeds.npz"
 BUNDLE_PREFIX = bundle_run.BUNDLE_PREFIX
 #: Version of manifest.json.
 MANIFEST_SCHEMA_VERSION = 1
@@ -145,8 +147,12 @@ def build_bundle(mapping: LoadedMapping, dest: Path) -> Bundle:
     reference, checked = reference_with_outputs(mapping.loaded.model, og, handed_over_tensors(mapping.plan))
     _write_model(reference, dest / REFERENCE, "reference")
     plan_doc = ppexec.plan_to_doc(mapping.plan, model_files)
+    from parapipe.graph.feeds import integer_input_ranges
+
+    ranges = integer_input_ranges(og)  # valid integer values (embedding rows ...), for the frames on the board
     plan_doc.update({
-        "inputs": {n: {"shape": [int(d) for d in og.tensors[n].shape], "dtype": str(og.tensors[n].dtype)}
+        "inputs": {n: {"shape": [int(d) for d in og.tensors[n].shape], "dtype": str(og.tensors[n].dtype),
+                       **({"range": list(ranges[n])} if n in ranges else {})}
                    for n in mapping.plan.model_inputs},
         "check_tensors": checked,
         "reference_model": REFERENCE,
@@ -157,6 +163,15 @@ def build_bundle(mapping: LoadedMapping, dest: Path) -> Bundle:
         "model": {"name": mapping.loaded.name, "sha256": mapping.loaded.sha256},
         "point": mapping.point.id,
     })
+    if mapping.feeds:
+        from parapipe.graph.feeds import load_feeds
+
+        frames = load_feeds(mapping.feeds, og)  # checked against the graph (names, shapes, dtypes, ranges)
+        import numpy as np
+
+        np.savez(dest / FEEDS, **{f"{i}/{name}": value for i, frame in enumerate(frames)
+                                  for name, value in frame.items()})
+        plan_doc["feeds"] = FEEDS
     (dest / PLAN).write_text(json.dumps(plan_doc, indent=1, sort_keys=True) + "\n")
     files = {}
     for path in sorted(p for p in dest.rglob("*") if p.is_file()):

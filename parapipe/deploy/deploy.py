@@ -322,7 +322,8 @@ def deploy_bundle(host: RemoteHost, bundle: Bundle, out_dir: Path, options: Opti
 
 def deploy(model: str, mapping_path: str, point: str, spec: HostSpec, out_dir: Path,
            options: Optional[DeployOptions] = None, on_event: Progress = None,
-           binds: Optional[Dict[str, Any]] = None) -> DeployReport:
+           binds: Optional[Dict[str, Any]] = None, input_shapes: Optional[Dict[str, List[int]]] = None,
+           feeds: Optional[str] = None) -> DeployReport:
     """Run one point of a mapping on an SSH host and fetch its report and trace.
 
     Parameters
@@ -346,6 +347,10 @@ def deploy(model: str, mapping_path: str, point: str, spec: HostSpec, out_dir: P
         Receives progress: ``{"event": "bundle" | "connected" | "upload" | "clean" | "uploaded" |
         "progress", ...}`` (``progress`` events come from the host: ``phase``, ``frames_done``, ``frames``,
         ``throughput_per_s``).
+    input_shapes : dict of str to list of int, optional
+        ``--input-shape`` values: must equal those stored in the mapping (used when None).
+    feeds : str, optional
+        An .npz of input frames (``--feeds``), shipped in the bundle and run instead of generated frames.
 
     Returns
     -------
@@ -364,7 +369,8 @@ def deploy(model: str, mapping_path: str, point: str, spec: HostSpec, out_dir: P
     """
     from parapipe.runtime.mapping import load_mapping
 
-    mapping = load_mapping(model, mapping_path, point, binds)
+    mapping = load_mapping(model, mapping_path, point, binds, input_shapes)
+    mapping.feeds = feeds  # shipped in the bundle: the board runs these frames
     return deploy_mapping(mapping, spec, out_dir, options, on_event)
 
 

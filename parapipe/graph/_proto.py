@@ -45,6 +45,19 @@ def tensor_nbytes(shape: Sequence[int], dtype_name: str) -> int:
     return int(math.prod(shape)) * itemsize(dtype_name)
 
 
+#: Element types stored two per byte (ONNX packs 4-bit integers and floats; numpy holds them in int8/uint8).
+PACKED_4BIT = frozenset(getattr(onnx.TensorProto, n) for n in ("INT4", "UINT4", "FLOAT4E2M1")
+                        if hasattr(onnx.TensorProto, n))
+
+
+def elem_tensor_nbytes(shape: Sequence[int], elem_type: int) -> int:
+    """Bytes of a tensor of ONNX element type ``elem_type`` as ONNX stores it: 4-bit types packed two per byte
+    (rounded up), others as :func:`tensor_nbytes`."""
+    if elem_type in PACKED_4BIT:
+        return (int(math.prod(shape)) + 1) // 2
+    return tensor_nbytes(shape, np_dtype_name(elem_type))
+
+
 def _graph_free_names(graph: onnx.GraphProto) -> set[str]:
     """Names a (sub)graph reads but does not define itself: its outer-scope references."""
     defined: set[str] = {i.name for i in graph.input}

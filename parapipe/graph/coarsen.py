@@ -7,6 +7,12 @@ Three steps (see :func:`coarsen`):
    matrix products, pooling, LRN, unknown ops), which always starts a block. So Conv->BN->Relu,
    Gemm->Relu->Dropout become one block each while Conv->Conv stays two (a cut point between them), and no
    block spans a fork or a join: Inception branches, residual shortcuts and fire modules stay visible.
+   A ``DequantizeLinear`` never joins its producer: it starts a block that then joins its only consumer's
+   block, so a weight's DQ (one reader each, see :func:`parapipe.graph.cleanup.unique_dequantize`) stays
+   with its Conv/MatMul and an activation's DQ with the operator it feeds; a cut then hands over the
+   quantized tensor and every stage holds whole DQ -> op -> Q units that ONNX Runtime fuses into quantized
+   kernels exactly as in the whole model. A sequence-typed value (``seq(tensor)``) never crosses blocks:
+   its producer, its readers and every operator on a path between them form one block.
 2. **Data-movement folding.** A block of zero-FLOP data-movement ops only (a Concat closing a fire module, a
    Split, a Flatten on the input) joins its only predecessor block, else its only successor block. Either
    merge keeps the block graph acyclic (no other path can connect the two) and adds no dependency between
@@ -151,12 +157,45 @@ def _fuse_chains(og: OpGraph, q: _Quotient) -> None:
     for name in og.topo_order:
         v = q.topo[name]
         preds = list(og.graph.predecessors(name))
-        if len(preds) == 1 and og.graph.out_degree(preds[0]) == 1 and og.op(name).op_type not in ANCHOR_OPS:
+        op_type = og.op(name).op_type
+        if (len(preds) == 1 and og.graph.out_degree(preds[0]) == 1 and op_type not in ANCHOR_OPS
+                and op_type != "DequantizeLinear"):
             u = group_of[q.topo[preds[0]]]
             q.merge(u, v)
             group_of[v] = u
         else:
             group_of[v] = v
+
+
+def _attach_dequantize(og: OpGraph, q: _Quotient) -> None:
+    """Merge every group started by a DequantizeLinear into its only successor group (acyclic: u's only
+    successor is v)."""
+    topo = og.topo_order
+    for gid in q.ordered():
+        if gid in q.members and og.op(topo[gid]).op_type == "DequantizeLinear" and len(q.succ[gid]) == 1:
+            (target,) = q.succ[gid]
+            pos = q.pos[target]
+            q.merge(target, gid)
+            q.pos[target] = pos
+
+
+def _keep_sequences_whole(og: OpGraph, q: _Quotient) -> None:
+    """Merge the producer and readers of every sequence value, with everything on a path between them."""
+    group_of = {i: gid for gid, members in q.members.items() for i in members}
+    for u, v, tensors in og.graph.edges(data="tensors"):
+        if not any(og.tensors[t].sequence for t in tensors if t in og.tensors):
+            continue
+        a, b = group_of[q.topo[u]], group_of[q.topo[v]]
+        if a == b:
+            continue
+        section = _closure(a, q.succ, lambda g: True) & _closure(b, q.pred, lambda g: True)
+        keep = min(section, key=q.pos.__getitem__)
+        for gid in section - {keep}:
+            q.merge(keep, gid)
+        for gid, members in q.members.items():
+            for i in members:
+                group_of[i] = gid
+        q.renumber()
 
 
 def _fold_data_movement(q: _Quotient) -> None:
@@ -298,6 +337,8 @@ def coarsen(og: OpGraph, max_blocks: Optional[int] = None) -> BlockGraph:
                           "give a positive block budget")
     q = _Quotient(og)
     _fuse_chains(og, q)
+    _attach_dequantize(og, q)
+    _keep_sequences_whole(og, q)
     _fold_data_movement(q)
     if max_blocks is not None:
         _enforce_budget(q, max_blocks)

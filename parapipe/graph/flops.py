@@ -14,7 +14,10 @@ to be right):
 * data-movement ops (Concat, Reshape, Transpose, Slice, Pad, Resize, Gather, Cast ...) = 0 FLOPs: their cost
   is the bytes they move, which the cost model charges separately.
 
-Unknown op types count 0 FLOPs and log one warning per op type.
+Sequence, transformer and ONNX Runtime contrib ops (Attention, LSTM/GRU/RNN, Einsum, RMSNormalization,
+``com.microsoft`` FusedMatMul, BiasGelu, SkipLayerNormalization ...) have their formulas in
+:mod:`parapipe.graph.flops_nn`. Op types without any formula count 0 FLOPs, log one line per op type and are
+reported by :func:`has_flop_formula` (``parapipe inspect`` and pareto.json list them).
 """
 from __future__ import annotations
 
@@ -24,6 +27,8 @@ from typing import Mapping, Optional, Sequence
 
 import onnx
 from onnx import helper
+
+from parapipe.graph import flops_nn
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +45,8 @@ DATA_MOVEMENT_OPS = frozenset({
     "DepthToSpace", "SpaceToDepth", "ConstantOfShape", "Constant", "Range", "Compress", "ReverseSequence",
     "EyeLike", "Trilu", "OneHot", "NonZero", "Optional", "OptionalGetElement", "OptionalHasElement",
     "SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceInsert", "SequenceErase", "SequenceLength",
-    "ConcatFromSequence", "Col2Im", "CenterCropPad",
+    "ConcatFromSequence", "Col2Im", "CenterCropPad", "BitCast", "MaxUnpool", "TensorScatter", "Unique",
+    "NonMaxSuppression",
 })
 
 #: FLOPs per output element of element-wise ops (1 for simple arithmetic/compare; see module docstring).
@@ -172,6 +178,9 @@ def op_flops(node: onnx.NodeProto, in_shapes: Sequence[Shape], out_shapes: Seque
         Unknown op types give 0.0 and log one warning per op type.
     """
     op = node.op_type
+    nn_formula = flops_nn.formula(node)
+    if nn_formula is not None:
+        return float(nn_formula(node, in_shapes, out_shapes))
     if node.domain not in ("", "ai.onnx"):
         return _unknown(node)
     if op in DATA_MOVEMENT_OPS:
@@ -209,9 +218,26 @@ def _unknown(node: onnx.NodeProto) -> float:
     key = f"{node.domain or 'ai.onnx'}::{node.op_type}"
     if key not in _warned_unknown:
         _warned_unknown.add(key)
-        logger.warning("no FLOP formula for op type %s (domain %s): counting 0 FLOPs", node.op_type,
-                       node.domain or "ai.onnx")
+        logger.info("no FLOP formula for op type %s (domain %s): counting 0 FLOPs (listed by inspect and in "
+                    "pareto.json)", node.op_type, node.domain or "ai.onnx")
     return 0.0
+
+
+_SHAPE_FORMULA_OPS = frozenset({
+    "Conv", "ConvInteger", "QLinearConv", "ConvTranspose", "Gemm", "MatMul", "MatMulInteger", "QLinearMatMul",
+    "MaxPool", "AveragePool", "LpPool", "LRN", "Sum", "Max", "Min", "Mean"})
+
+
+def has_flop_formula(node: onnx.NodeProto) -> bool:
+    """True if :func:`op_flops` has a formula for ``node``'s op type and domain (0 for data movement counts as
+    a formula); False for the op types it counts as 0 FLOPs for want of one."""
+    if flops_nn.formula(node) is not None:
+        return True
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    op = node.op_type
+    return (op in DATA_MOVEMENT_OPS or op in _SHAPE_FORMULA_OPS or op in _PER_OUTPUT_ELEMENT
+            or op in _PER_INPUT_ELEMENT)
 
 
 def is_data_movement(op_type: str) -> bool:
@@ -224,7 +250,7 @@ def known_op_types() -> Mapping[str, str]:
     table: dict[str, str] = {op: "data movement (0)" for op in DATA_MOVEMENT_OPS}
     table.update({op: f"{f:g} per output element" for op, f in _PER_OUTPUT_ELEMENT.items()})
     table.update({op: "1 per input element" for op in _PER_INPUT_ELEMENT})
-    for op in ("Conv", "ConvInteger", "QLinearConv", "ConvTranspose", "Gemm", "MatMul", "MatMulInteger",
-               "QLinearMatMul", "MaxPool", "AveragePool", "LpPool", "LRN", "Sum", "Max", "Min", "Mean"):
+    for op in list(_SHAPE_FORMULA_OPS) + list(flops_nn.ONNX_FORMULAS):
         table[op] = "shape formula"
+    table.update({f"com.microsoft.{op}": "shape formula" for op in flops_nn.MICROSOFT_FORMULAS})
     return table

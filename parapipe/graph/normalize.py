@@ -2,11 +2,17 @@
 
 :func:`normalise` returns a new model (the input is not modified) in which
 
-* dynamic graph-input dimensions (``dim_param`` or missing ``dim_value``) are set to 1;
+* model-local functions are inlined, unused nodes dropped, initializers listed as graph outputs given an
+  ``Identity`` node and every ``DequantizeLinear`` given a single reader (:mod:`parapipe.graph.cleanup`);
+* data inputs have the static shapes decided by :func:`parapipe.graph.inputs.resolve_input_shapes` (by default
+  a symbolic batch dim becomes 1; any other symbolic dim needs ``--input-shape``);
 * nodes are in topological order;
 * every deterministic node whose inputs are all constants is evaluated and replaced by an initializer
   (the zoo models' ``ConstantOfShape`` weight generators, ``Constant`` nodes, constant ``Unsqueeze`` ...),
   and ``Shape``/``Size`` of statically shaped tensors become constants too, repeatedly until nothing folds;
+  quantize/dequantize nodes are never folded (:data:`~parapipe.graph.cleanup.QDQ_OPS`): ONNX Runtime fuses
+  them with their readers into quantized kernels, whose results differ from float arithmetic on the
+  dequantized weights;
 * initializers no longer used are dropped and no initializer is listed in ``graph.input`` (weights are
   constants, not overridable inputs), with ``ir_version`` raised to >= 4 (IR 3 requires the listing);
 * every node has a unique non-empty name (existing unique names are kept, others become
@@ -18,15 +24,15 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections import Counter
-from typing import Union
+from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from parapipe.errors import input_error
-from parapipe.graph import shapes
+from parapipe.graph import cleanup, shapes
+from parapipe.graph.inputs import apply_input_shapes, resolve_input_shapes
 from parapipe.graph._proto import has_subgraph, node_inputs, opset_version
 
 logger = logging.getLogger(__name__)
@@ -60,21 +66,6 @@ class _Filled:
 
 
 Const = Union[np.ndarray, onnx.TensorProto, _Filled]
-
-
-def _fix_dynamic_input_dims(graph: onnx.GraphProto, initializer_names: set[str]) -> None:
-    for vi in graph.input:
-        if vi.name in initializer_names or not vi.type.HasField("tensor_type"):
-            continue
-        for d in vi.type.tensor_type.shape.dim:
-            if not d.HasField("dim_value") or d.dim_value <= 0:
-                d.Clear()
-                d.dim_value = 1
-    for vi in graph.output:
-        if vi.type.HasField("tensor_type"):
-            for d in vi.type.tensor_type.shape.dim:
-                if d.HasField("dim_param"):
-                    d.Clear()  # unknown; filled by shape inference later
 
 
 def _topo_sort(graph: onnx.GraphProto, source: str) -> None:
@@ -165,6 +156,8 @@ def _eval_node(node: onnx.NodeProto, feeds: list[np.ndarray], opset: int) -> lis
 
 def _foldable(node: onnx.NodeProto, consts: dict[str, Const], graph_outputs: set[str]) -> bool:
     if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC_OPS or has_subgraph(node):
+        return False
+    if node.op_type in cleanup.QDQ_OPS:
         return False
     if any(o in graph_outputs for o in node.output):
         return False
@@ -296,21 +289,8 @@ def _strip_unused_optional_outputs(graph: onnx.GraphProto, opset: int) -> None:
             node.output.extend(outs)
 
 
-def _name_nodes(graph: onnx.GraphProto) -> None:
-    counts = Counter(n.name for n in graph.node)
-    taken = {name for name, c in counts.items() if name and c == 1}
-    for index, node in enumerate(graph.node):
-        if node.name and counts[node.name] == 1:
-            continue
-        base = f"{node.op_type}_{index}"
-        name, k = base, 1
-        while name in taken:
-            name, k = f"{base}_{k}", k + 1
-        taken.add(name)
-        node.name = name
-
-
-def normalise(model: onnx.ModelProto, source: str = "<memory>") -> onnx.ModelProto:
+def normalise(model: onnx.ModelProto, source: str = "<memory>",
+              input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> onnx.ModelProto:
     """Return the normalised copy of ``model`` described in the module docstring.
 
     Parameters
@@ -319,6 +299,9 @@ def normalise(model: onnx.ModelProto, source: str = "<memory>") -> onnx.ModelPro
         Any ONNX model; not modified.
     source : str
         File or model name used in error messages.
+    input_shapes : mapping of str to sequence of int, optional
+        Static shape of every data input (from :func:`parapipe.graph.inputs.resolve_input_shapes`); decided
+        here with the default rules when None.
 
     Returns
     -------
@@ -328,14 +311,24 @@ def normalise(model: onnx.ModelProto, source: str = "<memory>") -> onnx.ModelPro
     Raises
     ------
     InputError
-        The graph reads a tensor nobody defines, or has a cycle.
+        The graph reads a tensor nobody defines, or has a cycle; a data input with a symbolic non-batch dim
+        and no shape in ``input_shapes``.
     """
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
+    if input_shapes is None:
+        input_shapes = resolve_input_shapes(model, None, source).shapes
+    m = cleanup.inline_functions(model, source)
+    if m is model:
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
     graph = m.graph
-    consts: dict[str, Const] = {t.name: t for t in graph.initializer}
-    _fix_dynamic_input_dims(graph, set(consts))
+    apply_input_shapes(graph, input_shapes)
+    cleanup.constant_outputs_as_nodes(graph)
     _topo_sort(graph, source)
+    dead = cleanup.drop_dead_nodes(graph)
+    if dead:
+        logger.info("%s: dropped %d node(s) whose outputs nobody reads", source, dead)
+    cleanup.unique_dequantize(graph)
+    consts: dict[str, Const] = {t.name: t for t in graph.initializer}
     opset = opset_version(m) or onnx.defs.onnx_opset_version()
     for _ in range(MAX_FOLD_ROUNDS):
         folded = _fold_constants(graph, consts, opset, source)
@@ -347,5 +340,5 @@ def normalise(model: onnx.ModelProto, source: str = "<memory>") -> onnx.ModelPro
     _strip_unused_optional_outputs(graph, opset)
     if m.ir_version < 4:
         m.ir_version = 4
-    _name_nodes(graph)
+    cleanup.name_nodes(graph)
     return m

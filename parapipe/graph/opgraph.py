@@ -1,37 +1,48 @@
 """The operator graph: an ONNX model as a networkx DAG of operators with shapes, bytes and FLOPs.
 
-:func:`import_onnx` normalises the model (see :mod:`parapipe.graph.normalize`), infers every activation
-tensor's static shape (:mod:`parapipe.graph.shapes`), counts FLOPs (:mod:`parapipe.graph.flops`) and builds
-an :class:`OpGraph`, the structure coarsening, search and extraction work on.
+:func:`import_onnx` checks that ONNX Runtime can load the model's operators (:mod:`parapipe.graph.support`),
+fixes the input shapes (:mod:`parapipe.graph.inputs`), normalises the model (:mod:`parapipe.graph.normalize`),
+infers every activation tensor's shape (:mod:`parapipe.graph.shapes`; data-dependent dims are kept apart),
+counts FLOPs (:mod:`parapipe.graph.flops`) and builds an :class:`OpGraph`, the structure coarsening, search and
+extraction work on.
 """
 from __future__ import annotations
 
 import hashlib
 import logging
-from collections import defaultdict
+import re
+from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Optional
+from typing import Mapping, Optional, Sequence
 
 import networkx as nx
 import onnx
 from onnx import helper
 
 from parapipe.errors import InputError, input_error
-from parapipe.graph import normalize, shapes
-from parapipe.graph._proto import node_inputs, np_dtype_name, tensor_nbytes
-from parapipe.graph.flops import op_flops
+from parapipe.graph import inputs as input_shapes_mod
+from parapipe.graph import normalize, shapes, support
+from parapipe.graph._proto import elem_tensor_nbytes, node_inputs, np_dtype_name, tensor_nbytes
+from parapipe.graph.flops import has_flop_formula, op_flops
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """An activation tensor (graph input, node output): static shape, numpy dtype name, size in bytes."""
+    """An activation tensor (graph input, node output): shape, numpy dtype name, size in bytes.
+
+    ``data_dependent_axes`` are the axes whose size depends on the input values (NonZero, Unique ...): ``shape``
+    then holds the size of one sample run and stage models keep those axes symbolic. A ``sequence`` value
+    (``seq(tensor)``) has ``shape`` (elements, *first element's shape) and is never handed between stages.
+    """
 
     name: str
     shape: tuple[int, ...]
     dtype: str  # numpy dtype name, e.g. "float32"
     nbytes: int
+    data_dependent_axes: tuple[int, ...] = ()
+    sequence: bool = False
 
 
 @dataclass(frozen=True)
@@ -42,7 +53,12 @@ class Operator:
     outer-scope names captured by control-flow subgraphs); ``flops`` counts a multiply-add as 2 FLOPs;
     ``param_nbytes`` sums the distinct constant inputs, ``in_nbytes`` the distinct activation inputs,
     ``out_nbytes`` the outputs; ``signature`` is a stable string of op type, input shapes/dtypes and
-    attributes, equal for operators that cost the same (used to deduplicate profiling).
+    attributes, equal for operators that cost the same (used to deduplicate profiling). ``op_type`` carries
+    the domain outside ONNX's (``com.microsoft.FusedMatMul``, see
+    :func:`~parapipe.graph.support.qualified_op_type`).
+    ``flop_formula`` is False when :mod:`parapipe.graph.flops` has no formula for the op (0 FLOPs counted);
+    ``data_dependent`` is True when a tensor it reads or writes has data-dependent dims (its cost is that of
+    one sample).
     """
 
     name: str
@@ -54,6 +70,8 @@ class Operator:
     in_nbytes: int
     out_nbytes: int
     signature: str
+    flop_formula: bool = True
+    data_dependent: bool = False
 
 
 class OpGraph:
@@ -78,11 +96,13 @@ class OpGraph:
         Deterministic topological order (lexicographic topological sort keyed on node index in the model).
     name : str
         Model name (registry name or file stem).
+    input_notes : list of str
+        Input dims parapipe chose itself (a symbolic batch dim set to 1), one line each, for the user.
     """
 
     def __init__(self, model: onnx.ModelProto, graph: nx.DiGraph, tensors: dict[str, TensorInfo],
                  inputs: list[str], outputs: list[str], constants: set[str], topo_order: list[str],
-                 name: str, elem_types: dict[str, int]) -> None:
+                 name: str, elem_types: dict[str, int], input_notes: Sequence[str] = ()) -> None:
         self.model = model
         self.graph = graph
         self.tensors = tensors
@@ -92,6 +112,7 @@ class OpGraph:
         self.topo_order = topo_order
         self.name = name
         self._elem_types = elem_types
+        self.input_notes = list(input_notes)
         self._node_index = {n.name: i for i, n in enumerate(model.graph.node)}
         self._init_index: Optional[dict[str, int]] = None
 
@@ -99,6 +120,22 @@ class OpGraph:
     def flops(self) -> float:
         """Total FLOPs of one inference (sum over operators)."""
         return float(sum(op.flops for _, op in self.graph.nodes(data="op")))
+
+    @property
+    def input_shapes(self) -> dict[str, list[int]]:
+        """The static shape of every data input (what ``--input-shape`` gives), in input order."""
+        return {n: [int(d) for d in self.tensors[n].shape] for n in self.inputs}
+
+    @property
+    def ops_without_flop_formula(self) -> dict[str, int]:
+        """Op type -> number of operators costed with 0 FLOPs for want of a formula (sorted by op type)."""
+        counts = Counter(op.op_type for _, op in self.graph.nodes(data="op") if not op.flop_formula)
+        return dict(sorted(counts.items()))
+
+    @property
+    def data_dependent_ops(self) -> list[str]:
+        """Operators (topological order) whose cost depends on the input values: it is that of one sample."""
+        return [n for n in self.topo_order if self.op(n).data_dependent]
 
     def op(self, name: str) -> Operator:
         """The :class:`Operator` called ``name`` (KeyError if there is none)."""
@@ -123,9 +160,9 @@ class OpGraph:
         return self._elem_types[tensor]
 
     def value_info(self, tensor: str) -> onnx.ValueInfoProto:
-        """A ValueInfoProto with the static type and shape of activation tensor ``tensor``."""
-        shape = list(self.tensors[tensor].shape)
-        return helper.make_tensor_value_info(tensor, self._elem_types[tensor], shape)
+        """A ValueInfoProto with the type and shape of activation tensor ``tensor`` (data-dependent axes as
+        symbolic dims, sequences as sequence types)."""
+        return _value_info(tensor, self._elem_types, self.tensors)
 
     def __repr__(self) -> str:
         return (f"OpGraph(name={self.name!r}, ops={self.graph.number_of_nodes()}, "
@@ -156,20 +193,31 @@ def _signature(node: onnx.NodeProto, in_types: list[Optional[tuple[tuple[int, ..
 
 
 def _value_info(name: str, elem_types: dict[str, int], tensors: dict[str, TensorInfo]) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, elem_types[name], list(tensors[name].shape))
+    info = tensors[name]
+    if info.sequence:
+        return helper.make_tensor_sequence_value_info(name, elem_types[name], None)
+    if not info.data_dependent_axes:
+        return helper.make_tensor_value_info(name, elem_types[name], list(info.shape))
+    stem = re.sub(r"\W", "_", name)
+    dims = [f"{stem}_dim{i}" if i in info.data_dependent_axes else d for i, d in enumerate(info.shape)]
+    return helper.make_tensor_value_info(name, elem_types[name], dims)
 
 
-def import_onnx(model: onnx.ModelProto, name: str = "model", source: str = "<memory>") -> OpGraph:
+def import_onnx(model: onnx.ModelProto, name: str = "model", source: str = "<memory>",
+                input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> OpGraph:
     """Build the :class:`OpGraph` of an ONNX model.
 
     Parameters
     ----------
     model : onnx.ModelProto
-        Any ONNX model (not modified); dynamic input dims are set to 1.
+        Any ONNX model (not modified).
     name : str
         Name recorded in :attr:`OpGraph.name`.
     source : str
         File (or registry name) for error messages.
+    input_shapes : mapping of str to sequence of int, optional
+        Static shapes of data inputs (``--input-shape``); other symbolic dims follow the rules of
+        :func:`parapipe.graph.inputs.resolve_input_shapes` (batch dim 1, any other refused).
 
     Returns
     -------
@@ -178,11 +226,12 @@ def import_onnx(model: onnx.ModelProto, name: str = "model", source: str = "<mem
     Raises
     ------
     InputError
-        The model is malformed (dangling tensor, cycle), has no operator, or a tensor shape cannot be
-        determined; the message names ``source``.
+        The model is malformed (dangling tensor, cycle), has no operator, an operator the installed ONNX
+        Runtime cannot run, a symbolic input dim without a given size, an input shape too small for it (a dim
+        <= 0 follows), or a tensor shape that cannot be determined; the message names ``source``.
     """
     try:
-        return _import(model, name, source)
+        return _import(model, name, source, input_shapes)
     except InputError:
         raise
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
@@ -190,21 +239,26 @@ def import_onnx(model: onnx.ModelProto, name: str = "model", source: str = "<mem
         raise input_error(source, None, f"is not a valid ONNX model ({first})", "re-export it") from exc
 
 
-def _import(model: onnx.ModelProto, name: str, source: str) -> OpGraph:
-    norm = normalize.normalise(model, source)
+def _import(model: onnx.ModelProto, name: str, source: str,
+            given: Optional[Mapping[str, Sequence[int]]]) -> OpGraph:
+    support.check_runtime(model, source)
+    resolved = input_shapes_mod.resolve_input_shapes(model, given, source)
+    norm = normalize.normalise(model, source, resolved.shapes)
     g = norm.graph
     if len(g.node) == 0:
         raise input_error(source, "graph", "has no operators after folding constants",
                           "give a model that computes something from its inputs")
-    types = shapes.infer_activation_types(norm, source)
+    found = shapes.infer_tensor_types(norm, source)
     constants = {t.name for t in g.initializer}
     const_types = {t.name: (tuple(int(d) for d in t.dims), np_dtype_name(t.data_type)) for t in g.initializer}
+    const_nbytes = {t.name: elem_tensor_nbytes(t.dims, t.data_type) for t in g.initializer}
 
     tensors: dict[str, TensorInfo] = {}
     elem_types: dict[str, int] = {}
-    for tname, (shape, elem) in types.items():
+    for tname, (shape, elem) in found.types.items():
         dtype = np_dtype_name(elem)
-        tensors[tname] = TensorInfo(tname, shape, dtype, tensor_nbytes(shape, dtype))
+        tensors[tname] = TensorInfo(tname, shape, dtype, tensor_nbytes(shape, dtype),
+                                    found.data_dependent.get(tname, ()), tname in found.sequences)
         elem_types[tname] = elem
     # record the inferred shapes in the model (outputs, value_info): the normalised model describes itself
     del g.value_info[:]
@@ -233,14 +287,16 @@ def _import(model: onnx.ModelProto, name: str, source: str) -> OpGraph:
             in_types.append(info)
             in_shapes.append(info[0] if info else None)
         out_shapes = [tensors[o].shape if o in tensors else None for o in node.output]
+        touched = [tensors[t] for t in list(act_in) + list(node.output) if t in tensors]
         op = Operator(
-            name=node.name, op_type=node.op_type, inputs=tuple(ins),
+            name=node.name, op_type=support.qualified_op_type(node), inputs=tuple(ins),
             outputs=tuple(o for o in node.output if o),
             flops=float(op_flops(node, in_shapes, out_shapes)),
-            param_nbytes=sum(tensor_nbytes(*const_types[t]) for t in ins if t in constants),
+            param_nbytes=sum(const_nbytes[t] for t in ins if t in constants),
             in_nbytes=sum(tensors[t].nbytes for t in act_in if t in tensors),
             out_nbytes=sum(tensors[o].nbytes for o in node.output if o in tensors),
-            signature=_signature(node, in_types),
+            signature=_signature(node, in_types), flop_formula=has_flop_formula(node),
+            data_dependent=any(t.data_dependent_axes or t.sequence for t in touched),
         )
         dg.add_node(node.name, op=op)
         for t in act_in:
@@ -253,6 +309,7 @@ def _import(model: onnx.ModelProto, name: str, source: str) -> OpGraph:
     index = {n.name: i for i, n in enumerate(g.node)}
     topo = list(nx.lexicographical_topological_sort(dg, key=index.__getitem__))
     data_inputs = [n for n in graph_inputs if n not in constants]
-    og = OpGraph(norm, dg, tensors, data_inputs, graph_outputs, constants, topo, name, elem_types)
+    og = OpGraph(norm, dg, tensors, data_inputs, graph_outputs, constants, topo, name, elem_types,
+                 resolved.notes)
     logger.debug("imported %s: %d operators, %.3f GFLOPs", name, dg.number_of_nodes(), og.flops / 1e9)
     return og

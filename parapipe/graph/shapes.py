@@ -9,7 +9,7 @@ ONNX Runtime on random inputs (optimisation off, so every node output exists).
 from __future__ import annotations
 
 import logging
-from typing import Optional
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -54,63 +54,145 @@ def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
     return sk
 
 
-def _collect(graph: onnx.GraphProto) -> dict[str, tuple[Optional[tuple], int]]:
-    found: dict[str, tuple[Optional[tuple], int]] = {}
+def _collect(graph: onnx.GraphProto) -> dict[str, onnx.ValueInfoProto]:
+    found: dict[str, onnx.ValueInfoProto] = {}
     for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
-        shape, elem = value_info_shape(vi)
-        found[vi.name] = (shape, elem)
+        found[vi.name] = vi
     return found
 
 
-def infer_activation_types(model: onnx.ModelProto, source: str, *, strict: bool = True,
-                           measure: bool = True) -> TypeMap:
-    """Static shape and element type of every graph input and every node output of ``model``.
+@dataclass
+class TensorTypes:
+    """What :func:`infer_tensor_types` found.
+
+    Attributes
+    ----------
+    types : dict
+        tensor name -> (shape, ``TensorProto.DataType``). A data-dependent dim holds the size measured on one
+        sample run (at least 1); a sequence holds ``(number of elements, *first element's shape)``.
+    data_dependent : dict of str to tuple of int
+        tensor name -> the axes whose size depends on the input *values* (NonZero, Unique, a Loop's trip count
+        ...): ONNX shape inference cannot give them from the static input shapes. Stage models keep them
+        symbolic.
+    sequences : set of str
+        Sequence-typed values (``seq(tensor)``): never handed between stages.
+    """
+
+    types: TypeMap = field(default_factory=dict)
+    data_dependent: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    sequences: set[str] = field(default_factory=set)
+
+
+def _infer(model: onnx.ModelProto, source: str, strict: bool) -> dict[str, onnx.ValueInfoProto]:
+    """ONNX shape inference on the skeleton; in strict mode, failing that, again without the model's own
+    ``value_info`` for ONNX-domain outputs (exporters leave stale ones: "Inferred shape and existing shape
+    differ"), then non-strict."""
+    sk = skeleton(model)
+    errors = (onnx.shape_inference.InferenceError, onnx.checker.ValidationError)
+    if strict:
+        try:
+            return _collect(onnx.shape_inference.infer_shapes(sk, check_type=False, strict_mode=True,
+                                                              data_prop=True).graph)
+        except errors as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        onnx_outputs = {o for n in sk.graph.node if n.domain in ("", "ai.onnx") for o in n.output}
+        kept = [vi for vi in sk.graph.value_info if vi.name not in onnx_outputs]
+        if len(kept) < len(sk.graph.value_info):
+            del sk.graph.value_info[:]
+            sk.graph.value_info.extend(kept)
+            try:
+                found = _collect(onnx.shape_inference.infer_shapes(sk, check_type=False, strict_mode=True,
+                                                                   data_prop=True).graph)
+                logger.info("%s: the model's value_info contradicts ONNX shape inference (%s); inferred "
+                            "without it", source, first)
+                return found
+            except errors:
+                pass
+        logger.warning("%s: ONNX shape inference failed in strict mode (%s); retrying non-strict", source, first)
+    return _collect(onnx.shape_inference.infer_shapes(sk, check_type=False, strict_mode=False,
+                                                      data_prop=True).graph)
+
+
+def _producers(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
+    return {o: node for node in model.graph.node for o in node.output if o}
+
+
+def infer_tensor_types(model: onnx.ModelProto, source: str, *, strict: bool = True,
+                       measure: bool = True) -> TensorTypes:
+    """Shape and element type of every graph input and node output of ``model``, with the data-dependent dims.
 
     Parameters
     ----------
     model : onnx.ModelProto
-        A model whose graph inputs have static shapes (dynamic dims already set, see ``normalise``).
+        A model whose graph inputs have static shapes (see :func:`parapipe.graph.inputs.resolve_input_shapes`).
     source : str
         File or model name for error messages.
     strict : bool
         Run ONNX shape inference in strict mode first (on failure: a warning and a non-strict retry).
     measure : bool
-        Measure the shapes ONNX cannot infer with ONNX Runtime; if False they are left out of the result.
+        Measure the shapes ONNX cannot infer with ONNX Runtime (one run on seeded inputs); if False they are
+        left out of ``types``.
 
     Returns
     -------
-    dict
-        tensor name -> (shape as tuple of int, ``TensorProto.DataType`` int); every wanted tensor when
-        ``measure`` is True.
+    TensorTypes
 
     Raises
     ------
     InputError
-        A shape stays unknown even after running the model with ONNX Runtime.
+        A statically inferred dim <= 0 (the input shapes are too small for the model: the message names the
+        tensor, its producer and the shape), or a shape that stays unknown even after running the model.
     """
-    sk = skeleton(model)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(sk, check_type=False, strict_mode=strict, data_prop=True)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
-        logger.warning("%s: ONNX shape inference failed in strict mode (%s); retrying non-strict", source,
-                       str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-        inferred = onnx.shape_inference.infer_shapes(sk, check_type=False, strict_mode=False, data_prop=True)
-    found = _collect(inferred.graph)
+    found = _infer(model, source, strict)
     wanted = [i.name for i in model.graph.input]
     wanted += [o for node in model.graph.node for o in node.output if o]
-    result: TypeMap = {}
+    result = TensorTypes()
     missing: list[str] = []
     for name in wanted:
-        shape, elem = found.get(name, (None, 0))
+        vi = found.get(name)
+        if vi is not None and vi.type.HasField("sequence_type"):
+            result.sequences.add(name)
+            missing.append(name)
+            continue
+        shape, elem = value_info_shape(vi) if vi is not None else (None, 0)
         if shape is None or any(d is None for d in shape) or elem == 0:
             missing.append(name)
-        else:
-            result[name] = (tuple(int(d) for d in shape), int(elem))
+            if shape is not None:
+                result.data_dependent[name] = tuple(i for i, d in enumerate(shape) if d is None)
+            continue
+        if any(d <= 0 for d in shape):
+            _refuse_dim(model, source, name, shape)
+        result.types[name] = (tuple(int(d) for d in shape), int(elem))
     if missing and measure:
         logger.info("%s: %d tensor shapes not inferable statically (first: %s); measuring with ONNX Runtime",
                     source, len(missing), missing[0])
-        result.update(_measure_with_ort(model, missing, source))
+        for name, (shape, elem) in _measure_with_ort(model, missing, source).items():
+            if name not in result.sequences:
+                axes = result.data_dependent.get(name)
+                if axes is None or any(a >= len(shape) for a in axes):
+                    axes = tuple(range(len(shape)))  # the rank was unknown too
+                result.data_dependent[name] = axes
+                shape = tuple(max(d, 1) if i in axes else d for i, d in enumerate(shape))
+            result.types[name] = (shape, elem)
     return result
+
+
+def _refuse_dim(model: onnx.ModelProto, source: str, name: str, shape: tuple) -> None:
+    node = _producers(model).get(name)
+    what = f"output of {node.op_type} {node.name!r}" if node is not None else "a graph input"
+    inputs = ", ".join(f"{vi.name}: {'x'.join(str(d) for d in (value_info_shape(vi)[0] or ()))}"
+                       for vi in model.graph.input)
+    raise input_error(source, f"tensor {name!r} ({what})",
+                      f"would have shape [{', '.join(map(str, shape))}], a dim <= 0: the input shapes ({inputs}) "
+                      "are too small for this model",
+                      "give larger ones with --input-shape NAME:D0xD1x...")
+
+
+def infer_activation_types(model: onnx.ModelProto, source: str, *, strict: bool = True,
+                           measure: bool = True) -> TypeMap:
+    """Shape and element type of every graph input and every node output of ``model``: the ``types`` of
+    :func:`infer_tensor_types` (same parameters and errors)."""
+    return infer_tensor_types(model, source, strict=strict, measure=measure).types
 
 
 def _random_feed(vi: onnx.ValueInfoProto, rng: np.random.Generator) -> np.ndarray:
@@ -152,6 +234,11 @@ def _measure_with_ort(model: onnx.ModelProto, names: list[str], source: str) -> 
                           "export the model with static shapes (e.g. onnx.shape_inference, onnxsim)") from exc
     out: TypeMap = {}
     for name, value in zip(names, values):
+        if isinstance(value, list):  # a sequence: (length, *first element's shape)
+            first = np.asarray(value[0]) if value else np.zeros(0, np.float32)
+            out[name] = ((len(value),) + tuple(int(d) for d in first.shape),
+                         helper.np_dtype_to_tensor_dtype(first.dtype))
+            continue
         arr = np.asarray(value)
         out[name] = (tuple(int(d) for d in arr.shape), helper.np_dtype_to_tensor_dtype(arr.dtype))
     return out

@@ -292,9 +292,45 @@ def _load_file(path: Path) -> tuple[onnx.ModelProto, str]:
     try:
         onnx.checker.check_model(str(path))
     except (onnx.checker.ValidationError, DecodeError) as exc:
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise input_error(src, None, f"is not a valid ONNX model ({first})", "re-export it") from exc
+        if not (_MISSING_TYPE in str(exc) and _fill_output_types(model, src)):
+            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            raise input_error(src, None, f"is not a valid ONNX model ({first})", "re-export it") from exc
     return model, hashlib.sha256(data).hexdigest()
+
+
+#: What onnx.checker says about a value_info (a graph output) without type or shape; ONNX Runtime runs such
+#: models, inferring what is missing.
+_MISSING_TYPE = "is required but missing"
+
+
+def _fill_output_types(model: onnx.ModelProto, src: str) -> bool:
+    """Give graph outputs without a type or shape the ones ONNX shape inference finds, drop ``value_info``
+    entries without a type (hints only), then check the model again. True if it passes now."""
+    from parapipe.graph.shapes import skeleton
+
+    g = model.graph
+    untyped = [vi for vi in g.output
+               if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape")]
+    for i in range(len(g.value_info) - 1, -1, -1):
+        if not g.value_info[i].HasField("type"):
+            del g.value_info[i]
+    if untyped:
+        try:
+            inferred = onnx.shape_inference.infer_shapes(skeleton(model), strict_mode=False)
+        except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
+            return False
+        known = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
+        for vi in untyped:
+            found = known.get(vi.name)
+            if found is None or not found.type.tensor_type.HasField("shape"):
+                return False
+            vi.type.CopyFrom(found.type)
+    try:
+        onnx.checker.check_model(skeleton(model))
+    except onnx.checker.ValidationError:
+        return False
+    logger.info("%s: %d graph output(s) had no type or shape; inferred them", src, len(untyped))
+    return True
 
 
 def load_model(spec: str) -> LoadedModel:

@@ -44,7 +44,9 @@ def _point_dict(result, point) -> Dict[str, Any]:
 
 def doc_from_result(result, model_name: str, model_sha256: str, soc: SocRef,
                     blocks: Optional[Dict[str, List[str]]] = None,
-                    search: Optional[Dict[str, Any]] = None) -> ParetoDoc:
+                    search: Optional[Dict[str, Any]] = None,
+                    input_shapes: Optional[Dict[str, List[int]]] = None,
+                    cost_notes: Optional[Dict[str, Any]] = None) -> ParetoDoc:
     """The document of a :class:`parapipe.search.api.SearchResult`.
 
     Parameters
@@ -57,6 +59,8 @@ def doc_from_result(result, model_name: str, model_sha256: str, soc: SocRef,
         Block name -> its operators, in the problem's block order (default: the problem's blocks, no ops).
     search : dict, optional
         Settings to record next to the search's own statistics.
+    input_shapes, cost_notes : dict, optional
+        The model's input shapes and cost notes (:func:`parapipe.workflow.model_notes`).
     """
     pr = result.problem
     return ParetoDoc(
@@ -64,7 +68,8 @@ def doc_from_result(result, model_name: str, model_sha256: str, soc: SocRef,
         search=dict(search or {}, **{k: float(v) for k, v in result.stats.items()}),
         blocks=blocks if blocks is not None else {b: [] for b in pr.block_names},
         bounds={"period_lb_s": result.bounds.period_lb_s, "latency_lb_s": result.bounds.latency_lb_s},
-        points=[_point_dict(result, p) for p in result.points])
+        points=[_point_dict(result, p) for p in result.points], input_shapes=input_shapes,
+        cost_notes=cost_notes or {})
 
 
 def write_pareto(doc: ParetoDoc, path: Path) -> None:

@@ -21,7 +21,10 @@ Schema (``schema_version`` 2)::
                                          "assignment": {block: pu}, "order": [block],
                                          "block_start_s": {block: s}, "block_finish_s": {block: s}}]}}]}
 
-``*_gap`` is ``value / lower_bound - 1`` (None when the bound is 0). Times are seconds, energies joules.
+``*_gap`` is ``value / lower_bound - 1`` (None when the bound is 0). Times are seconds, energies joules. Documents
+of a model (not a block table) also carry ``"input_shapes": {input: [dims]}`` (checked by ``run``) and
+``"cost_notes": {"input_dims_chosen", "ops_without_flop_formula", "data_dependent_ops"}``
+(:func:`parapipe.workflow.model_notes`).
 """
 from __future__ import annotations
 
@@ -163,6 +166,8 @@ class ParetoDoc(BaseModel):
     blocks: Dict[str, List[str]]
     bounds: Bounds
     points: List[Point]
+    input_shapes: Optional[Dict[str, List[int]]] = None
+    cost_notes: Dict[str, Any] = {}
 
     @model_validator(mode="after")
     def _consistent(self) -> "ParetoDoc":

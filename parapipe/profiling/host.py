@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 
 from ppexec import PUBinding
@@ -166,25 +167,56 @@ def block_signature(og: OpGraph, block: Block) -> str:
     return "block:" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def _random_feeds(og: OpGraph, names: Sequence[str], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Seeded inputs: standard normal for floating point tensors, zeros (valid indices) for the others."""
+def _random_feeds(og: OpGraph, names: Sequence[str], rng: np.random.Generator,
+                  given: Optional[dict] = None) -> dict[str, np.ndarray]:
+    """Seeded inputs: ``given`` values (the user's feeds) for the model's inputs, standard normal for floating
+    point tensors, zeros (valid indices) for the others."""
     feeds = {}
     for name in names:
         info = og.tensors[name]
         dtype = np.dtype(info.dtype)
-        if np.issubdtype(dtype, np.floating):
+        if given is not None and name in given:
+            feeds[name] = np.asarray(given[name])
+        elif np.issubdtype(dtype, np.floating):
             feeds[name] = rng.standard_normal(info.shape).astype(dtype)
         else:
             feeds[name] = np.zeros(info.shape, dtype)
     return feeds
 
 
-def _time_block(og: OpGraph, block: Block, binding: PUBinding, repeats: int, warmup: int) -> list[float]:
+def _real_index_values(bg: BlockGraph, feeds: Optional[dict]) -> dict[str, np.ndarray]:
+    """``feeds`` (default: one seeded frame) plus the values of the integer and boolean tensors that cross
+    blocks, from one run of the whole model: random values there would be wrong shapes or indices."""
+    from parapipe.graph.feeds import make_frames
+    from ppexec import reference_outputs
+
+    og = bg.opgraph
+    values = dict(feeds) if feeds is not None else make_frames(og, 1)[0]
+    wanted = sorted({t for _, _, ts in bg.graph.edges(data="tensors") for t in ts
+                     if t in og.tensors and np.dtype(og.tensors[t].dtype).kind in "iub"
+                     and not og.tensors[t].sequence})
+    if wanted:
+        probe = onnx.ModelProto()
+        probe.CopyFrom(og.model)
+        present = {o.name for o in probe.graph.output}
+        probe.graph.output.extend(og.value_info(t) for t in wanted if t not in present)
+        try:
+            (ran,) = reference_outputs(probe, [values])
+        except Exception as exc:  # the feeds do not run: measure with seeded values, as before
+            logger.warning("%s: the whole model does not run on its inputs (%s); blocks get seeded values",
+                           og.name, " ".join(str(exc).split())[:200])
+            return values
+        values.update({t: ran[t] for t in wanted})
+    return values
+
+
+def _time_block(og: OpGraph, block: Block, binding: PUBinding, repeats: int, warmup: int,
+                given: Optional[dict] = None) -> list[float]:
     """Run on the pinned measuring thread: times of ``repeats`` runs of the block's sub-model, s."""
     try:
         sub = extract_submodel(og, block.ops, name=block.name, check=False)
         sess = create_session(sub.model, binding, "CPUExecutionProvider")
-        feeds = _random_feeds(og, sub.inputs, np.random.default_rng(0))
+        feeds = _random_feeds(og, sub.inputs, np.random.default_rng(0), given)
         for _ in range(warmup):
             sess.run(sub.outputs, feeds)
         return [_timed(lambda: sess.run(sub.outputs, feeds)) for _ in range(repeats)]
@@ -195,7 +227,8 @@ def _time_block(og: OpGraph, block: Block, binding: PUBinding, repeats: int, war
 
 
 def measure_host(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optional[ProfileDB] = None,
-                 progress: Optional[Callable[[int, int], None]] = None) -> HostProfile:
+                 progress: Optional[Callable[[int, int], None]] = None,
+                 feeds: Optional[dict] = None) -> HostProfile:
     """Build :func:`host_soc` and time every block of ``bg`` on it.
 
     Each distinct block (by :func:`block_signature`) is run ``warmup`` times, then timed ``repeats`` times
@@ -217,6 +250,11 @@ def measure_host(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optiona
         distinct block, for the measured PU only), so an interrupted run resumes where it stopped.
     progress : callable (done, total), optional
         Called in the calling thread after each block, ``total = len(bg.blocks)``.
+    feeds : dict of str to numpy.ndarray, optional
+        Values of the model's data inputs (one frame of ``--feeds``; default
+        :func:`parapipe.graph.feeds.make_frames`). Blocks read them, and the real values of every integer or
+        boolean tensor handed between blocks (shape vectors, indices, masks: :func:`_real_index_values`, one run
+        of the whole model); other block inputs get seeded standard-normal values.
 
     Returns
     -------
@@ -242,6 +280,7 @@ def measure_host(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optiona
     binding = PUBinding(cpus=(cpu,), threads=1)
     batch = og.tensors[og.inputs[0]].shape[0] if og.inputs and og.tensors[og.inputs[0]].shape else 1
     batch = batch if isinstance(batch, int) and batch >= 1 else 1
+    feeds = _real_index_values(bg, feeds)
     by_signature: dict[str, float] = {}
     block_time_s: dict[tuple[str, str], float] = {}
     new_rows: list[Measurement] = []
@@ -251,7 +290,7 @@ def measure_host(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optiona
             row = None if db is None else db.get(HOST_SOC_NAME, measured_pu, sig, batch, "block",
                                                  ort.__version__)
             if row is None:
-                times = _on_cpu(cpu, lambda: _time_block(og, block, binding, repeats, warmup))
+                times = _on_cpu(cpu, lambda: _time_block(og, block, binding, repeats, warmup, feeds))
                 median, p90 = float(np.median(times)), float(np.percentile(times, 90))
                 summary = "+".join(dict.fromkeys(block.op_types))[:200]
                 row = Measurement(HOST_SOC_NAME, measured_pu, sig, summary, batch, ort.__version__, median,

@@ -111,7 +111,8 @@ def read_long_csv(path, soc: SoC) -> List[ImportedGraph]:
     """
     src = str(path)
     try:
-        with open(path, newline="", encoding="utf-8") as handle:
+        # utf-8-sig: spreadsheet programs start CSVs with a byte-order mark; newline="": CRLF rows read as rows
+        with open(path, newline="", encoding="utf-8-sig") as handle:
             reader = csv.DictReader(handle)
             header = [h.strip() for h in (reader.fieldnames or [])]
             rows = list(reader)

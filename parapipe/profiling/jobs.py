@@ -61,9 +61,10 @@ def with_batch(model: onnx.ModelProto, batch: int, source: str) -> onnx.ModelPro
     return out
 
 
-def load_graph(model: str, batch: Optional[int] = None, max_blocks: Optional[int] = 48):
-    """Load ``model`` (registry name or .onnx path), optionally at another batch size; return
-    ``(LoadedModel, OpGraph, BlockGraph)`` coarsened as ``parapipe optimize`` does by default (48 blocks).
+def load_graph(model: str, batch: Optional[int] = None, max_blocks: Optional[int] = 48, input_shapes=None):
+    """Load ``model`` (registry name or .onnx path), optionally at another batch size or with the
+    ``--input-shape`` values ``input_shapes``; return ``(LoadedModel, OpGraph, BlockGraph)`` coarsened as
+    ``parapipe optimize`` does by default (48 blocks).
 
     Raises
     ------
@@ -79,7 +80,7 @@ def load_graph(model: str, batch: Optional[int] = None, max_blocks: Optional[int
     source = str(lm.path or model)
     proto = lm.model if batch in (None, 1) else with_batch(lm.model, batch, source)
     try:
-        og = import_onnx(proto, name=lm.name, source=source)
+        og = import_onnx(proto, name=lm.name, source=source, input_shapes=input_shapes)
     except Exception as exc:  # shape inference, checker: the batch size does not fit the model
         if batch in (None, 1):
             raise
@@ -94,7 +95,8 @@ def _check_db(path) -> Optional[ProfileDB]:
 
 
 def profile_job(model: str, soc: str, db_path, host=None, python: Optional[str] = None, options=None,
-                batch: Optional[int] = None, max_blocks: Optional[int] = 48, progress: Progress = None):
+                batch: Optional[int] = None, max_blocks: Optional[int] = 48, progress: Progress = None,
+                input_shapes=None):
     """``parapipe profile``: returns the :class:`~parapipe.profiling.profile.ProfileReport`.
 
     Parameters
@@ -112,6 +114,8 @@ def profile_job(model: str, soc: str, db_path, host=None, python: Optional[str] 
     max_blocks : int, optional
         Coarsening of the blocks (as ``parapipe optimize --max-blocks``, default 48).
     progress : callable (done, total), optional
+    input_shapes : dict of str to sequence of int, optional
+        ``--input-shape`` values (:func:`parapipe.graph.inputs.resolve_input_shapes`).
 
     Raises
     ------
@@ -126,7 +130,7 @@ def profile_job(model: str, soc: str, db_path, host=None, python: Optional[str] 
     if not (isinstance(options.budget, (int, float)) and 0.0 < options.budget <= 1.0):
         raise input_error("--budget", None, f"must be a fraction in (0, 1], got {options.budget!r}",
                           "give e.g. 0.1 to measure a tenth of the operators, or 1 for all")
-    _, og, bg = load_graph(model, batch, max_blocks)
+    _, og, bg = load_graph(model, batch, max_blocks, input_shapes)
     if soc != HOST_SOC:
         check_pus(resolve_soc(soc), options.pus)
     db = _check_db(db_path)

@@ -5,7 +5,7 @@ Modelled schedule (steady state of the cost model, GUIDE §2). Frame ``f`` enter
 transfer (``input_s``, drawn hatched on every PU of the stage, as
 :func:`parapipe.cost.evaluate.evaluate_stage` books it), then block ``b`` runs on ``assignment[b]`` from
 ``input_s + block_start_s[b]`` to ``input_s + block_finish_s[b]`` (the writer's times are measured from the
-end of the input transfer: ``time_s = input_s + makespan_s``, :mod:`parapipe.mapping_doc`).
+end of the input transfer: ``time_s = input_s + makespan_s``, :mod:`parapipe.mapping`).
 
 ``offset_s[s]`` is the sum of the earlier stage times (each stage starts when the previous one ends) whenever
 that puts no two stages on one PU at the same time modulo the period, which always holds when every PU serves
@@ -302,7 +302,7 @@ def _attr(ev: Any, name: str, i: int) -> Any:
         return getattr(ev, name)
     except AttributeError:
         raise input_error("trace", f"event[{i}].{name}", "missing",
-                          "pass TraceEvent records of a run (parapipe.runtime.metrics)") from None
+                          "pass TraceEvent records of a run (ppexec.metrics)") from None
 
 
 def gantt_from_trace(trace_events: Iterable[Any], path: Any, *, title: Optional[str] = None) -> None:
@@ -312,7 +312,7 @@ def gantt_from_trace(trace_events: Iterable[Any], path: Any, *, title: Optional[
     ----------
     trace_events : iterable of TraceEvent or dict
         Task executions with ``stage``, ``pu``, ``task``, ``frame``, ``start_s``, ``end_s`` (seconds since the
-        run started), e.g. :attr:`parapipe.runtime.metrics.RunMetrics.trace`. Time 0 of the chart is the
+        run started), e.g. :attr:`ppexec.RunMetrics.trace`. Time 0 of the chart is the
         earliest start.
     path : str or os.PathLike
         PNG to write (a temp file in the same folder, then renamed); 1600 px wide.

@@ -85,7 +85,7 @@ def plot_pareto(doc: Dict[str, Any], path: Any, *, source: Optional[str] = None)
     Parameters
     ----------
     doc : dict
-        A pareto.json document (schema_version 1, see :mod:`parapipe.mapping_doc`): ``points`` with
+        A pareto.json document (:class:`parapipe.mapping.ParetoDoc` as a dict): ``points`` with
         ``strategy``, ``period_s``, ``latency_s``, ``energy_j`` (s, s, J), optionally ``throughput_per_s``
         (defaults to ``1 / period_s``) and ``pareto``; optionally ``model.name``, ``soc``, ``objectives`` and
         ``bounds`` (``period_lb_s``, ``latency_lb_s``).

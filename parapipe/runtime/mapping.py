@@ -43,6 +43,8 @@ class LoadedMapping:
         PU -> CPUs it runs on instead of its profile binding (``--bind``).
     source : str
         The mapping file (for messages).
+    feeds : str, optional
+        An .npz of input frames (``--feeds``) the run uses instead of generated ones.
     """
 
     loaded: Any
@@ -54,6 +56,7 @@ class LoadedMapping:
     plan: ExecutionPlan
     substituted: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
     source: str = "mapping"
+    feeds: Optional[str] = None
 
     @property
     def predicted_throughput_per_s(self) -> float:
@@ -151,7 +154,8 @@ def stage_specs(point) -> List[StageSpec]:
 
 
 def load_mapping(model: str, mapping_path: str, point: str,
-                 binds: Optional[Mapping[str, Sequence[int]]] = None) -> LoadedMapping:
+                 binds: Optional[Mapping[str, Sequence[int]]] = None,
+                 input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> LoadedMapping:
     """Load ``model``, read the mapping, select ``point`` and build its execution plan.
 
     Parameters
@@ -164,12 +168,16 @@ def load_mapping(model: str, mapping_path: str, point: str,
         Point id or ``best-throughput`` | ``best-latency`` | ``best-energy``.
     binds : dict of str to sequence of int, optional
         PUs to run on CPUs instead (``--bind``).
+    input_shapes : dict of str to sequence of int, optional
+        ``--input-shape`` values; they must equal the shapes stored in the mapping (``input_shapes``), which are
+        used when none are given.
 
     Raises
     ------
     InputError
-        Unreadable or inconsistent mapping, a mapping for another model (sha256), an unknown point, block names
-        that do not match the model, a bad ``--bind``.
+        Unreadable or inconsistent mapping, a mapping for another model (sha256), input shapes other than those
+        the mapping was computed for, an unknown point, block names that do not match the model, a bad
+        ``--bind``.
     """
     from parapipe.graph.coarsen import coarsen
     from parapipe.graph.opgraph import import_onnx
@@ -180,7 +188,15 @@ def load_mapping(model: str, mapping_path: str, point: str,
     lm = load_model(model)
     check_model(doc, lm, mapping_path)
     pt = select_point(doc, point)
-    og = import_onnx(lm.model, name=lm.name, source=str(lm.path or model))
+    stored = doc.input_shapes
+    for name, shape in (input_shapes or {}).items():
+        if stored is not None and [int(d) for d in shape] != stored.get(name):
+            planned = ", ".join(f"{k}:{'x'.join(map(str, v))}" for k, v in stored.items())
+            raise input_error("--input-shape", name, f"{'x'.join(map(str, shape))} differs from the shapes the "
+                              f"mapping was computed for ({planned})",
+                              "run with those shapes, or optimize again with the new ones")
+    og = import_onnx(lm.model, name=lm.name, source=str(lm.path or model),
+                     input_shapes=stored if stored is not None else input_shapes)
     bg = coarsen(og, max_blocks=doc.search.get("max_blocks"))
     if {b.name: list(b.ops) for b in bg.blocks} != doc.blocks:
         raise input_error(mapping_path, "blocks", "block structure differs from this model's",

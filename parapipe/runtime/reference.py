@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
 import onnx
-from onnx import helper
 
 __all__ = ["reference_with_outputs"]
 
@@ -29,19 +27,20 @@ def reference_with_outputs(model: onnx.ModelProto, og, names: Sequence[str]) -> 
     Returns
     -------
     (onnx.ModelProto, list of str)
-        The model, and the names it really exposes: those produced by one of its nodes (a tensor folded away
-        when the graph was normalised has no producer and is left out).
+        The model (nodes renamed when two share a name, which ONNX Runtime refuses:
+        :func:`parapipe.graph.cleanup.runnable_reference`), and the names it really exposes: those produced by
+        one of its nodes (a tensor folded away when the graph was normalised has no producer and is left out).
     """
+    from parapipe.graph.cleanup import runnable_reference
+
     produced = {o for node in model.graph.node for o in node.output}
     already = {o.name for o in model.graph.output}
     copy = onnx.ModelProto()
-    copy.CopyFrom(model)
+    copy.CopyFrom(runnable_reference(model))
     kept = []
     for name in names:
         if name not in produced or name in already or name not in og.tensors:
             continue
-        info = og.tensors[name]
-        elem = helper.np_dtype_to_tensor_dtype(np.dtype(info.dtype))
-        copy.graph.output.append(helper.make_tensor_value_info(name, elem, list(info.shape)))
+        copy.graph.output.append(og.value_info(name))
         kept.append(name)
     return copy, kept

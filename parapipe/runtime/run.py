@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 from ppexec import RunReport
-from ppexec.bundle_run import run_bundle
+from ppexec.bundle_run import ReferenceRunError, run_bundle
 
 from parapipe.errors import input_error
 
@@ -25,7 +25,8 @@ __all__ = ["run_local", "record_run"]
 def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warmup: int = 5, seed: int = 0,
               binds: Optional[Mapping[str, Sequence[int]]] = None, atol: float = 1e-5, rtol: float = 1e-5,
               idle_frames: int = 10, trace: Optional[str] = None,
-              on_event: Optional[Callable[[Dict[str, Any]], None]] = None):
+              on_event: Optional[Callable[[Dict[str, Any]], None]] = None,
+              input_shapes: Optional[Mapping[str, Sequence[int]]] = None, feeds: Optional[str] = None):
     """Run one point of a pareto.json on this machine with the pipelined executor and check its outputs.
 
     Every model output and every tensor handed from one task to another is compared with the unsplit model on
@@ -48,6 +49,11 @@ def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warm
         Write the Chrome trace of the run here.
     on_event : callable(dict), optional
         Progress events (as ``deploy``'s ``progress`` events).
+    input_shapes : dict of str to sequence of int, optional
+        ``--input-shape``: must equal the shapes stored in the mapping.
+    feeds : str, optional
+        An .npz of input frames (``--feeds``) used instead of generated frames (seeded; integer inputs drawn
+        from the range the graph allows, :func:`parapipe.graph.feeds.integer_input_ranges`).
 
     Returns
     -------
@@ -56,7 +62,8 @@ def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warm
     Raises
     ------
     InputError
-        Bad mapping, point, ``--bind``, counts; a PU this machine cannot run as bound (CPUs, runtime, provider).
+        Bad mapping, point, ``--bind``, counts, feeds; a PU this machine cannot run as bound (CPUs, runtime,
+        provider); inputs the unsplit model fails on (a feed error naming the input).
     ppexec.PipelineError
         A stage failed (naming stage, PU and task).
     """
@@ -66,12 +73,19 @@ def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warm
 
     if frames < 1:
         raise input_error("--frames", None, f"must be >= 1, got {frames}", "give a positive frame count")
-    lm = load_mapping(model, mapping_path, point, binds)
+    lm = load_mapping(model, mapping_path, point, binds, input_shapes)
+    lm.feeds = feeds
     check_board(lm.plan.bindings, local_facts(), "this machine")
     with tempfile.TemporaryDirectory(prefix="parapipe-run-") as tmp:
         bundle = build_bundle(lm, Path(tmp) / "bundle")
-        report = run_bundle(str(bundle.folder), frames=frames, warmup=warmup, seed=seed, atol=atol, rtol=rtol,
-                            idle_frames=idle_frames, emit=on_event, verify=False)
+        try:
+            report = run_bundle(str(bundle.folder), frames=frames, warmup=warmup, seed=seed, atol=atol,
+                                rtol=rtol, idle_frames=idle_frames, emit=on_event, verify=False)
+        except ReferenceRunError as exc:  # the unsplit model fails on these inputs: a feed error
+            from parapipe.graph.feeds import feed_error
+
+            raise feed_error(lm.opgraph, exc.__cause__ or exc,
+                             f"--feeds {feeds}" if feeds else "generated inputs") from exc
         if trace:
             import shutil
 

@@ -1,8 +1,11 @@
 """Read and write SoC profile YAML files (format: soc_profiles/README.md).
 
 Loading runs three checks, each reported as one ``InputError`` line ``"<file>: <field.path>: <problem>; <fix>"``:
-YAML syntax (with line and column, duplicate keys included), the file layout and provenance
-(:mod:`parapipe.soc.schema`), then the values (:mod:`parapipe.soc.profile`).
+YAML syntax (with line and column; a duplicate key names both lines and its field path; merge keys ``<<:``
+load), the file layout and provenance (:mod:`parapipe.soc.schema`), then the values
+(:mod:`parapipe.soc.profile`). Scalars are read as YAML 1.2 does: integers are plain decimal digits and
+booleans ``true``/``false``; what YAML 1.1 would silently turn into other numbers or booleans (``cores: 010``
+= 8, ``threads: 1:30`` = 90, ``symmetric: yes``) is refused naming the field (:class:`YamlAmbiguous`).
 """
 from __future__ import annotations
 
@@ -31,28 +34,46 @@ GENERATED_CITATION = ("Written by parapipe (SoC.to_yaml_dict) from values given 
                       "host; no further citation.")
 
 
+class YamlAmbiguous(str):
+    """A plain scalar YAML 1.1 reads as a number or boolean that the file's author rarely means (``010`` = 8,
+    ``1:30`` = 90, ``on`` = true). Kept as its text: a string field takes it as written (YAML 1.2), a number or
+    boolean field reports :attr:`yaml_problem` and :attr:`yaml_fix` (see :mod:`parapipe.soc.validation`)."""
+
+    yaml_problem: str = ""
+    yaml_fix: str = ""
+
+
+def _ambiguous(text: str) -> YamlAmbiguous:
+    value = YamlAmbiguous(text)
+    plain = text.replace("_", "")
+    if text.lower() in ("yes", "no", "on", "off"):
+        meant = "true" if text.lower() in ("yes", "on") else "false"
+        value.yaml_problem = f"{text!r} is not true or false (YAML 1.1 would read it as {meant})"
+        value.yaml_fix = "write true or false"
+    elif ":" in text:
+        value.yaml_problem = f"{text!r} is not a plain decimal number (YAML 1.1 reads it in base 60)"
+        value.yaml_fix = "write the number in decimal digits"
+    elif re.fullmatch(r"[-+]?0[0-7]+", plain):
+        value.yaml_problem = f"{text!r} has a leading zero (YAML 1.1 reads it as octal {int(plain, 8)})"
+        value.yaml_fix = f"write {int(plain)} without the leading zero"
+    else:
+        value.yaml_problem = f"{text!r} is not a plain decimal integer"
+        value.yaml_fix = "write the number in decimal digits without '_', '0x', '0o' or '0b'"
+    return value
+
+
 class _Loader(yaml.SafeLoader):
-    """Safe YAML loader that rejects duplicate keys and reads ``1e10`` as a float (YAML 1.2 style)."""
-
-    def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            seen = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    duplicate = key in seen
-                    seen.add(key)
-                except TypeError:  # unhashable key: let the base class report it
-                    continue
-                if duplicate:
-                    raise yaml.constructor.ConstructorError(
-                        "while reading a mapping", node.start_mark, f"duplicate key {key!r}", key_node.start_mark)
-        return super().construct_mapping(node, deep=deep)
+    """Safe YAML loader with YAML 1.2 scalars: ``1e10`` is a float; integers are plain decimal digits; booleans
+    are ``true``/``false``. YAML 1.1's other readings (octal ``010``, base-60 ``1:30``, ``0x1F``, ``1_000``,
+    ``yes``/``no``/``on``/``off``) load as :class:`YamlAmbiguous` text."""
 
 
-# PyYAML follows YAML 1.1, where 1e10 (no dot, unsigned exponent) is a string; accept it as a float.
+_AMBIGUOUS_TAG = "tag:parapipe,2024:yaml11-ambiguous"
+# PyYAML follows YAML 1.1, where 1e10 (no dot, unsigned exponent) is a string; accept it as a float. Its int
+# and bool readings are replaced by YAML 1.2's; the YAML 1.1 extras are marked ambiguous.
 _Loader.yaml_implicit_resolvers = {
-    first: [r for r in resolvers if r[0] != "tag:yaml.org,2002:float"]
+    first: [r for r in resolvers if r[0] not in ("tag:yaml.org,2002:float", "tag:yaml.org,2002:int",
+                                                  "tag:yaml.org,2002:bool")]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _Loader.add_implicit_resolver(
@@ -63,6 +84,39 @@ _Loader.add_implicit_resolver(
                 |[-+]?\.(?:inf|Inf|INF)
                 |\.(?:nan|NaN|NAN))$""", re.X),
     list("-+0123456789."))
+_Loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"),
+                              list("-+0123456789"))
+_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                              list("tTfF"))
+_Loader.add_implicit_resolver(
+    _AMBIGUOUS_TAG,
+    re.compile(r"""^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?0o[0-7_]+|[-+]?0x[0-9a-fA-F_]+
+                |[-+]?[0-9][0-9_]*_[0-9_]*|[-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?
+                |yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF)$""", re.X),
+    list("-+0123456789yYnNoO"))
+_Loader.add_constructor(_AMBIGUOUS_TAG, lambda loader, node: _ambiguous(loader.construct_scalar(node)))
+
+
+def _check_duplicate_keys(node: yaml.Node, display: str, path: tuple = (), seen: Optional[set] = None) -> None:
+    """Raise on a mapping key given twice (merge keys ``<<`` excepted), naming both lines and the field path."""
+    seen = set() if seen is None else seen
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[str, int] = {}
+        for key, value in node.value:
+            name = key.value if isinstance(key, yaml.ScalarNode) else None
+            if name is not None and key.tag != "tag:yaml.org,2002:merge":
+                if name in lines:
+                    field = ".".join(map(str, path + (name,)))
+                    raise input_error(display, field, f"duplicate key {name!r} (lines {lines[name]} and "
+                                      f"{key.start_mark.line + 1})", "keep one of them")
+                lines[name] = key.start_mark.line + 1
+            _check_duplicate_keys(value, display, path + ((name,) if name is not None else ()), seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_duplicate_keys(item, display, path + (i,), seen)
 
 
 def read_yaml(path: Path, display: str) -> Any:
@@ -71,7 +125,8 @@ def read_yaml(path: Path, display: str) -> Any:
     Raises
     ------
     InputError
-        ``"<display>: cannot read ..."`` or ``"<display>: line L, column C: invalid YAML (...)"``.
+        ``"<display>: cannot read ..."``, ``"<display>: line L, column C: invalid YAML (...)"`` or
+        ``"<display>: <field.path>: duplicate key 'k' (lines A and B)..."``.
     """
     try:
         text = path.read_text(encoding="utf-8")
@@ -80,7 +135,10 @@ def read_yaml(path: Path, display: str) -> Any:
         raise input_error(display, None, f"cannot read the file ({reason})",
                           "check the path and that the file is readable UTF-8 text") from None
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader derives from SafeLoader
+        node = yaml.compose(text, Loader=_Loader)  # noqa: S506 - _Loader derives from SafeLoader
+        if node is not None:
+            _check_duplicate_keys(node, display)
+        return yaml.load(text, Loader=_Loader)  # noqa: S506
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else None

@@ -65,7 +65,9 @@ class PU(BaseModel):
     active_power_w, idle_power_w : float
         Whole-PU power while busy / while idle, W (>= 0, idle <= active).
     supported_ops : frozenset of str or None
-        ONNX op types the PU can run; None = all.
+        Op types the PU can run: ONNX op types, and operators of other domains by their qualified name
+        (``com.example.MyOp``, see :func:`parapipe.graph.support.qualified_op_type`). None = every operator of
+        the standard domains (ONNX, ONNX-ML, ONNX Runtime's ``com.microsoft``), no custom-domain one.
     execution : Execution
     """
 
@@ -110,6 +112,8 @@ class PU(BaseModel):
         import onnx.defs
 
         for op in sorted(ops):
+            if "." in op.strip(".") and op.rpartition(".")[2]:
+                continue  # a domain-qualified operator (a custom op a vendor provider implements)
             if not onnx.defs.has(op):
                 close = difflib.get_close_matches(op, [s.name for s in onnx.defs.get_all_schemas()], n=1)
                 raise FieldProblem("", f"unknown ONNX op type '{op}'",
@@ -126,8 +130,12 @@ class PU(BaseModel):
         return self
 
     def supports(self, op_type: str) -> bool:
-        """True if this PU can run operators of ONNX type ``op_type``."""
-        return self.supported_ops is None or op_type in self.supported_ops
+        """True if this PU can run operators of type ``op_type`` (qualified with its domain outside ONNX's)."""
+        if self.supported_ops is None:
+            from parapipe.graph.support import is_custom
+
+            return not is_custom(op_type)
+        return op_type in self.supported_ops
 
     def __hash__(self) -> int:
         fields = tuple(getattr(self, f) for f in type(self).model_fields if f != "efficiency")

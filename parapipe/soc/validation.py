@@ -128,6 +128,8 @@ def _describe(error: dict, root: Optional[type]) -> tuple[list, str, str]:
     ctx = error.get("ctx") or {}
     value = error.get("input")
     hint = _hint(loc)
+    if getattr(value, "yaml_problem", ""):  # parapipe.soc.loader.YamlAmbiguous: a YAML 1.1 surprise
+        return loc, value.yaml_problem, value.yaml_fix
     got = f"got {type(value).__name__} {_show(value)}"
     if kind == "value_error" and isinstance(ctx.get("error"), FieldProblem):
         problem = ctx["error"]

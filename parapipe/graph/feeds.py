@@ -1,0 +1,187 @@
+"""Input values for runs: the user's (``--feeds FILE.npz``) or seeded ones that the model accepts.
+
+Random integers are not valid inputs in general: a BERT-style ``token_type_ids`` indexes a 2-row embedding, so
+any value but 0 and 1 makes ONNX Runtime fail. :func:`integer_input_ranges` derives, from the graph, the range
+each integer input must lie in: following the input through value-preserving operators (Cast, Reshape,
+Unsqueeze, Expand, Slice, Concat, ...) to the operators that use it as an index -- ``Gather`` /
+``GatherElements`` (rows of their data along ``axis``), ``OneHot`` (``depth``) and ``com.microsoft``
+``EmbedLayerNormalization`` (rows of the word/segment embedding) -- and keeping the tightest bound. Inputs with
+no such use get 0 (the value the host measurement feeds, :mod:`parapipe.profiling.host`).
+"""
+from __future__ import annotations
+
+import logging
+import re
+import zipfile
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+
+from parapipe.errors import input_error
+
+logger = logging.getLogger(__name__)
+
+#: Operators whose output holds (a subset or a copy of) the integer values of their first input.
+VALUE_PRESERVING_OPS = frozenset({
+    "Identity", "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand", "Transpose", "Slice", "Concat",
+    "Tile", "Split", "Gather", "GatherElements", "GatherND", "Pad",
+})
+#: ORT's message for a failing node: "... running Gather node. Name:'/emb/Gather' Status Message: ...".
+_NODE_IN_MESSAGE = re.compile(r"Name:'([^']*)'")
+
+
+def _index_bound(og, op_name: str, tensor: str) -> Optional[int]:
+    """Largest valid value of ``tensor`` when operator ``op_name`` uses it as an index, else None."""
+    node = og.node(op_name)
+    attrs = {a.name: a for a in node.attribute}
+    op = og.op(op_name).op_type
+
+    def rows(data: str, axis: int) -> Optional[int]:
+        shape = og.tensors[data].shape if data in og.tensors else (
+            tuple(og.initializer(data).dims) if data in og.constants else None)
+        if not shape:
+            return None
+        return int(shape[axis % len(shape)])
+
+    if op in ("Gather", "GatherElements") and len(node.input) > 1 and node.input[1] == tensor:
+        axis = attrs["axis"].i if "axis" in attrs else 0
+        n = rows(node.input[0], axis)
+        return None if n is None else n - 1
+    if op == "OneHot" and node.input[0] == tensor and node.input[1] in og.constants:
+        from onnx import numpy_helper
+
+        return int(numpy_helper.to_array(og.initializer(node.input[1])).reshape(-1)[0]) - 1
+    if op == "com.microsoft.EmbedLayerNormalization":
+        for ids, table in ((0, 2), (1, 3)):
+            if len(node.input) > table and node.input[ids] == tensor and node.input[table]:
+                n = rows(node.input[table], 0)
+                return None if n is None else n - 1
+    return None
+
+
+def integer_input_ranges(og) -> dict[str, tuple[int, int]]:
+    """The inclusive range ``(low, high)`` of valid values of every integer data input of ``og``.
+
+    Pure: reads only the operator graph (an :class:`~parapipe.graph.opgraph.OpGraph`). ``(0, rows - 1)`` for an
+    input that indexes ``rows`` rows (the smallest over all its index uses), ``(0, 0)`` when no use bounds it.
+    """
+    consumers: dict[str, list[str]] = {}
+    for name in og.topo_order:
+        for t in og.op(name).inputs:
+            consumers.setdefault(t, []).append(name)
+    ranges: dict[str, tuple[int, int]] = {}
+    for inp in og.inputs:
+        if np.dtype(og.tensors[inp].dtype).kind not in "iu":
+            continue
+        high: Optional[int] = None
+        seen, frontier = {inp}, [inp]
+        while frontier:
+            t = frontier.pop()
+            for op_name in consumers.get(t, []):
+                bound = _index_bound(og, op_name, t)
+                if bound is not None:
+                    high = bound if high is None else min(high, bound)
+                    continue
+                node = og.node(op_name)
+                if og.op(op_name).op_type in VALUE_PRESERVING_OPS and node.input and node.input[0] == t:
+                    for out in node.output:
+                        if out and out not in seen:
+                            seen.add(out)
+                            frontier.append(out)
+        ranges[inp] = (0, max(high, 0) if high is not None else 0)
+    return ranges
+
+
+def make_frames(og, count: int, seed: int = 0,
+                ranges: Optional[Mapping[str, tuple[int, int]]] = None) -> list[dict[str, np.ndarray]]:
+    """``count`` seeded frames for the data inputs of ``og``: floats standard normal, booleans 0/1, integers
+    uniform in :func:`integer_input_ranges` (or ``ranges``)."""
+    ranges = integer_input_ranges(og) if ranges is None else ranges
+    rng = np.random.default_rng(seed)
+    frames = []
+    for _ in range(count):
+        frame = {}
+        for name in og.inputs:
+            info = og.tensors[name]
+            dtype = np.dtype(info.dtype)
+            if dtype.kind == "f":
+                frame[name] = rng.standard_normal(info.shape).astype(dtype)
+            elif dtype.kind == "b":
+                frame[name] = rng.integers(0, 2, size=info.shape).astype(dtype)
+            else:
+                low, high = ranges.get(name, (0, 0))
+                frame[name] = rng.integers(low, high + 1, size=info.shape).astype(dtype)
+        frames.append(frame)
+    return frames
+
+
+def load_feeds(path: str, og) -> list[dict[str, np.ndarray]]:
+    """The frames stored in an ``.npz`` file: one array per data input, named like it, holding one frame (the
+    input's shape) or several (a leading frame axis). Integer values are checked against
+    :func:`integer_input_ranges`.
+
+    Raises
+    ------
+    InputError
+        Unreadable file; a missing or unknown input; a wrong dtype or shape; inputs with different frame
+        counts; an integer value outside the input's valid range (naming the input and the range).
+    """
+    src = f"--feeds {path}"
+    try:
+        with np.load(Path(path), allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise input_error(src, None, f"cannot be read as an .npz file ({exc})",
+                          "save the inputs with numpy.savez(FILE, NAME=array, ...)") from None
+    missing = [n for n in og.inputs if n not in arrays]
+    extra = sorted(set(arrays) - set(og.inputs))
+    if missing or extra:
+        what = f"has no array for input {missing[0]!r}" if missing else f"has an array {extra[0]!r}"
+        raise input_error(src, None, f"{what}; the model's inputs are {', '.join(og.inputs)}",
+                          "store one array per model input, named like it")
+    counts = {}
+    ranges = integer_input_ranges(og)
+    for name in og.inputs:
+        info, value = og.tensors[name], arrays[name]
+        shape = tuple(info.shape)
+        if value.dtype != np.dtype(info.dtype):
+            raise input_error(src, name, f"has dtype {value.dtype}, the model wants {info.dtype}",
+                              f"store it as {info.dtype}")
+        if value.shape == shape:
+            arrays[name] = value[None]
+        elif value.shape[1:] != shape:
+            raise input_error(src, name, f"has shape {list(value.shape)}; the model takes {list(shape)}",
+                              f"store {list(shape)} (one frame) or [frames, {', '.join(map(str, shape))}]")
+        counts[name] = arrays[name].shape[0]
+        if name in ranges and value.size and ranges[name] != (0, 0):
+            low, high = ranges[name]
+            if value.min() < low or value.max() > high:
+                raise input_error(src, name, f"holds values in [{value.min()}, {value.max()}], outside "
+                                  f"[{low}, {high}], the rows it indexes", f"keep its values in [{low}, {high}]")
+    if len(set(counts.values())) > 1:
+        raise input_error(src, None, f"inputs hold different numbers of frames ({counts})",
+                          "store the same number of frames for every input")
+    n = next(iter(counts.values()), 0)
+    if n == 0:
+        raise input_error(src, None, "holds no frame", "store at least one frame")
+    return [{name: arrays[name][i] for name in og.inputs} for i in range(n)]
+
+
+def feed_error(og, exc: BaseException, source: str, feeds: Sequence[str] = ()) -> Exception:
+    """An InputError for a run that failed on its inputs: names the data inputs that reach the failing node
+    (from ONNX Runtime's message) or, failing that, every input."""
+    text = " ".join(str(exc).split())
+    match = _NODE_IN_MESSAGE.search(text)
+    names = list(og.inputs)
+    if match and match.group(1) in og.graph:
+        import networkx as nx
+
+        node = match.group(1)
+        upstream = set(nx.ancestors(og.graph, node)) | {node}
+        reached = [i for i in og.inputs if any(i in og.op(o).inputs for o in upstream)]
+        ints = [i for i in reached if np.dtype(og.tensors[i].dtype).kind in "iub"]
+        names = ints or reached or names
+    return input_error(source, f"input {names[0]!r}" + (f" (or {', '.join(names[1:])})" if names[1:] else ""),
+                       f"feed error: the model fails on this input ({text[:240]})",
+                       "pass real inputs with --feeds FILE.npz (one array per input)")
