@@ -14,8 +14,9 @@ Reply:   ``{"id": ..., "ok": true, ...result}`` or
 
 Ops (see each ``op_*`` function for its fields):
 
-- ``hello``: Python / ONNX Runtime versions, execution providers, CPU clusters, memory, platform.
-- ``profile``: time ``InferenceSession.run`` of a model on one processing unit (a CPU set or a provider).
+- ``hello``: Python / ONNX Runtime versions, execution providers, runtimes, CPU clusters, memory, platform.
+- ``profile``: time a model on one processing unit (a CPU set, a provider, or another runtime's device)
+  through the PU's runtime adapter (``ppexec/runtimes.py``).
 - ``transfer``: time to hand a tensor of ``nbytes`` from a thread on one CPU set to a thread on another.
 - ``run_pipeline``: run a deploy bundle's pipelined plan (the executor core, ``ppexec/`` next to this file),
   streaming progress events, and reply with the report.
@@ -247,7 +248,9 @@ def _memory_bytes():
 
 
 def op_hello(request):
-    """Describe the host. Fields: none. Returns versions, providers, CPU clusters, memory, platform."""
+    """Describe the host. Fields: none. Returns versions, providers, ``runtimes`` (``{name: {"available",
+    "version", "reason", ...}}`` of every runtime adapter of ``ppexec/runtimes.py``; ``onnxruntime`` only when
+    ``ppexec/`` is not next to the agent), CPU clusters, memory, platform."""
     import numpy
     try:
         import onnxruntime as ort
@@ -256,6 +259,13 @@ def op_hello(request):
     except ImportError as exc:
         ort_version, providers = None, []
         log.warning("onnxruntime does not import: %s", exc)
+    core = _core(required=False)
+    if core is not None:
+        runtimes = core.runtimes.probe_all()
+    else:  # the agent alone (profiling uploads agent.py only): ONNX Runtime is all it can run
+        runtimes = {"onnxruntime": {"available": ort_version is not None, "version": ort_version,
+                                    "reason": None if ort_version else "onnxruntime does not import",
+                                    "providers": providers}}
     clusters, source = cpu_clusters()
     total, available = _memory_bytes()
     return {
@@ -264,6 +274,7 @@ def op_hello(request):
         "numpy_version": numpy.__version__,
         "onnxruntime_version": ort_version,
         "providers": providers,
+        "runtimes": runtimes,
         "cpu_clusters": clusters,
         "cpu_topology_source": source,
         "cpu_count": os.cpu_count(),
@@ -307,37 +318,37 @@ def _load_model(request):
     return path
 
 
-def _random_feeds(session, overrides, seed):
+def _random_feeds(specs, overrides, seed):
+    """Seeded random feeds for a runner's ``input_specs`` (``(name, shape with None where dynamic, dtype
+    name or None)``); ``overrides`` gives ``{name: {"shape", "dtype"}}``. Returns ``(feeds, shapes)``."""
     import numpy as np
     rng = np.random.RandomState(seed)
-    inputs = session.get_inputs()
-    names = [i.name for i in inputs]
+    names = [name for name, _, _ in specs]
     unknown = sorted(set(overrides) - set(names))
     if unknown:
         raise AgentError("BadRequest", "'inputs' names %s that the model does not have; its inputs: %s"
                          % (unknown, names))
     feeds, shapes = {}, {}
-    for arg in inputs:
-        spec = overrides.get(arg.name) or {}
+    for name, model_shape, model_dtype in specs:
+        spec = overrides.get(name) or {}
         if not isinstance(spec, dict):
             raise AgentError("BadRequest",
-                             "'inputs'[%r] must be an object with 'shape' and/or 'dtype'" % arg.name)
+                             "'inputs'[%r] must be an object with 'shape' and/or 'dtype'" % name)
         shape = spec.get("shape")
         if shape is None:
-            # Dynamic (symbolic or unknown) dimensions become 1.
-            shape = [d if isinstance(d, int) and d > 0 else 1 for d in (arg.shape or [])]
+            shape = [d if isinstance(d, int) and d > 0 else 1 for d in model_shape]  # dynamic dims -> 1
         elif not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
             raise AgentError("BadRequest", "'inputs'[%r]['shape'] must be a list of sizes, got %r"
-                             % (arg.name, shape))
-        dtype = spec.get("dtype") or _ORT_TYPES.get(arg.type)
+                             % (name, shape))
+        dtype = spec.get("dtype") or model_dtype
         if dtype is None:
-            raise AgentError("BadRequest", "input %r has type %s; give 'inputs'[%r]['dtype']"
-                             % (arg.name, arg.type, arg.name))
+            raise AgentError("BadRequest", "input %r has no plain tensor type; give 'inputs'[%r]['dtype']"
+                             % (name, name))
         try:
             dtype = np.dtype(dtype)
         except TypeError:
             raise AgentError("BadRequest",
-                             "'inputs'[%r]['dtype'] %r is not a numpy dtype" % (arg.name, dtype))
+                             "'inputs'[%r]['dtype'] %r is not a numpy dtype" % (name, dtype))
         if dtype.kind == "f":
             value = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind == "b":
@@ -346,9 +357,9 @@ def _random_feeds(session, overrides, seed):
             # Small non-negative integers are valid indices, lengths and ids for most ops.
             value = rng.randint(0, 2, size=shape).astype(dtype)
         else:
-            raise AgentError("BadRequest", "input %r: dtype %s is not supported" % (arg.name, dtype))
-        feeds[arg.name] = value
-        shapes[arg.name] = {"shape": list(value.shape), "dtype": str(dtype)}
+            raise AgentError("BadRequest", "input %r: dtype %s is not supported" % (name, dtype))
+        feeds[name] = value
+        shapes[name] = {"shape": list(value.shape), "dtype": str(dtype)}
     return feeds, shapes
 
 
@@ -367,30 +378,95 @@ def _session_options(ort, optimization, threads, provider, allow_spinning):
     return options
 
 
+class _SessionRunner(object):
+    """An ORT session behind ppexec's Runner protocol, for an agent running without ``ppexec/`` next to it
+    (profiling uploads ``agent.py`` alone): the ``onnxruntime`` runtime only."""
+
+    def __init__(self, session, ort):
+        self.session, self.version = session, ort.__version__
+        self.input_specs = [(i.name, [d if isinstance(d, int) else None for d in (i.shape or [])],
+                             _ORT_TYPES.get(i.type)) for i in session.get_inputs()]
+        self.output_names = [o.name for o in session.get_outputs()]
+
+    def run(self, output_names, feeds):
+        return self.session.run(output_names, feeds)
+
+    def describe(self):
+        used = self.session.get_providers()
+        return {"runtime": "onnxruntime", "version": self.version, "provider": used[0], "providers": used}
+
+    def close(self):
+        self.session = None
+
+
+def _profile_runner(runtime, pu_spec, model, optimization, allow_spinning):
+    """Load ``model`` for the PU described by ``pu_spec`` on the calling (pinned) thread.
+
+    With ``ppexec/`` next to the agent the PU's runtime adapter loads it (``ppexec.runtimes``: what the
+    deployed pipeline runs); without, only the ``onnxruntime`` runtime, through :class:`_SessionRunner`.
+    """
+    what = pu_spec["provider"] if runtime == "onnxruntime" else "runtime %s" % runtime
+    core = _core(required=runtime != "onnxruntime")
+    if core is None:
+        import onnxruntime as ort
+        provider, provider_options = pu_spec["provider"], pu_spec["provider_options"]
+        available = list(ort.get_available_providers())
+        if provider not in available:
+            raise AgentError("ProviderUnavailable",
+                             "execution provider %s is not available in onnxruntime %s on this host; "
+                             "available: %s" % (provider, ort.__version__, ", ".join(available)))
+        options = _session_options(ort, optimization, pu_spec["threads"], provider, allow_spinning)
+        providers = [(provider, provider_options)] if provider_options else [provider]
+        load = lambda: _SessionRunner(ort.InferenceSession(model, sess_options=options, providers=providers),
+                                      ort)
+    else:
+        try:
+            adapter = core.runtimes.get_adapter(runtime, pu="profile")
+        except core.PlanError as exc:
+            raise AgentError("BadRequest", str(exc))
+        binding = core.PUBinding(cpus=pu_spec["cpus"], threads=pu_spec["threads"],
+                                 provider=pu_spec["provider"], provider_options=pu_spec["provider_options"],
+                                 runtime=runtime, runtime_options=pu_spec["runtime_options"])
+        problem = adapter.check("profile", binding)
+        if problem is not None:
+            raise AgentError("ProviderUnavailable", problem)
+        load = lambda: adapter.load(model, binding, "profile")
+    try:
+        return load()
+    except AgentError:
+        raise
+    except Exception as exc:  # runtimes raise several unrelated exception types here
+        raise AgentError("ModelError",
+                         "cannot create a session with %s: %s" % (what, " ".join(str(exc).split())))
+
+
 def op_profile(request):
-    """Time a model on one processing unit.
+    """Time a model on one processing unit, with the runtime the PU is bound to.
 
     Fields: ``model_b64`` or ``model_path``; ``pu``: ``{"cpus": [int], "threads": int}`` or
-    ``{"provider": str, "provider_options": {}, "cpus": [int] (optional)}``; ``optimization``: ``"all"`` or
-    ``"disabled"`` (default ``"disabled"``, so per-op figures are not fused away); ``warmup`` (default 3);
-    ``repeats`` (default 10); ``inputs``: ``{name: {"shape": [...], "dtype": "float32"}}`` (default: from the
-    model, dynamic dims -> 1); ``seed`` (default 0); ``allow_spinning`` (default false, as pipeline stages
-    run).
+    ``{"provider": str, "provider_options": {}, "cpus": [int] (optional)}``, either with ``"runtime"``
+    (default ``"onnxruntime"``; another one needs ``ppexec/`` next to the agent) and ``"runtime_options"``
+    (the runtime adapter's, ``ppexec/runtimes.py``); ``optimization``: ``"all"`` or ``"disabled"``
+    (default ``"disabled"``, so per-op figures are not fused away; ONNX Runtime only); ``warmup``
+    (default 3); ``repeats`` (default 10); ``inputs``: ``{name: {"shape": [...], "dtype": "float32"}}``
+    (default: from the model, dynamic dims -> 1); ``seed`` (default 0); ``allow_spinning`` (default false,
+    as pipeline stages run; ONNX Runtime only).
 
-    Returns ``median_s``, ``p90_s``, ``min_s``, ``spread`` (p90/median - 1), ``repeats``, ``provider`` (the
-    one ORT actually used first), ``providers``, ``cpus`` (the affinity the session ran under), ``threads``,
-    ``inputs`` (shapes and dtypes used), ``onnxruntime_version``.
+    Returns ``median_s``, ``p90_s``, ``min_s``, ``spread`` (p90/median - 1), ``repeats``, ``runtime``,
+    ``runtime_info`` (the runner's ``describe()``: provider or device, version), ``provider`` (the one ORT
+    actually used first; ``None`` for another runtime), ``providers``, ``cpus`` (the affinity the model ran
+    under), ``threads``, ``optimization`` (``None`` for another runtime), ``inputs`` (shapes and dtypes
+    used), ``onnxruntime_version``.
     """
-    try:
-        import onnxruntime as ort
-    except ImportError as exc:
-        raise AgentError("ProviderUnavailable", "onnxruntime does not import: %s" % exc)
     model = _load_model(request)
     pu = _field(request, "pu", dict, required=True)
+    runtime = _field(pu, "runtime", str, "onnxruntime")
     provider = _field(pu, "provider", str, "CPUExecutionProvider")
-    provider_options = _field(pu, "provider_options", dict, {})
-    cpus = _cpu_list(pu, "cpus", required=provider == "CPUExecutionProvider")
-    threads = _int_field(pu, "threads", len(cpus) if cpus else 1, 1)
+    cpus = _cpu_list(pu, "cpus", required=runtime == "onnxruntime" and provider == "CPUExecutionProvider")
+    pu_spec = {"cpus": cpus, "provider": provider,
+               "provider_options": _field(pu, "provider_options", dict, {}),
+               "threads": _int_field(pu, "threads", len(cpus) if cpus else 1, 1),
+               "runtime_options": dict(_field(pu, "runtime_options", dict, {}))}
     optimization = _field(request, "optimization", str, "disabled")
     if optimization not in ("all", "disabled"):
         raise AgentError("BadRequest", "'optimization' must be 'all' or 'disabled', got %r" % optimization)
@@ -399,36 +475,37 @@ def op_profile(request):
     overrides = _field(request, "inputs", dict, {})
     seed = _int_field(request, "seed", 0, 0)
     allow_spinning = bool(_field(request, "allow_spinning", bool, False))
-    available = list(ort.get_available_providers())
-    if provider not in available:
-        raise AgentError("ProviderUnavailable", "execution provider %s is not available in onnxruntime %s on "
-                         "this host; available: %s" % (provider, ort.__version__, ", ".join(available)))
+    if runtime == "onnxruntime":
+        pu_spec["runtime_options"].update(optimization=optimization, allow_spinning=allow_spinning)
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:
+        raise AgentError("ProviderUnavailable", "onnxruntime does not import: %s" % exc)
 
     def measure():
-        pinned = _pin_current_thread(cpus)  # before the session: ORT's pool threads inherit the mask
-        options = _session_options(ort, optimization, threads, provider, allow_spinning)
-        providers = [(provider, provider_options)] if provider_options else [provider]
+        pinned = _pin_current_thread(cpus)  # before loading: the runtime's pool threads inherit the mask
+        runner = _profile_runner(runtime, pu_spec, model, optimization, allow_spinning)
         try:
-            session = ort.InferenceSession(model, sess_options=options, providers=providers)
-        except Exception as exc:  # ORT raises several unrelated exception types here
-            raise AgentError("ModelError", "cannot create a session with %s: %s"
-                             % (provider, " ".join(str(exc).split())))
-        feeds, shapes = _random_feeds(session, overrides, seed)
-        times = []
-        try:
-            for index in range(warmup + repeats):
-                start = time.perf_counter()
-                session.run(None, feeds)
-                elapsed = time.perf_counter() - start
-                if index >= warmup:
-                    times.append(elapsed)
-        except Exception as exc:
-            raise AgentError("RunError",
-                             "session.run failed on %s: %s" % (provider, " ".join(str(exc).split())))
+            feeds, shapes = _random_feeds(runner.input_specs, overrides, seed)
+            times = []
+            try:
+                for index in range(warmup + repeats):
+                    start = time.perf_counter()
+                    runner.run(runner.output_names, feeds)
+                    elapsed = time.perf_counter() - start
+                    if index >= warmup:
+                        times.append(elapsed)
+            except Exception as exc:
+                raise AgentError("RunError",
+                                 "the model failed on %s: %s" % (runtime, " ".join(str(exc).split())))
+            info = runner.describe()
+        finally:
+            runner.close()
         result = _stats(times)
-        used = session.get_providers()
-        result.update({"provider": used[0], "providers": used, "cpus": pinned if pinned else _allowed_cpus(),
-                       "threads": threads, "optimization": optimization, "inputs": shapes,
+        result.update({"runtime": runtime, "runtime_info": info, "provider": info.get("provider"),
+                       "providers": info.get("providers", []), "cpus": pinned if pinned else _allowed_cpus(),
+                       "threads": pu_spec["threads"], "inputs": shapes,
+                       "optimization": optimization if runtime == "onnxruntime" else None,
                        "onnxruntime_version": ort.__version__})
         return result
 
@@ -526,16 +603,27 @@ def _emit(request, event):
         _event_writer(line)
 
 
-def _core():
-    """Import the executor core ``ppexec`` from this file's folder (a deploy bundle ships it there)."""
+def _core(required=True):
+    """Import the executor core ``ppexec`` from this file's folder (a deploy bundle ships it there).
+
+    Without it (or when it does not import): ``None`` if not ``required``, else a ``BadRequest``.
+    """
     here = os.path.dirname(os.path.abspath(__file__))
     if not os.path.isfile(os.path.join(here, "ppexec", "__init__.py")):
+        if not required:
+            return None
         raise AgentError("BadRequest", "the executor core ppexec/ is not next to %s; run the agent from a "
                          "deploy bundle" % here)
     if here not in sys.path:
         sys.path.insert(0, here)
     sys.dont_write_bytecode = True  # leave no __pycache__ in the bundle: it holds the manifest's files only
-    import ppexec
+    try:
+        import ppexec
+    except ImportError as exc:  # numpy or onnxruntime missing on this host
+        if not required:
+            log.warning("the executor core ppexec/ does not import: %s", exc)
+            return None
+        raise AgentError("ProviderUnavailable", "the executor core ppexec/ does not import: %s" % exc)
     return ppexec
 
 

@@ -141,7 +141,8 @@ class PipelineExecutor:
         adapter = get_adapter(binding.runtime, self.errors, pu)
         problem = adapter.check(pu, binding)
         fallback = self.fallback_provider
-        if problem is not None and binding.runtime == "onnxruntime" and fallback not in (None, binding.provider):
+        if (problem is not None and binding.runtime == "onnxruntime"
+                and fallback not in (None, binding.provider)):
             substitute = dataclasses.replace(binding, provider=fallback, provider_options={})
             if adapter.check(pu, substitute) is None:
                 logger.warning("PU %s: %s; falling back to %s", pu, problem, fallback)

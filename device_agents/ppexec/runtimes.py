@@ -14,9 +14,10 @@ without touching it. The protocol (:class:`RuntimeAdapter`, :class:`Runner`):
   worker starts.
 - ``load(model, binding, pu) -> Runner``: called on the PU's worker thread AFTER it pinned itself
   (``os.sched_setaffinity``); ``model`` is an ``onnx.ModelProto``, its bytes or an ``.onnx`` path.
-- Runner: ``input_names`` (list of str), ``input_specs`` (list of ``(name, shape, dtype)``: dims ``None``
-  where dynamic, ``dtype`` a numpy dtype name or ``None``), ``run(output_names, feeds) -> list of
-  numpy.ndarray`` (``feeds``: name -> array; the arrays returned are the caller's to keep), ``describe() ->
+- Runner: ``input_names`` and ``output_names`` (lists of str, the model's), ``input_specs`` (list of
+  ``(name, shape, dtype)``: dims ``None`` where dynamic, ``dtype`` a numpy dtype name or ``None``),
+  ``run(output_names, feeds) -> list of numpy.ndarray`` (``feeds``: name -> array; the arrays returned are
+  the caller's to keep; the GIL released while it computes, so stages run in parallel), ``describe() ->
   dict`` (what actually runs: provider or device, version) and ``close()``.
 - Optional host-side step ``compile(model_bytes: bytes, binding) -> bytes``: parapipe runs it on each
   sub-model before bundling, for runtimes that need an offline conversion (a vendor compiler producing a
@@ -55,6 +56,7 @@ class Runner(Protocol):
     """One loaded sub-model (protocol; see the module docstring)."""
 
     input_names: List[str]
+    output_names: List[str]
     input_specs: List[InputSpec]
 
     def run(self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray]) -> List[np.ndarray]:
@@ -108,6 +110,7 @@ class OnnxRuntimeRunner:
         self.session = session
         inputs = session.get_inputs()
         self.input_names = [i.name for i in inputs]
+        self.output_names = [o.name for o in session.get_outputs()]
         self.input_specs = [(i.name, [d if isinstance(d, int) and d > 0 else None for d in (i.shape or [])],
                              _ort_dtype(i.type)) for i in inputs]
 
@@ -176,6 +179,7 @@ class OpenVINORunner:
         self._in = {n: i for i, port in enumerate(compiled.inputs) for n in port.get_names()}
         self._out = {n: i for i, port in enumerate(compiled.outputs) for n in port.get_names()}
         self.input_names = [port.get_any_name() for port in compiled.inputs]
+        self.output_names = [port.get_any_name() for port in compiled.outputs]
         self.input_specs = [(port.get_any_name(),
                              [d.get_length() if d.is_static else None for d in port.get_partial_shape()],
                              np.dtype(port.get_element_type().to_dtype()).name) for port in compiled.inputs]
@@ -252,7 +256,8 @@ class OpenVINOAdapter:
     def check(self, pu: str, binding: PUBinding) -> Optional[str]:
         probe = self.probe()
         if not probe["available"]:
-            return "PU %r: runtime openvino: %s, or bind the PU to runtime onnxruntime" % (pu, probe["reason"])
+            return "PU %r: runtime openvino: %s, or bind the PU to runtime onnxruntime" % (
+                pu, probe["reason"])
         if binding.provider != "CPUExecutionProvider" or binding.provider_options:
             return ("PU %r: provider %s applies to runtime onnxruntime only; give OpenVINO's device as "
                     "runtime_options.device instead" % (pu, binding.provider))
@@ -274,15 +279,21 @@ class OpenVINOAdapter:
             except Exception as exc:  # OpenVINO raises RuntimeError for a device it cannot open
                 return "PU %r: OpenVINO cannot query device %s (%s); check its driver" % (
                     pu, device, " ".join(str(exc).split()))
-            problem = _option_problem(pu, "openvino on " + device, options, supported + list(OPENVINO_OPTIONS))
+            problem = _option_problem(pu, "openvino on " + device, options,
+                                      supported + list(OPENVINO_OPTIONS))
             if problem:
                 return problem
+        pinning = str(options.get("ENABLE_CPU_PINNING", False)).lower() in ("true", "yes")
+        if binding.cpus is not None and pinning:
+            return ("PU %r: ENABLE_CPU_PINNING makes OpenVINO move the worker off CPUs %s at its first "
+                    "inference; remove it from runtime_options, or bind the PU with cpus=None"
+                    % (pu, tuple(binding.cpus)))
         process = os.sched_getaffinity(os.getpid()) if hasattr(os, "sched_getaffinity") else set()
         if (device == "CPU" and binding.threads > 1 and binding.cpus is not None and not unpinned_ok
                 and set(binding.cpus) < process):
             return ("PU %r: OpenVINO runs threads=%d on CPUs %s only partly: its extra worker threads "
-                    "(oneTBB) take the process's CPUs %s, not the pinned thread's; use threads=1, bind the PU "
-                    "to all the process's CPUs, or set runtime_options.allow_unpinned_threads"
+                    "(oneTBB) take the process's CPUs %s, not the pinned thread's; use threads=1, bind the "
+                    "PU to all the process's CPUs, or set runtime_options.allow_unpinned_threads"
                     % (pu, binding.threads, tuple(binding.cpus), sorted(process)))
         return None
 
