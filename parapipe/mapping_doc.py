@@ -6,7 +6,9 @@ Schema (``schema_version`` 1)::
      "model": {"name": str, "sha256": str},
      "soc": str,
      "objectives": [str, ...],
-     "search": {"max_blocks": int | null, "seed": int, "search_s": float, ...},
+     "search": {"max_blocks": int | null, "seed": int, "search_s": float, ..., "exact": bool,
+                "exact_max_cells": int, "cells": int, "spaces": {name: {"exact": bool, ...}},
+                "cpsat": {"time_unit_s": float, ...}, "bound": {"period_method": str, ...}},
      "blocks": {block name: [operator names]},
      "bounds": {"period_lb_s": float, "latency_lb_s": float},
      "points": [{"id", "strategy" (parapipe | pipeline | parallel | single), "pareto": bool,
@@ -16,7 +18,9 @@ Schema (``schema_version`` 1)::
                                          "assignment": {block: pu}, "order": [block],
                                          "block_start_s": {block: s}, "block_finish_s": {block: s}}]}}]}
 
-``*_gap`` is ``value / lower_bound - 1``.
+``*_gap`` is ``value / lower_bound - 1`` (0 for a period proved optimal: ``search.bound.period_proved_optimal``).
+``search.exact`` is true when the front is exact for every space searched; ``search.spaces`` says, per space,
+what bounded it otherwise (:class:`parapipe.search.passes.SpaceReport`).
 """
 from __future__ import annotations
 
@@ -58,6 +62,7 @@ def _point_doc(result: SearchResult, point: Point) -> Dict[str, Any]:
         "id": point.id,
         "strategy": point.strategy,
         "pareto": point.pareto,
+        "origin": point.origin,
         "throughput_per_s": ev.throughput_per_s,
         "period_s": ev.period_s,
         "latency_s": ev.latency_s,
@@ -78,7 +83,7 @@ def result_to_doc(result: SearchResult, model_name: str, model_sha256: str, soc_
         "model": {"name": model_name, "sha256": model_sha256},
         "soc": soc_name,
         "objectives": list(result.objectives),
-        "search": dict(search or {}, **{k: float(v) for k, v in result.stats.items()}),
+        "search": dict(search or {}, **{k: float(v) for k, v in result.stats.items()}, **result.info),
         "blocks": blocks or {},
         "bounds": {"period_lb_s": result.bounds.period_lb_s, "latency_lb_s": result.bounds.latency_lb_s},
         "points": [_point_doc(result, p) for p in result.points],
