@@ -240,7 +240,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     for i, p in enumerate(all_points):
         p.pareto = objs[i] in on_front
     t_b = time.monotonic()
-    bounds = lower_bounds(problem, best_period_s=min(p.evaluation.period_s for p in front), catalog=catalog,
+    bounds = lower_bounds(problem, best_period_s=min(p.evaluation.period_s for p in front),
                           time_limit_s=opts.bound_time_limit_s)
     stats = {"search_s": time.monotonic() - t0, "dp_s": t_dp, "dp_states": n_states,
              "bound_s": time.monotonic() - t_b}
