@@ -27,10 +27,10 @@ from ..cost.evaluate import Evaluation, Mapping, StageMapping, evaluate
 from ..cost.problem import MappingProblem
 from ..errors import InfeasibleError, input_error
 from .baselines import parallel_mappings, single_pu_mappings
-from .bounds import Bounds, lower_bounds
+from .bounds import PROOF_RTOL, Bounds, lower_bounds
 from .cpsat import TIME_UNIT_S
 from .pareto import pareto_mask
-from .passes import run_passes
+from .passes import period_pass, run_passes
 from .polish import Polisher, stage_kinds
 from .transitions import StageCatalog
 
@@ -78,7 +78,11 @@ class SearchOptions:
     cpsat_stage_limit_s : float
         CP-SAT time limit per stage (within ``time_limit_s`` overall).
     bound_time_limit_s : float
-        Budget of the period lower bound's DP (:func:`parapipe.search.bounds.lower_bounds`).
+        Budget of the period lower bound (:func:`parapipe.search.bounds.lower_bounds`).
+    period_gap, period_epsilon, period_time_limit_s : float, float, float
+        The least-period pass (:func:`parapipe.search.passes.period_pass`) runs when the period found is more than
+        ``period_gap`` above the relaxation's bound, with this label grid above ``exact_max_cells`` and this
+        time limit.
     """
 
     objectives: Tuple[str, ...] = OBJECTIVES
@@ -97,7 +101,10 @@ class SearchOptions:
     polish: bool = True
     cpsat_max_blocks: int = 40
     cpsat_stage_limit_s: float = 0.5
-    bound_time_limit_s: float = 5.0
+    bound_time_limit_s: float = 0.5
+    period_gap: float = 0.10
+    period_epsilon: float = 0.01
+    period_time_limit_s: float = 2.0
 
     def __post_init__(self) -> None:
         bad = [o for o in self.objectives if o not in OBJECTIVES]
@@ -185,6 +192,15 @@ def merge_same_pu_stages(mapping: Mapping) -> Mapping:
 
 
 
+def _relaxation(problem: MappingProblem, best_period_s: float, deadline: float):
+    """The bound's relaxation (:class:`parapipe.search.relaxation.Relaxed`), or None beyond its PU count."""
+    from .relaxation import MAX_PUS, Relaxed
+
+    if problem.n_pus > MAX_PUS:
+        return None
+    return Relaxed(problem, best_period_s * (1 - PROOF_RTOL), deadline)
+
+
 def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
            progress: Optional[Callable[[int], None]] = None) -> SearchResult:
     """Search hierarchical mappings of ``problem`` and return the front next to the baselines.
@@ -228,6 +244,18 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
                 cand_points.append(Point("", "parapipe", pm, evaluate(problem, pm), pk, origin="cp-sat"))
     for b in points:
         cand_points.append(Point("", "parapipe", b.mapping, b.evaluation, b.stage_schedules, origin="baseline"))
+    # The least period of the PU-reuse space, exactly, guided by the bound's relaxation (which may already prove
+    # the best period found optimal).
+    best_period = min(p.evaluation.period_s for p in cand_points)
+    t_b = time.monotonic()
+    relaxed = _relaxation(problem, best_period, t_b + opts.bound_time_limit_s)
+    if relaxed is not None and best_period > relaxed.bound_s * (1 + opts.period_gap):
+        eps = 0.0 if problem.n_blocks * problem.n_pus <= opts.exact_max_cells else opts.period_epsilon
+        m, spaces["period"] = period_pass(problem, best_period, catalog, relaxed.guide(), opts.period_time_limit_s,
+                                          eps)
+        if m is not None:
+            m = merge_same_pu_stages(m)
+            cand_points.append(Point("", "parapipe", m, evaluate(problem, m), stage_kinds(m), origin="period"))
     mat = _objective_matrix(cand_points, opts.objectives)
     front = [cand_points[i] for i in np.flatnonzero(pareto_mask(mat))]  # equal vectors: the first is kept
     front.sort(key=lambda p: p.objectives())
@@ -239,15 +267,15 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     on_front = {objs[j] for j in np.flatnonzero(pareto_mask(np.array(objs)))}
     for i, p in enumerate(all_points):
         p.pareto = objs[i] in on_front
-    t_b = time.monotonic()
     bounds = lower_bounds(problem, best_period_s=min(p.evaluation.period_s for p in front),
-                          time_limit_s=opts.bound_time_limit_s)
+                          time_limit_s=max(0.0, opts.bound_time_limit_s - (time.monotonic() - t_b)), relaxed=relaxed)
     stats = {"search_s": time.monotonic() - t0, "dp_s": t_dp, "dp_states": n_states,
              "bound_s": time.monotonic() - t_b}
     cells = problem.n_blocks * problem.n_pus
     claimed = ["disjoint", "pipeline"] + (["reuse"] if opts.reuse_pus else [])
     info = {"exact": all(spaces[s].exact for s in claimed), "exact_max_cells": opts.exact_max_cells,
-            "cells": cells, "spaces": {name: rep.to_json() for name, rep in spaces.items()},
+            "cells": cells, "spaces": {name: rep if isinstance(rep, dict) else rep.to_json()
+                                       for name, rep in spaces.items()},
             "cpsat": {"time_unit_s": TIME_UNIT_S, "rounding": "up", "time_limit_s": opts.time_limit_s,
                       "stage_limit_s": opts.cpsat_stage_limit_s, "max_blocks": opts.cpsat_max_blocks},
             "bound": bounds.info()}

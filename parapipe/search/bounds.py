@@ -84,7 +84,7 @@ def latency_lower_bound(problem: MappingProblem) -> float:
 
 
 def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
-                 time_limit_s: Optional[float] = 5.0) -> Bounds:
+                 time_limit_s: Optional[float] = 5.0, relaxed=None) -> Bounds:
     """Both bounds (module docstring).
 
     Parameters
@@ -94,6 +94,8 @@ def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
         Best period a search found, seconds: the relaxed DP prunes at it and proves it optimal if it can.
     time_limit_s : float or None
         Budget of the relaxed DP, seconds (None: unbounded); past it the other bounds stand.
+    relaxed : parapipe.search.relaxation.Relaxed, optional
+        The relaxation already built by the search (its Lagrangian bound is reused).
     """
     from .relaxation import relaxed_period_bound
 
@@ -104,7 +106,8 @@ def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
         try:
             deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
             candidates["relaxed-dp"], proved = relaxed_period_bound(
-                problem, best_period_s, max(candidates.values()), deadline=deadline, rtol=PROOF_RTOL)
+                problem, best_period_s, max(candidates.values()), deadline=deadline, rtol=PROOF_RTOL,
+                relaxed=relaxed)
         except ValueError as exc:
             note = str(exc)
     method = max(candidates, key=lambda m: candidates[m])

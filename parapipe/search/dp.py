@@ -70,6 +70,11 @@ class DPOptions:
         boundaries are best at cut points where few bytes cross").
     deadline : float or None
         ``time.monotonic()`` value after which the DP gives up with :class:`DPDeadline`.
+    period_below : float or None
+        Period-only search (with ``reuse_pus``): labels are busy times only, and only those that can still end
+        below this period are kept; the result is one mapping of least period, if any is below it.
+    guide : tuple or None
+        ``(λ, togo)`` for ``period_below``: see :class:`parapipe.search.labels.LabelStore`.
     """
 
     groups: Optional[List[Tuple[int, ...]]] = None
@@ -81,6 +86,8 @@ class DPOptions:
     reuse_pus: bool = False
     max_cut_tensors: Optional[int] = None
     deadline: Optional[float] = None
+    period_below: Optional[float] = None
+    guide: Optional[tuple] = None
 
 
 class DPDeadline(Exception):
@@ -155,14 +162,19 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
         ref_t = float(np.nanmin(np.where(np.isfinite(problem.time_s), problem.time_s, np.nan), axis=1).sum())
         ref_e = float(np.abs(np.nan_to_num(problem.time_s * (problem.active_power_w - problem.idle_power_w),
                                            posinf=0.0)).min(axis=1).sum()) or 1.0
-        grid = np.array([ref_t] * (nb + 1) + [ref_e]) * opts.epsilon
+        extra = [] if opts.period_below is not None else [ref_t, ref_e]
+        grid = np.array([ref_t] * nb + extra) * opts.epsilon
 
     def usable(i: int) -> list:
         return [(rid, ex) for kind in opts.kinds for rid, ex in cat.exits(i, kind)
                 if (allowed is None or ex.run.group in allowed) and (top is None or len(ex.run.group) <= top)]
 
-    store = LabelStore(per_pu=reuse, n_pus=k, with_latency_energy=True, shares=cat.shares, grid=grid,
-                       max_labels=opts.max_labels)
+    period_only = opts.period_below is not None
+    rest = None
+    if period_only:
+        rest = np.concatenate([np.cumsum(np.min(problem.time_s, axis=1)[::-1])[::-1], [0.0]]).tolist()
+    store = LabelStore(per_pu=reuse, n_pus=k, with_latency_energy=not period_only, shares=cat.shares, grid=grid,
+                       max_labels=opts.max_labels, admit_below=opts.period_below, rest_s=rest, guide=opts.guide)
     keys = store.keys
     pending: Dict[tuple, list] = {}
     by_pos: Dict[int, List[tuple]] = {}
@@ -170,6 +182,7 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
     for i in range(n):
         here = [store.start((0, 0, (), 0))] if i == 0 else [store.add(key, pending.pop(key))
                                                             for key in by_pos.pop(i, [])]
+        here = [sid for sid in here if store.size(sid)]
         runs_here = usable(i) if here else []
         for sid in here:
             _, used_mask, livepus, n_st = keys[sid]
@@ -194,6 +207,8 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
         if opts.deadline is not None and time.monotonic() > opts.deadline:
             raise DPDeadline(f"DP stopped at block {i + 1} of {n}")
     finals = by_pos.pop(n, [])
+    if not finals and period_only:
+        raise InfeasibleError(f"{problem.name}: no mapping with a period below {opts.period_below:.6g} s")
     if not finals:
         raise InfeasibleError(f"{problem.name}: no mapping exists with the allowed PU groups; some block cannot run "
                               "on any allowed PU — allow more PUs (--pus)")
@@ -202,10 +217,15 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
         sid = store.add(key, pending.pop(key), prune=False)
         v = store.array(sid)
         period = v[:, :nb].max(axis=1)
-        objs.append(np.column_stack([period, v[:, nb], v[:, nb + 1] + idle_static * period]))
+        if period_only:
+            objs.append(np.column_stack([period, np.zeros(len(v)), np.zeros(len(v))]))
+        else:
+            objs.append(np.column_stack([period, v[:, nb], v[:, nb + 1] + idle_static * period]))
         ref_sid.append(np.full(len(v), sid))
         ref_row.append(np.arange(len(v)))
     objs = np.concatenate(objs)
+    if period_only and not len(objs):
+        raise InfeasibleError(f"{problem.name}: no mapping with a period below {opts.period_below:.6g} s")
     mask = pareto_mask(objs)
     sids, rows = np.concatenate(ref_sid)[mask], np.concatenate(ref_row)[mask]
     mappings = [rebuild(store, cat.runs, int(s), int(r)) for s, r in zip(sids, rows)]

@@ -45,11 +45,14 @@ class LabelStore:
         first element of the state key). None: keep all.
     rest_s : list of float or None
         Per block position, a lower bound on the work still to place (seconds), for ``admit_below``.
+    guide : (ndarray (k,), list of float) or None
+        ``(λ, togo)``: also drop labels with ``λ · busy + togo[j] >= admit_below`` (``togo[j]`` a lower bound on
+        the ``λ``-weighted busy time blocks ``j..n-1`` add, :func:`parapipe.search.relaxation.cost_to_go`).
     """
 
     def __init__(self, per_pu: bool, n_pus: int, with_latency_energy: bool, shares: List[Tuple[float, ...]],
                  grid: Optional[np.ndarray] = None, max_labels: int = 0, admit_below: Optional[float] = None,
-                 rest_s: Optional[List[float]] = None):
+                 rest_s: Optional[List[float]] = None, guide=None):
         self.nb = n_pus if per_pu else 1
         self.k = n_pus
         self.per_pu = per_pu
@@ -61,6 +64,7 @@ class LabelStore:
         self.max_labels = max_labels
         self.admit_below = admit_below
         self.rest_s = rest_s
+        self.guide = guide
         self.keys: List[tuple] = []
         self.backs: List[Optional[tuple]] = []
         self._arrays: List[Optional[np.ndarray]] = []
@@ -120,6 +124,9 @@ class LabelStore:
             limit, nb = self.admit_below, self.nb
             room = limit * self.k - self.rest_s[key[0]]
             ok = [t for t, c in enumerate(cands) if max(c[:nb]) < limit and sum(c[:nb]) < room]
+            if self.guide is not None:
+                lam, togo = self.guide[0].tolist(), self.guide[1][key[0]]
+                ok = [t for t in ok if sum(a * b for a, b in zip(cands[t][:nb], lam)) + togo < limit]
             cands = [cands[t] for t in ok]
             back = tuple([b[t] for t in ok] for b in back)
         if prune:
@@ -196,6 +203,8 @@ class LabelStore:
             busy = new[:, :nb]
             ok = (busy.max(axis=1) < self.admit_below) & (busy.sum(axis=1)
                                                           < self.admit_below * self.k - self.rest_s[key[0]])
+            if self.guide is not None:
+                ok &= busy @ self.guide[0] + self.guide[1][key[0]] < self.admit_below
             new = new[ok]
             back = tuple(b[ok] for b in back)
         if prune and len(new):

@@ -129,3 +129,33 @@ def run_passes(problem: MappingProblem, opts, catalog: StageCatalog,
     out["reuse"] = res.mappings if res is not None else []
     states += rep.states
     return out, reports, states
+
+
+def period_pass(problem: MappingProblem, best_period_s: float, catalog: StageCatalog, guide,
+                time_limit_s: float, epsilon: float = 0.0) -> Tuple[Optional[Mapping], Dict[str, Any]]:
+    """The least period over the PU-reuse space (every hierarchical mapping the DP can build, PUs shared or
+    not), searched exactly with busy-time labels only, pruned at ``best_period_s`` and by ``guide`` (the
+    relaxation's Lagrangian cost-to-go, :mod:`.relaxation`).
+
+    Returns
+    -------
+    (mapping, report)
+        ``mapping``: one mapping with a period below ``best_period_s``, or None if there is none (then
+        ``best_period_s`` is the least period of the space: ``report["exact"]``) or time ran out. With
+        ``epsilon > 0`` labels are merged on that grid (a fraction of the total work): not exact then.
+    """
+    t0 = time.monotonic()
+    dpo = DPOptions(reuse_pus=True, period_below=best_period_s * (1 - 1e-9), guide=guide, epsilon=epsilon,
+                    deadline=t0 + time_limit_s)
+    report: Dict[str, Any] = {"searched": True, "exact": False, "epsilon": epsilon, "time_limit_s": time_limit_s}
+    mapping = None
+    try:
+        res = dp_front(problem, dpo, catalog=catalog)
+        mapping = res.mappings[0]
+        report["exact"], report["states"] = epsilon == 0, res.n_states
+    except InfeasibleError:
+        report["exact"] = epsilon == 0
+    except DPDeadline as exc:
+        report["timed_out"], report["skipped"] = True, str(exc)
+    report["seconds"] = time.monotonic() - t0
+    return mapping, report

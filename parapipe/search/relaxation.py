@@ -179,6 +179,8 @@ class RelaxedDP:
             hand, spine_comm = self.hand[v], self.spine_comm[v]
             new: List[Optional[np.ndarray]] = [None] * nm
             for m2 in np.flatnonzero(self.opened[v]):
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"relaxed bound stopped at block {v} of {n}")
                 inc = self.node[v, m2]
                 # (b) a new stage from every source (single p -> p is the same as (a)), with its forced hand-off
                 keep = src != m2 if single[m2] else np.ones(len(src), dtype=bool)
@@ -202,9 +204,27 @@ class RelaxedDP:
         return min(found) if found else None
 
 
+class Relaxed:
+    """The relaxation of a problem with its Lagrangian bound: ``bound_s``, the weights ``lam`` that reach it and
+    the cost-to-go table for pruning (:func:`cost_to_go`)."""
+
+    def __init__(self, problem: MappingProblem, best_period_s: Optional[float] = None,
+                 deadline: Optional[float] = None):
+        self.dp = RelaxedDP(problem)
+        self.bound_s, self.lam = lagrangian_period_bound(self.dp, best_period_s, deadline=deadline)
+        self.h = cost_to_go(self.dp, self.lam)
+
+    def guide(self) -> Tuple[np.ndarray, List[float]]:
+        """``(λ, togo)`` with ``togo[j]`` the least λ-weighted busy time blocks ``j..n-1`` add (``togo[0] = 0``,
+        ``togo[n] = 0``), for :class:`parapipe.search.labels.LabelStore`."""
+        togo = [0.0] + self.h.min(axis=1).tolist()
+        togo[-1] = 0.0
+        return self.lam, togo
+
+
 def relaxed_period_bound(problem: MappingProblem, best_period_s: float, floor_s: float = 0.0,
-                         deadline: Optional[float] = None, rtol: float = 1e-9, grid_rel: float = GRID_REL
-                         ) -> Tuple[float, bool]:
+                         deadline: Optional[float] = None, rtol: float = 1e-9, grid_rel: float = GRID_REL,
+                         relaxed: Optional[Relaxed] = None) -> Tuple[float, bool]:
     """The relaxation's bound on the period, and whether it proves ``best_period_s`` optimal.
 
     Bisection on the probe limit between ``floor_s`` (a known bound) and ``(1 - rtol) × best_period_s``: a low
@@ -221,11 +241,11 @@ def relaxed_period_bound(problem: MappingProblem, best_period_s: float, floor_s:
     ValueError
         More than :data:`MAX_PUS` PUs.
     """
-    dp = RelaxedDP(problem)
+    rel = relaxed if relaxed is not None else Relaxed(problem, best_period_s * (1 - rtol), deadline)
+    dp, lag = rel.dp, rel.bound_s
     n = max(problem.n_blocks, 1)
     top = best_period_s * (1 - rtol)
-    lag, lam = lagrangian_period_bound(dp, top, deadline=deadline)
-    guide = (lam, cost_to_go(dp, lam))
+    guide = (rel.lam, rel.h)
     lo, hi = min(max(floor_s, lag), top), top
     probe = top if floor_s >= top else 0.5 * (lo + hi)
     while True:
