@@ -161,7 +161,7 @@ class LabelStore:
         return cands, (srcs, rows, run_ids)
 
     def _prune_py(self, cands: list) -> Tuple[list, bool]:
-        """Plain-Python twin of :func:`prune`: same keys, same tie rule, same cap rule."""
+        """Plain-Python twin of :func:`prune_labels`: same keys, same tie rule, same cap rule."""
         g = self.grid_list
         keyvals = cands if g is None else [tuple(math.floor(x / gg) for x, gg in zip(c, g)) for c in cands]
         kept: list = []
