@@ -94,7 +94,24 @@ def efficiency_section(eff: Sequence[Dict[str, Any]]) -> List[str]:
         avg_rows.append([label, _pct(a["gain_vs_pipeline_pct"]), _pct(a["gain_vs_parallel_pct"]),
                          str(len(rs))])
     out += _table(["", "gain vs pure pipeline", "gain vs parallel", "model × SoC pairs"], avg_rows, "lrrr")
-    out += ["", *reading(eff)]
+    out += ["", *reading(eff), ""] + equal_throughput_section(eff, scopes)
+    return out
+
+
+def equal_throughput_section(eff: Sequence[Dict[str, Any]], scopes) -> List[str]:
+    """Gains at equal throughput: per baseline, the most efficient parapipe point at least as fast as that
+    baseline's throughput-optimal point (:func:`experiments.tables.equal_throughput_point`)."""
+    out = ["### At equal throughput", "",
+           "For each baseline, the most efficient parapipe point whose throughput is at least the baseline's best; "
+           "gain = its inf/J / the baseline's − 1 (never negative: the search offers the baselines to the front).", ""]
+    rows = [[r["model"], r["soc"]] + [_pct(r.get(f"eqthr_gain_vs_{b}_pct")) for b in T.BASELINES]
+            for r in eff]
+    out += _table(["model", "SoC"] + [f"gain vs {b}" for b in T.BASELINES], rows, "ll" + "r" * len(T.BASELINES))
+    out += [""]
+    avg = [[label] + [_pct(T.average_row(rs)[f"eqthr_gain_vs_{b}_pct"]) for b in T.BASELINES] + [str(len(rs))]
+           for label, rs in scopes]
+    out += _table([""] + [f"gain vs {b}" for b in T.BASELINES] + ["model × SoC pairs"], avg,
+                  "l" + "r" * (len(T.BASELINES) + 1))
     return out
 
 

@@ -238,6 +238,9 @@ def _print_summary(out: Path, results: Sequence[JobResult], wall_s: float) -> No
                       if avg[f"gain_vs_{b}_pct"] is not None)
           + f" (paper: vs pipeline {tables.PAPER_GAIN_VS_PIPELINE_PCT} %, vs parallel "
             f"{tables.PAPER_GAIN_VS_PARALLEL_PCT} %)")
+    print("average energy-efficiency gain at equal throughput: "
+          + ", ".join(f"vs {b} {avg[f'eqthr_gain_vs_{b}_pct']:+.1f} %" for b in tables.BASELINES
+                      if avg[f"eqthr_gain_vs_{b}_pct"] is not None))
     print(f"wrote {out / 'report.md'}, {out / 'points.csv'}, {out / 'energy_efficiency.csv'}, "
           f"{out / 'figures'}/")
 

@@ -4,6 +4,10 @@ Definitions (GUIDE.md section 2): energy efficiency = inferences per joule = 1 /
 throughput-optimal point of a strategy has the smallest period, ties broken by the smallest energy
 (:func:`experiments.sweep.throughput_optimal`). Gain in percent = 100 * (eff_parapipe / eff_baseline - 1), the
 measure of the Para-Pipe paper's 11.0 % (over pure pipelining) and 23.3 % (over non-pipelined parallel).
+At equal throughput (next to the paper's throughput-optimal comparison): for each baseline, the most efficient
+parapipe point whose throughput is at least that of the baseline's throughput-optimal point
+(:func:`equal_throughput_point`); gain as above. On search results it is never negative: the search offers
+the baselines to the front.
 Break-even: the search and preparation cost ``C`` seconds; each inference at the throughput-optimal parapipe
 period ``P`` instead of the best baseline period ``P_b`` saves ``P_b - P`` seconds, so after
 ``N = ceil(C / (P_b - P))`` inferences the search has paid for itself (never when ``P >= P_b``).
@@ -34,7 +38,10 @@ POINT_COLUMNS = ["model", "soc", "strategy", "pareto", "throughput_per_s", "peri
                  "energy_j", "search_s", "point_id", "stages"]
 EFFICIENCY_COLUMNS = (["model", "soc", "parapipe_inf_per_j"] + [f"{b}_inf_per_j" for b in BASELINES]
                       + [f"gain_vs_{b}_pct" for b in BASELINES]
-                      + ["parapipe_period_s"] + [f"{b}_period_s" for b in BASELINES] + ["parapipe_shape"])
+                      + ["parapipe_period_s"] + [f"{b}_period_s" for b in BASELINES] + ["parapipe_shape"]
+                      + [f"eqthr_inf_per_j_vs_{b}" for b in BASELINES]
+                      + [f"eqthr_gain_vs_{b}_pct" for b in BASELINES])
+GAIN_COLUMNS = [f"gain_vs_{b}_pct" for b in BASELINES] + [f"eqthr_gain_vs_{b}_pct" for b in BASELINES]
 SEARCH_COLUMNS = ["model", "soc", "blocks", "pus", "prepare_s", "search_s", "front_points", "exact"]
 BREAK_EVEN_COLUMNS = ["model", "soc", "cost_s", "parapipe_period_s", "best_baseline",
                       "best_baseline_period_s", "saved_s_per_inference", "break_even_inferences",
@@ -69,6 +76,13 @@ def point_rows(results: Sequence[JobResult]) -> List[Dict[str, Any]]:
     return rows
 
 
+def equal_throughput_point(points: Sequence[Dict[str, Any]], base: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The parapipe point of least energy among those with a period no longer than ``base``'s (ties: shorter
+    period, then latency); None if there is none."""
+    cands = [p for p in points if p["strategy"] == "parapipe" and p["period_s"] <= base["period_s"] * (1 + 1e-12)]
+    return min(cands, key=lambda p: (p["energy_j"], p["period_s"], p["latency_s"])) if cands else None
+
+
 def _gain(eff: float, base: Optional[float]) -> Optional[float]:
     return None if base is None or base <= 0 else 100.0 * (eff / base - 1.0)
 
@@ -91,6 +105,9 @@ def efficiency_rows(results: Sequence[JobResult]) -> List[Dict[str, Any]]:
             row[f"{b}_inf_per_j"] = eff
             row[f"{b}_period_s"] = None if bp is None else bp["period_s"]
             row[f"gain_vs_{b}_pct"] = _gain(row["parapipe_inf_per_j"], eff)
+            eq = None if bp is None else equal_throughput_point(pts, bp)
+            row[f"eqthr_inf_per_j_vs_{b}"] = None if eq is None else 1.0 / eq["energy_j"]
+            row[f"eqthr_gain_vs_{b}_pct"] = None if eq is None else _gain(1.0 / eq["energy_j"], eff)
         rows.append(row)
     return rows
 
@@ -99,9 +116,9 @@ def average_row(rows: Sequence[Dict[str, Any]], label: str = "average", soc: str
     """Arithmetic mean of each gain column over ``rows`` (other columns empty)."""
     out: Dict[str, Any] = {c: None for c in EFFICIENCY_COLUMNS}
     out.update(model=label, soc=soc)
-    for b in BASELINES:
-        vals = [r[f"gain_vs_{b}_pct"] for r in rows if r[f"gain_vs_{b}_pct"] is not None]
-        out[f"gain_vs_{b}_pct"] = statistics.fmean(vals) if vals else None
+    for col in GAIN_COLUMNS:
+        vals = [r[col] for r in rows if r.get(col) is not None]
+        out[col] = statistics.fmean(vals) if vals else None
     return out
 
 

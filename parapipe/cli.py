@@ -119,19 +119,36 @@ def cmd_inspect(args) -> int:
 
 
 def _front_table(doc) -> str:
-    """The points of a :class:`parapipe.mapping.ParetoDoc` as a text table."""
-    lines = [f"{'id':<13} {'strategy':<9} {'pareto':<6} {'thr/s':>8} {'period ms':>9} {'gap':>6} "
-             f"{'latency ms':>10} {'energy mJ':>9}  stages (PUs)"]
+    """The points of a :class:`parapipe.mapping.ParetoDoc` as a text table, one row per distinct mapping (a
+    baseline that is also a front point is named in its ``same as`` column, not repeated)."""
+    rows, same = [], {}
     for p in doc.points:
+        key = json.dumps([[st.pus, st.blocks, st.assignment, st.order] for st in p.stages])
+        if key in same:
+            same[key].append(p.id)
+        else:
+            same[key] = []
+            rows.append((p, same[key]))
+    b = doc.bounds
+    bound = doc.search.get("bound", {})
+    how = "proved optimal" if bound.get("period_proved_optimal") else bound.get("period_method", "lp")
+    lines = [f"gap = period / period lower bound - 1 (bound {b.period_lb_s * 1e3:.3f} ms, {how}); "
+             "* = Pareto-optimal among all points",
+             f"{'id':<13} {'strategy':<9} {'pareto':<6} {'thr/s':>8} {'period ms':>9} {'gap':>6} "
+             f"{'latency ms':>10} {'energy mJ':>9}  {'stages (PUs)':<34} same as"]
+    for p, others in rows:
         stages = " | ".join("+".join(st.pus) for st in p.stages)
         gap = p.period_gap
+        also = ", ".join(others[:4]) + (f", +{len(others) - 4}" if len(others) > 4 else "")
         lines.append(f"{p.id:<13} {p.strategy:<9} {'*' if p.pareto else '':<6} "
                      f"{p.throughput_per_s:>8.4g} {p.period_s * 1e3:>9.4g} "
                      f"{(f'{gap * 100:.0f}%' if gap is not None else '-'):>6} {p.latency_s * 1e3:>10.4g} "
-                     f"{p.energy_j * 1e3:>9.4g}  {stages}")
-    b = doc.bounds
+                     f"{p.energy_j * 1e3:>9.4g}  {stages:<34} {also}".rstrip())
+    exact = doc.search.get("exact")
     lines.append(f"lower bounds: period {b.period_lb_s * 1e3:.2f} ms, latency {b.latency_lb_s * 1e3:.2f} ms;"
-                 f" search {doc.search.get('search_s', 0):.2f} s")
+                 f" search {doc.search.get('search_s', 0):.2f} s"
+                 + ("" if exact is None else ", exact front" if exact else
+                    ", front approximate above the exact size (pareto.json search.spaces)"))
     return "\n".join(lines)
 
 

@@ -359,3 +359,23 @@ def test_run_host_mapping_errors(capsys, tmp_path, monkeypatch, host_mapping):
                "model.sha256")
     _run_fails(capsys, tmp_path, monkeypatch, ["squeezenet", "--mapping", host_mapping, "--frames", "0"],
                "--frames")
+
+
+def test_front_table_lists_each_mapping_once_and_explains_gap():
+    from parapipe.cli import _front_table
+
+    def pt(pid, strategy, pus):
+        return {"id": pid, "strategy": strategy, "pareto": True, "throughput_per_s": 10.0, "period_s": 0.1,
+                "period_gap": 0.25, "latency_s": 0.2, "energy_j": 1.0,
+                "mapping": {"stages": [{"pus": [p], "blocks": [f"b{i}"]} for i, p in enumerate(pus)]}}
+
+    doc = {"points": [pt("p0", "parapipe", ["gpu", "big"]), pt("pipeline-0", "pipeline", ["gpu", "big"]),
+                      pt("single-gpu", "single", ["gpu"]), pt("parallel-0", "parallel", ["gpu"])],
+           "bounds": {"period_lb_s": 0.08, "latency_lb_s": 0.1},
+           "search": {"search_s": 1.0, "exact": True, "bound": {"period_method": "relaxed-dp"}}}
+    lines = _front_table(doc).splitlines()
+    assert lines[0].startswith("gap = period / period lower bound - 1 (bound 80.000 ms, relaxed-dp)")
+    rows = [ln.split()[0] for ln in lines[2:-1]]
+    assert rows == ["p0", "single-gpu"]
+    assert lines[2].endswith("pipeline-0") and lines[3].endswith("parallel-0")
+    assert "25%" in lines[2] and lines[-1].endswith("exact front")

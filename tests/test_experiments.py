@@ -100,12 +100,23 @@ def test_efficiency_gains_break_even_and_average():
     assert row["gain_vs_single_pct"] == pytest.approx(300.0)
     avg = tables.average_row([row, dict(row, gain_vs_pipeline_pct=0.0)])
     assert avg["model"] == "average" and avg["gain_vs_pipeline_pct"] == pytest.approx(50.0)
+    # At equal throughput: the only parapipe point (period 1 s) is at least as fast as every baseline.
+    assert row["eqthr_gain_vs_pipeline_pct"] == pytest.approx(100.0)
+    assert row["eqthr_gain_vs_parallel_pct"] == pytest.approx(-20.0)
+    assert avg["eqthr_gain_vs_single_pct"] == pytest.approx(300.0)
     [be] = tables.break_even_rows([r])
     # best baseline period 2 s, parapipe 1 s: 1 s saved per inference repays 3 s after 3 inferences
     assert be["best_baseline"] == "pipeline-0" and be["break_even_inferences"] == 3
     assert be["break_even_time_s"] == pytest.approx(3.0)
     doc["points"][1]["period_s"] = 1.0
     assert tables.break_even_rows([r])[0]["break_even_inferences"] is None
+
+
+def test_equal_throughput_picks_the_most_efficient_fast_enough_point():
+    pts = [_pt("p0", "parapipe", 1.0, 4.0), _pt("p1", "parapipe", 2.0, 1.0), _pt("p2", "parapipe", 3.0, 0.5),
+           _pt("pipeline-0", "pipeline", 2.0, 2.0), _pt("parallel-0", "parallel", 0.5, 1.0)]
+    assert tables.equal_throughput_point(pts, pts[3])["id"] == "p1"  # p2 is too slow, p0 costs more
+    assert tables.equal_throughput_point(pts, pts[4]) is None  # no parapipe point is that fast
 
 
 # -- a small sweep, local and on Dask ------------------------------------------------------------------------

@@ -355,3 +355,14 @@ def test_import_does_not_touch_pyplot():
     code = "import sys, parapipe.report; print('matplotlib.pyplot' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_point_labels_name_front_points_and_merge_coinciding_ones():
+    from parapipe.report.plots import point_labels
+
+    by = {"parapipe": [{"id": "p0", "x": 1.0, "y": 2.0}, {"id": "p1", "x": 2.0, "y": 1.0}],
+          "single": [{"id": "single-dsp0", "x": 5.0, "y": 5.0}, {"id": "single-dsp1", "x": 5.0, "y": 5.0},
+                     {"id": "single-dla", "x": 1.0, "y": 2.0}],
+          "pipeline": [{"id": "pipeline-0", "x": 9.0, "y": 9.0}]}
+    labels = sorted(text for _, _, text, _ in point_labels(by, "x", "y"))
+    assert labels == ["dsp0/dsp1", "p0/dla", "p1"]

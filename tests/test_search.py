@@ -1,110 +1,28 @@
-"""The search (parapipe/search/) against plain references and brute force on tiny problems, then on the zoo.
+"""The search's parts (parapipe/search/) against plain references and brute force on tiny problems.
 
 * :func:`pareto_mask` against an O(m²) numpy reference (apache/tvm cascader ``pareto.py`` test shape);
 * the DP front against the front of every mapping of the space (every cut × every PU group per stage, stage
   schedules from the same greedy list scheduler), in both spaces (disjoint PU groups; PUs reused);
-* CP-SAT stage schedules against every assignment × every topological order;
-* lower bounds against every mapping;
-* the search driver on the nine registry models and two SoC profiles (slow).
+* CP-SAT stage schedules against every assignment × every topological order.
+
+The search driver with its defaults is checked in test_search_driver.py, the bounds in test_search_bounds.py.
 """
 from __future__ import annotations
 
 import itertools
-from functools import lru_cache
-from typing import List, Optional, Tuple
+from typing import List, Tuple
 
 import numpy as np
 import pytest
 
-from parapipe.cost.evaluate import Mapping, StageMapping, evaluate, evaluate_stage
+from parapipe.cost.evaluate import StageMapping, evaluate, evaluate_stage
 from parapipe.cost.problem import MappingProblem
-from parapipe.search.api import SearchOptions, search
 from parapipe.search.bounds import lower_bounds
 from parapipe.search.cpsat import TIME_UNIT_S, solve_stage
-from parapipe.search.dp import DPOptions, all_groups, dp_front
+from parapipe.search.dp import DPOptions, dp_front
 from parapipe.search.listsched import schedule_ranges
 from parapipe.search.pareto import dominates, pareto_mask
-
-ZOO_MODELS = ["alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
-              "squeezenet", "vgg19", "zfnet512"]
-ZOO_SOCS = ["amlogic_a311d", "black_sesame_a1000"]
-
-
-# ---------------------------------------------------------------------------------------------- tiny problems
-
-def _preds(shape: str, n: int, rng: np.random.Generator) -> List[Tuple[int, ...]]:
-    if shape == "chain":
-        return [()] + [(j - 1,) for j in range(1, n)]
-    if shape == "diamond":  # 0 -> {1, 2} -> 3 -> {4, 5} -> 6 ...: fork/join repeated
-        preds: List[Tuple[int, ...]] = [()]
-        for j in range(1, n):
-            pos = j % 3
-            preds.append((j - pos,) if pos else (j - 2, j - 1))
-        return preds
-    # "dag": each block reads 1-3 random earlier blocks (multi-branch, skips, several sinks possible).
-    preds = [()]
-    for j in range(1, n):
-        m = int(rng.integers(1, min(3, j) + 1))
-        preds.append(tuple(sorted(int(u) for u in rng.choice(j, size=m, replace=False))))
-    return preds
-
-
-def random_problem(n: int, k: int, seed: int, shape: str = "dag") -> MappingProblem:
-    """Random tiny problem: times 1-10 ms (15 % of (block, PU) pairs unsupported), 1 kB-1 MB edges,
-    transfers 0.1-1 ms + 0.1-1 GB/s, active power 1-5 W, idle 0.1-0.5 W, static 1 W."""
-    rng = np.random.default_rng(seed)
-    preds = _preds(shape, n, rng)
-    t = rng.uniform(1e-3, 10e-3, (n, k))
-    t[rng.random((n, k)) < 0.15] = np.inf
-    for j in range(n):
-        if not np.isfinite(t[j]).any():
-            t[j, rng.integers(k)] = 5e-3
-    edges = {(i, j): float(rng.integers(1_000, 1_000_000)) for j in range(n) for i in preds[j]}
-    return MappingProblem([f"b{i}" for i in range(n)], preds, edges, [f"p{i}" for i in range(k)], t,
-                          rng.uniform(1, 5, (n, k)), rng.uniform(0.1, 0.5, k), 1.0,
-                          rng.uniform(1e-4, 1e-3, (k, k)), rng.uniform(1e8, 1e9, (k, k)),
-                          name=f"{shape}{seed}")
-
-
-def all_mapping_objectives(pr: MappingProblem, reuse: bool, max_stages: Optional[int] = None) -> np.ndarray:
-    """(period, latency, energy) of every mapping of the DP's space, by enumeration and :func:`evaluate`.
-
-    Every composition of the blocks into contiguous stages, every PU group for every stage (pairwise disjoint
-    unless ``reuse``); each stage's assignment is the greedy list schedule of exactly that range on that
-    group.
-    """
-    n = pr.n_blocks
-    groups = all_groups(pr.n_pus)
-
-    @lru_cache(maxsize=None)
-    def stage(a: int, b: int, gi: int) -> Optional[StageMapping]:
-        rs = schedule_ranges(pr, a, groups[gi], b)
-        if len(rs.assignment) < b - a:
-            return None  # some block of the range runs on no PU of the group
-        return StageMapping(a, b, groups[gi], tuple(rs.assignment))
-
-    out = []
-
-    def extend(a: int, stages: list, used: frozenset) -> None:
-        if a == n:
-            out.append(evaluate(pr, Mapping(tuple(stages))))
-            return
-        if max_stages is not None and len(stages) == max_stages:
-            return
-        for b in range(a + 1, n + 1):
-            for gi, g in enumerate(groups):
-                if not reuse and used & set(g):
-                    continue
-                st = stage(a, b, gi)
-                if st is not None:
-                    extend(b, stages + [st], used | set(g))
-
-    extend(0, [], frozenset())
-    return np.array([(ev.period_s, ev.latency_s, ev.energy_j) for ev in out])
-
-
-def sorted_rows(a: np.ndarray) -> np.ndarray:
-    return a[np.lexsort(a.T[::-1])]
+from search_cases import all_mapping_objectives, random_problem, sorted_rows
 
 
 # (n blocks, k PUs, shape). With reuse the brute force grows as (2^k - 1)^stages: 3 PUs only up to 5 blocks.
@@ -270,77 +188,3 @@ def test_solve_stage_infeasible_group_returns_none():
     pr = random_problem(4, 2, 3, "chain")
     pr.time_s[2, 1] = np.inf
     assert solve_stage(pr, 0, 4, (1,), time_limit_s=5.0) is None
-
-
-# ---------------------------------------------------------------------------------------- search driver
-
-def _check_search_result(result) -> None:
-    front = result.front()
-    objs = np.array([p.objectives() for p in front])
-    assert len(front) >= 2
-    assert pareto_mask(objs).all(), "the parapipe front holds a dominated point"
-    assert all(p.pareto for p in front)
-    baselines = [p for p in result.points if p.strategy != "parapipe"]
-    strategies = {p.strategy for p in baselines}
-    assert baselines
-    if np.isfinite(result.problem.time_s).all(axis=0).any():  # some PU runs every block
-        assert {"single", "pipeline"} <= strategies
-    for b in baselines:
-        bo = np.array(b.objectives())
-        assert any(np.all(f <= bo * (1 + 1e-12)) for f in objs), f"baseline {b.id} {bo} beats the front"
-    bounds = result.bounds
-    for p in result.points:
-        assert p.evaluation.period_s >= bounds.period_lb_s * (1 - 1e-9)
-        assert p.evaluation.latency_s >= bounds.latency_lb_s * (1 - 1e-9)
-        ev = evaluate(result.problem, p.mapping)
-        assert (ev.period_s, ev.latency_s, ev.energy_j) == pytest.approx(p.objectives(), rel=1e-12)
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_search_on_tiny_problems(seed):
-    pr = random_problem(6, 3, 900 + seed, "dag")
-    result = search(pr, SearchOptions(time_limit_s=5))
-    assert result.stats["exact"] == 1.0
-    _check_search_result(result)
-    # Exact space, then CP-SAT polish and baselines added: the front weakly dominates the disjoint DP front.
-    dp = dp_front(pr, DPOptions()).objectives
-    objs = np.array([p.objectives() for p in result.front()])
-    for d in dp:
-        assert any(np.all(f <= d * (1 + 1e-12)) for f in objs)
-
-
-def test_search_is_deterministic_with_cpsat_polish():
-    pr = random_problem(6, 3, 31, "diamond")
-    runs = [search(pr, SearchOptions(time_limit_s=30, seed=3, cpsat_stage_limit_s=10)) for _ in range(2)]
-    assert any(k.startswith("cp-sat") for p in runs[0].points for k in p.stage_schedules)
-    a, b = (np.array([p.objectives() for p in r.points]) for r in runs)
-    np.testing.assert_array_equal(a, b)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("soc", ZOO_SOCS)
-@pytest.mark.parametrize("model", ZOO_MODELS)
-def test_search_zoo_front_beats_baselines(model, soc):
-    from parapipe.workflow import prepare
-
-    prep = prepare(model, soc)
-    result = search(prep.problem, SearchOptions(time_limit_s=2))
-    _check_search_result(result)
-
-
-def test_zoo_registry_names():
-    from parapipe.graph.zoo import list_models
-
-    # The nine onnx-wheel models this file searches are in the registry (which may list more).
-    assert [m.name for m in list_models() if m.name in ZOO_MODELS] == ZOO_MODELS
-
-
-def test_search_same_seed_same_front_squeezenet():
-    from parapipe.workflow import prepare
-
-    prep = prepare("squeezenet", "black_sesame_a1000")
-    runs = [search(prep.problem, SearchOptions(time_limit_s=2, seed=0)) for _ in range(2)]
-    a, b = (np.array([p.objectives() for p in r.front()]) for r in runs)
-    assert len(a) >= 2
-    np.testing.assert_array_equal(a, b)
-    assert [p.mapping for p in runs[0].front()] == [p.mapping for p in runs[1].front()]

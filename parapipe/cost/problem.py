@@ -14,6 +14,19 @@ import numpy as np
 from ..errors import InfeasibleError
 
 
+@dataclass(frozen=True)
+class ProblemRows:
+    """Nested-list views of a :class:`MappingProblem`'s arrays for scalar-heavy loops (same units).
+
+    ``dyn_power_w[v][p] = active_power_w[v, p] - idle_power_w[p]``.
+    """
+
+    time_s: List[List[float]]
+    dyn_power_w: List[List[float]]
+    alpha_s: List[List[float]]
+    beta_bytes_per_s: List[List[float]]
+
+
 @dataclass
 class MappingProblem:
     """Blocks in a topological order, their dependencies, and per-PU costs.
@@ -53,6 +66,7 @@ class MappingProblem:
     beta_bytes_per_s: np.ndarray
     name: str = "problem"
     succs: List[Tuple[int, ...]] = field(init=False, repr=False)
+    _rows: Optional["ProblemRows"] = field(init=False, repr=False, default=None, compare=False)
 
     def __post_init__(self) -> None:
         n, k = len(self.block_names), len(self.pu_names)
@@ -74,6 +88,14 @@ class MappingProblem:
                 raise InfeasibleError(f"block {self.block_names[j]!r} cannot run on any of the PUs "
                                       f"{', '.join(self.pu_names)}; allow a PU that supports it (--pus) or "
                                       "add its op types to a PU's supported_ops")
+
+    def rows(self) -> "ProblemRows":
+        """The arrays as nested Python lists (built once; scalar access is ~10x cheaper than numpy's)."""
+        if self._rows is None:
+            self._rows = ProblemRows(time_s=self.time_s.tolist(),
+                                     dyn_power_w=(self.active_power_w - self.idle_power_w[None, :]).tolist(),
+                                     alpha_s=self.alpha_s.tolist(), beta_bytes_per_s=self.beta_bytes_per_s.tolist())
+        return self._rows
 
     @property
     def n_blocks(self) -> int:

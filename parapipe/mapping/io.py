@@ -32,7 +32,7 @@ def _point_dict(result, point) -> Dict[str, Any]:
         })
     b = result.bounds
     return {
-        "id": point.id, "strategy": point.strategy, "pareto": point.pareto,
+        "id": point.id, "strategy": point.strategy, "pareto": point.pareto, "origin": point.origin,
         "throughput_per_s": ev.throughput_per_s, "period_s": ev.period_s, "latency_s": ev.latency_s,
         "energy_j": ev.energy_j,
         "period_gap": ev.period_s / b.period_lb_s - 1 if b.period_lb_s > 0 else None,
@@ -65,7 +65,7 @@ def doc_from_result(result, model_name: str, model_sha256: str, soc: SocRef,
     pr = result.problem
     return ParetoDoc(
         model={"name": model_name, "sha256": model_sha256}, soc=soc, objectives=list(result.objectives),
-        search=dict(search or {}, **{k: float(v) for k, v in result.stats.items()}),
+        search=dict(search or {}, **{k: float(v) for k, v in result.stats.items()}, **result.info),
         blocks=blocks if blocks is not None else {b: [] for b in pr.block_names},
         bounds={"period_lb_s": result.bounds.period_lb_s, "latency_lb_s": result.bounds.latency_lb_s},
         points=[_point_dict(result, p) for p in result.points], input_shapes=input_shapes,

@@ -15,13 +15,16 @@ Schema (``schema_version`` 2)::
              "runtime_options", "provider", "provider_options"}}}},
      "objectives": [...], "search": {...}, "blocks": {block: [operator, ...]} (topological order),
      "bounds": {"period_lb_s", "latency_lb_s"},
-     "points": [{"id", "strategy", "pareto", "throughput_per_s", "period_s", "latency_s", "energy_j",
+     "points": [{"id", "strategy", "pareto", "origin", "throughput_per_s", "period_s", "latency_s", "energy_j",
                  "period_gap", "latency_gap", "pu_busy_s": {pu: s},
                  "mapping": {"stages": [{"pus", "blocks", "time_s", "input_s", "makespan_s", "schedule",
                                          "assignment": {block: pu}, "order": [block],
                                          "block_start_s": {block: s}, "block_finish_s": {block: s}}]}}]}
 
-``*_gap`` is ``value / lower_bound - 1`` (None when the bound is 0). Times are seconds, energies joules. Documents
+``*_gap`` is ``value / lower_bound - 1`` (None when the bound is 0; 0 for a period proved optimal:
+``search.bound.period_proved_optimal``). ``search.exact`` is true when the front is exact for every space
+searched; ``search.spaces`` says, per space, what bounded it otherwise
+(:class:`parapipe.search.passes.SpaceReport`); ``search.cpsat.time_unit_s`` is CP-SAT's time tick. Times are seconds, energies joules. Documents
 of a model (not a block table) also carry ``"input_shapes": {input: [dims]}`` (checked by ``run``) and
 ``"cost_notes": {"input_dims_chosen", "ops_without_flop_formula", "data_dependent_ops"}``
 (:func:`parapipe.workflow.model_notes`).
@@ -129,6 +132,8 @@ class Point(BaseModel):
     id: str = Field(min_length=1)
     strategy: Literal["parapipe", "pipeline", "parallel", "single", "replicated"]
     pareto: bool = False
+    #: Which search pass found the mapping (``dp``, ``cpsat``, ``polish``, ``baseline`` …); informative only.
+    origin: str = ""
     throughput_per_s: float = Field(gt=0)
     period_s: float = Field(gt=0)
     latency_s: float = Field(gt=0)

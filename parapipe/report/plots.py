@@ -5,7 +5,8 @@ energy per inference (mJ). Parapipe points are joined by the staircase of their 
 subset in each panel (a point on the three-objective front need not be non-dominated in a two-objective
 projection); baselines get one marker per strategy; points flagged ``pareto: true`` (non-dominated among all
 strategies on the document's objectives) get a black ring; the lower bounds of the document, when present, are
-dashed lines.
+dashed lines. Parapipe points carry their ids (``p0``… as in pareto.json and the CLI's table) and single-PU
+baselines their PU; coinciding points share one label (``dsp0/dsp1``).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 #: front would otherwise squeeze the front into a corner). Chosen for readability, not from a source.
 LOG_SCALE_RATIO = 5.0
 
-__all__ = ["plot_pareto", "plot_gantt", "plot_utilisation", "gantt_from_trace", "staircase"]
+__all__ = ["plot_pareto", "plot_gantt", "plot_utilisation", "gantt_from_trace", "staircase", "point_labels"]
 
 
 def staircase(xs: Sequence[float], ys: Sequence[float], maximise_y: bool) -> Tuple[List[float], List[float]]:
@@ -59,6 +60,33 @@ def staircase(xs: Sequence[float], ys: Sequence[float], maximise_y: bool) -> Tup
             kx.append(xs[i])
             ky.append(ys[i])
     return kx, ky
+
+
+def point_labels(by_strategy: Dict[str, List[Dict[str, Any]]], xk: str, yk: str
+                 ) -> List[Tuple[float, float, str, str]]:
+    """Labels to draw: the parapipe points' ids (``p0``…) and the single-PU baselines' PU names, one label per
+    position — points that coincide (to 4 significant digits) share one label, ``dsp0/dsp1``.
+
+    Returns
+    -------
+    list of (x, y, text, strategy of the first point there)
+    """
+    spots: Dict[Tuple[str, str], List[Any]] = {}
+    for strategy in ("parapipe", "single"):
+        for p in by_strategy.get(strategy, []):
+            name = p["id"][len("single-"):] if strategy == "single" and p["id"].startswith("single-") else p["id"]
+            key = (f"{p[xk]:.4g}", f"{p[yk]:.4g}")
+            spot = spots.setdefault(key, [p[xk], p[yk], [], strategy])
+            if name not in spot[2]:
+                spot[2].append(name)
+    return [(x, y, "/".join(names), strategy) for x, y, names, strategy in spots.values()]
+
+
+def _label_points(ax, by_strategy, xk: str, yk: str) -> None:
+    for i, (x, y, text, strategy) in enumerate(point_labels(by_strategy, xk, yk)):
+        dy = 7 if i % 2 == 0 else -13  # alternate above/below: neighbours on a staircase do not collide
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=(7, dy), fontsize=8 if strategy ==
+                    "parapipe" else 10, color=STYLE[strategy]["color"], zorder=5)
 
 
 def _figures(doc: Any, source: Optional[str]) -> Dict[str, List[Dict[str, Any]]]:
@@ -139,11 +167,7 @@ def plot_pareto(doc: Dict[str, Any], path: Any, *, source: Optional[str] = None)
             ax.scatter([p[xk] for p in pts], [p[yk] for p in pts], marker=st["marker"], color=st["color"],
                        s=60 if front_pt else 110, alpha=0.95 if front_pt else 0.8, label=st["label"],
                        zorder=3.5 if front_pt else 3)
-            if strategy == "single":
-                for p in pts:
-                    name = p["id"][len("single-"):] if p["id"].startswith("single-") else p["id"]
-                    ax.annotate(name, (p[xk], p[yk]), textcoords="offset points", xytext=(9, 7),
-                                fontsize=10, color=st["color"])
+        _label_points(ax, by_strategy, xk, yk)
         ring = [p for s in STRATEGIES for p in by_strategy[s] if p["pareto"]]
         if ring:
             ax.scatter([p[xk] for p in ring], [p[yk] for p in ring], marker="o", s=260, facecolors="none",

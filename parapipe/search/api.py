@@ -1,36 +1,52 @@
 """The search driver: parapipe front, baselines, CP-SAT polish, bounds — one call, one result.
 
-``search(problem, options)`` runs the outer DP (:mod:`.dp`) with greedy stage schedules (:mod:`.listsched`),
-polishes the multi-PU stages of front mappings with CP-SAT (:mod:`.cpsat`), adds the baselines
+``search(problem, options)`` runs the DP passes of :mod:`.passes` (hierarchical mappings with disjoint PU groups,
+the pure-pipeline baseline, and hierarchical mappings in which PUs serve several stages) over one shared stage
+catalogue, polishes the multi-PU stages of front mappings with CP-SAT (:mod:`.polish`), adds the other baselines
 (:mod:`.baselines`; they lie in the search space, so they are also offered to the parapipe front), evaluates every
-mapping exactly with :func:`parapipe.cost.evaluate.evaluate`, and flags the points that are non-dominated among all.
+mapping exactly with :func:`parapipe.cost.evaluate.evaluate`, flags the points that are non-dominated among all,
+and bounds the period (:mod:`.bounds`).
+
+**Exactness.** Up to :data:`EXACT_MAX_CELLS` blocks × PUs (e.g. 8 blocks on 4 PUs, 10 on 3, 16 on 2) the front
+is the exact Pareto front of the union of the spaces searched: pure pipelines in which PUs may repeat, and
+hierarchical mappings (contiguous stages, each on one PU or on a PU group list-scheduled by :mod:`.listsched`,
+PUs disjoint or shared between stages), plus CP-SAT-polished versions of their multi-PU stages. Above it the
+passes are bounded (label grid, label cap, stage boundaries at narrow cuts, time limits) and
+``SearchResult.info["spaces"]`` says, per space, whether it was still exact and what bounded it.
 """
 from __future__ import annotations
 
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..cost.evaluate import Evaluation, Mapping, StageMapping, evaluate
 from ..cost.problem import MappingProblem
 from ..errors import InfeasibleError, input_error
-from .baselines import parallel_mappings, pipeline_mappings, single_pu_mappings
-from .bounds import Bounds, lower_bounds
-from .cpsat import solve_stage
-from .dp import DPDeadline, DPOptions, dp_front
+from .baselines import parallel_mappings, single_pu_mappings
+from .bounds import PROOF_RTOL, Bounds, lower_bounds
+from .cpsat import TIME_UNIT_S
 from .pareto import pareto_mask
+from .passes import period_pass, run_passes
+from .polish import Polisher, stage_kinds
+from .transitions import StageCatalog
 
 log = logging.getLogger(__name__)
 
 OBJECTIVES = ("throughput", "latency", "energy")
 
+EXACT_MAX_CELLS = 32
+"""Blocks × PUs up to which every space is searched exactly (measured on random tables: the exact PU-reuse pass
+takes at most 0.14 s at 32 cells, up to 3 s at 40-48; tests/test_search.py checks the exact fronts against brute
+force up to 7 blocks × 3 PUs)."""
+
 
 @dataclass
 class SearchOptions:
-    """Options of :func:`search`.
+    """Options of :func:`search` (the defaults are the CLI's).
 
     Attributes
     ----------
@@ -39,46 +55,56 @@ class SearchOptions:
     max_stages : int or None
         Most pipeline stages.
     time_limit_s : float
-        Budget for the CP-SAT polish (the DP itself is polynomial and not interrupted).
+        Budget for the CP-SAT polish.
     seed : int
         CP-SAT random seed (with one worker, same seed → same front).
-    epsilon : float or None
-        Label-merging grid of the DP (None: 0 up to ``exact_blocks`` blocks, else 2e-3).
-    max_labels : int or None
-        Label cap per DP state (None: unbounded up to ``exact_blocks`` blocks, else 64).
-    exact_blocks : int
-        Problems with at most this many blocks are searched exactly.
+    exact_max_cells : int
+        Problems of at most this many blocks × PUs are searched exactly (:data:`EXACT_MAX_CELLS`).
+    epsilon, max_labels : float, int
+        Above ``exact_max_cells``: label grid (fraction of the total work; 0 = none) and label cap per state (0 =
+        none) of the disjoint-group and pipeline passes.
+    max_cut_tensors : int
+        Above ``exact_max_cells``: stage boundaries only where at most this many producers are live (see
+        :class:`parapipe.search.dp.DPOptions`).
+    reuse_pus, reuse_epsilon, reuse_max_labels, reuse_time_limit_s, reuse_max_blocks : bool, float, int, float, int
+        Also search the space where a PU serves several non-adjacent stages; above ``exact_max_cells`` with this
+        label grid and label cap, on problems of at most ``reuse_max_blocks`` blocks (or when no disjoint mapping
+        exists); always within this time limit (measured on the zoo models: up to 37 % shorter periods, e.g.
+        inception_v1 on the A311D 19.5 → 12.2 ms).
     polish : bool
         Re-schedule multi-PU stages of front mappings with CP-SAT.
     cpsat_max_blocks : int
         Largest stage (in blocks) handed to CP-SAT.
     cpsat_stage_limit_s : float
         CP-SAT time limit per stage (within ``time_limit_s`` overall).
-    max_cut_tensors : int
-        On problems above ``exact_blocks``: stage boundaries only where at most this many producers are live
-        (see :class:`parapipe.search.dp.DPOptions`).
-    reuse_pus, reuse_epsilon, reuse_max_labels, reuse_time_limit_s, reuse_max_blocks : bool, float, int, float, int
-        Also search the space where a PU serves several non-adjacent stages, with this label grid, label cap
-        and time limit, on problems of at most ``reuse_max_blocks`` blocks (or when no disjoint mapping exists) (measured on the zoo models: 0.6–3 s, and up to 37 % shorter periods, e.g. inception_v1
-        on the A311D 19.5 → 12.2 ms).
+    bound_time_limit_s : float
+        Budget of the period lower bound (:func:`parapipe.search.bounds.lower_bounds`).
+    period_gap, period_epsilon, period_time_limit_s : float, float, float
+        The least-period pass (:func:`parapipe.search.passes.period_pass`) runs when the period found is more than
+        ``period_gap`` above the relaxation's bound, with this label grid above ``exact_max_cells`` and this
+        time limit.
     """
 
     objectives: Tuple[str, ...] = OBJECTIVES
     max_stages: Optional[int] = None
     time_limit_s: float = 20.0
     seed: int = 0
-    epsilon: Optional[float] = None
-    max_labels: Optional[int] = None
-    exact_blocks: int = 24
-    polish: bool = True
-    cpsat_max_blocks: int = 40
-    cpsat_stage_limit_s: float = 0.5
+    exact_max_cells: int = EXACT_MAX_CELLS
+    epsilon: float = 0.0
+    max_labels: int = 256
     max_cut_tensors: int = 2
     reuse_pus: bool = True
     reuse_epsilon: float = 1e-2
     reuse_max_labels: int = 16
     reuse_time_limit_s: float = 10.0
     reuse_max_blocks: int = 64
+    polish: bool = True
+    cpsat_max_blocks: int = 40
+    cpsat_stage_limit_s: float = 0.5
+    bound_time_limit_s: float = 0.5
+    period_gap: float = 0.10
+    period_epsilon: float = 0.01
+    period_time_limit_s: float = 2.0
 
     def __post_init__(self) -> None:
         bad = [o for o in self.objectives if o not in OBJECTIVES]
@@ -93,7 +119,12 @@ class SearchOptions:
 
 @dataclass
 class Point:
-    """One evaluated mapping. ``strategy`` is parapipe | pipeline | parallel | single."""
+    """One evaluated mapping. ``strategy`` is parapipe | pipeline | parallel | single.
+
+    ``origin`` says where a parapipe point came from: the DP pass over ``disjoint`` groups or with PU ``reuse``,
+    ``cp-sat`` (a DP mapping with CP-SAT-polished stages) or ``baseline`` (a baseline offered to the front);
+    baselines have origin ``baseline``.
+    """
 
     id: str
     strategy: str
@@ -101,6 +132,7 @@ class Point:
     evaluation: Evaluation
     stage_schedules: List[str]  # per stage: "single-pu" | "greedy" | "cp-sat optimal" | "cp-sat feasible"
     pareto: bool = False
+    origin: str = "baseline"
 
     def objectives(self) -> Tuple[float, float, float]:
         ev = self.evaluation
@@ -109,13 +141,19 @@ class Point:
 
 @dataclass
 class SearchResult:
-    """Every point (parapipe front first, then baselines), the lower bounds and search statistics."""
+    """Every point (parapipe front first, then baselines), the lower bounds and search statistics.
+
+    ``stats``: numbers (seconds, state counts); ``info``: how the search was bounded, JSON-ready — ``exact``
+    (bool), ``exact_max_cells``, ``cells``, ``spaces`` (per space, :class:`parapipe.search.passes.SpaceReport`),
+    ``cpsat`` (``time_unit_s``, limits), ``bound`` (method of the period bound).
+    """
 
     problem: MappingProblem
     points: List[Point]
     bounds: Bounds
     objectives: Tuple[str, ...]
     stats: Dict[str, float] = field(default_factory=dict)
+    info: Dict[str, Any] = field(default_factory=dict)
 
     def front(self, strategy: str = "parapipe") -> List[Point]:
         return [p for p in self.points if p.strategy == strategy]
@@ -153,40 +191,14 @@ def merge_same_pu_stages(mapping: Mapping) -> Mapping:
     return Mapping(tuple(out))
 
 
-def _stage_kinds(mapping: Mapping) -> List[str]:
-    return ["single-pu" if len(st.pus) == 1 else "greedy" for st in mapping.stages]
 
+def _relaxation(problem: MappingProblem, best_period_s: float, deadline: float):
+    """The bound's relaxation (:class:`parapipe.search.relaxation.Relaxed`), or None beyond its PU count."""
+    from .relaxation import MAX_PUS, Relaxed
 
-class _Polisher:
-    """CP-SAT re-scheduling of multi-PU stages, memoised per (start, stop, group), within a time budget."""
-
-    def __init__(self, problem: MappingProblem, options: SearchOptions, deadline: float):
-        self.problem = problem
-        self.options = options
-        self.deadline = deadline
-        self.memo: Dict[tuple, object] = {}
-
-    def polish(self, mapping: Mapping) -> Tuple[Mapping, List[str]]:
-        stages, kinds = [], []
-        for st in mapping.stages:
-            kind = "single-pu" if len(st.pus) == 1 else "greedy"
-            new = st
-            if len(st.pus) > 1 and st.stop - st.start <= self.options.cpsat_max_blocks:
-                key = (st.start, st.stop, st.pus)
-                if key not in self.memo:
-                    left = self.deadline - time.monotonic()
-                    self.memo[key] = None if left <= 0.05 else solve_stage(
-                        self.problem, st.start, st.stop, st.pus, hint=st.assignment,
-                        time_limit_s=min(left, self.options.cpsat_stage_limit_s), seed=self.options.seed)
-                sol = self.memo[key]
-                if sol is not None:
-                    cand = StageMapping(st.start, st.stop, tuple(sorted(set(sol.assignment))), sol.assignment,
-                                        sol.order)
-                    new = cand
-                    kind = "cp-sat optimal" if sol.optimal else "cp-sat feasible"
-            stages.append(new)
-            kinds.append(kind)
-        return Mapping(tuple(stages)), kinds
+    if problem.n_pus > MAX_PUS:
+        return None
+    return Relaxed(problem, best_period_s * (1 - PROOF_RTOL), deadline)
 
 
 def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
@@ -200,84 +212,75 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     """
     opts = options or SearchOptions()
     t0 = time.monotonic()
-    exact = problem.n_blocks <= opts.exact_blocks
-    eps = opts.epsilon if opts.epsilon is not None else (0.0 if exact else 2e-3)
-    cap = opts.max_labels if opts.max_labels is not None else (0 if exact else 64)
-    dpo = DPOptions(max_stages=opts.max_stages, epsilon=eps, max_labels=cap,
-                    max_cut_tensors=None if exact else opts.max_cut_tensors)
-    try:
-        dp = dp_front(problem, dpo, progress=progress)
-        dp_mappings = list(dp.mappings)
-        n_states = dp.n_states
-    except InfeasibleError:
-        dp_mappings, n_states = [], 0
-    # Second space: a PU may serve several non-adjacent stages (labels carry every PU's busy time; bounded by an
-    # epsilon grid, a label cap and a deadline). Its mappings join the candidates; if it runs out of time the
-    # disjoint-group front stands alone.
-    reuse_opts = DPOptions(max_stages=opts.max_stages, epsilon=max(eps, opts.reuse_epsilon),
-                           max_labels=opts.reuse_max_labels, max_cut_tensors=dpo.max_cut_tensors, reuse_pus=True,
-                           deadline=time.monotonic() + (opts.reuse_time_limit_s if dp_mappings else 10 * opts.reuse_time_limit_s))
-    reuse_done = False
-    if opts.reuse_pus and (problem.n_blocks <= opts.reuse_max_blocks or not dp_mappings):
-        try:
-            rdp = dp_front(problem, reuse_opts)
-            dp_mappings += rdp.mappings
-            n_states += rdp.n_states
-            reuse_done = True
-        except DPDeadline as exc:
-            log.info("%s: PU-reuse search skipped: %s", problem.name, exc)
-        except InfeasibleError:
-            pass
-    if not dp_mappings:
+    catalog = StageCatalog(problem)
+    found, spaces, n_states = run_passes(problem, opts, catalog, progress)
+    if not found["disjoint"] and not found["reuse"]:
         raise InfeasibleError(f"{problem.name}: no mapping exists on PUs {', '.join(problem.pu_names)}: some block "
                               "cannot run on any of them; allow a PU that supports it (--pus)")
     t_dp = time.monotonic() - t0
-    deadline = time.monotonic() + opts.time_limit_s
-    polisher = _Polisher(problem, opts, deadline)
-
-    candidates: List[Tuple[str, Mapping, List[str]]] = []
-    for m in dp_mappings:
-        m = merge_same_pu_stages(m)
-        candidates.append(("parapipe", m, _stage_kinds(m)))
-    baseline: List[Tuple[str, str, Mapping]] = []
-    for name, m in single_pu_mappings(problem):
-        baseline.append(("single", f"single-{name}", m))
-    for i, m in enumerate(pipeline_mappings(problem, dpo)):
-        baseline.append(("pipeline", f"pipeline-{i}", m))
-    for i, m in enumerate(parallel_mappings(problem)):
-        baseline.append(("parallel", f"parallel-{i}", m))
+    polisher = Polisher(problem, opts.cpsat_max_blocks, opts.cpsat_stage_limit_s,
+                        time.monotonic() + opts.time_limit_s, opts.seed)
 
     points: List[Point] = []
+    baseline = [("single", f"single-{name}", m) for name, m in single_pu_mappings(problem)]
+    baseline += [("pipeline", f"pipeline-{i}", m) for i, m in enumerate(found["pipeline"])]
+    baseline += [("parallel", f"parallel-{i}", m) for i, m in enumerate(parallel_mappings(problem))]
     for strategy, pid, m in baseline:
-        kinds = _stage_kinds(m)
-        if strategy == "parallel" and opts.polish:
-            m, kinds = polisher.polish(m)
-        points.append(Point(pid, strategy, m, evaluate(problem, m), kinds))
-    # Parapipe candidates: the DP front, its CP-SAT polished versions, and every baseline (all in the space).
-    cand_points: List[Point] = []
-    for _, m, kinds in candidates:
-        cand_points.append(Point("", "parapipe", m, evaluate(problem, m), kinds))
-        if opts.polish and any(len(st.pus) > 1 for st in m.stages):
+        p = Point(pid, strategy, m, evaluate(problem, m), stage_kinds(m))
+        if strategy == "parallel" and opts.polish and polisher.wants(m):
             pm, pk = polisher.polish(m)
-            cand_points.append(Point("", "parapipe", pm, evaluate(problem, pm), pk))
+            polished = Point(pid, strategy, pm, evaluate(problem, pm), pk)
+            if polished.objectives() <= p.objectives():  # CP-SAT's rounded ticks may favour a worse schedule
+                p = polished
+        points.append(p)
+    # Parapipe candidates: the DP fronts, their CP-SAT polished versions, and every baseline (all in the space).
+    cand_points: List[Point] = []
+    for origin in ("disjoint", "reuse"):
+        for m in found[origin]:
+            m = merge_same_pu_stages(m)
+            cand_points.append(Point("", "parapipe", m, evaluate(problem, m), stage_kinds(m), origin=origin))
+            if opts.polish and polisher.wants(m):
+                pm, pk = polisher.polish(m)
+                cand_points.append(Point("", "parapipe", pm, evaluate(problem, pm), pk, origin="cp-sat"))
     for b in points:
-        cand_points.append(Point("", "parapipe", b.mapping, b.evaluation, b.stage_schedules))
+        cand_points.append(Point("", "parapipe", b.mapping, b.evaluation, b.stage_schedules, origin="baseline"))
+    # The least period of the PU-reuse space, exactly, guided by the bound's relaxation (which may already prove
+    # the best period found optimal).
+    best_period = min(p.evaluation.period_s for p in cand_points)
+    t_b = time.monotonic()
+    relaxed = _relaxation(problem, best_period, t_b + opts.bound_time_limit_s)
+    if relaxed is not None and best_period > relaxed.bound_s * (1 + opts.period_gap):
+        eps = 0.0 if problem.n_blocks * problem.n_pus <= opts.exact_max_cells else opts.period_epsilon
+        m, spaces["period"] = period_pass(problem, best_period, catalog, relaxed.guide(), opts.period_time_limit_s,
+                                          eps)
+        if m is not None:
+            m = merge_same_pu_stages(m)
+            cand_points.append(Point("", "parapipe", m, evaluate(problem, m), stage_kinds(m), origin="period"))
     mat = _objective_matrix(cand_points, opts.objectives)
     front = [cand_points[i] for i in np.flatnonzero(pareto_mask(mat))]  # equal vectors: the first is kept
     front.sort(key=lambda p: p.objectives())
     for i, p in enumerate(front):
         p.id = f"p{i}"
     all_points = front + points
-    mask = pareto_mask(_objective_matrix(all_points, opts.objectives))
-    # Equal objective vectors: pareto_mask keeps the first; a baseline equal to a front point is on the front too.
     objs = [tuple(row) for row in _objective_matrix(all_points, opts.objectives)]
-    on_front = {objs[j] for j in np.flatnonzero(mask)}
+    # Equal objective vectors: pareto_mask keeps the first; a baseline equal to a front point is on the front too.
+    on_front = {objs[j] for j in np.flatnonzero(pareto_mask(np.array(objs)))}
     for i, p in enumerate(all_points):
         p.pareto = objs[i] in on_front
-    bounds = lower_bounds(problem)
-    stats = {"search_s": time.monotonic() - t0, "dp_s": t_dp, "dp_states": n_states, "reuse_searched": float(reuse_done),
-             "epsilon": eps, "max_labels": cap, "exact": float(eps == 0 and cap == 0)}  # disjoint-group space searched exactly
-    log.info("search %s: %d blocks x %d PUs, front %d points, %.2fs (DP %.2fs, %d states)", problem.name,
-             problem.n_blocks, problem.n_pus, len(front), stats["search_s"], t_dp, n_states)
+    bounds = lower_bounds(problem, best_period_s=min(p.evaluation.period_s for p in front),
+                          time_limit_s=max(0.0, opts.bound_time_limit_s - (time.monotonic() - t_b)), relaxed=relaxed)
+    stats = {"search_s": time.monotonic() - t0, "dp_s": t_dp, "dp_states": n_states,
+             "bound_s": time.monotonic() - t_b}
+    cells = problem.n_blocks * problem.n_pus
+    claimed = ["disjoint", "pipeline"] + (["reuse"] if opts.reuse_pus else [])
+    info = {"exact": all(spaces[s].exact for s in claimed), "exact_max_cells": opts.exact_max_cells,
+            "cells": cells, "spaces": {name: rep if isinstance(rep, dict) else rep.to_json()
+                                       for name, rep in spaces.items()},
+            "cpsat": {"time_unit_s": TIME_UNIT_S, "rounding": "up", "time_limit_s": opts.time_limit_s,
+                      "stage_limit_s": opts.cpsat_stage_limit_s, "max_blocks": opts.cpsat_max_blocks},
+            "bound": bounds.info()}
+    log.info("search %s: %d blocks x %d PUs, front %d points, %.2fs (DP %.2fs, %d states), exact %s",
+             problem.name, problem.n_blocks, problem.n_pus, len(front), stats["search_s"], t_dp, n_states,
+             info["exact"])
     return SearchResult(problem=problem, points=all_points, bounds=bounds, objectives=tuple(opts.objectives),
-                        stats=stats)
+                        stats=stats, info=info)

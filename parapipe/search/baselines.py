@@ -1,8 +1,8 @@
 """Baselines built from the same cost model and machinery as the parapipe search.
 
 * ``single``: the whole model as one stage on one PU (every PU that can run every block).
-* ``pipeline``: pure pipelining — stages of one PU each (the DP restricted to singleton groups; a PU may still
-  serve several non-adjacent stages).
+* ``pipeline``: pure pipelining — stages of one PU each, every PU in at most one stage: the ``pipeline`` pass of
+  :mod:`.passes` (the DP with single-PU stages only).
 * ``parallel``: non-pipelined parallel execution — one stage holding every block over a group of at least two PUs
   (every such group; intra-stage schedule from list scheduling, polished by CP-SAT by the caller).
 """
@@ -14,7 +14,7 @@ import numpy as np
 
 from ..cost.evaluate import Mapping, StageMapping
 from ..cost.problem import MappingProblem
-from .dp import DPOptions, all_groups, dp_front
+from .stages import all_groups
 from .listsched import schedule_ranges
 
 
@@ -26,23 +26,6 @@ def single_pu_mappings(problem: MappingProblem) -> List[Tuple[str, Mapping]]:
         if np.isfinite(problem.time_s[:, p]).all():
             out.append((name, Mapping((StageMapping(0, n, (p,), (p,) * n),))))
     return out
-
-
-def pipeline_mappings(problem: MappingProblem, options: DPOptions) -> List[Mapping]:
-    """Pareto-optimal pure pipelines (one PU per stage), in the same PU-sharing space as ``options``.
-
-    Empty if no pure pipeline exists there (e.g. every PU in at most one stage, and no PU sequence covers the
-    model's op types).
-    """
-    from ..errors import InfeasibleError
-
-    opts = DPOptions(groups=[(p,) for p in range(problem.n_pus)], max_stages=options.max_stages,
-                     epsilon=options.epsilon, max_labels=options.max_labels, reuse_pus=options.reuse_pus,
-                     max_cut_tensors=options.max_cut_tensors)
-    try:
-        return dp_front(problem, opts).mappings
-    except InfeasibleError:
-        return []
 
 
 def parallel_mappings(problem: MappingProblem) -> List[Mapping]:

@@ -1,31 +1,62 @@
-"""Lower bounds on the period and the latency of any mapping (GUIDE §2), used to report optimality gaps."""
+"""Lower bounds on the period and the latency of any mapping (GUIDE §2), used to report optimality gaps.
+
+* **Period**, the largest of:
+
+  - the slowest block on its fastest PU;
+  - the LP load balance: blocks split fractionally across the PUs that support them, no transfers
+    (``min P s.t. Σ_b x_bp t_bp <= P``, ``Σ_p x_bp = 1``, ``x >= 0``), solved with OR-Tools' GLOP;
+  - the relaxed min-max DP of :mod:`.relaxation`: per-block PU choice with op support, the hand-offs that
+    unsupported ops force, and what a multi-PU stage costs every PU of its group (longest spine path or
+    balanced work); exact for chains mapped one PU per stage.
+
+  When it reaches the best period a search found (within :data:`PROOF_RTOL`), that period is **proved optimal**:
+  no mapping of the cost model is faster.
+* **Latency**: critical path with every block on its fastest PU and free transfers.
+"""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Any, Dict, Optional
 
 import numpy as np
 
 from ..cost.problem import MappingProblem
 
+PROOF_RTOL = 1e-9
+"""Relative tolerance of "proved optimal": the bound is at least ``(1 - PROOF_RTOL) ×`` the best period found
+(the same sums taken in another order differ in the last bits)."""
+
 
 @dataclass
 class Bounds:
-    """``period_s >= period_lb_s`` and ``latency_s >= latency_lb_s`` for every mapping of the problem."""
+    """``period_s >= period_lb_s`` and ``latency_s >= latency_lb_s`` for every mapping of the problem.
+
+    ``period_method``: which bound is the largest (``relaxed-dp``, ``lp`` or ``block``); ``period_proved_optimal``:
+    the best period found reaches the bound (``period_lb_s`` is then that period); ``note``: why the relaxed
+    DP bound is missing, if it is.
+    """
 
     period_lb_s: float
     latency_lb_s: float
+    period_method: str = "lp"
+    period_proved_optimal: bool = False
+    note: str = ""
+
+    def info(self) -> Dict[str, Any]:
+        """The bound's provenance for pareto.json ``search.bound``."""
+        out: Dict[str, Any] = {"period_method": self.period_method,
+                               "period_proved_optimal": self.period_proved_optimal}
+        if self.note:
+            out["note"] = self.note
+        return out
 
 
-def period_lower_bound(problem: MappingProblem) -> float:
-    """max(slowest block on its fastest PU, fractional load balance).
-
-    The balance term is the LP relaxation ``min P s.t. Σ_b x_bp·t_bp <= P for every PU, Σ_p x_bp = 1, x >= 0``
-    (blocks split fractionally across PUs, no transfers), solved with OR-Tools' GLOP.
-    """
-    t = problem.time_s
-    single = float(np.min(t, axis=1).max())
+def lp_period_bound(problem: MappingProblem) -> float:
+    """The LP load-balance bound (module docstring), seconds."""
     from ortools.linear_solver import pywraplp
 
+    t = problem.time_s
     solver = pywraplp.Solver.CreateSolver("GLOP")
     n, k = t.shape
     period = solver.NumVar(0, solver.infinity(), "P")
@@ -39,11 +70,11 @@ def period_lower_bound(problem: MappingProblem) -> float:
     solver.Minimize(period)
     status = solver.Solve()
     balance = period.solution_value() if status == pywraplp.Solver.OPTIMAL else 0.0
-    return max(single, float(balance) * (1 - 1e-9))
+    return float(balance) * (1 - 1e-9)  # GLOP's tolerance must not lift it above the true optimum
 
 
 def latency_lower_bound(problem: MappingProblem) -> float:
-    """Critical path with every block on its fastest PU and free transfers."""
+    """Critical path with every block on its fastest PU and free transfers, seconds."""
     fastest = np.min(problem.time_s, axis=1)
     finish = np.zeros(problem.n_blocks)
     for v in range(problem.n_blocks):
@@ -52,6 +83,36 @@ def latency_lower_bound(problem: MappingProblem) -> float:
     return float(finish.max()) if len(finish) else 0.0
 
 
-def lower_bounds(problem: MappingProblem) -> Bounds:
-    """Both bounds (see :func:`period_lower_bound`, :func:`latency_lower_bound`)."""
-    return Bounds(period_lb_s=period_lower_bound(problem), latency_lb_s=latency_lower_bound(problem))
+def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
+                 time_limit_s: Optional[float] = 5.0, relaxed=None) -> Bounds:
+    """Both bounds (module docstring).
+
+    Parameters
+    ----------
+    problem : MappingProblem
+    best_period_s : float, optional
+        Best period a search found, seconds: the relaxed DP prunes at it and proves it optimal if it can.
+    time_limit_s : float or None
+        Budget of the relaxed DP, seconds (None: unbounded); past it the other bounds stand.
+    relaxed : parapipe.search.relaxation.Relaxed, optional
+        The relaxation already built by the search (its Lagrangian bound is reused).
+    """
+    from .relaxation import relaxed_period_bound
+
+    candidates = {"block": float(np.min(problem.time_s, axis=1).max()), "lp": lp_period_bound(problem)}
+    note = ""
+    proved = False
+    if best_period_s is not None:
+        try:
+            deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
+            candidates["relaxed-dp"], proved = relaxed_period_bound(
+                problem, best_period_s, max(candidates.values()), deadline=deadline, rtol=PROOF_RTOL,
+                relaxed=relaxed)
+        except ValueError as exc:
+            note = str(exc)
+    method = max(candidates, key=lambda m: candidates[m])
+    lb = candidates[method]
+    proved = proved or (best_period_s is not None and lb >= best_period_s * (1 - PROOF_RTOL))
+    if proved:
+        lb = best_period_s
+    return Bounds(lb, latency_lower_bound(problem), method, proved, note)

@@ -3,26 +3,39 @@
 Model (shape of OR-Tools' ``line_balancing_sat.py``: data / variables / constraints / objective / solve):
 one optional interval per (block, PU) with exactly one present, no-overlap per PU, precedence with the transfer
 delay when producer and consumer sit on different PUs, makespan minimised. Times are integers in units of
-``TIME_UNIT_S`` (0.1 µs, far below any operator time). The greedy schedule is passed as a hint; the search is
-deterministic (one worker) and time-limited.
+``TIME_UNIT_S``, every duration and transfer rounded *up* to the unit (rounding to nearest turned ten 40 ns
+blocks into zero-length intervals, so any schedule looked optimal); "optimal" therefore means optimal for the
+rounded-up durations, within ``n · TIME_UNIT_S`` of the true optimum for ``n`` blocks. The greedy schedule is
+passed as a hint; the search is deterministic (one worker) and time-limited.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from ..cost.problem import MappingProblem
 
 TIME_UNIT_S = 1e-7
-"""Integer time resolution of the CP-SAT model, seconds (0.1 µs; chosen far below operator times)."""
+"""Integer time resolution of the CP-SAT model, seconds (0.1 µs; chosen far below operator times). Durations are
+rounded up to it; pareto.json records it as ``search.cpsat.time_unit_s``."""
+
+
+def ticks(x_s: float) -> int:
+    """``x_s`` seconds in units of :data:`TIME_UNIT_S`, rounded up (a relative 1e-9 absorbs float noise, so
+    2e-7 s is 2 ticks, not 3)."""
+    return max(0, int(math.ceil(x_s / TIME_UNIT_S * (1 - 1e-9))))
 
 
 @dataclass
 class StageSchedule:
-    """Result of :func:`solve_stage`: PU per block (``start..stop``), schedule order, makespan, proof status."""
+    """Result of :func:`solve_stage`: PU per block (``start..stop``), schedule order, makespan, proof status.
+
+    ``makespan_s`` is the model's makespan in whole ticks times :data:`TIME_UNIT_S` (durations rounded up), so it
+    is at least the true makespan of the returned schedule; ``optimal`` is CP-SAT's proof for those ticks.
+    """
 
     assignment: Tuple[int, ...]
     order: Tuple[int, ...]
@@ -40,13 +53,10 @@ def solve_stage(problem: MappingProblem, start: int, stop: int, group: Sequence[
     StageSchedule or None
         None if CP-SAT found no solution within ``time_limit_s`` (or the stage is infeasible on ``group``).
     """
+    from ortools.sat.python import cp_model  # ~0.3 s to import: only when a stage is solved
+
     blocks = list(range(start, stop))
     group = list(group)
-    scale = 1.0 / TIME_UNIT_S
-
-    def ticks(x: float) -> int:
-        return int(round(x * scale))
-
     dur = {(v, p): ticks(problem.time_s[v, p]) for v in blocks for p in group if np.isfinite(problem.time_s[v, p])}
     horizon = sum(max((d for (v2, _), d in dur.items() if v2 == v), default=0) for v in blocks)
     comm = {}

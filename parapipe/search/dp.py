@@ -1,39 +1,45 @@
-"""Outer level of the hierarchical search: dynamic programming over stage boundaries × PU groups.
+"""Outer level of the hierarchical search: dynamic programming over stage boundaries × stages.
 
 Blocks are in a topological order; a stage is a contiguous range ``[i, j)`` of that order (a downward-closed cut,
-as in PipeDream's DP) placed on a PU group ``G`` with the greedy schedule of :mod:`.listsched`. States are
-``(i, used PUs, PUs of the live producers at i[, number of stages])``: the live producers are the blocks before
-``i`` whose outputs are read at or after ``i``, and their PUs are exactly what the next stages' input transfers
-depend on. Each state keeps the Pareto set of its labels; every final objective is monotone in the label, so
-keeping only non-dominated labels loses no Pareto-optimal mapping of the space searched.
+as in PipeDream's DP) run by one of the stage kinds of :mod:`.stages` (one PU, or a PU group list-scheduled).
+States are ``(j, used PUs, PUs of the live producers at j[, number of stages])``: the live producers are the
+blocks before ``j`` whose outputs are read at or after ``j``, and their PUs are exactly what the next stages'
+input transfers depend on. Each state keeps the Pareto set of its labels; every final objective is monotone in
+the label, so keeping only non-dominated labels loses no Pareto-optimal mapping of the space searched.
 
 Two spaces:
 
-* ``reuse_pus=False`` (default): each PU serves at most one stage (the stage groups are disjoint). The period is
-  then the largest stage time and a label is ``(max T_s, latency, E_dyn)`` — three numbers — with
-  ``energy = E_dyn + (ΣP_idle + P_static)·period``. Fast: the states number at most n · 2^k · (live PU maps).
+* ``reuse_pus=False``: each PU serves at most one stage (the stage groups are disjoint). The period is then the
+  largest stage time and a label is ``(max T_s, latency, E_dyn)`` with ``energy = E_dyn + (ΣP_idle +
+  P_static)·period``.
 * ``reuse_pus=True``: a PU may serve several non-adjacent stages (its busy time is the sum); the label carries the
-  busy time of every PU, ``(busy_1..busy_k, latency, E_dyn)``. Exact but its label sets grow quickly with k; used
-  on small problems and by tests.
+  busy time of every PU, ``(busy_1..busy_k, latency, E_dyn)``, and the state drops the used-PU set. This space
+  contains the first one and every pure pipeline in which PUs repeat.
 
-With ``epsilon = 0`` and no label cap the result is the exact front of the space (a test checks it against brute
-force); ``epsilon > 0`` merges labels closer than ``epsilon`` × the total work on a grid (ε-dominance, Laumanns et
-al., Evolutionary Computation 10(3), 2002) to bound the work on large graphs.
+With ``epsilon = 0``, no label cap, no cut restriction and no deadline the result is the exact front of the space
+(tests check it against brute force). ``epsilon > 0`` merges labels closer than ``epsilon`` × the total work on a
+grid (ε-dominance, Laumanns et al., Evolutionary Computation 10(3), 2002), ``max_labels`` keeps at most that many
+labels per state, ``max_cut_tensors`` restricts stage boundaries, ``deadline`` stops the DP: each bounds the work
+on large problems and :class:`DPResult` says which of them cut anything.
+
+Implementation: transitions are recorded as scalars ``(source state, stage time, energy, run)`` and the labels of
+a state are built in one vectorised step when the state is finalised (all its sources lie at earlier positions).
 """
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
-from itertools import combinations
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from ..cost.evaluate import Mapping, StageMapping
 from ..cost.problem import MappingProblem
-from .listsched import RangeSchedules, schedule_ranges
+from .labels import LabelStore
 from .pareto import pareto_mask
+from .stages import STAGE_KINDS, StageRun, all_groups  # noqa: F401  (all_groups: public here too)
+from .transitions import StageCatalog, live_sets  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +54,8 @@ class DPOptions:
         PU groups a stage may use (PU indices); ``None`` = every non-empty subset of at most ``max_group_size``.
     max_group_size : int or None
         Largest group when ``groups`` is None (None = all PUs).
+    kinds : tuple of str
+        Stage kinds (:data:`parapipe.search.stages.STAGE_KINDS`); ``("single-pu",)`` gives pure pipelines.
     max_stages : int or None
         Most stages in a mapping (None = unbounded).
     epsilon : float
@@ -62,16 +70,24 @@ class DPOptions:
         boundaries are best at cut points where few bytes cross").
     deadline : float or None
         ``time.monotonic()`` value after which the DP gives up with :class:`DPDeadline`.
+    period_below : float or None
+        Period-only search (with ``reuse_pus``): labels are busy times only, and only those that can still end
+        below this period are kept; the result is one mapping of least period, if any is below it.
+    guide : tuple or None
+        ``(λ, togo)`` for ``period_below``: see :class:`parapipe.search.labels.LabelStore`.
     """
 
     groups: Optional[List[Tuple[int, ...]]] = None
     max_group_size: Optional[int] = None
+    kinds: Tuple[str, ...] = STAGE_KINDS
     max_stages: Optional[int] = None
     epsilon: float = 0.0
     max_labels: int = 0
     reuse_pus: bool = False
     max_cut_tensors: Optional[int] = None
     deadline: Optional[float] = None
+    period_below: Optional[float] = None
+    guide: Optional[tuple] = None
 
 
 class DPDeadline(Exception):
@@ -80,38 +96,28 @@ class DPDeadline(Exception):
 
 @dataclass
 class DPResult:
-    """Non-dominated mappings found by the DP, with their objectives (period_s, latency_s, energy_j)."""
+    """Non-dominated mappings found by the DP, with their objectives (period_s, latency_s, energy_j).
+
+    ``capped_states`` counts the states where ``max_labels`` dropped non-dominated labels, ``cut_limited``
+    whether ``max_cut_tensors`` excluded a boundary; with ``epsilon == 0`` and both zero/false the front is
+    exact for the space.
+    """
 
     mappings: List[Mapping]
     objectives: np.ndarray  # (m, 3)
     n_states: int = 0
     n_labels: int = 0
     n_transitions: int = 0
+    capped_states: int = 0
+    cut_limited: bool = False
 
-
-def all_groups(k: int, max_size: Optional[int] = None) -> List[Tuple[int, ...]]:
-    """Every non-empty subset of ``range(k)`` with at most ``max_size`` members, smallest first."""
-    top = k if max_size is None else min(k, max_size)
-    return [g for r in range(1, top + 1) for g in combinations(range(k), r)]
-
-
-def _live_sets(problem: MappingProblem) -> List[Tuple[int, ...]]:
-    """``live[i]``: blocks ``u < i`` with a successor ``>= i`` (sorted)."""
-    n = problem.n_blocks
-    last_use = [max(s) if s else -1 for s in problem.succs]
-    live: List[Tuple[int, ...]] = []
-    cur: List[int] = []
-    for i in range(n + 1):
-        live.append(tuple(cur))
-        if i < n:
-            cur = [u for u in cur if last_use[u] > i]
-            if last_use[i] > i:
-                cur.append(i)
-    return live
+    def exact(self, epsilon: float) -> bool:
+        """True if the run with grid ``epsilon`` returned the exact front of its space."""
+        return epsilon == 0 and self.capped_states == 0 and not self.cut_limited
 
 
 def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
-             progress: Optional[Callable[[int], None]] = None) -> DPResult:
+             progress: Optional[Callable[[int], None]] = None, catalog: Optional[StageCatalog] = None) -> DPResult:
     """Pareto front (period, latency, energy) of hierarchical mappings of ``problem``.
 
     Parameters
@@ -120,6 +126,8 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
     options : DPOptions, optional
     progress : callable, optional
         Called with the number of block positions finished (0..n) for progress bars.
+    catalog : StageCatalog, optional
+        Stage runs and moves of ``problem`` shared with other passes (built here if not given).
 
     Returns
     -------
@@ -129,191 +137,114 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
     ------
     parapipe.errors.InfeasibleError
         If no mapping exists (e.g. groups exclude every PU that can run some block).
+    DPDeadline
+        If ``options.deadline`` passes before the DP ends.
+    ValueError
+        An unknown stage kind.
     """
     from ..errors import InfeasibleError
 
     opts = options or DPOptions()
     n, k = problem.n_blocks, problem.n_pus
-    groups = opts.groups if opts.groups is not None else all_groups(k, opts.max_group_size)
-    live = _live_sets(problem)
+    cat = catalog if catalog is not None else StageCatalog(problem)
+    allowed = {tuple(sorted(g)) for g in opts.groups} if opts.groups is not None else None
+    top = opts.max_group_size
+    live = cat.live
     cut_ok = [opts.max_cut_tensors is None or len(live[j]) <= opts.max_cut_tensors or j == n
               for j in range(n + 1)]
-    preds = problem.preds
+    cut_limited = not all(cut_ok)
     idle_static = float(problem.idle_power_w.sum()) + problem.static_power_w
     reuse = opts.reuse_pus
     nb = k if reuse else 1  # label columns holding busy time (per PU, or the largest stage time)
-    d = nb + 2
-    group_masks = [sum(1 << p for p in g) for g in groups]
-    # Grid for epsilon merging: a fraction of the total work on the fastest PUs.
-    ref_t = float(np.nanmin(np.where(np.isfinite(problem.time_s), problem.time_s, np.nan), axis=1).sum())
-    ref_e = float(np.abs(np.nan_to_num(problem.time_s * (problem.active_power_w - problem.idle_power_w),
-                                       posinf=0.0)).min(axis=1).sum()) or 1.0
-    grid = np.array([ref_t] * (nb + 1) + [ref_e]) * opts.epsilon if opts.epsilon > 0 else None
+    staged = opts.max_stages is not None
+    grid = None
+    if opts.epsilon > 0:  # a fraction of the total work on the fastest PUs
+        ref_t = float(np.nanmin(np.where(np.isfinite(problem.time_s), problem.time_s, np.nan), axis=1).sum())
+        ref_e = float(np.abs(np.nan_to_num(problem.time_s * (problem.active_power_w - problem.idle_power_w),
+                                           posinf=0.0)).min(axis=1).sum()) or 1.0
+        extra = [] if opts.period_below is not None else [ref_t, ref_e]
+        grid = np.array([ref_t] * nb + extra) * opts.epsilon
 
-    sched_cache: Dict[Tuple[int, int], RangeSchedules] = {}
+    def usable(i: int) -> list:
+        return [(rid, ex) for kind in opts.kinds for rid, ex in cat.exits(i, kind)
+                if (allowed is None or ex.run.group in allowed) and (top is None or len(ex.run.group) <= top)]
 
-    def schedules(i: int, gi: int) -> RangeSchedules:
-        key = (i, gi)
-        rs = sched_cache.get(key)
-        if rs is None:
-            rs = schedule_ranges(problem, i, groups[gi])
-            sched_cache[key] = rs
-        return rs
-
-    # candidates[(j, livekey, s)] -> list of (values array (m, d), back-pointer list)
+    period_only = opts.period_below is not None
+    rest = None
+    if period_only:
+        rest = np.concatenate([np.cumsum(np.min(problem.time_s, axis=1)[::-1])[::-1], [0.0]]).tolist()
+    store = LabelStore(per_pu=reuse, n_pus=k, with_latency_energy=not period_only, shares=cat.shares, grid=grid,
+                       max_labels=opts.max_labels, admit_below=opts.period_below, rest_s=rest, guide=opts.guide)
+    keys = store.keys
     pending: Dict[tuple, list] = {}
-    start_key = (0, 0, (), 0)
-    start_vals = np.zeros((1, d))
-    states: Dict[tuple, Tuple[np.ndarray, list]] = {start_key: (start_vals, [None])}
-    by_pos: Dict[int, List[tuple]] = {0: [start_key]}
+    by_pos: Dict[int, List[tuple]] = {}
     n_trans = 0
-    n_labels = 0
     for i in range(n):
-        # Finalise states at position i (all their candidates come from earlier positions).
-        for key in by_pos.get(i, []):
-            if key in states:
+        here = [store.start((0, 0, (), 0))] if i == 0 else [store.add(key, pending.pop(key))
+                                                            for key in by_pos.pop(i, [])]
+        here = [sid for sid in here if store.size(sid)]
+        runs_here = usable(i) if here else []
+        for sid in here:
+            _, used_mask, livepus, n_st = keys[sid]
+            if staged and n_st >= opts.max_stages:
                 continue
-            chunks = pending.pop(key)
-            vals = np.concatenate([c[0] for c in chunks])
-            back = _Back(chunks)
-            vals, back = _prune(vals, back, grid, opts.max_labels, nb)
-            states[key] = (vals, back)
-            n_labels += len(back)
-        for key in by_pos.get(i, []):
-            vals, _ = states[key]
-            _, used_mask, livepus, n_st = key
-            if opts.max_stages is not None and n_st >= opts.max_stages:
-                continue
-            live_pu = dict(zip(live[i], livepus))
-            for gi, group in enumerate(groups):
-                if not reuse and used_mask & group_masks[gi]:
+            for run_id, ex in runs_here:
+                if not reuse and used_mask & ex.mask:
                     continue
-                rs = schedules(i, gi)
-                if not len(rs.assignment):
-                    continue
-                gset = set(group)
-                used = set()
-                need: Dict[Tuple[int, int], float] = {}
-                t_in = 0.0
-                for off, q in enumerate(rs.assignment):
-                    v = i + off
-                    used.add(q)
-                    for u in preds[v]:
-                        if u < i:
-                            nbytes_uv = problem.edge_nbytes.get((u, v), 0.0)
-                            old = need.get((u, q))
-                            if old is None or nbytes_uv > old:
-                                if old is not None:
-                                    t_in -= problem.comm_s(live_pu[u], q, old)
-                                need[(u, q)] = nbytes_uv
-                                t_in += problem.comm_s(live_pu[u], q, nbytes_uv)
-                    j = v + 1
-                    if len(used) != len(gset) or not cut_ok[j]:
-                        continue  # a PU of the group idles: the subgroup with the same schedule dominates
-                    t_s = t_in + float(rs.makespan_s[off])
-                    new_live = tuple(live_pu[u] if u < i else rs.assignment[u - i] for u in live[j])
-                    nkey = (j, used_mask | group_masks[gi] if not reuse else 0, new_live,
-                            n_st + 1 if opts.max_stages is not None else 0)
+                mask = 0 if reuse else used_mask | ex.mask
+                for j, t_s, dyn, new_live in ex.moves(livepus):
+                    if not cut_ok[j]:
+                        continue
+                    nkey = (j, mask, new_live, n_st + 1 if staged else 0)
                     bucket = pending.get(nkey)
                     if bucket is None:
                         bucket = pending[nkey] = []
                         by_pos.setdefault(j, []).append(nkey)
-                    m = len(vals)
-                    new = vals.copy()
-                    if reuse:
-                        for p in group:
-                            new[:, p] += t_s
-                    else:
-                        np.maximum(new[:, 0], t_s, out=new[:, 0])
-                    new[:, nb] += t_s
-                    new[:, nb + 1] += float(rs.dyn_energy_j[off])
-                    bucket.append((new, (key, i, j, gi)))
-                    n_trans += m
+                    bucket.append((sid, t_s, dyn, run_id))
+                    n_trans += 1
         if progress is not None:
             progress(i + 1)
         if opts.deadline is not None and time.monotonic() > opts.deadline:
             raise DPDeadline(f"DP stopped at block {i + 1} of {n}")
-    finals = []
-    for key in by_pos.get(n, []):
-        chunks = pending.pop(key)
-        # Final labels are judged on the final objectives only (3 numbers), so no label-space filter here.
-        states[key] = (np.concatenate([c[0] for c in chunks]), _Back(chunks))
-        finals.append(key)
+    finals = by_pos.pop(n, [])
+    if not finals and period_only:
+        raise InfeasibleError(f"{problem.name}: no mapping with a period below {opts.period_below:.6g} s")
     if not finals:
         raise InfeasibleError(f"{problem.name}: no mapping exists with the allowed PU groups; some block cannot run "
                               "on any allowed PU — allow more PUs (--pus)")
-    objs = []
-    refs = []
-    for key in finals:
-        vals, _ = states[key]
-        period = vals[:, :nb].max(axis=1)
-        objs.append(np.column_stack([period, vals[:, nb], vals[:, nb + 1] + idle_static * period]))
-        refs.extend((key, idx) for idx in range(len(vals)))
+    objs, ref_sid, ref_row = [], [], []
+    for key in finals:  # final labels are judged on the final objectives only (3 numbers)
+        sid = store.add(key, pending.pop(key), prune=False)
+        v = store.array(sid)
+        period = v[:, :nb].max(axis=1)
+        if period_only:
+            objs.append(np.column_stack([period, np.zeros(len(v)), np.zeros(len(v))]))
+        else:
+            objs.append(np.column_stack([period, v[:, nb], v[:, nb + 1] + idle_static * period]))
+        ref_sid.append(np.full(len(v), sid))
+        ref_row.append(np.arange(len(v)))
     objs = np.concatenate(objs)
+    if period_only and not len(objs):
+        raise InfeasibleError(f"{problem.name}: no mapping with a period below {opts.period_below:.6g} s")
     mask = pareto_mask(objs)
-    mappings = [_rebuild(states, refs[t], groups, sched_cache) for t in np.flatnonzero(mask)]
-    return DPResult(mappings=mappings, objectives=objs[mask], n_states=len(states), n_labels=n_labels,
-                    n_transitions=n_trans)
+    sids, rows = np.concatenate(ref_sid)[mask], np.concatenate(ref_row)[mask]
+    mappings = [rebuild(store, cat.runs, int(s), int(r)) for s, r in zip(sids, rows)]
+    return DPResult(mappings=mappings, objectives=objs[mask], n_states=len(keys), n_labels=store.n_labels,
+                    n_transitions=n_trans, capped_states=store.capped_states, cut_limited=cut_limited)
 
 
-class _Back:
-    """Back-pointers of concatenated label chunks, built only for the labels that are kept.
-
-    A chunk is ``(values (m, d), (source state key, i, j, group index))``; label ``t`` of the concatenation is row
-    ``t - offset`` of its chunk, and its back-pointer is ``(source key, source row, i, j, group index)``.
-    """
-
-    __slots__ = ("meta", "offsets")
-
-    def __init__(self, chunks):
-        self.meta = [c[1] for c in chunks]
-        self.offsets = np.cumsum([0] + [len(c[0]) for c in chunks])
-
-    def __getitem__(self, t: int):
-        c = int(np.searchsorted(self.offsets, t, side="right")) - 1
-        key, i, j, gi = self.meta[c]
-        return (key, int(t - self.offsets[c]), i, j, gi)
-
-
-def _prune(vals: np.ndarray, back: list, grid: Optional[np.ndarray], max_labels: int, nb: int):
-    """Keep the non-dominated labels (on the epsilon grid when given), at most ``max_labels`` of them.
-
-    With a cap and many candidates, a pre-selection keeps the ``4 · max_labels`` best candidates on each label
-    column and on their normalised sum before the exact Pareto filter (the cap discards the rest anyway);
-    this keeps large label sets (PU reuse: k + 2 columns) cheap.
-    """
-    keyvals = np.floor(vals / np.where(grid > 0, grid, 1.0)) if grid is not None else vals
-    cand = np.arange(len(vals))
-    if max_labels and len(vals) > 16 * max_labels:
-        top = 4 * max_labels
-        span = keyvals.max(axis=0) - keyvals.min(axis=0)
-        norm = (keyvals - keyvals.min(axis=0)) / np.where(span > 0, span, 1.0)
-        cols = [keyvals[:, c] for c in range(keyvals.shape[1])] + [norm.sum(axis=1), norm[:, :nb].max(axis=1)]
-        pick = set()
-        for col in cols:
-            pick.update(np.argpartition(col, min(top, len(col) - 1))[:top].tolist())
-        cand = np.array(sorted(pick))
-    mask = pareto_mask(keyvals[cand])
-    idx = cand[mask]
-    if max_labels and len(idx) > max_labels:
-        period = vals[idx, :nb].max(axis=1)
-        order = idx[np.argsort(period, kind="stable")]
-        pick = np.unique(np.linspace(0, len(order) - 1, max_labels).round().astype(int))
-        idx = np.sort(order[pick])
-    return vals[idx], [back[t] for t in idx]
-
-
-def _rebuild(states, ref, groups, sched_cache) -> Mapping:
+def rebuild(store: LabelStore, runs: List[StageRun], sid: int, row: int) -> Mapping:
+    """The mapping of label ``row`` of state ``sid`` (keys start with the stop position), following
+    back-pointers to the start state."""
     stages: List[StageMapping] = []
-    key, idx = ref
     while True:
-        _, back = states[key]
-        bp = back[idx]
-        if bp is None:
+        back = store.back(sid, row)
+        if back is None:
             break
-        pkey, pidx, i, j, gi = bp
-        rs = sched_cache[(i, gi)]
-        assign = tuple(rs.assignment[: j - i])
-        stages.append(StageMapping(i, j, tuple(sorted(set(assign))), assign))
-        key, idx = pkey, pidx
+        src, src_row, run_id = back
+        run = runs[run_id]
+        stop = store.keys[sid][0]
+        assign = tuple(run.assignment[: stop - run.start])
+        stages.append(StageMapping(run.start, stop, tuple(sorted(set(assign))), assign))
+        sid, row = src, src_row
     return Mapping(tuple(reversed(stages)))

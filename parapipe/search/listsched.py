@@ -8,6 +8,7 @@ heterogeneous computing", IEEE TPDS 2002, with the topological order as priority
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import List, Sequence
 
@@ -39,10 +40,11 @@ def schedule_ranges(problem: MappingProblem, start: int, group: Sequence[int], s
     """
     n = problem.n_blocks if stop_max is None else stop_max
     group = tuple(group)
-    t = problem.time_s
-    pw = problem.active_power_w
-    idle = problem.idle_power_w
+    rows = problem.rows()
+    t, dynp = rows.time_s, rows.dyn_power_w
+    alpha, beta = rows.alpha_s, rows.beta_bytes_per_s
     preds = problem.preds
+    edges = problem.edge_nbytes
     pu_free = {p: 0.0 for p in group}
     finish = {}
     pu_of = {}
@@ -52,26 +54,26 @@ def schedule_ranges(problem: MappingProblem, start: int, group: Sequence[int], s
     makespan = 0.0
     dyn = 0.0
     single = len(group) == 1
+    inf = math.inf
     for v in range(start, n):
         best = None
+        tv_row, dv_row = t[v], dynp[v]
+        inner = [(u, finish[u], pu_of[u], edges.get((u, v), 0.0)) for u in preds[v] if u >= start]
         for p in group:
-            tv = t[v, p]
-            if not np.isfinite(tv):
+            tv = tv_row[p]
+            if tv == inf:
                 continue
             ready = 0.0
-            for u in preds[v]:
-                if u >= start:
-                    fu = finish[u]
-                    if not single and pu_of[u] != p:
-                        fu += problem.comm_s(pu_of[u], p, problem.edge_nbytes.get((u, v), 0.0))
-                    if fu > ready:
-                        ready = fu
+            for u, fu, pu, nb in inner:
+                if not single and pu != p and nb > 0:
+                    fu += alpha[pu][p] + nb / beta[pu][p]
+                if fu > ready:
+                    ready = fu
             s = pu_free[p] if pu_free[p] > ready else ready
             f = s + tv
-            e = tv * (pw[v, p] - idle[p])
-            key = (f, e)
-            if best is None or key < best[0]:
-                best = (key, p, f, e)
+            e = tv * dv_row[p]
+            if best is None or (f, e) < best[0]:
+                best = ((f, e), p, f, e)
         if best is None:
             break
         _, p, f, e = best

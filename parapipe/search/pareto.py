@@ -6,6 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
+SMALL_SET = 12
+"""Up to this many rows the filter runs in plain Python (cheaper than numpy's per-call overhead; measured)."""
+SWEEPS = 8
+CHUNK = 256
+_TRI = np.tril(np.ones((CHUNK, CHUNK), dtype=bool), k=-1)  # _TRI[a, b]: row b comes before row a
+
 
 def pareto_mask(points: np.ndarray) -> np.ndarray:
     """Mask of the non-dominated rows of ``points`` (all objectives minimised).
@@ -27,37 +33,52 @@ def pareto_mask(points: np.ndarray) -> np.ndarray:
     """
     pts = np.asarray(points, dtype=float)
     m = len(pts)
-    if m == 0:
-        return np.zeros(0, dtype=bool)
-    # Lexicographic order (stable, so the first of equal rows comes first): a row can only be weakly dominated
-    # by rows before it, and a row weakly dominated by any earlier row (kept or not) is weakly dominated by a
-    # kept one (transitivity). So: keep a row iff no earlier row is <= it everywhere. Processed in chunks, each
-    # checked against the kept front and against the earlier rows of its own chunk, all in numpy.
-    order = np.lexsort(pts.T[::-1])
-    sorted_pts = pts[order]
-    if m <= 384:  # small sets: one (m, m, d) comparison beats the chunked loop
-        weak = np.all(sorted_pts[None, :, :] <= sorted_pts[:, None, :], axis=2)  # weak[a, b]: b <= a
-        keep_sorted = ~np.tril(weak, k=-1).any(axis=1)
-        mask = np.zeros(m, dtype=bool)
-        mask[order[keep_sorted]] = True
-        return mask
-    keep_sorted = np.zeros(m, dtype=bool)
-    front = sorted_pts[:0]
-    chunk = 128
-    tri = np.tril(np.ones((chunk, chunk), dtype=bool), k=-1)  # tri[a, b]: b before a
-    for lo in range(0, m, chunk):
-        c = sorted_pts[lo:lo + chunk]
-        nc = len(c)
-        alive = np.ones(nc, dtype=bool)
-        if len(front):
-            alive &= ~np.all(front[None, :, :] <= c[:, None, :], axis=2).any(axis=1)
-        within = np.all(c[None, :, :] <= c[:, None, :], axis=2) & tri[:nc, :nc]
-        alive &= ~within.any(axis=1)
-        keep_sorted[lo:lo + nc] = alive
-        if alive.any():
-            front = np.concatenate([front, c[alive]])
     mask = np.zeros(m, dtype=bool)
-    mask[order[keep_sorted]] = True
+    if m <= SMALL_SET:
+        rows = pts.tolist()
+        kept: list = []
+        for i in sorted(range(m), key=lambda r: (rows[r], r)):
+            row = rows[i]
+            if not any(all(a <= b for a, b in zip(rows[j], row)) for j in kept):
+                kept.append(i)
+        mask[kept] = True
+        return mask
+    # Lexicographic order (stable, so the first of equal rows comes first): a row can only be weakly dominated
+    # by rows before it, and a row weakly dominated by an earlier removed row is weakly dominated by a kept one
+    # (transitivity). So a row is kept iff no earlier row is <= it everywhere.
+    order = np.lexsort(pts.T[::-1])
+    cols = [np.ascontiguousarray(c) for c in pts[order].T]  # one array per objective: fast 1-D/2-D compares
+    pos = np.arange(m)
+    keep = []
+    # First a few sweeps: the first remaining row is kept and every row it weakly dominates is dropped (cheap
+    # when few rows survive, the common case of DP label sets) ...
+    for _ in range(SWEEPS):
+        if not len(pos):
+            break
+        keep.append(pos[0])
+        alive = cols[0] < cols[0][0]
+        for c in cols[1:]:
+            alive |= c < c[0]
+        cols = [c[alive] for c in cols]
+        pos = pos[alive]
+    # ... then the remaining rows in chunks, each checked against the rows kept so far and against the earlier
+    # rows of its own chunk (cheap when many rows survive).
+    front = [c[:0] for c in cols] if not keep else [c for c in pts[order[keep]].T]
+    for lo in range(0, len(pos), CHUNK):
+        chunk = [c[lo:lo + CHUNK] for c in cols]
+        nc = len(chunk[0])
+        dominated = _TRI[:nc, :nc].copy()  # [a, b]: row b of the chunk (earlier) is <= row a everywhere
+        for c in chunk:
+            dominated &= c[None, :] <= c[:, None]
+        alive = ~dominated.any(axis=1)
+        if len(front[0]):
+            by_front = np.ones((nc, len(front[0])), dtype=bool)
+            for c, f in zip(chunk, front):
+                by_front &= f[None, :] <= c[:, None]
+            alive &= ~by_front.any(axis=1)
+        keep.extend(pos[lo:lo + nc][alive].tolist())
+        front = [np.concatenate([f, c[alive]]) for f, c in zip(front, chunk)]
+    mask[order[keep]] = True
     return mask
 
 

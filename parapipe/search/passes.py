@@ -1,0 +1,161 @@
+"""The DP passes of one search, and the record of how exactly each space was searched.
+
+Three passes share one :class:`parapipe.search.transitions.StageCatalog`:
+
+* ``disjoint``: hierarchical mappings (pipelined stages × intra-stage parallelism), each PU in at most one stage;
+* ``pipeline``: the same restricted to one PU per stage (the pure-pipeline baseline);
+* ``reuse``: hierarchical mappings in which a PU may serve several non-adjacent stages (contains the other two,
+  and every pure pipeline in which PUs repeat).
+
+Up to ``exact_max_cells`` (blocks × PUs) every pass is exact: no label grid, no label cap, stage boundaries
+anywhere; the reuse pass still has a time limit and, if it fires, is re-run approximately and marked so. Above
+it, each pass runs with the bounds of :class:`parapipe.search.api.SearchOptions`, and :class:`SpaceReport` says
+which of them cut anything (pareto.json ``search.spaces``).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ..cost.evaluate import Mapping
+from ..cost.problem import MappingProblem
+from ..errors import InfeasibleError
+from .dp import DPDeadline, DPOptions, DPResult, dp_front
+from .transitions import StageCatalog
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SpaceReport:
+    """How one space was searched (written to pareto.json as ``search.spaces.<name>``).
+
+    ``exact`` is true when the front of the space was computed exactly; otherwise the other fields say what
+    bounded it: ``epsilon`` (label grid, a fraction of the total work), ``max_labels`` (labels per DP state;
+    ``capped_states`` states lost labels to it), ``max_cut_tensors`` (stage boundaries only where at most that
+    many tensors are live; ``cut_limited`` whether that excluded any), ``time_limit_s`` (``timed_out``), or
+    ``skipped`` (why the space was not searched at all).
+    """
+
+    searched: bool
+    exact: bool
+    epsilon: float = 0.0
+    max_labels: int = 0
+    max_cut_tensors: Optional[int] = None
+    time_limit_s: Optional[float] = None
+    capped_states: int = 0
+    cut_limited: bool = False
+    timed_out: bool = False
+    skipped: str = ""
+    states: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> Dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v not in ("", None)}
+
+
+def _run(problem: MappingProblem, dpo: DPOptions, catalog: StageCatalog, progress=None
+         ) -> Tuple[Optional[DPResult], SpaceReport]:
+    t0 = time.monotonic()
+    limit = None if dpo.deadline is None else dpo.deadline - t0
+    rep = SpaceReport(searched=True, exact=False, epsilon=dpo.epsilon, max_labels=dpo.max_labels,
+                      max_cut_tensors=dpo.max_cut_tensors, time_limit_s=limit)
+    try:
+        res = dp_front(problem, dpo, progress=progress, catalog=catalog)
+    except DPDeadline as exc:
+        rep.timed_out, rep.searched = True, False
+        rep.skipped = str(exc)
+        res = None
+    except InfeasibleError as exc:
+        rep.skipped = f"no mapping in this space ({exc})"
+        rep.exact = dpo.epsilon == 0 and dpo.max_labels == 0 and dpo.max_cut_tensors is None
+        res = None
+    if res is not None:
+        rep.exact = res.exact(dpo.epsilon)
+        rep.capped_states, rep.cut_limited, rep.states = res.capped_states, res.cut_limited, res.n_states
+    rep.seconds = time.monotonic() - t0
+    return res, rep
+
+
+def run_passes(problem: MappingProblem, opts, catalog: StageCatalog,
+               progress: Optional[Callable[[int], None]] = None
+               ) -> Tuple[Dict[str, List[Mapping]], Dict[str, SpaceReport], int]:
+    """Run the disjoint, pipeline and reuse passes for ``opts`` (a ``SearchOptions``).
+
+    Returns
+    -------
+    (mappings, reports, states)
+        ``mappings[name]``: the front mappings of each pass (empty when it found none); ``reports[name]``:
+        :class:`SpaceReport`; ``states``: DP states over all passes.
+    """
+    small = problem.n_blocks * problem.n_pus <= opts.exact_max_cells
+    exact_dpo = DPOptions(max_stages=opts.max_stages)
+    if small:
+        dpo = exact_dpo
+    else:
+        dpo = DPOptions(max_stages=opts.max_stages, epsilon=opts.epsilon, max_labels=opts.max_labels,
+                        max_cut_tensors=opts.max_cut_tensors)
+    out: Dict[str, List[Mapping]] = {}
+    reports: Dict[str, SpaceReport] = {}
+    states = 0
+    for name, o, prog in (("disjoint", dpo, progress), ("pipeline", replace(dpo, kinds=("single-pu",)), None)):
+        res, reports[name] = _run(problem, o, catalog, prog)
+        out[name] = res.mappings if res is not None else []
+        states += reports[name].states
+    out["reuse"] = []
+    if not opts.reuse_pus:
+        reports["reuse"] = SpaceReport(searched=False, exact=False, skipped="reuse_pus is off")
+        return out, reports, states
+    if problem.n_blocks > opts.reuse_max_blocks and out["disjoint"]:
+        reports["reuse"] = SpaceReport(searched=False, exact=False,
+                                       skipped=f"more than reuse_max_blocks={opts.reuse_max_blocks} blocks")
+        return out, reports, states
+    limit = opts.reuse_time_limit_s if out["disjoint"] else 10 * opts.reuse_time_limit_s
+    approx = DPOptions(max_stages=opts.max_stages, epsilon=max(dpo.epsilon, opts.reuse_epsilon),
+                       max_labels=opts.reuse_max_labels, max_cut_tensors=opts.max_cut_tensors, reuse_pus=True)
+    res = None
+    if small:
+        res, rep = _run(problem, replace(exact_dpo, reuse_pus=True, deadline=time.monotonic() + limit), catalog)
+        if res is None and rep.timed_out:
+            log.info("%s: exact PU-reuse search hit its %.0f s limit; searching it approximately", problem.name,
+                     limit)
+    if res is None and (not small or rep.timed_out):
+        res, rep = _run(problem, replace(approx, deadline=time.monotonic() + limit), catalog)
+        if rep.timed_out:
+            log.info("%s: PU-reuse search skipped: %s", problem.name, rep.skipped)
+    reports["reuse"] = rep
+    out["reuse"] = res.mappings if res is not None else []
+    states += rep.states
+    return out, reports, states
+
+
+def period_pass(problem: MappingProblem, best_period_s: float, catalog: StageCatalog, guide,
+                time_limit_s: float, epsilon: float = 0.0) -> Tuple[Optional[Mapping], Dict[str, Any]]:
+    """The least period over the PU-reuse space (every hierarchical mapping the DP can build, PUs shared or
+    not), searched exactly with busy-time labels only, pruned at ``best_period_s`` and by ``guide`` (the
+    relaxation's Lagrangian cost-to-go, :mod:`.relaxation`).
+
+    Returns
+    -------
+    (mapping, report)
+        ``mapping``: one mapping with a period below ``best_period_s``, or None if there is none (then
+        ``best_period_s`` is the least period of the space: ``report["exact"]``) or time ran out. With
+        ``epsilon > 0`` labels are merged on that grid (a fraction of the total work): not exact then.
+    """
+    t0 = time.monotonic()
+    dpo = DPOptions(reuse_pus=True, period_below=best_period_s * (1 - 1e-9), guide=guide, epsilon=epsilon,
+                    deadline=t0 + time_limit_s)
+    report: Dict[str, Any] = {"searched": True, "exact": False, "epsilon": epsilon, "time_limit_s": time_limit_s}
+    mapping = None
+    try:
+        res = dp_front(problem, dpo, catalog=catalog)
+        mapping = res.mappings[0]
+        report["exact"], report["states"] = epsilon == 0, res.n_states
+    except InfeasibleError:
+        report["exact"] = epsilon == 0
+    except DPDeadline as exc:
+        report["timed_out"], report["skipped"] = True, str(exc)
+    report["seconds"] = time.monotonic() - t0
+    return mapping, report

@@ -1,0 +1,126 @@
+"""The transitions of the outer DP (:mod:`.dp`), built once per problem and shared by its passes.
+
+A DP state at block position ``i`` knows the PUs of the *live producers* (blocks before ``i`` whose outputs are
+read at or after ``i``). From it, a stage run (:mod:`.stages`) starting at ``i`` can stop at any allowed
+``j``; the move costs the run's makespan plus the input transfers from the live producers' PUs to the stage's
+PUs (:func:`parapipe.cost.evaluate.stage_input_transfers`: the largest edge per producer and destination PU),
+and leads to a state at ``j`` whose live producers sit on known PUs. :class:`StageCatalog` computes the runs,
+their stops and the transfer terms once, and the moves once per (run, live PUs); every DP pass of a search
+(disjoint groups, PU reuse, pure-pipeline baseline) reads them.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+
+from ..cost.problem import MappingProblem
+from .stages import StageRun, all_groups, stage_runs
+
+
+def live_sets(problem: MappingProblem) -> List[Tuple[int, ...]]:
+    """``live[i]``: blocks ``u < i`` with a successor ``>= i`` (sorted), for ``i = 0..n``."""
+    n = problem.n_blocks
+    last_use = [max(s) if s else -1 for s in problem.succs]
+    live: List[Tuple[int, ...]] = []
+    cur: List[int] = []
+    for i in range(n + 1):
+        live.append(tuple(cur))
+        if i < n:
+            cur = [u for u in cur if last_use[u] > i]
+            if last_use[i] > i:
+                cur.append(i)
+    return live
+
+
+class Exits:
+    """The stops of one run, with what a move needs that does not depend on the source state.
+
+    ``items[t] = (j, makespan_s, dyn_energy_j, transfers, live_template)``: ``transfers`` lists the input
+    transfers ``(position of the producer in live[i], destination PU, nbytes)``; ``live_template`` gives, per
+    block of ``live[j]``, its position in ``live[i]`` (``>= 0``) or ``-1 - PU`` for a block of the stage.
+    """
+
+    __slots__ = ("run", "mask", "items", "by_live", "alpha", "beta")
+
+    def __init__(self, problem: MappingProblem, run: StageRun, live: List[Tuple[int, ...]]):
+        self.run = run
+        self.mask = run.mask
+        rows = problem.rows()
+        self.alpha, self.beta = rows.alpha_s, rows.beta_bytes_per_s
+        self.by_live: Dict[tuple, list] = {}
+        i = run.start
+        pos = {u: x for x, u in enumerate(live[i])}
+        need: Dict[Tuple[int, int], float] = {}
+        items = []
+        for off, q in enumerate(run.assignment):
+            v = i + off
+            for u in problem.preds[v]:
+                if u < i:
+                    nb = problem.edge_nbytes.get((u, v), 0.0)
+                    if nb > need.get((u, q), -1.0):
+                        need[(u, q)] = nb
+            if not run.valid[off]:
+                continue
+            j = v + 1
+            transfers = tuple((pos[u], q2, nb) for (u, q2), nb in need.items() if nb > 0)
+            tmpl = tuple(pos[u] if u < i else -1 - run.assignment[u - i] for u in live[j])
+            items.append((j, float(run.makespan_s[off]), float(run.dyn_energy_j[off]), transfers, tmpl))
+        self.items = items
+
+    def moves(self, livepus: tuple) -> list:
+        """``[(j, stage time, dyn energy, live PUs at j)]`` from a state whose live producers sit on ``livepus``."""
+        got = self.by_live.get(livepus)
+        if got is None:
+            alpha, beta = self.alpha, self.beta
+            got = []
+            for j, mk, dyn, transfers, tmpl in self.items:
+                t_in = 0.0
+                for x, q, nb in transfers:
+                    r = livepus[x]
+                    if r != q:
+                        t_in += alpha[r][q] + nb / beta[r][q]
+                got.append((j, t_in + mk, dyn, tuple(livepus[x] if x >= 0 else -1 - x for x in tmpl)))
+            self.by_live[livepus] = got
+        return got
+
+
+class StageCatalog:
+    """Runs of every stage kind on every PU group, with their moves, per start block (built lazily).
+
+    Attributes
+    ----------
+    live : list of tuple of int
+        :func:`live_sets` of the problem.
+    runs : list of StageRun
+        Every run built so far; a run id indexes it (and ``shares``).
+    shares : list of tuple of float
+        ``busy_share`` of each run as a tuple.
+    """
+
+    def __init__(self, problem: MappingProblem):
+        self.problem = problem
+        self.live = live_sets(problem)
+        self.groups = all_groups(problem.n_pus)
+        self.runs: List[StageRun] = []
+        self.shares: List[Tuple[float, ...]] = []
+        self._exits: Dict[Tuple[int, str], List[Tuple[int, Exits]]] = {}
+
+    def exits(self, i: int, kind: str) -> List[Tuple[int, Exits]]:
+        """``[(run id, Exits)]`` of the runs of ``kind`` starting at block ``i`` (every group, every stop).
+
+        Raises
+        ------
+        ValueError
+            An unknown kind.
+        """
+        got = self._exits.get((i, kind))
+        if got is None:
+            got = []
+            for run in stage_runs(self.problem, i, self.groups, (kind,)):
+                ex = Exits(self.problem, run, self.live)
+                if ex.items:
+                    self.runs.append(run)
+                    self.shares.append(tuple(run.busy_share.tolist()))
+                    got.append((len(self.runs) - 1, ex))
+            self._exits[(i, kind)] = got
+        return got

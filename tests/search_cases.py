@@ -1,0 +1,109 @@
+"""Tiny mapping problems and brute-force enumerations shared by the search tests."""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+from parapipe.cost.evaluate import Mapping, StageMapping, evaluate
+from parapipe.cost.problem import MappingProblem
+from parapipe.search.dp import all_groups
+from parapipe.search.listsched import schedule_ranges
+
+def _preds(shape: str, n: int, rng: np.random.Generator) -> List[Tuple[int, ...]]:
+    if shape == "chain":
+        return [()] + [(j - 1,) for j in range(1, n)]
+    if shape == "diamond":  # 0 -> {1, 2} -> 3 -> {4, 5} -> 6 ...: fork/join repeated
+        preds: List[Tuple[int, ...]] = [()]
+        for j in range(1, n):
+            pos = j % 3
+            preds.append((j - pos,) if pos else (j - 2, j - 1))
+        return preds
+    # "dag": each block reads 1-3 random earlier blocks (multi-branch, skips, several sinks possible).
+    preds = [()]
+    for j in range(1, n):
+        m = int(rng.integers(1, min(3, j) + 1))
+        preds.append(tuple(sorted(int(u) for u in rng.choice(j, size=m, replace=False))))
+    return preds
+
+
+def random_problem(n: int, k: int, seed: int, shape: str = "dag") -> MappingProblem:
+    """Random tiny problem: times 1-10 ms (15 % of (block, PU) pairs unsupported), 1 kB-1 MB edges,
+    transfers 0.1-1 ms + 0.1-1 GB/s, active power 1-5 W, idle 0.1-0.5 W, static 1 W."""
+    rng = np.random.default_rng(seed)
+    preds = _preds(shape, n, rng)
+    t = rng.uniform(1e-3, 10e-3, (n, k))
+    t[rng.random((n, k)) < 0.15] = np.inf
+    for j in range(n):
+        if not np.isfinite(t[j]).any():
+            t[j, rng.integers(k)] = 5e-3
+    edges = {(i, j): float(rng.integers(1_000, 1_000_000)) for j in range(n) for i in preds[j]}
+    return MappingProblem([f"b{i}" for i in range(n)], preds, edges, [f"p{i}" for i in range(k)], t,
+                          rng.uniform(1, 5, (n, k)), rng.uniform(0.1, 0.5, k), 1.0,
+                          rng.uniform(1e-4, 1e-3, (k, k)), rng.uniform(1e8, 1e9, (k, k)),
+                          name=f"{shape}{seed}")
+
+
+def all_mapping_objectives(pr: MappingProblem, reuse: bool, max_stages: Optional[int] = None) -> np.ndarray:
+    """(period, latency, energy) of every mapping of the DP's space, by enumeration and :func:`evaluate`.
+
+    Every composition of the blocks into contiguous stages, every PU group for every stage (pairwise disjoint
+    unless ``reuse``); each stage's assignment is the greedy list schedule of exactly that range on that
+    group.
+    """
+    n = pr.n_blocks
+    groups = all_groups(pr.n_pus)
+
+    @lru_cache(maxsize=None)
+    def stage(a: int, b: int, gi: int) -> Optional[StageMapping]:
+        rs = schedule_ranges(pr, a, groups[gi], b)
+        if len(rs.assignment) < b - a:
+            return None  # some block of the range runs on no PU of the group
+        return StageMapping(a, b, groups[gi], tuple(rs.assignment))
+
+    out = []
+
+    def extend(a: int, stages: list, used: frozenset) -> None:
+        if a == n:
+            out.append(evaluate(pr, Mapping(tuple(stages))))
+            return
+        if max_stages is not None and len(stages) == max_stages:
+            return
+        for b in range(a + 1, n + 1):
+            for gi, g in enumerate(groups):
+                if not reuse and used & set(g):
+                    continue
+                st = stage(a, b, gi)
+                if st is not None:
+                    extend(b, stages + [st], used | set(g))
+
+    extend(0, [], frozenset())
+    return np.array([(ev.period_s, ev.latency_s, ev.energy_j) for ev in out])
+
+
+def sorted_rows(a: np.ndarray) -> np.ndarray:
+    return a[np.lexsort(a.T[::-1])]
+
+
+def all_pipeline_objectives(pr: MappingProblem) -> np.ndarray:
+    """(period, latency, energy) of every pure pipeline with PU reuse: every PU per block (runs of one PU form a
+    stage, :func:`parapipe.cost.evaluate.mapping_from_pu_list`), evaluated with :func:`evaluate`."""
+    import itertools
+
+    from parapipe.cost.evaluate import mapping_from_pu_list
+
+    ok = [[p for p in range(pr.n_pus) if np.isfinite(pr.time_s[v, p])] for v in range(pr.n_blocks)]
+    out = []
+    for pus in itertools.product(*ok):
+        ev = evaluate(pr, mapping_from_pu_list(pr, list(pus)))
+        out.append((ev.period_s, ev.latency_s, ev.energy_j))
+    return np.array(out)
+
+
+def uncovered(points: np.ndarray, front: np.ndarray, rtol: float = 1e-9) -> np.ndarray:
+    """Rows of ``points`` that no row of ``front`` weakly dominates (within ``rtol``)."""
+    if not len(points):
+        return points
+    covered = np.any(np.all(front[None, :, :] <= points[:, None, :] * (1 + rtol), axis=2), axis=1)
+    return points[~covered]

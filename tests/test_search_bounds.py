@@ -1,0 +1,95 @@
+"""Period and latency lower bounds (parapipe/search/bounds.py, relaxation.py) against brute force.
+
+* the bounds hold for every enumerated mapping and for random mappings of any shape (random cuts, groups with PU
+  reuse, assignments and schedule orders — schedules the searched spaces never build);
+* a proof of optimality is only claimed for the true optimum;
+* on chains (where pure pipelines are optimal) the relaxation is tight: within its 1 % label lattice of the
+  brute-force optimum, hand-offs forced by unsupported blocks included.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from parapipe.cost.evaluate import Mapping, StageMapping, evaluate
+from parapipe.search.bounds import lp_period_bound, lower_bounds
+from parapipe.search.relaxation import GRID_REL
+from search_cases import all_mapping_objectives, all_pipeline_objectives, random_problem
+
+
+def random_mapping(pr, rng) -> Mapping:
+    """A random mapping the cost model accepts: random cuts, a random PU group per stage (PUs may repeat across
+    stages), each block on a random supporting PU of its group, a random topological order inside the stage."""
+    n, k = pr.n_blocks, pr.n_pus
+    cuts = sorted(set(rng.choice(np.arange(1, n), size=int(rng.integers(0, n)), replace=False).tolist())) if n > 1 \
+        else []
+    bounds = [0] + cuts + [n]
+    stages = []
+    for a, b in zip(bounds, bounds[1:]):
+        while True:
+            group = tuple(sorted(rng.choice(k, size=int(rng.integers(1, k + 1)), replace=False).tolist()))
+            if all(np.isfinite(pr.time_s[v, list(group)]).any() for v in range(a, b)):
+                break
+        assign = tuple(int(rng.choice([p for p in group if np.isfinite(pr.time_s[v, p])])) for v in range(a, b))
+        order, ready = [], [v for v in range(a, b) if all(u < a for u in pr.preds[v])]
+        done = set()
+        while ready:
+            v = ready.pop(int(rng.integers(len(ready))))
+            order.append(v)
+            done.add(v)
+            ready += [w for w in range(a, b) if w not in done and w not in ready
+                      and all(u < a or u in done for u in pr.preds[w])]
+        stages.append(StageMapping(a, b, group, assign, tuple(order)))
+    return Mapping(tuple(stages))
+
+
+BOUND_CASES = [(n, k, shape, seed) for n, k, shape in [(6, 3, "dag"), (6, 3, "diamond"), (7, 2, "dag"),
+                                                         (5, 3, "chain"), (7, 3, "chain")] for seed in range(4)]
+
+
+@pytest.mark.parametrize("n, k, shape, seed", BOUND_CASES, ids=[f"{s}{n}x{k}-{seed}" for n, k, s, seed in BOUND_CASES])
+def test_bounds_hold_for_every_mapping(n, k, shape, seed):
+    pr = random_problem(n, k, 9000 + 100 * n + 10 * k + seed, shape)
+    everything = np.concatenate([all_pipeline_objectives(pr), all_mapping_objectives(pr, reuse=8 ** (n - 1) * k <= 40_000)])
+    rng = np.random.default_rng(seed)
+    sampled = np.array([[ev.period_s, ev.latency_s] for ev in
+                        (evaluate(pr, random_mapping(pr, rng)) for _ in range(400))])
+    best = float(min(everything[:, 0].min(), sampled[:, 0].min()))
+    for given in (None, best, best * 1.3):  # without, at, and above the true best period
+        b = lower_bounds(pr, best_period_s=given, time_limit_s=None)
+        assert b.period_lb_s <= best * (1 + 1e-9), (given, b)
+        assert (everything[:, 0] >= b.period_lb_s * (1 - 1e-9)).all()
+        assert (sampled[:, 0] >= b.period_lb_s * (1 - 1e-9)).all()
+        assert (everything[:, 1] >= b.latency_lb_s * (1 - 1e-9)).all()
+        assert (sampled[:, 1] >= b.latency_lb_s * (1 - 1e-9)).all()
+        if b.period_proved_optimal:
+            assert given == best
+    assert lower_bounds(pr, best_period_s=best * 1.3, time_limit_s=None).period_proved_optimal is False
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_relaxation_is_tight_on_chains(seed):
+    pr = random_problem(5, 3, 7700 + seed, "chain")
+    best = float(all_pipeline_objectives(pr)[:, 0].min())  # on a chain, pure pipelines are optimal
+    everything = all_mapping_objectives(pr, reuse=True)
+    assert everything[:, 0].min() >= best * (1 - 1e-9)
+    b = lower_bounds(pr, best_period_s=best, time_limit_s=None)
+    assert b.period_lb_s >= best * (1 - GRID_REL) and b.period_lb_s <= best * (1 + 1e-9)
+    assert b.period_lb_s > lp_period_bound(pr) or b.period_proved_optimal
+
+
+def test_forced_handoffs_raise_the_bound():
+    # A chain a -> b -> c -> d: 'npu' runs a and c in 1 ms but not b and d (1 ms on 'cpu'); every hand-off costs
+    # 5 ms. The LP bound (no transfers) is 1 ms; every real mapping pays hand-offs or runs all on the cpu (4 ms).
+    from parapipe.cost.problem import MappingProblem
+
+    inf = np.inf
+    t = np.array([[1, 1], [inf, 1], [1, 1], [inf, 1]]) * 1e-3
+    pr = MappingProblem(list("abcd"), [(), (0,), (1,), (2,)], {(0, 1): 1.0, (1, 2): 1.0, (2, 3): 1.0},
+                        ["npu", "cpu"], t, np.full((4, 2), 2.0), [0.1, 0.1], 1.0, np.full((2, 2), 5e-3),
+                        np.full((2, 2), 1e12))
+    best = float(all_pipeline_objectives(pr)[:, 0].min())
+    assert best == pytest.approx(4e-3)
+    assert lp_period_bound(pr) == pytest.approx(2e-3, rel=1e-6)
+    b = lower_bounds(pr, best_period_s=best, time_limit_s=None)
+    assert b.period_proved_optimal and b.period_lb_s == best
