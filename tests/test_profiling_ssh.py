@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+import time
 
 import pytest
 
 import sshd
+from ssh_faults import StallingServer
 from parapipe.cli import main
 from parapipe.deploy.hostspec import HostSpec
 from parapipe.profiling.db import ProfileDB
@@ -146,3 +148,25 @@ def test_host_with_too_old_python(sshd_server, tmp_path, capsys):
     old = _fake_python(tmp_path, "python3.6", 'echo "Python 3.6.9"')
     line = _refused(capsys, host_args(sshd_server) + ["--python", old], db)
     assert "older than 3.8" in line and not db.exists()
+
+
+def test_host_that_stalls_on_the_exec_request_fails_at_the_ssh_timeout(sshd_server, tmp_path, capsys):
+    server = StallingServer(sshd_server.client_key.with_name(sshd_server.client_key.name + ".pub"), "exec")
+    try:
+        db = tmp_path / "stall.sqlite"
+        start = time.monotonic()
+        line = _refused(capsys, ["--host", server.host(sshd_server.user), "--identity", str(sshd_server.client_key),
+                                 "--known-hosts", str(server.known_hosts), "--python", sys.executable,
+                                 "--ssh-timeout", "2"], db)
+        elapsed = time.monotonic() - start
+    finally:
+        server.close()
+    assert server.stalled.is_set()
+    assert f"no answer to the request to run {sys.executable!r} within 2 s during the Python check" in line
+    assert "--ssh-timeout" in line and not db.exists()
+    assert elapsed < 30  # the bug: no end (> 45 s)
+
+
+def test_ssh_timeout_must_be_positive(sshd_server, tmp_path, capsys):
+    line = _refused(capsys, host_args(sshd_server) + ["--ssh-timeout", "0"], tmp_path / "t.sqlite")
+    assert line.startswith("parapipe: error: --ssh-timeout: must be a positive number of seconds, got 0.0")

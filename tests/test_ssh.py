@@ -5,20 +5,26 @@ import hashlib
 import logging
 import os
 import posixpath
+import re
 import stat
 import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
 from parapipe.deploy.agent_client import AgentClient, AgentRequestError, agent_path
-from parapipe.deploy.host import HostSpec, RemoteHost
+from parapipe.deploy.host import ConnectionLost, HostSpec, RemoteHost
 from parapipe.errors import HostError, InputError
 import sshd
+from ssh_faults import FaultProxy, StallingServer, known_hosts_for
 from sshd import free_port
 from test_agent import model_b64, tiny_conv_model
 
 pytestmark = pytest.mark.ssh
 sshd_server = sshd.sshd_server  # the session-scoped loopback sshd fixture
+sshd_server_without_sftp = sshd.sshd_server_without_sftp
 
 
 def spec_for(server, **overrides) -> HostSpec:
@@ -218,3 +224,173 @@ def test_start_agent_refuses_an_old_python(host, tmp_path):
         host.start_agent(python=old)
     with pytest.raises(HostError, match=r"does not run .*install Python >= 3\.8"):
         host.start_agent(python="/nonexistent/python3")
+
+
+# ------------------------------------------------------------------------------------------------ liveness
+@pytest.fixture
+def stalling(sshd_server):
+    """Factory of paramiko servers that hang on a channel open or an exec request (released at teardown)."""
+    servers = []
+
+    def make(stall):
+        server = StallingServer(sshd_server.client_key.with_name(sshd_server.client_key.name + ".pub"), stall)
+        servers.append(server)
+        return server, HostSpec.parse(server.host(sshd_server.user), identity=sshd_server.client_key,
+                                      known_hosts=server.known_hosts)
+
+    yield make
+    for server in servers:
+        server.close()
+
+
+@pytest.fixture
+def proxy(sshd_server, tmp_path):
+    """A FaultProxy in front of the loopback sshd, and the HostSpec that reaches sshd through it."""
+    fault = FaultProxy(sshd_server.port)
+    key_type, key_b64 = sshd_server.host_key_line.split()[1:3]
+    known = known_hosts_for(tmp_path / "proxy_known_hosts", fault.port, key_type, key_b64)
+    spec = HostSpec.parse(f"{sshd_server.user}@127.0.0.1:{fault.port}", identity=sshd_server.client_key,
+                          known_hosts=known)
+    yield fault, spec
+    fault.close()
+
+
+def _after(seconds, action):
+    timer = threading.Timer(seconds, action)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def test_exec_request_stall_fails_at_the_command_deadline(stalling):
+    server, spec = stalling("exec")
+    with RemoteHost(spec) as stalled:
+        start = time.monotonic()
+        with pytest.raises(HostError) as info:
+            stalled.exec(["true"], timeout_s=2)
+        elapsed = time.monotonic() - start
+    assert server.stalled.is_set()  # the request reached the server and hung there
+    message = str(info.value)
+    assert message.startswith(f"{spec}: no answer to the request to run 'true' within 2 s") and "\n" not in message
+    assert elapsed < 30  # did not hang (the bug: > 45 s)
+
+
+def test_channel_open_stall_fails_at_the_step_deadline_not_the_connect_timeout(stalling):
+    server, spec = stalling("open")
+    with RemoteHost(spec, connect_timeout_s=20) as stalled:
+        with pytest.raises(HostError) as info:
+            stalled.exec(["true"], timeout_s=2)
+    assert server.stalled.is_set()
+    assert str(info.value).startswith(f"{spec}: no answer to opening an SSH channel within 2 s")
+
+
+def test_exec_request_stall_in_the_python_check_names_the_step(stalling):
+    _, spec = stalling("exec")
+    with RemoteHost(spec) as stalled:
+        with pytest.raises(HostError, match=r"within 1\.5 s during the Python check; the SSH server stalls"):
+            stalled.check_python(sys.executable, timeout_s=1.5)
+
+
+def test_dropped_connection_is_a_lost_connection_not_exit_minus_one(proxy, tmp_path):
+    fault, spec = proxy
+    slow = _fake_python(tmp_path, "slow python3", 'sleep 5; echo "Python 3.10.0"')
+    with RemoteHost(spec) as remote:
+        assert remote.exec(["echo", "through the proxy"], timeout_s=30) == (0, "through the proxy\n")
+        _after(0.5, fault.drop)
+        with pytest.raises(ConnectionLost) as info:
+            remote.check_python(slow, timeout_s=30)
+        assert not remote.is_connected()
+    message = str(info.value)
+    assert message.startswith(f"connection to {spec} lost during the Python check (")
+    assert "does not run" not in message and "exit -1" not in message and "\n" not in message
+    assert message.endswith("; check the host and the network, then try again")
+
+
+def test_dropped_connection_during_a_plain_command(proxy):
+    fault, spec = proxy
+    with RemoteHost(spec) as remote:
+        _after(0.5, fault.drop)
+        with pytest.raises(ConnectionLost, match=rf"^connection to {re.escape(str(spec))} lost during the "
+                                                 r"command 'sleep' \("):
+            remote.exec(["sleep", "10"], timeout_s=30)
+        with pytest.raises(ConnectionLost):  # later calls say the same, at once
+            remote.exec(["true"], timeout_s=30)
+
+
+def test_stalled_connection_is_found_by_the_keepalive_before_the_command_deadline(proxy):
+    fault, spec = proxy
+    with RemoteHost(spec, keepalive_s=0.5, keepalive_count=2) as remote:
+        assert remote.exec(["true"], timeout_s=30)[0] == 0
+        time.sleep(1.5)  # keepalives are answered while the proxy forwards: the connection stays
+        assert remote.is_connected()
+        _after(0.3, fault.stall)
+        with pytest.raises(ConnectionLost) as info:
+            remote.exec(["sleep", "25"], timeout_s=28)
+    assert "lost during the command 'sleep' (no answer to keepalives for 1 s" in str(info.value)
+
+
+def test_agent_request_over_a_dropped_connection(proxy):
+    fault, spec = proxy
+    with RemoteHost(spec) as remote:
+        agent = remote.start_agent(python=sys.executable)
+        assert agent.request("hello", timeout_s=60)["ok"]
+        fault.drop()
+        with pytest.raises(ConnectionLost) as info:
+            agent.request("hello", timeout_s=30)
+    assert str(info.value).startswith(f"connection to {spec} lost during the agent's 'hello' request (")
+
+
+# ------------------------------------------------------------------------------------------------ no SFTP
+@pytest.fixture(scope="module")
+def bare_host(sshd_server_without_sftp):
+    with RemoteHost(spec_for(sshd_server_without_sftp)) as connected:
+        yield connected
+
+
+def test_host_without_sftp_moves_files_through_exec_channels(bare_host, tmp_path):
+    assert bare_host.file_transport == "exec channel"
+    with pytest.raises(HostError, match=r"SFTP unavailable; enable 'Subsystem sftp'"):
+        bare_host.sftp()
+    assert bare_host.home() == os.path.expanduser("~")
+    local = tmp_path / "local file.bin"
+    local.write_bytes(os.urandom(3_000_000))  # many channel windows
+    local.chmod(0o750)
+    folder = posixpath.join(str(tmp_path), "remote dir", "it's here")
+    bare_host.mkdir_p(folder)
+    bare_host.mkdir_p(folder)
+    remote = posixpath.join(folder, "copy of file.bin")
+    bare_host.upload(local, remote)
+    assert Path(remote).read_bytes() == local.read_bytes()
+    assert stat.S_IMODE(os.stat(remote).st_mode) == 0o750
+    assert bare_host.sha256(remote) == hashlib.sha256(local.read_bytes()).hexdigest()
+    assert os.listdir(folder) == ["copy of file.bin"]  # no temporary left behind
+    back = tmp_path / "back.bin"
+    bare_host.download(remote, back)
+    assert back.read_bytes() == local.read_bytes()
+    bare_host.write_bytes(posixpath.join(folder, "mark"), b"kept\n")
+    assert Path(folder, "mark").read_bytes() == b"kept\n"
+    bare_host.remove(remote)
+    bare_host.remove(remote)  # absent is fine
+    assert bare_host.sha256(remote) is None
+    with pytest.raises(HostError, match="exists and is not a folder|cannot create"):
+        bare_host.mkdir_p(posixpath.join(folder, "mark", "sub"))
+
+
+def test_exec_channel_upload_keeps_the_old_file_when_the_sha256_differs(bare_host, tmp_path):
+    remote = tmp_path / "target.bin"
+    remote.write_bytes(b"old content")
+    local = tmp_path / "new.bin"
+    local.write_bytes(b"new content")
+    with pytest.raises(HostError) as info:
+        bare_host.upload(local, str(remote), sha256=hashlib.sha256(b"something else").hexdigest())
+    message = str(info.value)
+    assert "arrived with SHA-256 " + hashlib.sha256(b"new content").hexdigest()[:16] in message
+    assert remote.read_bytes() == b"old content" and sorted(os.listdir(tmp_path)) == ["new.bin", "target.bin"]
+
+
+def test_agent_starts_on_a_host_without_sftp(bare_host):
+    agent = bare_host.start_agent(python=sys.executable)
+    try:
+        assert agent.request("hello", timeout_s=60)["ok"]
+    finally:
+        assert agent.close() == 0
