@@ -2,7 +2,8 @@
 
 * :class:`FaultProxy`: a TCP proxy on 127.0.0.1 in front of the real sshd (tests/sshd.py) that forwards until
   told to :meth:`~FaultProxy.stall` (bytes stop moving both ways, the sockets stay open: a host or network
-  that hangs) or to :meth:`~FaultProxy.drop` (both sockets reset: a host that reboots, a cable pulled).
+  that hangs) or to :meth:`~FaultProxy.drop` (both sockets reset: a host that reboots, a cable pulled), or
+  until ``drop_after_s`` after its first connection.
 * :class:`StallingServer`: a paramiko SSH server on 127.0.0.1 that authenticates like sshd but never answers
   a channel open (``stall="open"``) or an exec request (``stall="exec"``) until released or ``stall_s`` passed.
 """
@@ -16,7 +17,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import paramiko
 
@@ -41,8 +42,9 @@ def _listen() -> socket.socket:
 class FaultProxy:
     """TCP proxy ``127.0.0.1:port -> 127.0.0.1:target_port`` that can stall or drop its connections."""
 
-    def __init__(self, target_port: int):
+    def __init__(self, target_port: int, drop_after_s: Optional[float] = None):
         self.target_port = target_port
+        self._drop_after_s = drop_after_s  # drop this long after the first connection arrived
         self._listener = _listen()
         self.port = self._listener.getsockname()[1]
         self._stalled = threading.Event()
@@ -66,6 +68,10 @@ class FaultProxy:
             upstream = socket.create_connection(("127.0.0.1", self.target_port))
             with self._lock:
                 self._pairs.append((client, upstream))
+                if self._drop_after_s is not None and len(self._pairs) == 1:
+                    timer = threading.Timer(self._drop_after_s, self.drop)
+                    timer.daemon = True
+                    timer.start()
             threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
         self.close()
 

@@ -83,6 +83,11 @@ def test_exec_sends_stdin(host):
     assert rc == 0 and output.split()[0] == hashlib.sha256(data).hexdigest()
 
 
+def test_command_killed_by_a_signal_is_exit_minus_one_on_a_live_connection(host):
+    assert host.exec(["sh", "-c", "echo before; kill -9 $$"], timeout_s=30) == (-1, "before\n")
+    assert host.is_connected()
+
+
 def test_exec_deadline(host):
     with pytest.raises(HostError, match=r"did not finish within 0.5 s"):
         host.exec(["sleep", "30"], timeout_s=0.5)
@@ -244,15 +249,28 @@ def stalling(sshd_server):
 
 
 @pytest.fixture
-def proxy(sshd_server, tmp_path):
+def proxy_to(tmp_path):
+    """Factory: a FaultProxy in front of a loopback sshd, and the HostSpec that reaches sshd through it."""
+    proxies = []
+
+    def make(server, **spec_options):
+        fault = FaultProxy(server.port)
+        proxies.append(fault)
+        key_type, key_b64 = server.host_key_line.split()[1:3]
+        known = known_hosts_for(tmp_path / f"known_hosts_{fault.port}", fault.port, key_type, key_b64)
+        spec = HostSpec.parse(f"{server.user}@127.0.0.1:{fault.port}", identity=server.client_key,
+                              known_hosts=known, **spec_options)
+        return fault, spec
+
+    yield make
+    for fault in proxies:
+        fault.close()
+
+
+@pytest.fixture
+def proxy(sshd_server, proxy_to):
     """A FaultProxy in front of the loopback sshd, and the HostSpec that reaches sshd through it."""
-    fault = FaultProxy(sshd_server.port)
-    key_type, key_b64 = sshd_server.host_key_line.split()[1:3]
-    known = known_hosts_for(tmp_path / "proxy_known_hosts", fault.port, key_type, key_b64)
-    spec = HostSpec.parse(f"{sshd_server.user}@127.0.0.1:{fault.port}", identity=sshd_server.client_key,
-                          known_hosts=known)
-    yield fault, spec
-    fault.close()
+    return proxy_to(sshd_server)
 
 
 def _after(seconds, action):
@@ -327,6 +345,44 @@ def test_stalled_connection_is_found_by_the_keepalive_before_the_command_deadlin
         with pytest.raises(ConnectionLost) as info:
             remote.exec(["sleep", "25"], timeout_s=28)
     assert "lost during the command 'sleep' (no answer to keepalives for 1 s" in str(info.value)
+
+
+def test_sftp_upload_that_stalls_fails_after_the_step_timeout(sshd_server, proxy_to, tmp_path):
+    fault, spec = proxy_to(sshd_server, timeout_s=1.5)
+    local = tmp_path / "payload.bin"
+    local.write_bytes(os.urandom(20_000_000))  # more than the channel window and the socket buffers
+    with RemoteHost(spec) as remote:
+        assert remote.file_transport == "SFTP"  # the SFTP channel is open before the stall
+        fault.stall()
+        with pytest.raises(HostError, match=r"cannot upload .*: no answer within 1\.5 s during the upload of "
+                                            r"payload\.bin; the host or the network stalls"):
+            remote.upload(local, str(tmp_path / "copy.bin"))
+    assert not (tmp_path / "copy.bin").exists()
+
+
+class _StallAfterFirstChunk:
+    """A binary stream that stalls the proxy once its first chunk is read (a transfer that stops mid-way)."""
+
+    def __init__(self, fault):
+        self._fault, self._reads = fault, 0
+
+    def read(self, nbytes):
+        self._reads += 1
+        if self._reads == 2:
+            self._fault.stall()
+        return b"x" * nbytes if self._reads < 50 else b""
+
+
+def test_exec_channel_transfer_that_stalls_fails_after_its_silence_deadline(sshd_server_without_sftp, proxy_to):
+    fault, spec = proxy_to(sshd_server_without_sftp, timeout_s=1.5)
+    with RemoteHost(spec) as remote:
+        assert remote.file_transport == "exec channel"
+        with pytest.raises(HostError, match=r"did not finish within 1\.5 s of silence"):
+            remote.run(["sh", "-c", "cat > /dev/null"], timeout_s=1.5, stdin=_StallAfterFirstChunk(fault),
+                       idle=True)
+        with pytest.raises(HostError, match=r"no answer to opening an SSH channel within 1\.5 s during the "
+                                            r"upload of payload\.bin"):
+            remote.write_bytes("payload.bin", b"data")  # the next transfer: the server still does not answer
 
 
 def test_agent_request_over_a_dropped_connection(proxy):

@@ -182,7 +182,7 @@ def _lost(host: RemoteHost, phase: str, exc: BaseException) -> HostError:
 def _finish(host: RemoteHost, folder: str, keep: bool, timeout_s: float) -> None:
     """Remove the bundle folder, or mark it kept; never raises (the connection may be gone)."""
     if not host.is_connected():
-        log.warning("%s: connection lost; %s stays until the next deploy removes it", host.spec, folder)
+        log.info("%s: connection lost; %s stays until the next deploy removes it", host.spec, folder)
         return
     try:
         if keep:

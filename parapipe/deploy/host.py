@@ -33,6 +33,19 @@ __all__ = ["HostSpec", "RemoteHost", "ConnectionLost", "DEFAULT_CONNECT_TIMEOUT_
 
 log = logging.getLogger(__name__)
 
+#: Logger of the connections' paramiko transports. paramiko's transport thread logs a reset socket at ERROR;
+#: parapipe reports it as one HostError line, so these records show only when parapipe logs at DEBUG (-vv).
+PARAMIKO_LOG = "parapipe.deploy.paramiko"
+
+
+class _DebugOnly(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return logging.getLogger("parapipe").isEnabledFor(logging.DEBUG)
+
+
+for _name in (PARAMIKO_LOG, PARAMIKO_LOG + ".sftp"):
+    logging.getLogger(_name).addFilter(_DebugOnly())
+
 #: TCP, banner and authentication deadline when neither the caller nor ``HostSpec.timeout_s`` sets one, s.
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 #: Deadline of a short remote step (a check, a file operation; a transfer's silence) by default, s.
@@ -118,7 +131,9 @@ class RemoteHost(ChannelsMixin, FilesMixin):
             client.close()
             raise _connect_error(exc, spec, known_hosts, timeout) from None
         self._client = client
-        self._keepalive = Keepalive(client.get_transport(), self.keepalive_s, self.keepalive_count).start()
+        transport = client.get_transport()
+        transport.set_log_channel(PARAMIKO_LOG)
+        self._keepalive = Keepalive(transport, self.keepalive_s, self.keepalive_count).start()
         log.info("connected to %s", spec)
         return self
 

@@ -39,6 +39,16 @@ class FilesMixin:
             self._files = self._open_sftp() or ExecFiles(self)
         return self._files
 
+    def forget_files(self) -> None:
+        """Drop the SFTP client (after a timeout its answers may come out of step); the next file call opens
+        a new one."""
+        files, self._files = self._files, None
+        if isinstance(files, SftpFiles):
+            try:
+                files.sftp.close()
+            except (OSError, EOFError, paramiko.SSHException):
+                pass
+
     def _open_sftp(self) -> Optional[SftpFiles]:
         timeout = self.step_timeout_s
         deadline = time.monotonic() + timeout
@@ -105,20 +115,18 @@ class FilesMixin:
             If the file cannot be written (permissions, missing folder, full disk, damaged copy);
             :class:`ConnectionLost` if the connection dies.
         """
-        files = self._fs()
-        mode = Path(local).stat().st_mode & 0o777
-        with self.step(self._step or f"the upload of {Path(local).name}"):
-            files.put(Path(local), self._abs(remote), mode, sha256 or sha256_file(Path(local)))
+        local = Path(local)
+        mode = local.stat().st_mode & 0o777
+        with self._in_step(f"the upload of {local.name}"), open(local, "rb") as stream:
+            path = self._abs(remote)
+            self._fs().put_stream(stream, str(local), path, mode, sha256 or sha256_file(local))
 
     def write_bytes(self, remote: str, data: bytes, mode: int = 0o644) -> None:
         """Write ``data`` to the remote file ``remote`` atomically (as :meth:`upload`)."""
-        files, path = self._fs(), self._abs(remote)
-        digest = hashlib.sha256(data).hexdigest()
-        if isinstance(files, ExecFiles):
-            files.put_stream(io.BytesIO(data), posixpath.basename(path), path, mode, digest)
-            return
-        with files.sftp.open(path, "wb") as handle:
-            handle.write(data)
+        with self._in_step(f"the upload of {posixpath.basename(remote)}"):
+            path = self._abs(remote)
+            self._fs().put_stream(io.BytesIO(data), posixpath.basename(path), path, mode,
+                                  hashlib.sha256(data).hexdigest())
 
     def mkdir_p(self, remote: str) -> None:
         """Create the remote folder ``remote`` and its parents (no error if it exists).
@@ -128,15 +136,22 @@ class FilesMixin:
         HostError
             If a component exists and is not a folder, or cannot be created.
         """
-        self._fs().mkdir_p(self._abs(remote))
+        with self._in_step(f"the creation of {remote}"):
+            self._fs().mkdir_p(self._abs(remote))
 
     def remove(self, remote: str) -> None:
         """Remove one remote file (absent is fine)."""
-        self._fs().remove(self._abs(remote))
+        with self._in_step(f"the removal of {remote}"):
+            self._fs().remove(self._abs(remote))
 
     def download(self, remote: str, local: Path) -> None:
         """Copy the remote file ``remote`` into the local file ``local`` (overwritten; not atomic)."""
-        self._fs().get(self._abs(remote), Path(local))
+        with self._in_step(f"the fetch of {remote}"):
+            self._fs().get(self._abs(remote), Path(local))
+
+    def _in_step(self, name: str):
+        """The caller's step if one is set, else ``name``."""
+        return self.step(self._step or name)
 
     def remove_tree(self, remote: str, timeout_s: float = 60.0) -> None:
         """Remove the remote file or folder ``remote`` recursively (``rm -rf``); absent is fine.
@@ -148,10 +163,11 @@ class FilesMixin:
         HostError
             If removal fails.
         """
-        path = posixpath.normpath(self._abs(remote))
-        if path in ("/", "", ".") or path == posixpath.normpath(self.home()):
-            raise ValueError(f"refusing to remove {path!r} on {self.spec}")
-        rc, output = self.exec(["rm", "-rf", "--", path], timeout_s=timeout_s)
+        with self._in_step(f"the removal of {remote}"):
+            path = posixpath.normpath(self._abs(remote))
+            if path in ("/", "", ".") or path == posixpath.normpath(self.home()):
+                raise ValueError(f"refusing to remove {path!r} on {self.spec}")
+            rc, output = self.exec(["rm", "-rf", "--", path], timeout_s=timeout_s)
         if rc != 0:
             raise HostError(f"{self.spec}: cannot remove {path!r}: {output.strip()}; check permissions")
 
@@ -165,8 +181,9 @@ class FilesMixin:
         HostError
             If the file exists but cannot be hashed.
         """
-        path = self._abs(remote_path)
-        rc, output = self.exec(["sh", "-c", _SHA_SH, "sh", path], timeout_s=timeout_s)
+        with self._in_step(f"the hashing of {remote_path}"):
+            path = self._abs(remote_path)
+            rc, output = self.exec(["sh", "-c", _SHA_SH, "sh", path], timeout_s=timeout_s)
         if rc == 0 and output.strip() == "PARAPIPE-ABSENT":
             return None
         digest = parse_digest(output)

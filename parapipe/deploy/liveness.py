@@ -152,6 +152,6 @@ class Keepalive:
                 if time.monotonic() - sent >= silent_s:
                     self.lost_reason = (f"no answer to keepalives for {silent_s:g} s: the host or the "
                                         "network stopped")
-                    log.warning("%s; closing the connection", self.lost_reason)
+                    log.info("%s; closing the connection", self.lost_reason)  # the caller's error says it
                     self._transport.close()
                     return

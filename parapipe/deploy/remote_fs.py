@@ -12,6 +12,7 @@ import hashlib
 import os
 import posixpath
 import re
+import socket
 import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -43,9 +44,6 @@ sum=${sum%% *}
 if [ "$sum" != "$4" ]; then rm -f "$1"; echo "PARAPIPE-SHA256-MISMATCH $sum"; exit 4; fi
 chmod "$3" "$1" && mv -f "$1" "$2"
 '''
-
-#: ``sh -c _KIND_SH sh PATH`` prints ``dir``, ``file`` or ``none``.
-_KIND_SH = 'if [ -d "$1" ]; then echo dir; elif [ -e "$1" ]; then echo file; else echo none; fi'
 
 _CHUNK_NBYTES = 1 << 20
 
@@ -79,6 +77,8 @@ class SftpFiles:
         self.sftp = sftp
 
     def _fail(self, exc: BaseException, what: str, remedy: str) -> HostError:
+        if isinstance(exc, socket.timeout):  # answers may still arrive, out of step: never reuse this client
+            self._host.forget_files()
         return self._host.failure(exc, what, remedy)
 
     def home(self) -> str:
@@ -112,21 +112,21 @@ class SftpFiles:
                 except (OSError, paramiko.SSHException, EOFError) as exc:
                     raise self._fail(exc, f"cannot create {current!r}", "check permissions") from None
 
-    def put(self, local: Path, remote: str, mode: int, sha256: str) -> None:
-        """Copy ``local`` to ``remote`` atomically (temporary name, then renamed); ``sha256`` is unused here:
-        the bundle's manifest check on the host covers SFTP uploads."""
+    def put_stream(self, stream: Any, name: str, remote: str, mode: int, sha256: str) -> None:
+        """Copy a binary stream to ``remote`` atomically (temporary name, then renamed); ``name`` is for
+        messages; ``sha256`` is unused here: the bundle's manifest check on the host covers SFTP uploads."""
         tmp = _temp_name(remote)
         try:
-            self.sftp.put(str(local), tmp)
+            self.sftp.putfo(stream, tmp)
             self.sftp.chmod(tmp, mode)
             self.sftp.posix_rename(tmp, remote)
         except (OSError, paramiko.SSHException, EOFError) as exc:
-            if self._host.is_connected():
+            if self._host.is_connected() and not isinstance(exc, socket.timeout):
                 try:
                     self.sftp.remove(tmp)
                 except (OSError, paramiko.SSHException, EOFError):
                     pass
-            raise self._fail(exc, f"cannot upload {local} to {remote!r}",
+            raise self._fail(exc, f"cannot upload {name} to {remote!r}",
                              "check that the folder exists and is writable") from None
 
     def remove(self, path: str) -> None:
@@ -165,14 +165,6 @@ class ExecFiles:
             raise HostError(f"{self._host.spec}: cannot find the home folder ({_tail(err, rc)}); check the host")
         return home
 
-    def kind(self, path: str) -> Optional[str]:
-        """``"dir"``, ``"file"`` or None (absent)."""
-        rc, out, err = self._run(["sh", "-c", _KIND_SH, "sh", path])
-        found = out.decode("utf-8", "replace").strip()
-        if rc != 0 or found not in ("dir", "file", "none"):
-            raise HostError(f"{self._host.spec}: cannot inspect {path!r} ({_tail(err, rc)}); check permissions")
-        return None if found == "none" else found
-
     def mkdir_p(self, path: str) -> None:
         """Create ``path`` (absolute) and its parents (``mkdir -p``)."""
         rc, _, err = self._run(["mkdir", "-p", "--", path])
@@ -180,14 +172,10 @@ class ExecFiles:
             raise HostError(f"{self._host.spec}: cannot create {path!r} ({_tail(err, rc)}); check permissions "
                             "and that no file is in the way")
 
-    def put(self, local: Path, remote: str, mode: int, sha256: str) -> None:
-        """Stream ``local`` into a temporary file next to ``remote``; rename it over ``remote`` only if its
-        SHA-256 on the host equals ``sha256`` (the temporary is removed otherwise)."""
-        with open(local, "rb") as handle:
-            self.put_stream(handle, str(local), remote, mode, sha256)
-
     def put_stream(self, stream: Any, name: str, remote: str, mode: int, sha256: str) -> None:
-        """As :meth:`put`, reading the content from a binary stream (or bytes); ``name`` is for messages."""
+        """Stream a binary stream into a temporary file next to ``remote``; rename it over ``remote`` only if
+        its SHA-256 on the host equals ``sha256`` (the temporary is removed otherwise). ``name`` is for
+        messages."""
         argv = ["sh", "-c", _PUT_SH, "sh", _temp_name(remote), remote, format(mode & 0o7777, "o"), sha256]
         rc, out, err = self._run(argv, stdin=stream, idle=True)
         text = out.decode("utf-8", "replace")

@@ -168,8 +168,10 @@ class ChannelsMixin:
                     select.select([channel], [], [], 0.05)
             _drain(channel, out, err)
             rc = channel.recv_exit_status()
-            if rc == -1:
-                self._transport(default_step)  # no status because the connection died: say so
+            # No status and no EOF from the server: the connection died (paramiko closes the channels a
+            # moment before it marks the transport inactive). Say so instead of returning -1.
+            if rc == -1 and self.lost_reason(0.0 if channel.eof_received else SETTLE_S) is not None:
+                self._transport(default_step)
         except TimeoutError:
             raise HostError(f"{self.spec}: command {command[:200]!r} did not finish within {timeout_s:g} s"
                             f"{' of silence' if idle else ''}{self._during()}; raise the timeout or check the "
@@ -181,7 +183,6 @@ class ChannelsMixin:
             source.close()
         log.debug("%s: %s -> %d", self.spec, command[:200], rc)
         return rc, b"".join(out), b"".join(err)
-
 
 
 def settle_s(exc: BaseException) -> float:
