@@ -185,28 +185,25 @@ def start_sshd(extra_path: Optional[str] = None, sftp: bool = True) -> SshServer
         time.sleep(0.05)
 
 
-@pytest.fixture(scope="session")
-def sshd_server() -> Iterator[SshServer]:
-    """Session-scoped loopback sshd. Its sessions' PATH has only the system folders: tests start remote programs
-    by explicit path (``--python sys.executable``), never through the login shell's PATH. Fails without sshd."""
+def _serve(**options) -> Iterator[SshServer]:
     try:
-        server = start_sshd()
+        server = start_sshd(**options)
     except RuntimeError as exc:
         pytest.fail(str(exc), pytrace=False)
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def sshd_server() -> Iterator[SshServer]:
+    """Session-scoped loopback sshd. Its sessions' PATH has only the system folders: tests start remote programs
+    by explicit path (``--python sys.executable``), never through the login shell's PATH. Fails without sshd."""
+    yield from _serve()
 
 
 @pytest.fixture(scope="session")
 def sshd_server_without_sftp() -> Iterator[SshServer]:
     """Session-scoped loopback sshd with no ``Subsystem sftp`` line (a Dropbear image without sftp-server)."""
-    try:
-        server = start_sshd(sftp=False)
-    except RuntimeError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _serve(sftp=False)

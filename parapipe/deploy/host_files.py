@@ -13,9 +13,10 @@ from typing import Optional, Union
 
 import paramiko
 
-from parapipe.deploy.remote_fs import HASH_SH, ExecFiles, SftpFiles, parse_digest, sha256_file
+from parapipe.deploy.remote_fs import HASH_SH, ExecFiles, SftpFiles, parse_digest
 from parapipe.deploy.ssh_channels import settle_s
 from parapipe.errors import HostError
+from ppexec.bundle_run import sha256_file
 
 __all__ = ["FilesMixin"]
 
@@ -119,7 +120,7 @@ class FilesMixin:
         mode = local.stat().st_mode & 0o777
         with self._in_step(f"the upload of {local.name}"), open(local, "rb") as stream:
             path = self._abs(remote)
-            self._fs().put_stream(stream, str(local), path, mode, sha256 or sha256_file(local))
+            self._fs().put_stream(stream, str(local), path, mode, sha256 or sha256_file(str(local)))
 
     def write_bytes(self, remote: str, data: bytes, mode: int = 0o644) -> None:
         """Write ``data`` to the remote file ``remote`` atomically (as :meth:`upload`)."""

@@ -8,7 +8,6 @@ the local one. Both classes have the same methods and raise :class:`~parapipe.er
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 import re
@@ -24,7 +23,7 @@ from parapipe.errors import HostError
 if TYPE_CHECKING:  # pragma: no cover
     from parapipe.deploy.host import RemoteHost
 
-__all__ = ["SftpFiles", "ExecFiles", "sha256_file", "HASH_SH", "parse_digest"]
+__all__ = ["SftpFiles", "ExecFiles", "HASH_SH", "parse_digest"]
 
 #: sh function ``sha FILE`` printing the file's SHA-256 first on its line: coreutils/busybox ``sha256sum``,
 #: else OpenSSL, else Python 3 (one of them is on every board parapipe runs on: the agent needs Python 3).
@@ -44,18 +43,6 @@ sum=${sum%% *}
 if [ "$sum" != "$4" ]; then rm -f "$1"; echo "PARAPIPE-SHA256-MISMATCH $sum"; exit 4; fi
 chmod "$3" "$1" && mv -f "$1" "$2"
 '''
-
-_CHUNK_NBYTES = 1 << 20
-
-
-def sha256_file(path: Path) -> str:
-    """SHA-256 hex digest of a local file (read in 1 MiB chunks)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK_NBYTES), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
 
 def parse_digest(output: str) -> Optional[str]:
     """The first 64-hex-digit word of ``output`` (what ``sha`` of :data:`HASH_SH` prints), or None."""
