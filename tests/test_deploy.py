@@ -15,6 +15,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import sshd
+from ssh_faults import StallingServer
 from deploy_mappings import two_stage_doc, write_doc
 from parapipe.cli import main
 from parapipe.deploy.bundle import build_bundle
@@ -255,3 +256,19 @@ def test_a_mapping_for_cpus_the_host_lacks_is_refused_before_the_models_are_sent
     msg = str(info.value)
     assert "PU cpu4095: is pinned to CPUs [4095]" in msg and "--bind cpu4095=CPUS" in msg and "\n" not in msg
     assert not remote.exists()  # checked before anything was uploaded
+
+
+def test_deploy_to_a_host_that_stalls_on_exec_fails_at_the_ssh_timeout(sshd_server, squeezenet_mapping, tmp_path,
+                                                                        capsys):
+    server = StallingServer(sshd_server.client_key.with_name(sshd_server.client_key.name + ".pub"), "exec")
+    try:
+        rc = main(["deploy", "--python", sys.executable, "--db", "", "squeezenet", "--mapping",
+                   str(squeezenet_mapping), "--host", server.host(sshd_server.user), "--identity",
+                   str(sshd_server.client_key), "--known-hosts", str(server.known_hosts), "--ssh-timeout", "2",
+                   "--out", str(tmp_path / "out")])
+    finally:
+        server.close()
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("parapipe: error:")]
+    assert rc == 2 and len(lines) == 1 and server.stalled.is_set(), err
+    assert f"no answer to the request to run {sys.executable!r} within 2 s during the Python check" in lines[0]
