@@ -337,14 +337,14 @@ def test_dropped_connection_during_a_plain_command(proxy):
 
 def test_stalled_connection_is_found_by_the_keepalive_before_the_command_deadline(proxy):
     fault, spec = proxy
-    with RemoteHost(spec, keepalive_s=0.5, keepalive_count=2) as remote:
+    with RemoteHost(spec, keepalive_s=0.5, keepalive_count=4) as remote:
         assert remote.exec(["true"], timeout_s=30)[0] == 0
-        time.sleep(1.5)  # keepalives are answered while the proxy forwards: the connection stays
+        time.sleep(2.5)  # keepalives are answered while the proxy forwards: the connection stays
         assert remote.is_connected()
         _after(0.3, fault.stall)
         with pytest.raises(ConnectionLost) as info:
             remote.exec(["sleep", "25"], timeout_s=28)
-    assert "lost during the command 'sleep' (no answer to keepalives for 1 s" in str(info.value)
+    assert "lost during the command 'sleep' (no answer to keepalives for 2 s" in str(info.value)
 
 
 def test_sftp_upload_that_stalls_fails_after_the_step_timeout(sshd_server, proxy_to, tmp_path):
