@@ -31,8 +31,9 @@ sys.path.insert(0, str(ROOT))
 
 from experiments import tables  # noqa: E402
 from parapipe.cost.problem import MappingProblem  # noqa: E402
-from parapipe.mapping_doc import result_to_doc  # noqa: E402
+from parapipe.mapping import doc_from_result  # noqa: E402
 from parapipe.search.api import search  # noqa: E402
+from parapipe.soc.resolve import soc_ref  # noqa: E402
 from parapipe.workflow import prepare  # noqa: E402
 
 ZOO = ["alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet", "vgg19",
@@ -56,7 +57,7 @@ def zoo_table(models, socs):
             t0 = time.perf_counter()
             res = search(prep.problem)
             dt = time.perf_counter() - t0
-            doc = result_to_doc(res, m, prep.loaded.sha256, soc)
+            doc = doc_from_result(res, m, prep.loaded.sha256, soc_ref(prep.soc)).model_dump(mode="json")
             [eff] = tables.efficiency_rows([SimpleNamespace(doc=doc)])
             best = min(p.evaluation.period_s for p in res.front())
             b = res.bounds

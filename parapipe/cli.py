@@ -371,9 +371,11 @@ def cmd_deploy(args) -> int:
     from .runtime.run import record_run
 
     spec = HostSpec.parse(args.host, identity=args.identity, known_hosts=args.known_hosts,
-                          trust_new_host=args.trust_new_host)
+                          trust_new_host=args.trust_new_host, timeout_s=args.ssh_timeout)
+    timeouts = {} if args.ssh_timeout is None else {"connect_timeout_s": args.ssh_timeout,
+                                                     "command_timeout_s": args.ssh_timeout}
     options = DeployOptions(frames=args.frames, warmup=args.warmup, seed=args.seed, keep=args.keep,
-                            remote_dir=args.remote_dir, python=args.python)
+                            remote_dir=args.remote_dir, python=args.python, **timeouts)
     binds = parse_binds(args.bind)
 
     def show(event) -> None:
@@ -570,6 +572,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder of bundles on the host (default ~/.cache/parapipe/deploy)")
     s.add_argument("--python", default="python3", help="Python on the host, by explicit path where the login "
                    "shell's PATH may find another one (default python3)")
+    s.add_argument("--ssh-timeout", type=float, default=None, metavar="S",
+                   help="deadline of connecting and of each SSH step but the run, s (default 10 s to connect, "
+                   "120 s a command)")
     s.add_argument("--out", default="out/deploy", help="local folder for report.json and trace.json "
                    "(default out/deploy)")
     _add_run_recording(s)

@@ -15,6 +15,9 @@ def _add_host_options(s) -> None:
     s.add_argument("--trust-new-host", action="store_true",
                    help="accept a host key not in known_hosts and save it (a changed key is always refused)")
     s.add_argument("--python", default=None, help="Python on the board (default python3; here: this one)")
+    s.add_argument("--ssh-timeout", type=float, default=None, metavar="S",
+                   help="deadline of connecting and of each short SSH step, s (default 10 s to connect, 60 s "
+                   "a step); a host that stops answering fails after it")
 
 
 def _host_spec(args):
@@ -23,7 +26,7 @@ def _host_spec(args):
     from .deploy.hostspec import HostSpec
 
     return HostSpec.parse(args.host, identity=args.identity, known_hosts=args.known_hosts,
-                          trust_new_host=args.trust_new_host)
+                          trust_new_host=args.trust_new_host, timeout_s=args.ssh_timeout)
 
 
 def _pct(value) -> str:

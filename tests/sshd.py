@@ -3,9 +3,9 @@
 Use the session-scoped fixture :func:`sshd_server` (import it into a test module or ``conftest.py``:
 ``from sshd import sshd_server``), or :func:`start_sshd` directly. The server runs ``sshd -D -f CONFIG -e``
 with ``StrictModes no`` and ``UsePAM no``, listens on a free port of 127.0.0.1 only, accepts one generated
-ed25519 client key for the current user, and offers SFTP. It needs the Debian package ``openssh-server``
-(``.ci/apt-packages.txt``); when ``/usr/sbin/sshd`` is missing the fixture FAILS with the install command
-instead of skipping.
+ed25519 client key for the current user, and offers SFTP (unless ``start_sshd(sftp=False)``). It needs the
+Debian package ``openssh-server`` (``.ci/apt-packages.txt``); when ``/usr/sbin/sshd`` is missing the fixture
+FAILS with the install command instead of skipping.
 """
 from __future__ import annotations
 
@@ -96,13 +96,16 @@ def _keygen(path: Path, comment: str) -> None:
                    check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-def start_sshd(extra_path: Optional[str] = None) -> SshServer:
+def start_sshd(extra_path: Optional[str] = None, sftp: bool = True) -> SshServer:
     """Start a loopback sshd and wait until it accepts connections.
 
     Parameters
     ----------
     extra_path : str, optional
         Folder put first on the sessions' PATH (``SetEnv``), e.g. the test interpreter's ``bin``.
+    sftp : bool
+        Offer SFTP (``Subsystem sftp internal-sftp``); False leaves the line out, as on Dropbear images
+        without ``sftp-server``: the server then refuses the subsystem.
 
     Raises
     ------
@@ -144,7 +147,7 @@ def start_sshd(extra_path: Optional[str] = None) -> SshServer:
         "KbdInteractiveAuthentication no",
         "PermitRootLogin prohibit-password",
         f"AllowUsers {getpass.getuser()}",
-        "Subsystem sftp internal-sftp",
+        *(["Subsystem sftp internal-sftp"] if sftp else []),
         f"SetEnv PATH={path}",
         "MaxSessions 20",
         "LogLevel VERBOSE",
@@ -182,15 +185,25 @@ def start_sshd(extra_path: Optional[str] = None) -> SshServer:
         time.sleep(0.05)
 
 
-@pytest.fixture(scope="session")
-def sshd_server() -> Iterator[SshServer]:
-    """Session-scoped loopback sshd. Its sessions' PATH has only the system folders: tests start remote programs
-    by explicit path (``--python sys.executable``), never through the login shell's PATH. Fails without sshd."""
+def _serve(**options) -> Iterator[SshServer]:
     try:
-        server = start_sshd()
+        server = start_sshd(**options)
     except RuntimeError as exc:
         pytest.fail(str(exc), pytrace=False)
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def sshd_server() -> Iterator[SshServer]:
+    """Session-scoped loopback sshd. Its sessions' PATH has only the system folders: tests start remote programs
+    by explicit path (``--python sys.executable``), never through the login shell's PATH. Fails without sshd."""
+    yield from _serve()
+
+
+@pytest.fixture(scope="session")
+def sshd_server_without_sftp() -> Iterator[SshServer]:
+    """Session-scoped loopback sshd with no ``Subsystem sftp`` line (a Dropbear image without sftp-server)."""
+    yield from _serve(sftp=False)

@@ -15,6 +15,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import sshd
+from ssh_faults import StallingServer
 from deploy_mappings import two_stage_doc, write_doc
 from parapipe.cli import main
 from parapipe.deploy.bundle import build_bundle
@@ -26,6 +27,7 @@ from parapipe.runtime.mapping import load_mapping
 NEEDS_TWO_CPUS = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="mappings use CPUs 0, 1")
 pytestmark = [pytest.mark.ssh, pytest.mark.slow, NEEDS_TWO_CPUS]
 sshd_server = sshd.sshd_server  # the session-scoped loopback sshd fixture
+sshd_server_without_sftp = sshd.sshd_server_without_sftp
 
 FRAMES = "6"  # a few frames: enough to fill and drain a two-stage pipeline
 
@@ -125,12 +127,17 @@ def test_a_mapping_of_the_old_schema_is_an_input_error(sshd_server, tmp_path, ca
     assert rc == 2 and f"{path}: schema_version: expected 2, got 1" in err and "re-run 'parapipe optimize'" in err
 
 
-def test_interrupted_upload_resumes_and_keep_leaves_the_bundle(sshd_server, squeezenet_mapping, tmp_path):
+@pytest.mark.parametrize("server_fixture, files_over", [("sshd_server", "SFTP"),
+                                                        ("sshd_server_without_sftp", "exec channel")])
+def test_interrupted_upload_resumes_and_keep_leaves_the_bundle(server_fixture, files_over, squeezenet_mapping,
+                                                               tmp_path, request):
+    server = request.getfixturevalue(server_fixture)  # without SFTP (Dropbear images): exec-channel uploads
     mapping = load_mapping("squeezenet", str(squeezenet_mapping), "p0")
     bundle = build_bundle(mapping, tmp_path / "bundle")
     remote = str(tmp_path / "remote dir")
     folder = os.path.join(remote, bundle.name)
-    with RemoteHost(spec_for(sshd_server)) as host:
+    with RemoteHost(spec_for(server)) as host:
+        assert host.file_transport == files_over
         # an upload that stopped half-way: the code and the first stage model arrived, plus a part file
         half = upload_bundle(host, bundle, folder, {}, only=("agent.py", "ppexec/", "models/s0"))[0]
         assert "models/s0.cpu0.t0.onnx" in half and "models/s1.cpu1.t0.onnx" not in half
@@ -143,7 +150,7 @@ def test_interrupted_upload_resumes_and_keep_leaves_the_bundle(sshd_server, sque
         assert "models/s1.cpu1.t0.onnx" in report.uploaded and "models/s0.cpu0.t0.onnx" not in report.uploaded
         # kept: every bundle file is there (the part file is gone), marked .keep, and matches its digest
         assert report.kept and os.path.exists(os.path.join(folder, ".keep"))
-        present = remote_files(host, folder)
+        present = remote_files(host, folder, python=sys.executable)
         assert present == {rel: e["sha256"] for rel, e in bundle.manifest["files"].items()} | {
             "manifest.json": present["manifest.json"]}
         # a second deploy of the same bundle sends nothing but finds everything in place
@@ -167,7 +174,8 @@ def test_connection_killed_mid_run_is_one_line_and_the_next_deploy_leaves_the_ho
             deploy_bundle(host, first, out, DeployOptions(python=sys.executable, frames=100_000, remote_dir=remote),
                           on_event=kill_on_first_frames)
     msg = str(info.value)
-    assert "\n" not in msg and "connection was lost during the run" in msg and "next 'parapipe deploy'" in msg
+    assert "\n" not in msg and "next 'parapipe deploy'" in msg
+    assert msg.startswith(f"connection to {spec_for(sshd_server)} lost during the run (")
     assert os.listdir(remote) == [first.name]  # left behind, until the next deploy
     assert wait_for_no_agents(remote) == []  # the orphaned run ended by itself: its pipe was closed
     # the next deploy (another mapping) removes the stale bundle and its own
@@ -177,6 +185,24 @@ def test_connection_killed_mid_run_is_one_line_and_the_next_deploy_leaves_the_ho
         report = deploy_bundle(host, second, out, DeployOptions(python=sys.executable, frames=4, remote_dir=remote))
     assert report.removed_stale == [first.name] and report.report.outputs_match is True
     assert os.listdir(remote) == []
+
+
+def test_connection_lost_during_an_exec_channel_upload_names_the_upload(sshd_server_without_sftp,
+                                                                        squeezenet_mapping, tmp_path):
+    bundle = build_bundle(load_mapping("squeezenet", str(squeezenet_mapping), "p0"), tmp_path / "bundle")
+    (tmp_path / "out").mkdir()
+    with RemoteHost(spec_for(sshd_server_without_sftp)) as host:
+        def drop_at_the_models(event):
+            if event.get("event") == "upload" and event["file"].startswith("models/"):
+                host._transport().sock.shutdown(socket.SHUT_RDWR)
+
+        with pytest.raises(HostError) as info:
+            deploy_bundle(host, bundle, tmp_path / "out",
+                          DeployOptions(python=sys.executable, frames=2, remote_dir=str(tmp_path / "remote")),
+                          on_event=drop_at_the_models)
+    msg = str(info.value)
+    assert msg.startswith(f"connection to {spec_for(sshd_server_without_sftp)} lost during the upload (")
+    assert "\n" not in msg
 
 
 def _make_fail_at_run_time(model: onnx.ModelProto) -> None:
@@ -230,3 +256,19 @@ def test_a_mapping_for_cpus_the_host_lacks_is_refused_before_the_models_are_sent
     msg = str(info.value)
     assert "PU cpu4095: is pinned to CPUs [4095]" in msg and "--bind cpu4095=CPUS" in msg and "\n" not in msg
     assert not remote.exists()  # checked before anything was uploaded
+
+
+def test_deploy_to_a_host_that_stalls_on_exec_fails_at_the_ssh_timeout(sshd_server, squeezenet_mapping, tmp_path,
+                                                                        capsys):
+    server = StallingServer(sshd_server.client_key.with_name(sshd_server.client_key.name + ".pub"), "exec")
+    try:
+        rc = main(["deploy", "--python", sys.executable, "--db", "", "squeezenet", "--mapping",
+                   str(squeezenet_mapping), "--host", server.host(sshd_server.user), "--identity",
+                   str(sshd_server.client_key), "--known-hosts", str(server.known_hosts), "--ssh-timeout", "2",
+                   "--out", str(tmp_path / "out")])
+    finally:
+        server.close()
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("parapipe: error:")]
+    assert rc == 2 and len(lines) == 1 and server.stalled.is_set(), err
+    assert f"no answer to the request to run {sys.executable!r} within 2 s during the Python check" in lines[0]

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 import sshd
+from ssh_faults import FaultProxy, StallingServer, known_hosts_for
 from parapipe.cli import main
 from parapipe.deploy.hostspec import HostSpec
 from parapipe.profiling.db import ProfileDB
@@ -19,6 +23,7 @@ from parapipe.soc.loader import load_soc
 pytestmark = [pytest.mark.ssh, pytest.mark.slow]
 sshd_server = sshd.sshd_server  # the session-scoped loopback sshd fixture
 
+REPO = Path(__file__).resolve().parent.parent
 OPTIONS = ProfileOptions(pus=["cpu0"], warmup=2, repeats=5, blocks=False, transfers=False)
 
 
@@ -146,3 +151,63 @@ def test_host_with_too_old_python(sshd_server, tmp_path, capsys):
     old = _fake_python(tmp_path, "python3.6", 'echo "Python 3.6.9"')
     line = _refused(capsys, host_args(sshd_server) + ["--python", old], db)
     assert "older than 3.8" in line and not db.exists()
+
+
+def test_host_that_stalls_on_the_exec_request_fails_at_the_ssh_timeout(sshd_server, tmp_path, capsys):
+    server = StallingServer(sshd_server.client_key.with_name(sshd_server.client_key.name + ".pub"), "exec")
+    try:
+        db = tmp_path / "stall.sqlite"
+        start = time.monotonic()
+        line = _refused(capsys, ["--host", server.host(sshd_server.user), "--identity", str(sshd_server.client_key),
+                                 "--known-hosts", str(server.known_hosts), "--python", sys.executable,
+                                 "--ssh-timeout", "2"], db)
+        elapsed = time.monotonic() - start
+    finally:
+        server.close()
+    assert server.stalled.is_set()
+    assert f"no answer to the request to run {sys.executable!r} within 2 s during the Python check" in line
+    assert "--ssh-timeout" in line and not db.exists()
+    assert elapsed < 30  # the bug: no end (> 45 s)
+
+
+def test_ssh_timeout_must_be_positive(sshd_server, tmp_path, capsys):
+    line = _refused(capsys, host_args(sshd_server) + ["--ssh-timeout", "0"], tmp_path / "t.sqlite")
+    assert line.startswith("parapipe: error: --ssh-timeout: must be a positive number of seconds, got 0.0")
+
+
+def _cli_subprocess(args):
+    """``python -m parapipe ARGS`` from the checkout (its logging set up as users get it)."""
+    return subprocess.run([sys.executable, "-m", "parapipe", *args], cwd=REPO, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=120)
+
+
+def test_connection_dropped_while_profiling_is_one_line_on_stderr(sshd_server, tmp_path):
+    proxy = FaultProxy(sshd_server.port, drop_after_s=1.5)  # in the checks, the agent upload or the measuring
+    key_type, key_b64 = sshd_server.host_key_line.split()[1:3]
+    known = known_hosts_for(tmp_path / "known_hosts", proxy.port, key_type, key_b64)
+    host = f"{sshd_server.user}@127.0.0.1:{proxy.port}"
+    try:
+        done = _cli_subprocess(["profile", "squeezenet", "--soc", "host", "--db", str(tmp_path / "drop.sqlite"),
+                                "--pus", "cpu0", "--host", host, "--identity", str(sshd_server.client_key),
+                                "--known-hosts", str(known), "--python", sys.executable])
+    finally:
+        proxy.close()
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr  # no paramiko log line, no traceback
+    assert lines[0].startswith(f"parapipe: error: connection to {host} lost during "), lines
+    assert "does not run" not in lines[0]
+
+
+def test_host_that_stalls_on_a_channel_open_is_one_line_on_stderr(sshd_server, tmp_path):
+    server = StallingServer(sshd_server.client_key.with_name(sshd_server.client_key.name + ".pub"), "open")
+    try:
+        done = _cli_subprocess(["soc", "detect", "--out", str(tmp_path / "x.yaml"), "--host",
+                                server.host(sshd_server.user), "--identity", str(sshd_server.client_key),
+                                "--known-hosts", str(server.known_hosts), "--python", sys.executable,
+                                "--ssh-timeout", "2"])
+    finally:
+        server.close()
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "no answer to opening an SSH channel within 2 s during the Python check" in lines[0]
+    assert not (tmp_path / "x.yaml").exists()

@@ -121,7 +121,10 @@ def test_cpsat_rounds_durations_up():
 
 
 def test_pareto_json_records_exactness(tmp_path):
-    from parapipe.mapping_doc import result_to_doc
+    from parapipe.mapping import SocRef, doc_from_result
+
+    def result_to_doc(result, name, sha, soc):
+        return doc_from_result(result, name, sha, SocRef(name=soc)).model_dump(mode="json")
 
     small = search(random_problem(5, 3, 11, "dag"))
     doc = result_to_doc(small, "m", "0" * 64, "soc")

@@ -5,20 +5,26 @@ import hashlib
 import logging
 import os
 import posixpath
+import re
 import stat
 import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
 from parapipe.deploy.agent_client import AgentClient, AgentRequestError, agent_path
-from parapipe.deploy.host import HostSpec, RemoteHost
+from parapipe.deploy.host import ConnectionLost, HostSpec, RemoteHost
 from parapipe.errors import HostError, InputError
 import sshd
+from ssh_faults import FaultProxy, StallingServer, known_hosts_for
 from sshd import free_port
 from test_agent import model_b64, tiny_conv_model
 
 pytestmark = pytest.mark.ssh
 sshd_server = sshd.sshd_server  # the session-scoped loopback sshd fixture
+sshd_server_without_sftp = sshd.sshd_server_without_sftp
 
 
 def spec_for(server, **overrides) -> HostSpec:
@@ -75,6 +81,11 @@ def test_exec_sends_stdin(host):
     data = os.urandom(1 << 20).hex().encode()  # 2 MiB of text
     rc, output = host.exec(["sha256sum"], timeout_s=60, stdin_data=data)
     assert rc == 0 and output.split()[0] == hashlib.sha256(data).hexdigest()
+
+
+def test_command_killed_by_a_signal_is_exit_minus_one_on_a_live_connection(host):
+    assert host.exec(["sh", "-c", "echo before; kill -9 $$"], timeout_s=30) == (-1, "before\n")
+    assert host.is_connected()
 
 
 def test_exec_deadline(host):
@@ -218,3 +229,224 @@ def test_start_agent_refuses_an_old_python(host, tmp_path):
         host.start_agent(python=old)
     with pytest.raises(HostError, match=r"does not run .*install Python >= 3\.8"):
         host.start_agent(python="/nonexistent/python3")
+
+
+# ------------------------------------------------------------------------------------------------ liveness
+@pytest.fixture
+def stalling(sshd_server):
+    """Factory of paramiko servers that hang on a channel open or an exec request (released at teardown)."""
+    servers = []
+
+    def make(stall):
+        server = StallingServer(sshd_server.client_key.with_name(sshd_server.client_key.name + ".pub"), stall)
+        servers.append(server)
+        return server, HostSpec.parse(server.host(sshd_server.user), identity=sshd_server.client_key,
+                                      known_hosts=server.known_hosts)
+
+    yield make
+    for server in servers:
+        server.close()
+
+
+@pytest.fixture
+def proxy_to(tmp_path):
+    """Factory: a FaultProxy in front of a loopback sshd, and the HostSpec that reaches sshd through it."""
+    proxies = []
+
+    def make(server, **spec_options):
+        fault = FaultProxy(server.port)
+        proxies.append(fault)
+        key_type, key_b64 = server.host_key_line.split()[1:3]
+        known = known_hosts_for(tmp_path / f"known_hosts_{fault.port}", fault.port, key_type, key_b64)
+        spec = HostSpec.parse(f"{server.user}@127.0.0.1:{fault.port}", identity=server.client_key,
+                              known_hosts=known, **spec_options)
+        return fault, spec
+
+    yield make
+    for fault in proxies:
+        fault.close()
+
+
+@pytest.fixture
+def proxy(sshd_server, proxy_to):
+    """A FaultProxy in front of the loopback sshd, and the HostSpec that reaches sshd through it."""
+    return proxy_to(sshd_server)
+
+
+def _after(seconds, action):
+    timer = threading.Timer(seconds, action)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def test_exec_request_stall_fails_at_the_command_deadline(stalling):
+    server, spec = stalling("exec")
+    with RemoteHost(spec) as stalled:
+        start = time.monotonic()
+        with pytest.raises(HostError) as info:
+            stalled.exec(["true"], timeout_s=2)
+        elapsed = time.monotonic() - start
+    assert server.stalled.is_set()  # the request reached the server and hung there
+    message = str(info.value)
+    assert message.startswith(f"{spec}: no answer to the request to run 'true' within 2 s") and "\n" not in message
+    assert elapsed < 30  # did not hang (the bug: > 45 s)
+
+
+def test_channel_open_stall_fails_at_the_step_deadline_not_the_connect_timeout(stalling):
+    server, spec = stalling("open")
+    with RemoteHost(spec, connect_timeout_s=20) as stalled:
+        with pytest.raises(HostError) as info:
+            stalled.exec(["true"], timeout_s=2)
+    assert server.stalled.is_set()
+    assert str(info.value).startswith(f"{spec}: no answer to opening an SSH channel within 2 s")
+
+
+def test_exec_request_stall_in_the_python_check_names_the_step(stalling):
+    _, spec = stalling("exec")
+    with RemoteHost(spec) as stalled:
+        with pytest.raises(HostError, match=r"within 1\.5 s during the Python check; the SSH server stalls"):
+            stalled.check_python(sys.executable, timeout_s=1.5)
+
+
+def test_dropped_connection_is_a_lost_connection_not_exit_minus_one(proxy, tmp_path):
+    fault, spec = proxy
+    slow = _fake_python(tmp_path, "slow python3", 'sleep 5; echo "Python 3.10.0"')
+    with RemoteHost(spec) as remote:
+        assert remote.exec(["echo", "through the proxy"], timeout_s=30) == (0, "through the proxy\n")
+        _after(0.5, fault.drop)
+        with pytest.raises(ConnectionLost) as info:
+            remote.check_python(slow, timeout_s=30)
+        assert not remote.is_connected()
+    message = str(info.value)
+    assert message.startswith(f"connection to {spec} lost during the Python check (")
+    assert "does not run" not in message and "exit -1" not in message and "\n" not in message
+    assert message.endswith("; check the host and the network, then try again")
+
+
+def test_dropped_connection_during_a_plain_command(proxy):
+    fault, spec = proxy
+    with RemoteHost(spec) as remote:
+        _after(0.5, fault.drop)
+        with pytest.raises(ConnectionLost, match=rf"^connection to {re.escape(str(spec))} lost during the "
+                                                 r"command 'sleep' \("):
+            remote.exec(["sleep", "10"], timeout_s=30)
+        with pytest.raises(ConnectionLost):  # later calls say the same, at once
+            remote.exec(["true"], timeout_s=30)
+
+
+def test_stalled_connection_is_found_by_the_keepalive_before_the_command_deadline(proxy):
+    fault, spec = proxy
+    with RemoteHost(spec, keepalive_s=0.5, keepalive_count=4) as remote:
+        assert remote.exec(["true"], timeout_s=30)[0] == 0
+        time.sleep(2.5)  # keepalives are answered while the proxy forwards: the connection stays
+        assert remote.is_connected()
+        _after(0.3, fault.stall)
+        with pytest.raises(ConnectionLost) as info:
+            remote.exec(["sleep", "25"], timeout_s=28)
+    assert "lost during the command 'sleep' (no answer to keepalives for 2 s" in str(info.value)
+
+
+def test_sftp_upload_that_stalls_fails_after_the_step_timeout(sshd_server, proxy_to, tmp_path):
+    fault, spec = proxy_to(sshd_server, timeout_s=1.5)
+    local = tmp_path / "payload.bin"
+    local.write_bytes(os.urandom(20_000_000))  # more than the channel window and the socket buffers
+    with RemoteHost(spec) as remote:
+        assert remote.file_transport == "SFTP"  # the SFTP channel is open before the stall
+        fault.stall()
+        with pytest.raises(HostError, match=r"cannot upload .*: no answer within 1\.5 s during the upload of "
+                                            r"payload\.bin; the host or the network stalls"):
+            remote.upload(local, str(tmp_path / "copy.bin"))
+    assert not (tmp_path / "copy.bin").exists()
+
+
+class _StallAfterFirstChunk:
+    """A binary stream that stalls the proxy once its first chunk is read (a transfer that stops mid-way)."""
+
+    def __init__(self, fault):
+        self._fault, self._reads = fault, 0
+
+    def read(self, nbytes):
+        self._reads += 1
+        if self._reads == 2:
+            self._fault.stall()
+        return b"x" * nbytes if self._reads < 50 else b""
+
+
+def test_exec_channel_transfer_that_stalls_fails_after_its_silence_deadline(sshd_server_without_sftp, proxy_to):
+    fault, spec = proxy_to(sshd_server_without_sftp, timeout_s=1.5)
+    with RemoteHost(spec) as remote:
+        assert remote.file_transport == "exec channel"
+        with pytest.raises(HostError, match=r"did not finish within 1\.5 s of silence"):
+            remote.run(["sh", "-c", "cat > /dev/null"], timeout_s=1.5, stdin=_StallAfterFirstChunk(fault),
+                       idle=True)
+        with pytest.raises(HostError, match=r"no answer to opening an SSH channel within 1\.5 s during the "
+                                            r"upload of payload\.bin"):
+            remote.write_bytes("payload.bin", b"data")  # the next transfer: the server still does not answer
+
+
+def test_agent_request_over_a_dropped_connection(proxy):
+    fault, spec = proxy
+    with RemoteHost(spec) as remote:
+        agent = remote.start_agent(python=sys.executable)
+        assert agent.request("hello", timeout_s=60)["ok"]
+        fault.drop()
+        with pytest.raises(ConnectionLost) as info:
+            agent.request("hello", timeout_s=30)
+    assert str(info.value).startswith(f"connection to {spec} lost during the agent's 'hello' request (")
+
+
+# ------------------------------------------------------------------------------------------------ no SFTP
+@pytest.fixture(scope="module")
+def bare_host(sshd_server_without_sftp):
+    with RemoteHost(spec_for(sshd_server_without_sftp)) as connected:
+        yield connected
+
+
+def test_host_without_sftp_moves_files_through_exec_channels(bare_host, tmp_path):
+    assert bare_host.file_transport == "exec channel"
+    with pytest.raises(HostError, match=r"SFTP unavailable; enable 'Subsystem sftp'"):
+        bare_host.sftp()
+    assert bare_host.home() == os.path.expanduser("~")
+    local = tmp_path / "local file.bin"
+    local.write_bytes(os.urandom(3_000_000))  # many channel windows
+    local.chmod(0o750)
+    folder = posixpath.join(str(tmp_path), "remote dir", "it's here")
+    bare_host.mkdir_p(folder)
+    bare_host.mkdir_p(folder)
+    remote = posixpath.join(folder, "copy of file.bin")
+    bare_host.upload(local, remote)
+    assert Path(remote).read_bytes() == local.read_bytes()
+    assert stat.S_IMODE(os.stat(remote).st_mode) == 0o750
+    assert bare_host.sha256(remote) == hashlib.sha256(local.read_bytes()).hexdigest()
+    assert os.listdir(folder) == ["copy of file.bin"]  # no temporary left behind
+    back = tmp_path / "back.bin"
+    bare_host.download(remote, back)
+    assert back.read_bytes() == local.read_bytes()
+    bare_host.write_bytes(posixpath.join(folder, "mark"), b"kept\n")
+    assert Path(folder, "mark").read_bytes() == b"kept\n"
+    bare_host.remove(remote)
+    bare_host.remove(remote)  # absent is fine
+    assert bare_host.sha256(remote) is None
+    with pytest.raises(HostError, match="exists and is not a folder|cannot create"):
+        bare_host.mkdir_p(posixpath.join(folder, "mark", "sub"))
+
+
+def test_exec_channel_upload_keeps_the_old_file_when_the_sha256_differs(bare_host, tmp_path):
+    remote = tmp_path / "target.bin"
+    remote.write_bytes(b"old content")
+    local = tmp_path / "new.bin"
+    local.write_bytes(b"new content")
+    with pytest.raises(HostError) as info:
+        bare_host.upload(local, str(remote), sha256=hashlib.sha256(b"something else").hexdigest())
+    message = str(info.value)
+    assert "arrived with SHA-256 " + hashlib.sha256(b"new content").hexdigest()[:16] in message
+    assert remote.read_bytes() == b"old content" and sorted(os.listdir(tmp_path)) == ["new.bin", "target.bin"]
+
+
+def test_agent_starts_on_a_host_without_sftp(bare_host):
+    agent = bare_host.start_agent(python=sys.executable)
+    try:
+        assert agent.request("hello", timeout_s=60)["ok"]
+    finally:
+        assert agent.close() == 0

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Deque, Dict, Optional
 
 from parapipe._paths import data_dir
+from parapipe.deploy.liveness import ConnectionLost
 from parapipe.errors import ExecutionError, HostError
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,9 @@ class _ProcessTransport:
     def exit_status(self) -> Optional[int]:
         return self._proc.poll()
 
+    def lost_reason(self) -> Optional[str]:
+        return None  # a local pipe has no connection to lose
+
     def close(self, timeout_s: float) -> Optional[int]:
         for stream in (self._proc.stdin,):
             try:
@@ -150,10 +154,15 @@ class _ProcessTransport:
 class _ChannelTransport:
     """An agent on an SSH exec channel (paramiko ``Channel``); stderr is drained on every receive slice."""
 
-    def __init__(self, channel: Any, where: str):
+    def __init__(self, channel: Any, where: str, lost_reason: Optional[Callable[[], Optional[str]]] = None):
         self._channel = channel
         self.tail = _StderrTail()
         self.where = where
+        self._lost_reason = lost_reason
+
+    def lost_reason(self) -> Optional[str]:
+        """Why the SSH connection died, or None while it lives (or when nobody can tell)."""
+        return self._lost_reason() if self._lost_reason is not None else None
 
     def _drain_stderr(self) -> None:
         while self._channel.recv_stderr_ready():
@@ -284,6 +293,7 @@ class AgentClient:
         HostError
             If the agent is closed, has exited, or does not answer within ``timeout_s`` (the agent is then
             stopped, since its state is unknown). The message ends with the tail of the agent's stderr.
+            :class:`~parapipe.deploy.liveness.ConnectionLost` if the SSH connection died meanwhile.
         """
         if self._closed:
             raise HostError(f"{self.where}: the agent is closed; start a new one")
@@ -298,11 +308,13 @@ class AgentClient:
             reply = self._read_reply(request_id, deadline, timeout_s if on_event else None, on_event)
         except TimeoutError:
             self._abort()
+            self._raise_if_lost(op)
             raise HostError(f"{self.where}: the agent did not answer {op!r} within {timeout_s:g} s and was "
                             "stopped; raise timeout_s for slow work or check the host"
                             f"{self._tail()}") from None
         except (BrokenPipeError, ConnectionError, EOFError, OSError) as exc:
             status = self._abort()
+            self._raise_if_lost(op)
             raise HostError(f"{self.where}: the agent exited (status {status}) during {op!r}: {exc}; check "
                             f"numpy and onnxruntime on the host{self._tail()}") from None
         if not reply.get("ok"):
@@ -347,6 +359,11 @@ class AgentClient:
                 raise EOFError("end of output")
             if data:
                 self._buffer += data
+
+    def _raise_if_lost(self, op: str) -> None:
+        reason = self._transport.lost_reason()
+        if reason is not None:
+            raise ConnectionLost(self.where, f"the agent's {op!r} request", reason) from None
 
     def _tail(self) -> str:
         tail = self._transport.tail.text()

@@ -32,10 +32,11 @@ from typing import Any, Callable, Dict, List, Optional
 
 import paramiko
 
-from parapipe.deploy.agent_client import AgentClient, AgentRequestError, _ChannelTransport
+from parapipe.deploy.agent_client import AgentClient, AgentRequestError
 from parapipe.deploy.bundle import PLAN, Bundle, build_bundle
 from parapipe.deploy.host import RemoteHost
 from parapipe.deploy.hostspec import HostSpec
+from parapipe.deploy.liveness import ConnectionLost
 from parapipe.deploy.remote_agent import check_python
 from parapipe.deploy.upload import fetch, remote_abs, remote_files, remove_strays, upload_bundle
 from parapipe.errors import ExecutionError, HostError, input_error
@@ -169,27 +170,23 @@ def _check_options(options: DeployOptions) -> None:
 
 
 def _start_agent(host: RemoteHost, python: str, folder: str) -> AgentClient:
-    channel = host.open_exec_channel([python, "-u", "-B", posixpath.join(folder, "agent.py")])
-    return AgentClient(_ChannelTransport(channel, where=str(host.spec)))
+    return host.open_agent([python, "-u", "-B", posixpath.join(folder, "agent.py")])
 
 
 def _lost(host: RemoteHost, phase: str, exc: BaseException) -> HostError:
-    detail = " ".join(str(exc).split())
-    prefix = f"{host.spec}: "
-    detail = (detail[len(prefix):] if detail.startswith(prefix) else detail).split(";")[0]
-    return HostError(f"{host.spec}: the connection was lost during {phase} ({detail}); the remote run stops "
-                     "with it, and the next 'parapipe deploy' to this host removes what it left")
+    reason = getattr(exc, "reason", None) or host.lost_reason() or " ".join(str(exc).split())
+    return ConnectionLost(str(host.spec), phase, reason, "the remote run stops with it, and the next "
+                          "'parapipe deploy' to this host removes what it left")
 
 
 def _finish(host: RemoteHost, folder: str, keep: bool, timeout_s: float) -> None:
     """Remove the bundle folder, or mark it kept; never raises (the connection may be gone)."""
     if not host.is_connected():
-        log.warning("%s: connection lost; %s stays until the next deploy removes it", host.spec, folder)
+        log.info("%s: connection lost; %s stays until the next deploy removes it", host.spec, folder)
         return
     try:
         if keep:
-            with host.sftp().open(posixpath.join(folder, bundle_run.KEEP), "w") as handle:
-                handle.write(b"kept by parapipe deploy --keep\n")
+            host.write_bytes(posixpath.join(folder, bundle_run.KEEP), b"kept by parapipe deploy --keep\n")
             log.info("kept %s on %s", folder, host.spec)
         else:
             host.remove_tree(folder, timeout_s=timeout_s)
@@ -253,7 +250,7 @@ def deploy_bundle(host: RemoteHost, bundle: Bundle, out_dir: Path, options: Opti
     options = options or DeployOptions()
     emit = on_event or (lambda event: None)
     timeout = options.command_timeout_s
-    phase = "the checks"
+    phase = "the Python check"
     try:
         check_python(host, options.python, timeout)
         phase = "the board check"

@@ -1,66 +1,102 @@
-"""SSH hosts (paramiko): host-key checked connections, commands with deadlines, SFTP files, the agent.
+"""SSH hosts (paramiko): host-key checked connections, a keepalive, deadlines on every remote step, files, agents.
 
-Every failure a user can cause (unreachable host, refused key, unknown or changed host key, timeouts, a host
-without Python or ONNX Runtime) becomes a :class:`~parapipe.errors.HostError` whose message is one line: the
-cause and the remedy. Host-key checking is always on; trusting a new key is an explicit choice
-(``trust_new_host``) and the key is then saved to the known_hosts file.
+Every failure a user can cause (unreachable host, refused key, unknown or changed host key, a host that stops
+answering, a dropped connection, a host without Python, ONNX Runtime or SFTP) becomes a
+:class:`~parapipe.errors.HostError` whose message is one line: the cause and the remedy. A connection that dies
+reads ``"connection to HOST lost during STEP (...)"`` (:class:`~parapipe.deploy.liveness.ConnectionLost`).
+Host-key checking is always on; trusting a new key is an explicit choice (``trust_new_host``) and the key is
+then saved to the known_hosts file. Hosts without SFTP (Dropbear on Buildroot/Yocto images) get their files
+through exec channels (:mod:`parapipe.deploy.remote_fs`).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
-import posixpath
-import re
-import select
-import shlex
 import socket
-import stat
 import time
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple, Union
 
 import paramiko
 
 from parapipe.deploy import remote_agent
-from parapipe.deploy.agent_client import AgentClient
+from parapipe.deploy.agent_client import AgentClient, _ChannelTransport
+from parapipe.deploy.host_files import FilesMixin
 from parapipe.deploy.hostspec import HostSpec
 from parapipe.deploy.known_hosts import RejectPolicy, TrustAndSavePolicy, UnknownHostKey, fingerprint
+from parapipe.deploy.liveness import KEEPALIVE_COUNT_MAX, KEEPALIVE_S, ConnectionLost, Keepalive
+from parapipe.deploy.remote_fs import ExecFiles, SftpFiles
+from parapipe.deploy.ssh_channels import SETTLE_S, ChannelsMixin, settle_s
 from parapipe.errors import HostError, input_error
 
-__all__ = ["HostSpec", "RemoteHost"]
+__all__ = ["HostSpec", "RemoteHost", "ConnectionLost", "DEFAULT_CONNECT_TIMEOUT_S", "DEFAULT_STEP_TIMEOUT_S"]
 
 log = logging.getLogger(__name__)
 
-#: Seconds between SSH keepalives, so a dead remote is noticed while waiting (OpenSSH's ServerAliveInterval).
-KEEPALIVE_S = 15
+#: Logger of the connections' paramiko transports. paramiko's transport thread logs a reset socket at ERROR;
+#: parapipe reports it as one HostError line, so these records show only when parapipe logs at DEBUG (-vv).
+PARAMIKO_LOG = "parapipe.deploy.paramiko"
 
 
-class RemoteHost:
+class _DebugOnly(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return logging.getLogger("parapipe").isEnabledFor(logging.DEBUG)
+
+
+for _name in (PARAMIKO_LOG, PARAMIKO_LOG + ".sftp"):
+    logging.getLogger(_name).addFilter(_DebugOnly())
+
+#: TCP, banner and authentication deadline when neither the caller nor ``HostSpec.timeout_s`` sets one, s.
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+#: Deadline of a short remote step (a check, a file operation; a transfer's silence) by default, s.
+DEFAULT_STEP_TIMEOUT_S = 60.0
+
+
+class RemoteHost(ChannelsMixin, FilesMixin):
     """An SSH connection to one host, used as a context manager.
 
     Parameters
     ----------
     spec : HostSpec
         The host and the credentials.
-    connect_timeout_s : float
-        Deadline for the TCP connection, the SSH banner and authentication, in seconds (default 10).
+    connect_timeout_s : float, optional
+        Deadline for the TCP connection, the SSH banner and authentication, s (default ``spec.timeout_s``,
+        else :data:`DEFAULT_CONNECT_TIMEOUT_S`).
+    keepalive_s, keepalive_count : float, int
+        A keepalive that wants an answer goes out every ``keepalive_s`` seconds; after ``keepalive_count``
+        silent intervals the connection counts as lost (OpenSSH's ServerAliveInterval/CountMax; defaults 15 s
+        and 3, see :mod:`parapipe.deploy.liveness`).
+
+    Attributes
+    ----------
+    step_timeout_s : float
+        Deadline of each short step (file operations, channel requests; a transfer's longest silence), s:
+        ``spec.timeout_s`` or :data:`DEFAULT_STEP_TIMEOUT_S`.
 
     Examples
     --------
     >>> with RemoteHost(HostSpec.parse("pi@board:22")) as host:       # doctest: +SKIP
-    ...     rc, out = host.exec(["uname", "-m"], timeout_s=10)
+    ...     with host.step("the board check"):
+    ...         rc, out = host.exec(["uname", "-m"], timeout_s=10)
     """
 
-    def __init__(self, spec: HostSpec, connect_timeout_s: float = 10.0):
+    def __init__(self, spec: HostSpec, connect_timeout_s: Optional[float] = None,
+                 keepalive_s: float = KEEPALIVE_S, keepalive_count: int = KEEPALIVE_COUNT_MAX):
         self.spec = spec
-        self.connect_timeout_s = connect_timeout_s
+        self.connect_timeout_s = float(connect_timeout_s or spec.timeout_s or DEFAULT_CONNECT_TIMEOUT_S)
+        self.step_timeout_s = float(spec.timeout_s or DEFAULT_STEP_TIMEOUT_S)
+        self.keepalive_s, self.keepalive_count = keepalive_s, keepalive_count
         self._client: Optional[paramiko.SSHClient] = None
-        self._sftp: Optional[paramiko.SFTPClient] = None
+        self._keepalive: Optional[Keepalive] = None
+        self._files: Union[SftpFiles, ExecFiles, None] = None  # chosen on first use (FilesMixin)
+        self._home: Optional[str] = None
         self._agents: List[AgentClient] = []
+        self._step: Optional[str] = None
+        self._lost: Optional[str] = None
 
     # ---------------------------------------------------------------------------------------------connection
     def connect(self) -> "RemoteHost":
-        """Open the connection (host key checked, key authentication).
+        """Open the connection (host key checked, key authentication) and start the keepalive.
 
         Raises
         ------
@@ -69,7 +105,7 @@ class RemoteHost:
         InputError
             If the identity file does not exist.
         """
-        spec, name = self.spec, str(self.spec)
+        spec = self.spec
         if spec.identity is not None and not Path(spec.identity).is_file():
             raise input_error("--identity", None, f"{spec.identity} does not exist",
                               "pass the private key file that the host accepts")
@@ -91,49 +127,14 @@ class RemoteHost:
             kwargs.update(key_filename=str(spec.identity), look_for_keys=False, allow_agent=False)
         try:
             client.connect(**kwargs)
-        except UnknownHostKey as exc:
+        except (UnknownHostKey, paramiko.SSHException, OSError, EOFError) as exc:
             client.close()
-            raise HostError(f"{name}: host key ({exc}) not in {known_hosts}; verify it and pass "
-                            f"--trust-new-host, or add it with ssh-keyscan -p {spec.port} "
-                            f"{spec.address}") from None
-        except paramiko.BadHostKeyException as exc:
-            client.close()
-            raise HostError(f"{name}: host key changed ({exc.key.get_name()} {fingerprint(exc.key)} is not "
-                            f"the one in {known_hosts}); if the host was reinstalled, remove the old key "
-                            f"with ssh-keygen -R '{spec.host_key_name}' -f {known_hosts}, else do not "
-                            "connect") from None
-        except paramiko.PasswordRequiredException:
-            client.close()
-            raise HostError(f"{name}: the key {spec.identity} is encrypted; load it into ssh-agent and pass "
-                            "no identity, or pass an unencrypted key") from None
-        except paramiko.AuthenticationException as exc:
-            client.close()
-            key = spec.identity or "the default keys"
-            raise HostError(f"{name}: authentication failed with {key} ({exc}); check the user name and add "
-                            f"the public key to ~{spec.user}/.ssh/authorized_keys on the host") from None
-        except paramiko.ssh_exception.NoValidConnectionsError as exc:
-            client.close()
-            reasons = sorted({(e.strerror or str(e)) for e in exc.errors.values()}) or ["refused"]
-            raise HostError(f"{name}: cannot connect ({'; '.join(reasons)}); check the address and that sshd "
-                            f"listens on port {spec.port}") from None
-        except (socket.timeout, TimeoutError):
-            client.close()
-            raise HostError(f"{name}: no answer within {timeout:g} s; check the address, the network and the "
-                            "firewall, or raise the connect timeout") from None
-        except socket.gaierror as exc:
-            client.close()
-            raise HostError(f"{name}: cannot resolve {spec.address!r} ({exc.strerror}); check the host "
-                            "name") from None
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            client.close()
-            reason = " ".join(str(exc).split()) or type(exc).__name__
-            raise HostError(f"{name}: cannot connect ({reason}); check the address and that sshd listens on "
-                            f"port {spec.port}") from None
-        transport = client.get_transport()
-        if transport is not None:
-            transport.set_keepalive(KEEPALIVE_S)
+            raise _connect_error(exc, spec, known_hosts, timeout) from None
         self._client = client
-        log.info("connected to %s", name)
+        transport = client.get_transport()
+        transport.set_log_channel(PARAMIKO_LOG)
+        self._keepalive = Keepalive(transport, self.keepalive_s, self.keepalive_count).start()
+        log.info("connected to %s", spec)
         return self
 
     def close(self) -> None:
@@ -141,9 +142,11 @@ class RemoteHost:
         for agent in self._agents:
             agent.close(timeout_s=2.0)
         self._agents.clear()
-        if self._sftp is not None:
-            self._sftp.close()
-            self._sftp = None
+        if self._keepalive is not None:
+            self._keepalive.stop()
+        if isinstance(self._files, SftpFiles) and self.is_connected():
+            self._files.sftp.close()
+        self._files = None
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -154,257 +157,117 @@ class RemoteHost:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Name what the following remote calls do, for messages (``"connection to HOST lost during NAME"``)."""
+        previous, self._step = self._step, name
+        try:
+            yield
+        finally:
+            self._step = previous
+
     def is_connected(self) -> bool:
         """Whether the SSH connection is open and alive (False once closed or lost)."""
         transport = self._client.get_transport() if self._client is not None else None
         return transport is not None and transport.is_active()
 
-    def _transport(self) -> paramiko.Transport:
-        transport = self._client.get_transport() if self._client is not None else None
-        if transport is None or not transport.is_active():
-            raise HostError(f"{self.spec}: not connected (the connection was closed or lost); connect again")
-        return transport
+    def lost_reason(self, settle_s: float = 0.0) -> Optional[str]:
+        """Why the connection died (None while it lives, or before :meth:`connect`).
 
-    def _open_channel(self) -> paramiko.Channel:
-        try:
-            return self._transport().open_session(timeout=self.connect_timeout_s)
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise HostError(f"{self.spec}: cannot open an SSH channel ({exc}); check the host's MaxSessions "
-                            "and that it is still up") from None
-
-    def open_exec_channel(self, argv: List[str]) -> paramiko.Channel:
-        """Start a long-running command (arguments shell-quoted) and return its channel, stderr kept apart.
-
-        The caller reads and writes the channel itself, with its own deadlines (the agent protocol does).
-
-        Raises
-        ------
-        HostError
-            If no channel can be opened or the command is refused.
+        ``settle_s``: after a failed call, wait up to this long for paramiko's transport thread to notice a
+        dead socket (a write can fail a moment before it does).
         """
-        channel = self._open_channel()
-        try:
-            channel.exec_command(" ".join(shlex.quote(str(arg)) for arg in argv))
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            channel.close()
-            raise HostError(f"{self.spec}: cannot start {argv[0]!r} ({exc}); check the host") from None
-        return channel
-
-    def sftp(self) -> paramiko.SFTPClient:
-        """The connection's SFTP client (opened on first use).
-
-        Raises
-        ------
-        HostError
-            If the host offers no SFTP subsystem.
-        """
-        if self._sftp is None:
-            self._transport()
-            try:
-                self._sftp = self._client.open_sftp()
-            except (paramiko.SSHException, OSError, EOFError) as exc:
-                raise HostError(f"{self.spec}: SFTP unavailable ({exc}); enable 'Subsystem sftp' in the "
-                                "host's sshd_config") from None
-        return self._sftp
-
-    # -----------------------------------------------------------------------------------------------commands
-    def exec(self, argv: List[str], timeout_s: float, stdin_data: Optional[bytes] = None) -> Tuple[int, str]:
-        """Run a command; every argument is shell-quoted, stdout and stderr are read together.
-
-        Parameters
-        ----------
-        argv : list of str
-            Program and arguments (quoted with :func:`shlex.quote`, so no shell syntax is interpreted).
-        timeout_s : float
-            Deadline for the whole command, in seconds.
-        stdin_data : bytes, optional
-            Sent to the command's stdin, which is then closed (it is closed at once without data).
-
-        Returns
-        -------
-        (int, str)
-            Exit status (-1 if the command died without one, e.g. killed by a signal) and the combined output
-            (UTF-8, undecodable bytes replaced).
-
-        Raises
-        ------
-        HostError
-            If the command does not finish within ``timeout_s`` or the connection is lost.
-        """
-        command = " ".join(shlex.quote(str(arg)) for arg in argv)
-        channel = self._open_channel()
-        deadline = time.monotonic() + timeout_s
-        chunks: List[bytes] = []
-        pending = memoryview(stdin_data or b"")
-        try:
-            channel.set_combine_stderr(True)
-            channel.exec_command(command)
-            if not pending:
-                channel.shutdown_write()
-            while True:
-                if pending and channel.send_ready():
-                    sent = channel.send(pending[:1 << 16])
-                    pending = pending[sent:]
-                    if not pending:
-                        channel.shutdown_write()
-                while channel.recv_ready():
-                    chunks.append(channel.recv(1 << 16))
-                if channel.exit_status_ready() and not channel.recv_ready():
-                    # Output may still be in flight after the status: read until EOF (short, bounded wait).
-                    channel.settimeout(max(0.0, min(1.0, deadline - time.monotonic())))
-                    try:
-                        while True:
-                            data = channel.recv(1 << 16)
-                            if not data:
-                                break
-                            chunks.append(data)
-                    except socket.timeout:
-                        pass
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError
-                if not self._transport().is_active():
-                    raise EOFError("connection lost")
-                select.select([channel], [], [], min(left, 0.01 if pending else 0.2))
-            rc = channel.recv_exit_status()
-        except TimeoutError:
-            raise HostError(f"{self.spec}: command {command!r} did not finish within {timeout_s:g} s; raise "
-                            "the timeout or check the host") from None
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise HostError(f"{self.spec}: lost the connection while running {command!r} ({exc}); check the "
-                            "host and the network") from None
-        finally:
-            channel.close()
-        output = b"".join(chunks).decode("utf-8", "replace")
-        log.debug("%s: %s -> %d", self.spec, command, rc)
-        return rc, output
-
-    # --------------------------------------------------------------------------------------------------files
-    def home(self) -> str:
-        """Absolute path of the remote user's home folder (where SFTP starts)."""
-        return self.sftp().normalize(".")
-
-    def _abs(self, remote: str) -> str:
-        remote = str(remote)
-        if remote == "~" or remote.startswith("~/"):
-            remote = self.home() + remote[1:]
-        return remote if posixpath.isabs(remote) else posixpath.join(self.home(), remote)
-
-    def upload(self, local: Path, remote: str) -> None:
-        """Copy a local file to ``remote`` (absolute, or relative to the remote home) atomically.
-
-        The file is written under a temporary name in the same folder and renamed over ``remote``, so a broken
-        upload never leaves a truncated file. The parent folder must exist (see :meth:`mkdir_p`).
-
-        Raises
-        ------
-        HostError
-            If the file cannot be written (permissions, missing folder, full disk).
-        """
-        remote = self._abs(remote)
-        tmp = posixpath.join(posixpath.dirname(remote), f".{posixpath.basename(remote)}.part{os.getpid()}")
-        sftp = self.sftp()
-        try:
-            sftp.put(str(local), tmp)
-            sftp.chmod(tmp, os.stat(local).st_mode & 0o777)
-            sftp.posix_rename(tmp, remote)
-        except (OSError, paramiko.SSHException) as exc:
-            try:
-                sftp.remove(tmp)
-            except (OSError, paramiko.SSHException):
-                pass
-            raise HostError(f"{self.spec}: cannot upload {local} to {remote!r} ({exc}); check that the "
-                            "folder exists and is writable") from None
-
-    def mkdir_p(self, remote: str) -> None:
-        """Create the remote folder ``remote`` and its parents (no error if it exists).
-
-        Raises
-        ------
-        HostError
-            If a component exists and is not a folder, or cannot be created.
-        """
-        remote = self._abs(remote)
-        sftp = self.sftp()
-        current = "/"
-        for part in [p for p in remote.split("/") if p]:
-            current = posixpath.join(current, part)
-            try:
-                mode = sftp.stat(current).st_mode
-            except FileNotFoundError:
-                try:
-                    sftp.mkdir(current)
-                except OSError as exc:
-                    raise HostError(f"{self.spec}: cannot create {current!r} ({exc}); "
-                                    "check permissions") from None
-                continue
-            except OSError as exc:
-                raise HostError(f"{self.spec}: cannot inspect {current!r} ({exc}); "
-                                "check permissions") from None
-            if not stat.S_ISDIR(mode or 0):
-                raise HostError(f"{self.spec}: {current!r} exists and is not a folder; move it away")
-
-    def remove_tree(self, remote: str, timeout_s: float = 60.0) -> None:
-        """Remove the remote file or folder ``remote`` recursively (``rm -rf``); absent is fine.
-
-        Raises
-        ------
-        ValueError
-            If ``remote`` is ``/``, the home folder or empty (a bug in the caller, never user input).
-        HostError
-            If removal fails.
-        """
-        path = posixpath.normpath(self._abs(remote))
-        if path in ("/", "", ".") or path == posixpath.normpath(self.home()):
-            raise ValueError(f"refusing to remove {path!r} on {self.spec}")
-        rc, output = self.exec(["rm", "-rf", "--", path], timeout_s=timeout_s)
-        if rc != 0:
-            raise HostError(f"{self.spec}: cannot remove {path!r}: {output.strip()}; check permissions")
-
-    def sha256(self, remote_path: str, timeout_s: float = 60.0) -> Optional[str]:
-        """SHA-256 hex digest of a remote file, or None if it does not exist.
-
-        Uses ``sha256sum`` (coreutils) and falls back to ``python3``'s hashlib where it is missing.
-
-        Raises
-        ------
-        HostError
-            If the file exists but cannot be hashed.
-        """
-        path = self._abs(remote_path)
-        try:
-            self.sftp().stat(path)
-        except FileNotFoundError:
+        end = time.monotonic() + settle_s
+        while self._client is not None and self.is_connected() and time.monotonic() < end:
+            time.sleep(0.02)
+        if self._client is None or self.is_connected():
             return None
-        except OSError as exc:
-            raise HostError(f"{self.spec}: cannot inspect {path!r} ({exc}); check permissions") from None
-        rc, output = self.exec(["sha256sum", "--", path], timeout_s=timeout_s)
-        if rc == 127:
-            code = "import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],'rb').read()).hexdigest())"
-            rc, output = self.exec(["python3", "-c", code, path], timeout_s=timeout_s)
-        digest = output.split()[0] if output.split() else ""
-        if rc != 0 or not re.fullmatch(r"[0-9a-f]{64}", digest):
-            raise HostError(f"{self.spec}: cannot hash {path!r}: {output.strip()[-300:]}; check permissions")
-        return digest
+        if self._lost is None:
+            transport = self._client.get_transport()
+            exc = transport.get_exception() if transport is not None else None
+            kept = self._keepalive.lost_reason if self._keepalive is not None else None
+            self._lost = kept or (" ".join(str(exc).split()) if exc is not None and str(exc).strip() else
+                                  "closed by the host or the network")
+        return self._lost
+
+    def failure(self, exc: BaseException, what: str, remedy: str, default_step: str = "the command") -> HostError:
+        """The one-line error for ``exc`` raised by a remote call: :class:`ConnectionLost` if the connection
+        died, a stall message for a timeout, else ``"HOST: WHAT (exc); REMEDY"``."""
+        reason = self.lost_reason(settle_s(exc))
+        if reason is not None:
+            return ConnectionLost(str(self.spec), self._step or default_step, reason)
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        if isinstance(exc, (socket.timeout, TimeoutError)):
+            return HostError(f"{self.spec}: {what}: no answer within {self.step_timeout_s:g} s{self._during()}; "
+                             "the host or the network stalls: check them, or raise --ssh-timeout")
+        return HostError(f"{self.spec}: {what} ({detail}); {remedy}")
+
+    def _during(self) -> str:
+        return f" during {self._step}" if self._step else ""
+
+    def _transport(self, default_step: str = "the command") -> paramiko.Transport:
+        if self._client is None:
+            raise HostError(f"{self.spec}: not connected; connect first")
+        reason = self.lost_reason()
+        if reason is not None:
+            raise ConnectionLost(str(self.spec), self._step or default_step, reason)
+        return self._client.get_transport()
+
+    def open_agent(self, argv: List[str], timeout_s: Optional[float] = None) -> AgentClient:
+        """Run an agent command line (``[python, "-u", agent.py]``) and talk to it; the caller closes it."""
+        channel = self.open_exec_channel(argv, timeout_s)
+        return AgentClient(_ChannelTransport(channel, where=str(self.spec),
+                                             lost_reason=lambda: self.lost_reason(SETTLE_S)))
 
     # --------------------------------------------------------------------------------------------------agent
-    def check_python(self, python: str = "python3", timeout_s: float = 60.0) -> Tuple[str, str]:
+    def check_python(self, python: str = "python3", timeout_s: Optional[float] = None) -> Tuple[str, str]:
         """Check Python >= 3.8 and numpy + onnxruntime >= 1.19 on the host; see
-        :func:`parapipe.deploy.remote_agent.check_python`.
+        :func:`parapipe.deploy.remote_agent.check_python` (``timeout_s`` default :attr:`step_timeout_s`).
         """
-        return remote_agent.check_python(self, python, timeout_s)
+        return remote_agent.check_python(self, python, timeout_s or self.step_timeout_s)
 
-    def start_agent(self, python: str = "python3", timeout_s: float = 60.0) -> AgentClient:
+    def start_agent(self, python: str = "python3", timeout_s: Optional[float] = None) -> AgentClient:
         """Upload the agent to ``~/.cache/parapipe/agent-<sha256[:12]>/agent.py`` (once a version), run it.
 
-        See :func:`parapipe.deploy.remote_agent.start_agent`. The agent is closed with the host.
+        See :func:`parapipe.deploy.remote_agent.start_agent` (``timeout_s`` default :attr:`step_timeout_s`).
+        The agent is closed with the host.
 
         Raises
         ------
         HostError
             No Python >= 3.8, numpy/onnxruntime missing (remedy: ``pip install onnxruntime``), upload failed.
         """
-        agent = remote_agent.start_agent(self, python, timeout_s)
+        agent = remote_agent.start_agent(self, python, timeout_s or self.step_timeout_s)
         self._agents.append(agent)
         return agent
+
+
+def _connect_error(exc: BaseException, spec: HostSpec, known_hosts: Path, timeout: float) -> HostError:
+    """The one-line error of a failed :meth:`RemoteHost.connect`."""
+    name = str(spec)
+    if isinstance(exc, UnknownHostKey):
+        return HostError(f"{name}: host key ({exc}) not in {known_hosts}; verify it and pass --trust-new-host, "
+                         f"or add it with ssh-keyscan -p {spec.port} {spec.address}")
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return HostError(f"{name}: host key changed ({exc.key.get_name()} {fingerprint(exc.key)} is not the one "
+                         f"in {known_hosts}); if the host was reinstalled, remove the old key with ssh-keygen -R "
+                         f"'{spec.host_key_name}' -f {known_hosts}, else do not connect")
+    if isinstance(exc, paramiko.PasswordRequiredException):
+        return HostError(f"{name}: the key {spec.identity} is encrypted; load it into ssh-agent and pass no "
+                         "identity, or pass an unencrypted key")
+    if isinstance(exc, paramiko.AuthenticationException):
+        key = spec.identity or "the default keys"
+        return HostError(f"{name}: authentication failed with {key} ({exc}); check the user name and add the "
+                         f"public key to ~{spec.user}/.ssh/authorized_keys on the host")
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        reasons = sorted({(e.strerror or str(e)) for e in exc.errors.values()}) or ["refused"]
+        return HostError(f"{name}: cannot connect ({'; '.join(reasons)}); check the address and that sshd "
+                         f"listens on port {spec.port}")
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return HostError(f"{name}: no answer within {timeout:g} s; check the address, the network and the "
+                         "firewall, or raise the connect timeout")
+    if isinstance(exc, socket.gaierror):
+        return HostError(f"{name}: cannot resolve {spec.address!r} ({exc.strerror}); check the host name")
+    reason = " ".join(str(exc).split()) or type(exc).__name__
+    return HostError(f"{name}: cannot connect ({reason}); check the address and that sshd listens on port "
+                     f"{spec.port}")

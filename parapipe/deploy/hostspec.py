@@ -31,6 +31,9 @@ class HostSpec:
         ``~/.ssh/known_hosts``.
     trust_new_host : bool
         Accept a host key that is not in ``known_hosts`` and save it there (a changed key is never accepted).
+    timeout_s : float, optional
+        Deadline of connecting and of each short remote step (a check, a file operation, a channel request;
+        the longest silence of a transfer), s; None: 10 s to connect, 60 s a step (``--ssh-timeout``).
     """
 
     user: str
@@ -39,18 +42,22 @@ class HostSpec:
     identity: Optional[Path] = None
     known_hosts: Optional[Path] = None
     trust_new_host: bool = False
+    timeout_s: Optional[float] = None
 
     @classmethod
     def parse(cls, text: str, identity: Optional[Path] = None, known_hosts: Optional[Path] = None,
-              trust_new_host: bool = False) -> "HostSpec":
+              trust_new_host: bool = False, timeout_s: Optional[float] = None) -> "HostSpec":
         """Parse ``"user@address[:port]"`` (IPv6 as ``user@[::1]:2222``).
 
         Raises
         ------
         InputError
             ``"--host: ...; use user@address[:port]"`` if ``text`` has another form or the port is out of
-            range.
+            range; ``"--ssh-timeout: ..."`` if ``timeout_s`` is not a positive number of seconds.
         """
+        if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < 1e6):
+            raise input_error("--ssh-timeout", None, f"must be a positive number of seconds, got {timeout_s!r}",
+                              "give e.g. --ssh-timeout 30")
         match = _HOST_RE.match(text.strip()) if isinstance(text, str) else None
         if not match:
             raise input_error("--host", None, f"{text!r} is not a host", "use user@address[:port]")
@@ -60,7 +67,8 @@ class HostSpec:
                               "use user@address[:port]")
         address = match["address"].strip("[]")
         return cls(match["user"], address, port, None if identity is None else Path(identity),
-                   None if known_hosts is None else Path(known_hosts), trust_new_host)
+                   None if known_hosts is None else Path(known_hosts), trust_new_host,
+                   None if timeout_s is None else float(timeout_s))
 
     def __str__(self) -> str:
         address = f"[{self.address}]" if ":" in self.address else self.address

@@ -11,7 +11,7 @@ import posixpath
 import re
 from typing import TYPE_CHECKING, Tuple
 
-from parapipe.deploy.agent_client import AgentClient, _ChannelTransport, agent_path
+from parapipe.deploy.agent_client import AgentClient, agent_path
 from parapipe.errors import HostError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,8 +48,15 @@ def check_python(host: "RemoteHost", python: str = "python3", timeout_s: float =
     Raises
     ------
     HostError
-        With the remedy (install Python >= 3.8 / ``pip install onnxruntime``).
+        With the remedy (install Python >= 3.8 / ``pip install onnxruntime``);
+        :class:`~parapipe.deploy.liveness.ConnectionLost` (``"... lost during the Python check"``) if the
+        connection dies.
     """
+    with host.step("the Python check"):
+        return _check_python(host, python, timeout_s)
+
+
+def _check_python(host: "RemoteHost", python: str, timeout_s: float) -> Tuple[str, str]:
     spec = host.spec
     rc, output = host.exec([python, "--version"], timeout_s=timeout_s)
     match = re.search(r"Python (\d+)\.(\d+)(?:\.(\d+))?", output)
@@ -101,9 +108,10 @@ def start_agent(host: "RemoteHost", python: str = "python3", timeout_s: float = 
     digest = hashlib.sha256(local.read_bytes()).hexdigest()
     folder = posixpath.join(host.home(), AGENT_CACHE_DIR, f"agent-{digest[:12]}")
     remote = posixpath.join(folder, "agent.py")
-    if host.sha256(remote, timeout_s) != digest:
-        host.mkdir_p(folder)
-        host.upload(local, remote)
-        log.info("uploaded the agent to %s:%s", host.spec, remote)
-    channel = host.open_exec_channel([python, "-u", remote])
-    return AgentClient(_ChannelTransport(channel, where=str(host.spec)))
+    with host.step("the agent upload"):
+        if host.sha256(remote, timeout_s) != digest:
+            host.mkdir_p(folder)
+            host.upload(local, remote, sha256=digest)
+            log.info("uploaded the agent to %s:%s", host.spec, remote)
+    with host.step("the agent start"):
+        return host.open_agent([python, "-u", remote], timeout_s)

@@ -1,8 +1,9 @@
 """Bundle files on an SSH host: what is there (SHA-256 per file), resumable upload, stray removal, fetch.
 
 Used by :mod:`parapipe.deploy.deploy`. Every remote command is shell-quoted by
-:meth:`~parapipe.deploy.host.RemoteHost.exec`; uploads are atomic (temp file + rename), so an interrupted
-upload leaves at most a temporary file, which :func:`remove_strays` deletes on the next attempt.
+:meth:`~parapipe.deploy.host.RemoteHost.exec`; uploads are atomic (temp file + rename), over SFTP or, on
+servers without it, through exec channels with a SHA-256 check on the host before the rename, so an
+interrupted upload leaves at most a temporary file, which :func:`remove_strays` deletes on the next attempt.
 """
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ import posixpath
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
-
-import paramiko
 
 from parapipe.deploy.bundle import MANIFEST, Bundle
 from parapipe.deploy.host import RemoteHost
@@ -128,7 +127,7 @@ def upload_bundle(host: RemoteHost, bundle: Bundle, folder: str, present: Dict[s
         if on_event is not None:
             on_event({"event": "upload", "file": rel, "nbytes": (bundle.folder / rel).stat().st_size,
                       "done": i, "total": len(wanted)})
-        host.upload(bundle.folder / rel, remote)
+        host.upload(bundle.folder / rel, remote, sha256=digests[rel])
         present[rel] = digests[rel]
         uploaded.append(rel)
     return uploaded, skipped
@@ -138,26 +137,20 @@ def remove_strays(host: RemoteHost, bundle: Bundle, folder: str, present: Dict[s
     """Remove the files of the remote folder that the bundle does not have (an interrupted upload's part
     files); ``present`` (from :func:`remote_files`) is updated."""
     known = set(bundle.manifest["files"]) | {MANIFEST}
-    sftp = host.sftp()
     for rel in sorted(set(present) - known):
-        try:
-            sftp.remove(posixpath.join(folder, rel))
-        except (OSError, paramiko.SSHException) as exc:
-            raise HostError(f"{host.spec}: cannot remove {posixpath.join(folder, rel)!r} ({exc}); check "
-                            "permissions") from None
+        host.remove(posixpath.join(folder, rel))
         present.pop(rel)
         log.info("removed %s, which the bundle does not have", rel)
 
 
 def fetch(host: RemoteHost, remote: str, local: Path) -> None:
-    """Copy a remote file to ``local`` (temp file in the same folder, then renamed)."""
+    """Copy a remote file to ``local`` (temp file in the same folder, then renamed), over SFTP or an exec
+    channel."""
     fd, tmp = tempfile.mkstemp(prefix=f".{local.name}.", dir=str(local.parent))
     os.close(fd)
     try:
-        host.sftp().get(remote, tmp)
+        host.download(remote, Path(tmp))
         os.replace(tmp, local)
-    except (OSError, paramiko.SSHException) as exc:
-        raise HostError(f"{host.spec}: cannot fetch {remote!r} ({exc}); the run did not write it") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

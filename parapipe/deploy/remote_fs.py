@@ -1,0 +1,194 @@
+"""Files on an SSH host, over SFTP or, where the server has none, through exec channels (POSIX sh + cat).
+
+Dropbear on Buildroot/Yocto images often ships without ``sftp-server``; :class:`ExecFiles` then moves the
+files through ``sh -c`` commands on exec channels: an upload streams into a temporary file, is hashed on the
+host (``sha256sum``, else ``openssl dgst -sha256``, else ``python3``), and renamed only when its SHA-256 equals
+the local one. Both classes have the same methods and raise :class:`~parapipe.errors.HostError` (one line);
+:class:`~parapipe.deploy.host.RemoteHost` picks one per connection and puts deadlines on every call.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import socket
+import stat
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+import paramiko
+
+from parapipe.errors import HostError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from parapipe.deploy.host import RemoteHost
+
+__all__ = ["SftpFiles", "ExecFiles", "HASH_SH", "parse_digest"]
+
+#: sh function ``sha FILE`` printing the file's SHA-256 first on its line: coreutils/busybox ``sha256sum``,
+#: else OpenSSL, else Python 3 (one of them is on every board parapipe runs on: the agent needs Python 3).
+HASH_SH = ('sha() { if command -v sha256sum >/dev/null 2>&1; then sha256sum < "$1"; '
+           'elif command -v openssl >/dev/null 2>&1; then openssl dgst -sha256 -r < "$1"; '
+           'else python3 -c "import hashlib,sys; h=hashlib.sha256(); '
+           '[h.update(b) for b in iter(lambda: sys.stdin.buffer.read(1 << 20), b\'\')]; '
+           'print(h.hexdigest())" < "$1"; fi; }')
+
+#: Upload script: ``sh -c _PUT_SH sh TMP DEST MODE SHA256`` with the file on stdin. Writes TMP, checks its
+#: SHA-256, sets the mode and renames it over DEST; a mismatch removes TMP and prints the digest found.
+_PUT_SH = HASH_SH + r'''
+umask 077
+cat > "$1" || { rm -f "$1"; exit 3; }
+sum=$(sha "$1") || { rm -f "$1"; exit 3; }
+sum=${sum%% *}
+if [ "$sum" != "$4" ]; then rm -f "$1"; echo "PARAPIPE-SHA256-MISMATCH $sum"; exit 4; fi
+chmod "$3" "$1" && mv -f "$1" "$2"
+'''
+
+def parse_digest(output: str) -> Optional[str]:
+    """The first 64-hex-digit word of ``output`` (what ``sha`` of :data:`HASH_SH` prints), or None."""
+    words = output.split()
+    return words[0] if words and re.fullmatch(r"[0-9a-f]{64}", words[0]) else None
+
+
+def _temp_name(remote: str) -> str:
+    return posixpath.join(posixpath.dirname(remote), f".{posixpath.basename(remote)}.part{os.getpid()}")
+
+
+class SftpFiles:
+    """Files over the connection's SFTP channel (its reads time out after the host's step timeout)."""
+
+    kind_name = "SFTP"
+
+    def __init__(self, host: "RemoteHost", sftp: paramiko.SFTPClient):
+        self._host = host
+        self.sftp = sftp
+
+    def _fail(self, exc: BaseException, what: str, remedy: str) -> HostError:
+        if isinstance(exc, socket.timeout):  # answers may still arrive, out of step: never reuse this client
+            self._host.forget_files()
+        return self._host.failure(exc, what, remedy)
+
+    def home(self) -> str:
+        """The remote user's home folder (where SFTP starts)."""
+        try:
+            return self.sftp.normalize(".")
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            raise self._fail(exc, "cannot find the home folder", "check the host") from None
+
+    def kind(self, path: str) -> Optional[str]:
+        """``"dir"``, ``"file"`` or None (absent)."""
+        try:
+            mode = self.sftp.stat(path).st_mode
+        except FileNotFoundError:
+            return None
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            raise self._fail(exc, f"cannot inspect {path!r}", "check permissions") from None
+        return "dir" if stat.S_ISDIR(mode or 0) else "file"
+
+    def mkdir_p(self, path: str) -> None:
+        """Create ``path`` (absolute) and its parents."""
+        current = "/"
+        for part in [p for p in path.split("/") if p]:
+            current = posixpath.join(current, part)
+            found = self.kind(current)
+            if found == "file":
+                raise HostError(f"{self._host.spec}: {current!r} exists and is not a folder; move it away")
+            if found is None:
+                try:
+                    self.sftp.mkdir(current)
+                except (OSError, paramiko.SSHException, EOFError) as exc:
+                    raise self._fail(exc, f"cannot create {current!r}", "check permissions") from None
+
+    def put_stream(self, stream: Any, name: str, remote: str, mode: int, sha256: str) -> None:
+        """Copy a binary stream to ``remote`` atomically (temporary name, then renamed); ``name`` is for
+        messages; ``sha256`` is unused here: the bundle's manifest check on the host covers SFTP uploads."""
+        tmp = _temp_name(remote)
+        try:
+            self.sftp.putfo(stream, tmp)
+            self.sftp.chmod(tmp, mode)
+            self.sftp.posix_rename(tmp, remote)
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            if self._host.is_connected() and not isinstance(exc, socket.timeout):
+                try:
+                    self.sftp.remove(tmp)
+                except (OSError, paramiko.SSHException, EOFError):
+                    pass
+            raise self._fail(exc, f"cannot upload {name} to {remote!r}",
+                             "check that the folder exists and is writable") from None
+
+    def remove(self, path: str) -> None:
+        """Remove one file (absent is fine)."""
+        try:
+            self.sftp.remove(path)
+        except FileNotFoundError:
+            pass
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            raise self._fail(exc, f"cannot remove {path!r}", "check permissions") from None
+
+    def get(self, remote: str, local: Path) -> None:
+        """Copy ``remote`` into the local file ``local`` (overwritten)."""
+        try:
+            self.sftp.get(remote, str(local))
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            raise self._fail(exc, f"cannot fetch {remote!r}", "check that the file exists") from None
+
+
+class ExecFiles:
+    """Files through exec channels (``sh``, ``cat``, ``mkdir``, ``rm`` and a SHA-256 tool on the host)."""
+
+    kind_name = "exec channel"
+
+    def __init__(self, host: "RemoteHost"):
+        self._host = host
+
+    def _run(self, argv: list, stdin: Any = None, idle: bool = False):
+        return self._host.run(argv, timeout_s=self._host.step_timeout_s, stdin=stdin, idle=idle)
+
+    def home(self) -> str:
+        """The remote user's home folder (where sessions start: ``pwd``)."""
+        rc, out, err = self._run(["pwd"])
+        home = out.decode("utf-8", "replace").strip()
+        if rc != 0 or not home.startswith("/"):
+            raise HostError(f"{self._host.spec}: cannot find the home folder ({_tail(err, rc)}); check the host")
+        return home
+
+    def mkdir_p(self, path: str) -> None:
+        """Create ``path`` (absolute) and its parents (``mkdir -p``)."""
+        rc, _, err = self._run(["mkdir", "-p", "--", path])
+        if rc != 0:
+            raise HostError(f"{self._host.spec}: cannot create {path!r} ({_tail(err, rc)}); check permissions "
+                            "and that no file is in the way")
+
+    def put_stream(self, stream: Any, name: str, remote: str, mode: int, sha256: str) -> None:
+        """Stream a binary stream into a temporary file next to ``remote``; rename it over ``remote`` only if
+        its SHA-256 on the host equals ``sha256`` (the temporary is removed otherwise). ``name`` is for
+        messages."""
+        argv = ["sh", "-c", _PUT_SH, "sh", _temp_name(remote), remote, format(mode & 0o7777, "o"), sha256]
+        rc, out, err = self._run(argv, stdin=stream, idle=True)
+        text = out.decode("utf-8", "replace")
+        if rc == 4 and "PARAPIPE-SHA256-MISMATCH" in text:
+            found = text.split("PARAPIPE-SHA256-MISMATCH", 1)[1].split()[:1] or ["none"]
+            raise HostError(f"{self._host.spec}: {remote!r} arrived with SHA-256 {found[0][:16]}..., not "
+                            f"{sha256[:16]}... (the copy of {name} was damaged on the way); upload again")
+        if rc != 0:
+            raise HostError(f"{self._host.spec}: cannot upload {name} to {remote!r} ({_tail(err, rc)}); check "
+                            "that the folder exists and is writable")
+
+    def remove(self, path: str) -> None:
+        """Remove one file (absent is fine)."""
+        rc, _, err = self._run(["rm", "-f", "--", path])
+        if rc != 0:
+            raise HostError(f"{self._host.spec}: cannot remove {path!r} ({_tail(err, rc)}); check permissions")
+
+    def get(self, remote: str, local: Path) -> None:
+        """Copy ``remote`` into the local file ``local`` (overwritten) with ``cat``."""
+        rc, out, err = self._run(["cat", "--", remote], idle=True)
+        if rc != 0:
+            raise HostError(f"{self._host.spec}: cannot fetch {remote!r} ({_tail(err, rc)}); check that the "
+                            "file exists")
+        Path(local).write_bytes(out)
+
+
+def _tail(err: bytes, rc: int) -> str:
+    text = " ".join(err.decode("utf-8", "replace").split())
+    return text[-300:] if text else f"exit {rc}"
