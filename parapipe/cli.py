@@ -242,11 +242,18 @@ def cmd_evaluate(args) -> int:
         ev = evaluate(problem, m)
         row = {"mapping": label, "period_s": ev.period_s, "throughput_per_s": ev.throughput_per_s,
                "latency_s": ev.latency_s, "energy_j": ev.energy_j, "stages": len(m.stages)}
+        if m.replicated:  # latency is the mean over the frames dealt to the replicas; the worst next to it
+            row["latency_worst_s"] = ev.latency_worst_s
+        if not ev.fits_memory:
+            row["memory_exceeded"] = [problem.pu_names[p] for p in ev.memory_exceeded]
         if args.json:
             print(json.dumps(row))
         else:
             print(f"period {ev.period_s * 1e3:.3f} ms ({ev.throughput_per_s:.2f}/s)  latency {ev.latency_s * 1e3:.3f} ms"
-                  f"  energy {ev.energy_j * 1e3:.3f} mJ  stages {len(m.stages)}  {label[:60]}")
+                  + (f" (worst replica {ev.latency_worst_s * 1e3:.3f} ms)" if m.replicated else "")
+                  + f"  energy {ev.energy_j * 1e3:.3f} mJ  stages {len(m.stages)}  {label[:60]}"
+                  + (f"  weights exceed the memory of {', '.join(row['memory_exceeded'])}"
+                     if not ev.fits_memory else ""))
     return 0
 
 

@@ -39,6 +39,12 @@ class MappingProblem:
         Transfer cost ``alpha + nbytes / beta`` between two different PUs (GUIDE §2); the diagonal is unused.
     name : str
         Label for logs and reports.
+    weight_nbytes : ndarray, shape (n,), optional
+        Constant (weight) bytes of each block (default zeros): each PU running a block holds its weights, once per
+        stage replica (:mod:`parapipe.cost.replication`).
+    memory_bytes : ndarray, shape (k,), optional
+        Memory each PU may fill with weights, bytes (default ``inf``: no limit; from the profile's
+        ``memory_bytes`` where it gives one).
     """
 
     block_names: List[str]
@@ -52,6 +58,8 @@ class MappingProblem:
     alpha_s: np.ndarray
     beta_bytes_per_s: np.ndarray
     name: str = "problem"
+    weight_nbytes: Optional[np.ndarray] = None
+    memory_bytes: Optional[np.ndarray] = None
     succs: List[Tuple[int, ...]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -61,6 +69,10 @@ class MappingProblem:
         self.idle_power_w = np.asarray(self.idle_power_w, dtype=float).reshape(k)
         self.alpha_s = np.asarray(self.alpha_s, dtype=float).reshape(k, k)
         self.beta_bytes_per_s = np.asarray(self.beta_bytes_per_s, dtype=float).reshape(k, k)
+        self.weight_nbytes = (np.zeros(n) if self.weight_nbytes is None
+                              else np.asarray(self.weight_nbytes, dtype=float).reshape(n))
+        self.memory_bytes = (np.full(k, np.inf) if self.memory_bytes is None
+                             else np.asarray(self.memory_bytes, dtype=float).reshape(k))
         succs: List[List[int]] = [[] for _ in range(n)]
         for j, ps in enumerate(self.preds):
             for i in ps:
@@ -103,7 +115,8 @@ class MappingProblem:
             pu_names=[self.pu_names[p] for p in keep], time_s=self.time_s[:, keep],
             active_power_w=self.active_power_w[:, keep], idle_power_w=self.idle_power_w[keep],
             static_power_w=self.static_power_w, alpha_s=self.alpha_s[np.ix_(keep, keep)],
-            beta_bytes_per_s=self.beta_bytes_per_s[np.ix_(keep, keep)], name=self.name)
+            beta_bytes_per_s=self.beta_bytes_per_s[np.ix_(keep, keep)], name=self.name,
+            weight_nbytes=self.weight_nbytes, memory_bytes=self.memory_bytes[keep])
 
     def pu_index(self, name: str, source: Optional[str] = None) -> int:
         """Index of PU ``name``; raises InputError naming ``source`` if unknown."""

@@ -19,18 +19,27 @@ Schema (``schema_version`` 2)::
                  "period_gap", "latency_gap", "pu_busy_s": {pu: s},
                  "mapping": {"stages": [{"pus", "blocks", "time_s", "input_s", "makespan_s", "schedule",
                                          "assignment": {block: pu}, "order": [block],
-                                         "block_start_s": {block: s}, "block_finish_s": {block: s}}]}}]}
+                                         "block_start_s": {block: s}, "block_finish_s": {block: s},
+                                         "replicas": [{"pus", "assignment", "order", "share", "time_s",
+                                                       "input_s", "makespan_s", "schedule"}] (optional)}]}}]}
 
 ``*_gap`` is ``value / lower_bound - 1`` (None when the bound is 0). Times are seconds, energies joules. Documents
 of a model (not a block table) also carry ``"input_shapes": {input: [dims]}`` (checked by ``run``) and
 ``"cost_notes": {"input_dims_chosen", "ops_without_flop_formula", "data_dependent_ops"}``
 (:func:`parapipe.workflow.model_notes`).
+
+A **replicated stage** (data parallelism, :mod:`parapipe.cost.replication`) lists ``replicas``: every replica of
+the stage, the stage's own first (its ``pus``, ``assignment`` and ``order`` are the first replica's), each
+running all the stage's blocks on its own PUs and taking ``share`` of the frames. The stage's ``time_s``,
+``input_s`` and ``makespan_s`` are then means over the dealt frames and each replica gives its own. A stage
+without ``replicas`` (the default; ``null`` in the file) is an ordinary stage, so documents written before
+replication existed read unchanged.
 """
 from __future__ import annotations
 
 from typing import Any, Dict, List, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from parapipe.soc.execution import Execution
 from parapipe.soc.validation import FieldProblem
@@ -89,6 +98,25 @@ class Bounds(BaseModel):
     latency_lb_s: float = Field(ge=0)
 
 
+class Replica(BaseModel):
+    """One replica of a replicated stage: its PUs, the PU of each block (may be empty for one PU), the execution
+    order (empty: the stage's block order), its share of the frames and its modelled times (s)."""
+
+    model_config = _STRICT
+    pus: List[str] = Field(min_length=1)
+    assignment: Dict[str, str] = {}
+    order: List[str] = []
+    share: float = Field(gt=0, le=1)
+    time_s: float = Field(0.0, ge=0)
+    input_s: float = Field(0.0, ge=0)
+    makespan_s: float = Field(0.0, ge=0)
+    schedule: str = "single-pu"
+
+    def pu_of(self, block: str) -> str:
+        """The PU running ``block`` on this replica."""
+        return self.assignment.get(block) or self.pus[0]
+
+
 class Stage(BaseModel):
     """One pipeline stage of a point: its PUs, its blocks (a contiguous run of the document's block order),
     the PU of each block, the execution order and the modelled times (s; block times from the end of the stage's
@@ -105,6 +133,15 @@ class Stage(BaseModel):
     order: List[str] = []
     block_start_s: Dict[str, float] = {}
     block_finish_s: Dict[str, float] = {}
+    replicas: Optional[List[Replica]] = None
+
+    @model_serializer(mode="wrap")
+    def _omit_no_replicas(self, handler):
+        """Write ``replicas`` only for replicated stages: other stages read and write as before."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("replicas") is None:
+            data.pop("replicas", None)
+        return data
 
     def pu_of(self, block: str) -> str:
         """The PU running ``block`` (the stage's only PU when ``assignment`` is empty)."""
@@ -113,6 +150,12 @@ class Stage(BaseModel):
     def execution_order(self) -> List[str]:
         """``order`` when given, else ``blocks``."""
         return list(self.order) or list(self.blocks)
+
+    def all_pus(self) -> List[str]:
+        """PUs of every replica (the stage's own ``pus`` when not replicated)."""
+        if not self.replicas:
+            return list(self.pus)
+        return [pu for r in self.replicas for pu in r.pus]
 
 
 class PointMapping(BaseModel):
@@ -144,8 +187,8 @@ class Point(BaseModel):
         return self.mapping.stages
 
     def used_pus(self) -> List[str]:
-        """PUs named by the stages, in order of first use."""
-        return list(dict.fromkeys(pu for st in self.stages for pu in st.pus))
+        """PUs named by the stages (every replica's), in order of first use."""
+        return list(dict.fromkeys(pu for st in self.stages for pu in st.all_pus()))
 
 
 class ParetoDoc(BaseModel):
@@ -215,6 +258,8 @@ def _check_point(p: Point, index: Dict[str, int], soc: SocRef) -> None:
         if st.order and sorted(st.order) != sorted(st.blocks):
             raise FieldProblem(f"{where}.order", "does not list exactly the stage's blocks",
                                "list every block of the stage once, in execution order")
+        if st.replicas is not None:
+            _check_replicas(st, where, soc)
         if index:
             pos = sorted(index[b] for b in st.blocks)
             if pos[0] <= last or pos != list(range(pos[0], pos[0] + len(pos))):
@@ -226,3 +271,48 @@ def _check_point(p: Point, index: Dict[str, int], soc: SocRef) -> None:
         missing = [b for b in index if b not in seen]
         raise FieldProblem(f"points[{p.id}].mapping.stages", f"{len(missing)} block(s) in no stage, "
                            f"e.g. {missing[:3]}", "put every block in exactly one stage")
+
+
+#: How far the replicas' shares may sum from 1 (they are written from floats).
+SHARE_SUM_TOL = 1e-6
+
+
+def _check_replicas(st: Stage, where: str, soc: SocRef) -> None:
+    """Raise FieldProblem at the first inconsistency of a replicated stage's ``replicas``."""
+    reps = st.replicas or []
+    if len(reps) < 2:
+        raise FieldProblem(f"{where}.replicas", f"{len(reps)} replica(s)",
+                           "list at least two replicas, the stage's own first, or drop 'replicas'")
+    first = reps[0]
+    if first.pus != st.pus or {b: first.pu_of(b) for b in st.blocks} != {b: st.pu_of(b) for b in st.blocks}:
+        raise FieldProblem(f"{where}.replicas[0]", "differs from the stage's own pus/assignment",
+                           "make the first replica the stage itself (same pus and assignment)")
+    used: Dict[str, int] = {}
+    for r, rep in enumerate(reps):
+        at = f"{where}.replicas[{r}]"
+        for pu in rep.pus:
+            if soc.pus and pu not in soc.pus:
+                raise FieldProblem(f"{at}.pus", f"PU {pu!r} is not in SoC {soc.name!r} ({', '.join(soc.pus)})",
+                                   _FIX)
+            if pu in used:
+                raise FieldProblem(f"{at}.pus", f"PU {pu!r} is already in replica {used[pu]}",
+                                   "give every replica of a stage its own PUs")
+            used[pu] = r
+        for b, pu in rep.assignment.items():
+            if b not in st.blocks:
+                raise FieldProblem(f"{at}.assignment.{b}", "block is not in this stage",
+                                   "assign only the stage's blocks")
+            if pu not in rep.pus:
+                raise FieldProblem(f"{at}.assignment.{b}", f"PU {pu!r} is not one of the replica's PUs "
+                                   f"{rep.pus}", "assign the block to a PU of its replica")
+        if len(rep.pus) > 1 and set(rep.assignment) != set(st.blocks):
+            missing = sorted(set(st.blocks) - set(rep.assignment))
+            raise FieldProblem(f"{at}.assignment", f"blocks without a PU: {missing[:3]}",
+                               "give every block of a multi-PU replica a PU")
+        if rep.order and sorted(rep.order) != sorted(st.blocks):
+            raise FieldProblem(f"{at}.order", "does not list exactly the stage's blocks",
+                               "list every block of the stage once, in execution order")
+    total = sum(rep.share for rep in reps)
+    if abs(total - 1.0) > SHARE_SUM_TOL:
+        raise FieldProblem(f"{where}.replicas", f"shares sum to {total:.6g}, not 1",
+                           "give each replica its fraction of the frames (1 / time, normalised)")
