@@ -84,7 +84,7 @@ def mapping_from_point(problem: MappingProblem, point: Any, source: str) -> Mapp
             assign = {v: pus[0] for v in blocks}
         order = tuple(index[b] for b in st.order) or None
         replicas = tuple(_replica_from_doc(problem, rep, index, blocks, f"{where}.replicas[{r}]", source)
-                         for r, rep in enumerate(st.replicas or [])[1:])
+                         for r, rep in enumerate(st.replicas or []) if r > 0)
         stages.append(StageMapping(start, stop, pus, tuple(assign[v] for v in range(start, stop)), order,
                                    replicas))
         start = stop
