@@ -417,6 +417,23 @@ def cmd_runs(args) -> int:
     return 0
 
 
+def _frames_window(text):
+    """``--frames-window A:B`` -> (A, B) (frames A <= f < B; ``A:`` to the end, ``:B`` from 0), or None."""
+    if text is None:
+        return None
+    from .errors import input_error
+
+    first, colon, stop = text.partition(":")
+    try:
+        window = (int(first) if first.strip() else 0, int(stop) if stop.strip() else 1 << 62)
+    except ValueError:
+        window = None
+    if not colon or window is None or window[0] < 0 or window[1] <= window[0]:
+        raise input_error("--frames-window", None, f"{text!r} is not FIRST:STOP with 0 <= FIRST < STOP",
+                          "write e.g. --frames-window 0:20 (frames 0 to 19)")
+    return window
+
+
 def cmd_plot(args) -> int:
     from .errors import input_error
 
@@ -434,9 +451,10 @@ def cmd_plot(args) -> int:
         plot_gantt(doc.model_dump(mode="json"), point.id, args.out, n_frames=args.frames, source=args.mapping)
     else:
         from .report import gantt_from_trace
-        from .runtime.traces import read_chrome_trace
+        from .runtime.traces import read_run_trace
 
-        gantt_from_trace(read_chrome_trace(args.trace), args.out, title=f"measured run: {Path(args.trace).name}")
+        events, info = read_run_trace(args.trace)
+        gantt_from_trace(events, args.out, frames_window=_frames_window(args.frames_window), info=info)
     print(f"wrote {args.out}")
     return 0
 
@@ -581,6 +599,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--point", default="best-throughput", help="point id or best-* (with --gantt)")
     s.add_argument("--frames", type=int, default=3, help="frames drawn (with --gantt; default 3)")
     s.add_argument("--trace", default=None, help="Chrome trace JSON of a run ('parapipe run --trace', deploy)")
+    s.add_argument("--frames-window", default=None, metavar="FIRST:STOP",
+                   help="with --trace: draw frames FIRST <= f < STOP (default: all up to 20 frames, else 20 "
+                   "from the middle of the run)")
     s.add_argument("--out", required=True, help="PNG to write")
     s.set_defaults(func=cmd_plot)
     from .cli_profiling import add_profiling_parsers

@@ -34,7 +34,6 @@ import logging
 import os
 import platform
 import shutil
-import tempfile
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
@@ -42,6 +41,7 @@ import numpy as np
 
 from .errors import DEFAULT_ERRORS, PlanError
 from .executor import PipelineExecutor
+from .files import write_json_atomic
 from .metrics import chrome_trace
 from .plan import PUBinding, plan_from_doc
 from .reference import max_abs_diff, max_scaled_diff, with_outputs, within_tolerance
@@ -91,20 +91,6 @@ def _read_json(path: str, errors) -> Any:
     except (OSError, ValueError) as exc:
         raise errors.input(path, None, "cannot be read as JSON (%s)" % exc,
                            "re-run 'parapipe deploy': the bundle is incomplete")
-
-
-def _write_json_atomic(doc: Any, path: str) -> None:
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(doc, handle)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 @contextlib.contextmanager
@@ -340,8 +326,11 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
             checked_tensors=len(checked), max_scaled_diff=scaled, atol=float(atol), rtol=float(rtol),
             predicted=predicted, substituted=substituted, bindings=doc.get("bindings") or {},
             host=_host_info(), bundle_id=manifest.get("bundle_id"), report_file=REPORT, trace_file=TRACE)
-        _write_json_atomic(chrome_trace(metrics), os.path.join(folder, *TRACE.split("/")))
-        _write_json_atomic(report.to_json(), os.path.join(folder, *REPORT.split("/")))
+        info = {"model": report.model.get("name"), "point": report.point, "frames": report.frames,
+                "throughput_per_s": report.throughput_per_s, "predicted": predicted,
+                "outputs_match": report.outputs_match}
+        write_json_atomic(chrome_trace(metrics, info), os.path.join(folder, *TRACE.split("/")))
+        write_json_atomic(report.to_json(), os.path.join(folder, *REPORT.split("/")))
         return report
 
 

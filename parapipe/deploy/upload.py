@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import posixpath
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -150,14 +148,12 @@ def remove_strays(host: RemoteHost, bundle: Bundle, folder: str, present: Dict[s
 
 
 def fetch(host: RemoteHost, remote: str, local: Path) -> None:
-    """Copy a remote file to ``local`` (temp file in the same folder, then renamed)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{local.name}.", dir=str(local.parent))
-    os.close(fd)
+    """Copy a remote file to ``local`` (temp file in the same folder, then renamed; the usual file mode, as
+    pareto.json gets: :func:`parapipe.files.atomic_path`)."""
+    from parapipe.files import atomic_path
+
     try:
-        host.sftp().get(remote, tmp)
-        os.replace(tmp, local)
+        with atomic_path(Path(local)) as tmp:
+            host.sftp().get(remote, str(tmp))
     except (OSError, paramiko.SSHException) as exc:
         raise HostError(f"{host.spec}: cannot fetch {remote!r} ({exc}); the run did not write it") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
