@@ -284,3 +284,20 @@ def test_document_from_a_result_with_a_replicated_point(tmp_path):
     assert back.points[0].pu_busy_s == pytest.approx({p: 168 / 73 for p in pr.pu_names})
     again = evaluate(pr, mapping_from_point(pr, back.points[0], "pareto.json"))
     assert objectives(again) == pytest.approx(objectives(ev))
+
+
+def test_stage_level_measurement_replaces_the_block_sum():
+    # chain3 with blocks 0..2 measured as one sub-model on p0 at 5 s (block sum 6): all-on-p0 takes 5 s, its
+    # blocks scaled by 5/6 (E_dyn 10.9 · 5/6); the two-copy mapping gets 1 / (1/5 + 1/7) = 35/12 s. A range
+    # that is not a whole single-PU stage keeps its block sum.
+    pr = chain3()
+    pr.range_time_s = {(0, 3, 0): 5.0}
+    one = evaluate(pr, parse_pu_list(pr, "p0,p0,p0"))
+    assert (one.period_s, one.stage_results[0].finish_s[2]) == pytest.approx((5.0, 5.0))
+    assert one.stage_results[0].finish_s[0] == pytest.approx(5 / 6)
+    assert one.energy_j == pytest.approx(10.9 * 5 / 6 + IDLE_STATIC * 5.0)
+    assert one.active_s.tolist() == pytest.approx([5.0, 0.0])
+    assert evaluate(pr, parse_pu_list(pr, "p0|p1,p0|p1,p0|p1")).period_s == pytest.approx(35 / 12)
+    assert evaluate(pr, parse_pu_list(pr, "p0,p0,p1")).period_s == pytest.approx(6.5)  # tests/test_cost.py
+    assert pr.restrict_pus([1, 0]).range_time_s == {(0, 3, 1): 5.0}
+    assert pr.restrict_pus([1]).range_time_s is None

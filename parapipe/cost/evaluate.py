@@ -19,6 +19,8 @@ The model, stated once (every search, baseline and report uses it through :func:
   static energy) but draw no power of their own: memory-traffic power is part of the board's static power.
   Written as ``E = E_dyn + (Σ_pu P_idle + P_static)·P`` with ``E_dyn = Σ (p_active − P_idle)·t``, which is how the
   search accumulates it stage by stage.
+* A single-PU stage over a block range with a stage-level measurement (``MappingProblem.range_time_s``) takes
+  the measured time instead of its block sum (its blocks' times scaled to it).
 * **Replicated stages** (``StageMapping.replicas``): the block range runs whole on each replica (a PU or a PU
   group), frames dealt in proportion to speed; period contribution ``1 / Σ_r 1/T_r``, every replica PU busy
   that long per inference, latency the mean over dealt frames (worst replica in ``latency_worst_s``), dynamic
@@ -205,6 +207,14 @@ def _schedule(problem: MappingProblem, stage: StageMapping, active: np.ndarray):
         active[p] += t
         dyn += t * (problem.active_power_w[v, p] - problem.idle_power_w[p])
     makespan = max(finish.values()) if finish else 0.0
+    measured = problem.range_time_s.get((stage.start, stage.stop, stage.pus[0])) if (
+        problem.range_time_s and len(stage.pus) == 1 and makespan > 0) else None
+    if measured is not None:  # a stage-level measurement replaces the block sum; blocks keep their proportions
+        scale = float(measured) / makespan
+        active[stage.pus[0]] += measured - makespan
+        start = {v: t * scale for v, t in start.items()}
+        finish = {v: t * scale for v, t in finish.items()}
+        makespan, dyn = float(measured), dyn * scale
     return start, finish, makespan, dyn
 
 

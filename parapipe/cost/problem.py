@@ -45,6 +45,11 @@ class MappingProblem:
     memory_bytes : ndarray, shape (k,), optional
         Memory each PU may fill with weights, bytes (default ``inf``: no limit; from the profile's
         ``memory_bytes`` where it gives one).
+    range_time_s : dict (start, stop, pu) -> float, optional
+        Measured time of blocks ``[start, stop)`` run as ONE sub-model on PU index ``pu``, s (a stage-level
+        measurement: it includes the fusions and layout changes ORT makes across the blocks, which isolated
+        block times miss). A single-PU stage (or replica) over exactly that range on that PU takes this time
+        instead of its block sum (:func:`parapipe.cost.evaluate.evaluate_stage`). Default none.
     """
 
     block_names: List[str]
@@ -60,6 +65,7 @@ class MappingProblem:
     name: str = "problem"
     weight_nbytes: Optional[np.ndarray] = None
     memory_bytes: Optional[np.ndarray] = None
+    range_time_s: Optional[Dict[Tuple[int, int, int], float]] = None
     succs: List[Tuple[int, ...]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -116,7 +122,9 @@ class MappingProblem:
             active_power_w=self.active_power_w[:, keep], idle_power_w=self.idle_power_w[keep],
             static_power_w=self.static_power_w, alpha_s=self.alpha_s[np.ix_(keep, keep)],
             beta_bytes_per_s=self.beta_bytes_per_s[np.ix_(keep, keep)], name=self.name,
-            weight_nbytes=self.weight_nbytes, memory_bytes=self.memory_bytes[keep])
+            weight_nbytes=self.weight_nbytes, memory_bytes=self.memory_bytes[keep],
+            range_time_s={(a, b, keep.index(p)): t for (a, b, p), t in (self.range_time_s or {}).items()
+                          if p in keep} or None)
 
     def pu_index(self, name: str, source: Optional[str] = None) -> int:
         """Index of PU ``name``; raises InputError naming ``source`` if unknown."""
