@@ -232,10 +232,6 @@ def _check_point(p: Point, index: Dict[str, int], soc: SocRef) -> None:
         where = f"points[{p.id}].mapping.stages[{s}]"
         if len(set(st.pus)) != len(st.pus):
             raise FieldProblem(f"{where}.pus", f"a PU is listed twice in {st.pus}", "list each PU once")
-        for pu in st.pus:
-            if soc.pus and pu not in soc.pus:
-                raise FieldProblem(f"{where}.pus", f"PU {pu!r} is not in SoC {soc.name!r} "
-                                   f"({', '.join(soc.pus)})", _FIX)
         for b in st.blocks:
             if index and b not in index:
                 raise FieldProblem(f"{where}.blocks", f"unknown block {b!r}",
@@ -244,20 +240,7 @@ def _check_point(p: Point, index: Dict[str, int], soc: SocRef) -> None:
                 raise FieldProblem(f"{where}.blocks", f"block {b!r} is already in stage {seen[b]}",
                                    "put every block in exactly one stage")
             seen[b] = s
-        for b, pu in st.assignment.items():
-            if b not in st.blocks:
-                raise FieldProblem(f"{where}.assignment.{b}", "block is not in this stage",
-                                   "assign only the stage's blocks")
-            if pu not in st.pus:
-                raise FieldProblem(f"{where}.assignment.{b}", f"PU {pu!r} is not one of the stage's PUs "
-                                   f"{st.pus}", "assign the block to a PU of its stage or add the PU to the stage")
-        if len(st.pus) > 1 and set(st.assignment) != set(st.blocks):
-            missing = sorted(set(st.blocks) - set(st.assignment))
-            raise FieldProblem(f"{where}.assignment", f"blocks without a PU: {missing[:3]}",
-                               "give every block of a multi-PU stage a PU")
-        if st.order and sorted(st.order) != sorted(st.blocks):
-            raise FieldProblem(f"{where}.order", "does not list exactly the stage's blocks",
-                               "list every block of the stage once, in execution order")
+        _check_placement(st, st, where, "stage", soc)
         if st.replicas is not None:
             _check_replicas(st, where, soc)
         if index:
@@ -271,6 +254,29 @@ def _check_point(p: Point, index: Dict[str, int], soc: SocRef) -> None:
         missing = [b for b in index if b not in seen]
         raise FieldProblem(f"points[{p.id}].mapping.stages", f"{len(missing)} block(s) in no stage, "
                            f"e.g. {missing[:3]}", "put every block in exactly one stage")
+
+
+def _check_placement(st: Stage, unit, where: str, what: str, soc: SocRef) -> None:
+    """Check where ``unit`` (the stage itself, or one of its replicas) runs the stage's blocks: PUs of the SoC,
+    every assigned block in the stage and on a PU of ``unit``, a PU for every block when ``unit`` has several,
+    ``order`` listing exactly the stage's blocks. Raises FieldProblem naming ``where``."""
+    for pu in unit.pus:
+        if soc.pus and pu not in soc.pus:
+            raise FieldProblem(f"{where}.pus", f"PU {pu!r} is not in SoC {soc.name!r} ({', '.join(soc.pus)})", _FIX)
+    for b, pu in unit.assignment.items():
+        if b not in st.blocks:
+            raise FieldProblem(f"{where}.assignment.{b}", "block is not in this stage", "assign only the stage's blocks")
+        if pu not in unit.pus:
+            raise FieldProblem(f"{where}.assignment.{b}", f"PU {pu!r} is not one of the {what}'s PUs {unit.pus}",
+                               f"assign the block to a PU of its {what}" +
+                               (" or add the PU to the stage" if what == "stage" else ""))
+    if len(unit.pus) > 1 and set(unit.assignment) != set(st.blocks):
+        missing = sorted(set(st.blocks) - set(unit.assignment))
+        raise FieldProblem(f"{where}.assignment", f"blocks without a PU: {missing[:3]}",
+                           f"give every block of a multi-PU {what} a PU")
+    if unit.order and sorted(unit.order) != sorted(st.blocks):
+        raise FieldProblem(f"{where}.order", "does not list exactly the stage's blocks",
+                           "list every block of the stage once, in execution order")
 
 
 #: How far the replicas' shares may sum from 1 (they are written from floats).
@@ -291,27 +297,11 @@ def _check_replicas(st: Stage, where: str, soc: SocRef) -> None:
     for r, rep in enumerate(reps):
         at = f"{where}.replicas[{r}]"
         for pu in rep.pus:
-            if soc.pus and pu not in soc.pus:
-                raise FieldProblem(f"{at}.pus", f"PU {pu!r} is not in SoC {soc.name!r} ({', '.join(soc.pus)})",
-                                   _FIX)
             if pu in used:
                 raise FieldProblem(f"{at}.pus", f"PU {pu!r} is already in replica {used[pu]}",
                                    "give every replica of a stage its own PUs")
             used[pu] = r
-        for b, pu in rep.assignment.items():
-            if b not in st.blocks:
-                raise FieldProblem(f"{at}.assignment.{b}", "block is not in this stage",
-                                   "assign only the stage's blocks")
-            if pu not in rep.pus:
-                raise FieldProblem(f"{at}.assignment.{b}", f"PU {pu!r} is not one of the replica's PUs "
-                                   f"{rep.pus}", "assign the block to a PU of its replica")
-        if len(rep.pus) > 1 and set(rep.assignment) != set(st.blocks):
-            missing = sorted(set(st.blocks) - set(rep.assignment))
-            raise FieldProblem(f"{at}.assignment", f"blocks without a PU: {missing[:3]}",
-                               "give every block of a multi-PU replica a PU")
-        if rep.order and sorted(rep.order) != sorted(st.blocks):
-            raise FieldProblem(f"{at}.order", "does not list exactly the stage's blocks",
-                               "list every block of the stage once, in execution order")
+        _check_placement(st, rep, at, "replica", soc)
     total = sum(rep.share for rep in reps)
     if abs(total - 1.0) > SHARE_SUM_TOL:
         raise FieldProblem(f"{where}.replicas", f"shares sum to {total:.6g}, not 1",
