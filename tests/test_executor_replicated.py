@@ -144,3 +144,22 @@ def test_plan_doc_round_trip_keeps_the_replicas(tmp_path):
     fs = frames(6)
     outs, _ = run_pipeline(back, fs, warmup=0)
     assert max_abs_diff(outs, reference_outputs(m, fs)) <= 1e-5
+
+
+def test_frame_check_reuses_the_verdict_of_a_bit_identical_output_only():
+    import numpy as np
+
+    from ppexec.bundle_run import FrameCheck
+
+    ref = [{"y": np.full(4, float(i), np.float32), "h": np.full(3, 10.0 + i, np.float32)} for i in range(2)]
+    check = FrameCheck(ref, ["y"], ["h"], atol=1e-5, rtol=1e-5)
+    near = [{"y": r["y"] + 1e-6, "h": r["h"].copy()} for r in ref]
+    assert check(0, near[0])[2] and check(1, near[1])[2] and check.full_checks == 2
+    assert check(0, {k: v.copy() for k, v in near[0].items()}) == check(0, near[0]) and check.full_checks == 2
+    # out of order (frame 1's output where frame 0's belongs) or wrong: checked in full, and refused
+    assert not check(0, near[1])[2] and check.full_checks == 3
+    wrong = {"y": near[0]["y"], "h": near[0]["h"] + 1.0}
+    diff, scaled, ok = check(0, wrong)
+    assert not ok and scaled == pytest.approx(1.0 / 10.0) and check.full_checks == 4
+    nan = {"y": np.full(4, np.nan, np.float32), "h": near[0]["h"]}
+    assert not check(0, nan)[2] and not check(0, nan)[2] and check.full_checks == 6  # NaN never equals itself
