@@ -1,26 +1,30 @@
-"""Executor benchmark: parapipe's best-throughput host mappings vs plain ONNX Runtime, the cost of a stage
-hop, and a long soak.
+"""Executor benchmark: what a user would run (ONNX Runtime with 1 and 2 threads, two pinned copies of the model)
+next to parapipe's host mappings (its replicated mapping and its best-throughput point), the cost of splitting a
+model into stages, the cost of a stage hop, and a long soak.
 
-Run from the repository root (about 5 minutes on the 2-core machine, plus the soak)::
+Run from the repository root (about 10 minutes on the 2-core machine, plus the soak)::
 
     python benchmarks/executor_bench.py [--models inception_v1 squeezenet resnet50] [--frames 100]
-        [--repeats 3] [--soak 10000] [--trace out/inception_trace.json]
+        [--repeats 3] [--soak 10000] [--trace out/inception_trace.json] [--measured-cut]
 
 Prints (stderr is left to logging):
 
-1. Per model (the onnx wheel's light zoo models): throughput of one ORT session with 1 and with 2 intra-op
-   threads (unpinned), and of parapipe's best-throughput mapping for ``--soc host`` (this machine measured
-   with :func:`parapipe.workflow.prepare`, searched with :func:`parapipe.search.api.search`, run by the
-   pipelined executor). The three run interleaved, ``--repeats`` times each; the table gives the median and
-   the spread ((max - min) / median) of each, the ratios of the medians, parapipe's predicted throughput
-   (1 / period_s) and measured / predicted, and the largest difference to the unsplit model: of the model's
-   outputs (absolute) and of every tensor a task hands on (relative to its largest magnitude; the light zoo
-   models have constant weights, so their final outputs do not depend on the input and check little alone).
-   A ratio is only meaningful when both match. Machines here are shared: compare ratios, not absolute figures.
-2. Why measured and predicted differ, per stage: the predicted stage time (the cost model on the host
-   profile's block times), the stage's sub-model timed alone on its core (same session settings), and its
-   busy time per frame inside the pipeline; plus the whole model's 1-thread time against the sum of its block
-   times (what splitting a model into per-block sessions costs in the profile).
+1. Per model (the onnx wheel's light zoo models), run interleaved ``--repeats`` times (median; spread =
+   (max - min) / median): one ORT session with 1 and with 2 intra-op threads (unpinned); **two pinned copies**
+   twice: a plain loop (two threads, each pinned to one core with its own single-thread session, frames dealt
+   alternately) and parapipe's ``replicated`` mapping (:func:`parapipe.cost.replicated_baseline`: the whole
+   model replicated on cpu0 and cpu1, frames dealt by the executor's dispatcher) run by the pipelined executor;
+   and the best-throughput point of parapipe's search for ``--soc host`` (this machine measured with
+   :func:`parapipe.workflow.prepare`, searched with :func:`parapipe.search.api.search`). ``best`` is the one of
+   the two parapipe mappings with the higher predicted throughput: what the search picks once it offers
+   replicated stages. All ratios are to ORT with 2 threads, same run. parapipe runs go through the deploy
+   bundle's run-and-verify (every output and handed-over tensor compared with the unsplit model's).
+2. Measured / predicted throughput of the parapipe mappings, with the prediction from isolated block times
+   (the host profile) and from stage-level times (each single-PU stage's sub-model timed as a whole,
+   :func:`parapipe.profiling.host.measure_ranges`, as ``--soc host`` now does for the whole model); per stage
+   the predicted time, the sub-model alone on its core and its busy time in the pipeline; and the work ratios:
+   the stages' sub-models timed alone, summed, over the whole model timed alone (the cost of splitting), and
+   the sum of the block times over the whole model.
 3. Identity hops: a chain of k one-Identity stages (alternating cpu0/cpu1) on a [1, 16] float tensor: the
    saturated throughput, and the latency of single frames through an idle pipeline (one frame per run); the
    per-hop overhead is the growth of that median latency per extra stage, (p50(k) - p50(1)) / (k - 1).
@@ -74,8 +78,12 @@ def ort_throughput(model: onnx.ModelProto, frames: List[Dict[str, np.ndarray]], 
     return len(frames) / (time.perf_counter() - t0)
 
 
-def best_throughput_mapping(model: str, time_limit_s: float):
-    """Measure this host for ``model``, search, and load the best-throughput point as a LoadedMapping."""
+def host_mappings(model: str, time_limit_s: float):
+    """Measure this host for ``model``, search, add the replicated baseline, and load the best-throughput search
+    point and the replicated point as LoadedMappings: ``(pp, rep, prep, seconds)``."""
+    from types import SimpleNamespace
+
+    from parapipe.cost.replicated_baseline import replicated_baseline
     from parapipe.mapping import doc_from_result, write_pareto
     from parapipe.runtime.mapping import load_mapping
     from parapipe.search.api import SearchOptions, search
@@ -85,14 +93,65 @@ def best_throughput_mapping(model: str, time_limit_s: float):
     t0 = time.perf_counter()
     prep = prepare(model, "host")
     result = search(prep.problem, SearchOptions(time_limit_s=time_limit_s, seed=0))
+    rep_mapping, rep_eval = replicated_baseline(prep.problem)
+    result.points.append(SimpleNamespace(id="rep", strategy="replicated", pareto=False, mapping=rep_mapping,
+                                         evaluation=rep_eval, stage_schedules=["single-pu"]))
     blocks = {b.name: list(b.ops) for b in prep.block_graph.blocks}
     doc = doc_from_result(result, prep.loaded.name, prep.loaded.sha256, soc_ref(prep.soc), blocks=blocks,
                           search={"max_blocks": prep.max_blocks, "seed": 0})
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "pareto.json")
         write_pareto(doc, path)
-        mapping = load_mapping(model, path, "best-throughput")
-    return mapping, prep, time.perf_counter() - t0
+        pp = load_mapping(model, path, "best-throughput")
+        rep = load_mapping(model, path, "rep")
+    return pp, rep, prep, time.perf_counter() - t0
+
+
+def stage_level_prediction(prep, mapping) -> float:
+    """Predicted throughput of ``mapping`` (a LoadedMapping) with every single-PU stage's block range timed as
+    one sub-model (:func:`parapipe.profiling.host.measure_ranges`) instead of its block sum."""
+    import copy
+
+    from parapipe.cost.evaluate import evaluate
+    from parapipe.cost.mapping_spec import mapping_from_point
+    from parapipe.profiling.host import measure_ranges
+
+    problem = copy.copy(prep.problem)
+    m = mapping_from_point(problem, mapping.point, "benchmark")
+    ranges = [(st.start, st.stop) for st in m.stages if len(st.pus) == 1 and not st.replicas]
+    known = dict(problem.range_time_s or {})
+    timed = measure_ranges(prep.block_graph, [r for r in ranges if (r[0], r[1], 0) not in known])
+    known.update({(a, b, p): t for (a, b), t in timed.items() for p in range(problem.n_pus)})
+    problem.range_time_s = known
+    return evaluate(problem, m).throughput_per_s
+
+
+def two_copies_loop(model: onnx.ModelProto, frames: List[Dict[str, np.ndarray]], warmup: int = 5) -> float:
+    """Frames per second of two pinned copies run by hand: two threads, each pinned to one core (0, 1) with its
+    own single-thread session (the executor's settings), taking frames alternately (thread i runs frames i,
+    i + 2, ...); wall time from the first start to the last end."""
+    barrier = threading.Barrier(3)
+    spans: Dict[int, tuple] = {}
+
+    def body(cpu: int) -> None:
+        pin_current_thread(f"copy{cpu}", (cpu,))
+        sess = create_session(model, PUBinding(cpus=(cpu,)), "CPUExecutionProvider")
+        names = [i.name for i in sess.get_inputs()]
+        for f in frames[:warmup]:
+            sess.run(None, {n: f[n] for n in names})
+        barrier.wait()
+        t0 = time.perf_counter()
+        for f in frames[cpu::2]:
+            sess.run(None, {n: f[n] for n in names})
+        spans[cpu] = (t0, time.perf_counter())
+
+    threads = [threading.Thread(target=body, args=(cpu,)) for cpu in (0, 1)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    for t in threads:
+        t.join()
+    return len(frames) / (max(e for _, e in spans.values()) - min(b for b, _ in spans.values()))
 
 
 def make_frames(og, n: int, seed: int = 0) -> List[Dict[str, np.ndarray]]:
@@ -155,104 +214,127 @@ def spread(values: List[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values)
 
 
+def whole_alone_s(og, repeats: int = 20) -> float:
+    """Median time of the whole model alone on core 0 (a pinned thread, the executor's single-thread session)."""
+    sub = Task("whole", 0, "cpu0", og.model, list(og.inputs), list(og.outputs), [])
+    return standalone_task_s(sub, og, 0, repeats)
+
+
 def bench_model(model: str, args) -> dict:
-    mapping, prep, prep_s = best_throughput_mapping(model, args.time_limit)
-    og, pt = mapping.opgraph, mapping.point
-    reference, handed = reference_with_outputs(mapping.loaded.model, og, handed_over_tensors(mapping.plan))
-    plan = with_outputs(mapping.plan, handed)
-    outputs = list(mapping.plan.model_outputs)
+    pp, rep, prep, prep_s = host_mappings(model, args.time_limit)
+    og = pp.opgraph
     frames = make_frames(og, args.frames)
-    ref = reference_outputs(reference, frames[:DISTINCT_FRAMES])
-    ref = [ref[i % DISTINCT_FRAMES] for i in range(len(frames))]
-    cut = measured_best_cut(mapping, args.cut_repeats) if args.measured_cut else None
-    plans = {}
-    bundle_dir = tempfile.TemporaryDirectory(prefix="parapipe-bench-")
-    bundle = build_bundle(mapping, Path(bundle_dir.name) / "bundle")  # the run-and-verify 'parapipe run' uses
+    cut = measured_best_cut(pp, args.cut_repeats) if args.measured_cut else None
+    folders = tempfile.TemporaryDirectory(prefix="parapipe-bench-")
+    bundles = {key: build_bundle(m, Path(folders.name) / key) for key, m in (("pp", pp), ("rep", rep))}
+    runs: Dict[str, List[float]] = {"ort1": [], "ort2": [], "loop": [], "rep": [], "pp": []}
+    extra = {}
     if cut is not None:
-        cut_handed = handed_over_tensors(cut[0])
-        reference_cut, cut_handed = reference_with_outputs(mapping.loaded.model, og, cut_handed)
+        reference_cut, cut_handed = reference_with_outputs(pp.loaded.model, og, handed_over_tensors(cut[0]))
         ref_cut = reference_outputs(reference_cut, frames[:DISTINCT_FRAMES])
-        plans["cut"] = with_outputs(cut[0], cut_handed)
-    runs = {"ort1": [], "ort2": [], "pp": [], **{key: [] for key in plans}}
+        extra["cut"] = with_outputs(cut[0], cut_handed)
+        runs["cut"] = []
     diff = scaled = 0.0
-    last = {}
     matched = True
+    last = {}
     for _ in range(args.repeats):  # interleaved, so that load changes hit every configuration alike
         runs["ort1"].append(ort_throughput(og.model, frames, 1))
         runs["ort2"].append(ort_throughput(og.model, frames, 2))
-        rep = run_bundle(str(bundle.folder), frames=len(frames), warmup=5, verify=False, idle_frames=0)
-        runs["pp"].append(rep.throughput_per_s)
-        diff, scaled = max(diff, rep.max_abs_diff), max(scaled, rep.max_scaled_diff)
-        matched = matched and rep.outputs_match
-        last["pp"] = rep
-        for key, p in plans.items():
-            outs, last[key] = run_pipeline(p, frames, warmup=5)
-            runs[key].append(last[key].throughput_per_s)
+        runs["loop"].append(two_copies_loop(og.model, frames))
+        for key, bundle in bundles.items():
+            r = run_bundle(str(bundle.folder), frames=len(frames), warmup=5, verify=False, idle_frames=0)
+            runs[key].append(r.throughput_per_s)
+            diff, scaled = max(diff, r.max_abs_diff), max(scaled, r.max_scaled_diff)
+            matched = matched and r.outputs_match
+            last[key] = r
+        if cut is not None:
+            outs, last["cut"] = run_pipeline(extra["cut"], frames, warmup=5)
+            runs["cut"].append(last["cut"].throughput_per_s)
             refs = [ref_cut[i % DISTINCT_FRAMES] for i in range(len(frames))]
-            names = cut_handed
+            outputs = list(pp.plan.model_outputs)
             diff = max(diff, max_abs_diff([{k: o[k] for k in outputs} for o in outs],
                                           [{k: r[k] for k in outputs} for r in refs]))
-            scaled = max([scaled] + [max_scaled_diff(o, r, names) for o, r in zip(outs, refs)])
-    last_pp = last["pp"]
+            scaled = max([scaled] + [max_scaled_diff(o, r, cut_handed) for o, r in zip(outs, refs)])
     if args.trace and model == args.models[0]:
-        shutil.copyfile(bundle.folder / last_pp.trace_file, args.trace)
-    bundle_dir.cleanup()
+        shutil.copyfile(bundles["pp"].folder / last["pp"].trace_file, args.trace)
+    folders.cleanup()
     med = {k: statistics.median(v) for k, v in runs.items()}
     stages = []
-    for s, (st, tasks) in enumerate(zip(pt.stages, plan.stages)):
-        alone = (standalone_task_s(tasks[0], og, plan.bindings[tasks[0].pu].cpus[0])
+    for s, (st, tasks) in enumerate(zip(pp.point.stages, pp.plan.stages)):
+        alone = (standalone_task_s(tasks[0], og, pp.plan.bindings[tasks[0].pu].cpus[0])
                  if len(tasks) == 1 else float("nan"))
         stages.append({"pus": "+".join(st.pus), "blocks": len(st.blocks), "tasks": len(tasks),
-                       "predicted_s": st.time_s, "alone_s": alone, "busy_s": last_pp.stage_busy_s[s]})
-    whole_blocks_s = float(prep.problem.time_s.min(axis=1).sum())  # every block on its fastest PU
+                       "predicted_s": st.time_s, "alone_s": alone, "busy_s": last["pp"].stage_busy_s[s]})
+    whole_s = whole_alone_s(og)
+    predicted = {"pp": pp.predicted_throughput_per_s, "rep": rep.predicted_throughput_per_s}
+    # block sums: the search's prediction for pp; for rep, what it was before the whole-model measurement
+    block_sum_s = float(prep.problem.time_s[:, 0].sum())
+    predicted_blocks = {"pp": predicted["pp"], "rep": 2.0 / block_sum_s}
+    predicted_stages = {"pp": stage_level_prediction(prep, pp), "rep": predicted["rep"]}
+    best = "rep" if predicted["rep"] > predicted["pp"] else "pp"
     return {"model": model, "med": med, "spread": {k: spread(v) for k, v in runs.items()}, "diff": diff,
-            "scaled": scaled, "handed": len(handed), "outputs_match": matched,
-            "predicted": 1.0 / pt.period_s, "point": pt.id, "stages": stages, "prep_s": prep_s,
-            "whole_blocks_s": whole_blocks_s, "mapping": mapping, "utilisation": last_pp.pu_utilisation,
-            "cut": None if cut is None else {"k": cut[1], "of": len(mapping.block_graph.blocks),
+            "scaled": scaled, "outputs_match": matched, "predicted": predicted, "predicted_blocks": predicted_blocks,
+            "predicted_stages": predicted_stages, "best": best, "point": pp.point.id, "stages": stages,
+            "prep_s": prep_s, "whole_s": whole_s, "block_sum_s": block_sum_s, "mapping": pp,
+            "utilisation": {k: last[k].pu_utilisation for k in ("pp", "rep")},
+            "cut": None if cut is None else {"k": cut[1], "of": len(pp.block_graph.blocks),
                                               "alone_s": (cut[2], cut[3]),
                                               "busy_s": list(last["cut"].stage_busy_s)}}
 
 
 def print_models(results: List[dict], frames: int, repeats: int) -> None:
-    print(f"\n1. best-throughput host mappings vs ONNX Runtime ({frames} frames, median of {repeats} "
-          "interleaved runs; spread = (max - min) / median)")
-    print(f"{'model':<13} {'ORT-1 /s':>9} {'ORT-2 /s':>9} {'parapipe /s':>11} {'x ORT-1':>8} {'x ORT-2':>8} "
-          f"{'pred /s':>8} {'meas/pred':>9} {'max|diff|':>9} {'handed':>9} {'spread 1/2/pp':>15}  stages")
+    print(f"\n1. throughput, ratio to ORT with 2 threads ({frames} frames, median of {repeats} interleaved runs; "
+          "copies = two pinned single-thread sessions, frames dealt alternately: by hand (loop) and as "
+          "parapipe's replicated mapping in the executor (rep); pp = the search's best-throughput point; best = "
+          "the parapipe mapping predicted faster)")
+    print(f"{'model':<13} {'ORT-1':>6} {'ORT-2 /s':>9} {'copies loop':>11} {'copies rep':>10} {'pp':>6} "
+          f"{'best':>6}   {'x ORT-2:':<8} {'ORT-1':>6} {'loop':>6} {'rep':>6} {'pp':>6} {'best':>6}  "
+          f"{'best/loop':>9}  spread 1/2/loop/rep/pp  outputs  pp stages")
     for r in results:
         m, sp = r["med"], r["spread"]
+        best = m[r["best"]]
         stages = " | ".join(st["pus"] for st in r["stages"])
-        print(f"{r['model']:<13} {m['ort1']:9.1f} {m['ort2']:9.1f} {m['pp']:11.1f} "
-              f"{m['pp'] / m['ort1']:8.2f} {m['pp'] / m['ort2']:8.2f} {r['predicted']:8.1f} "
-              f"{m['pp'] / r['predicted']:9.2f} {r['diff']:9.1e} {r['scaled']:9.1e} "
-              f"{sp['ort1'] * 100:4.0f}%/{sp['ort2'] * 100:3.0f}%/{sp['pp'] * 100:3.0f}%  {stages}")
-    cuts = [r for r in results if r["cut"] is not None]
-    if cuts:
-        print("\n1b. the two-stage cut (cpu0 | cpu1) chosen by timing candidate stages alone (what the "
-              "executor reaches with exact stage costs); predicted = 1 / the slower stage alone")
-        print(f"{'model':<13} {'cut /s':>9} {'x ORT-1':>8} {'x ORT-2':>8} {'pred /s':>8} {'meas/pred':>9} "
-              f"{'spread':>7}")
-        for r in cuts:
-            m, c = r["med"], r["cut"]
-            pred = 1.0 / max(c["alone_s"])
-            print(f"{r['model']:<13} {m['cut']:9.1f} {m['cut'] / m['ort1']:8.2f} {m['cut'] / m['ort2']:8.2f} "
-                  f"{pred:8.1f} {m['cut'] / pred:9.2f} {r['spread']['cut'] * 100:6.0f}%")
-    print("\n2. measured vs predicted, per stage (ms per frame): predicted = cost model on the host profile; "
-          "alone = the stage's sub-model on its core by itself; busy = inside the pipeline")
+        print(f"{r['model']:<13} {m['ort1']:6.1f} {m['ort2']:9.1f} {m['loop']:11.1f} {m['rep']:10.1f} "
+              f"{m['pp']:6.1f} {best:6.1f}   {'':<8} {m['ort1'] / m['ort2']:6.2f} {m['loop'] / m['ort2']:6.2f} "
+              f"{m['rep'] / m['ort2']:6.2f} {m['pp'] / m['ort2']:6.2f} {best / m['ort2']:6.2f}  "
+              f"{best / m['loop']:9.2f}  " + "/".join(f"{sp[k] * 100:.0f}%" for k in ("ort1", "ort2", "loop", "rep", "pp"))
+              + f"  {'match' if r['outputs_match'] else 'DIFFER'} (|d| {r['diff']:.0e}, handed {r['scaled']:.0e})"
+              + f"  {stages}")
+    print("\n2. measured / predicted throughput (prediction from the host profile's isolated block times, and "
+          "from stage-level times: every single-PU stage timed as one sub-model)")
+    print(f"{'model':<13} {'mapping':<5} {'measured':>9} {'pred blocks':>11} {'meas/pred':>9} "
+          f"{'pred stages':>11} {'meas/pred':>9}   utilisation")
+    for r in results:
+        for key in ("rep", "pp"):
+            meas, pb, ps = r["med"][key], r["predicted_blocks"][key], r["predicted_stages"][key]
+            pb_text = f"{pb:11.1f} {meas / pb:9.2f}" if pb else f"{'-':>11} {'-':>9}"
+            util = {pu: round(u, 2) for pu, u in r["utilisation"][key].items()}
+            print(f"{r['model']:<13} {key:<5} {meas:9.1f} {pb_text} {ps:11.1f} {meas / ps:9.2f}   {util}")
+    print("\n   per stage of pp (ms per frame): predicted = cost model on the host profile; alone = the stage's "
+          "sub-model on its core by itself; busy = inside the pipeline")
     print(f"{'model':<13} {'stage':<10} {'blocks':>6} {'tasks':>5} {'predicted':>9} {'alone':>7} {'busy':>7}")
     for r in results:
         for s, st in enumerate(r["stages"]):
             print(f"{r['model']:<13} {s:<2}{st['pus']:<8} {st['blocks']:>6} {st['tasks']:>5} "
                   f"{st['predicted_s'] * 1e3:9.2f} {st['alone_s'] * 1e3:7.2f} {st['busy_s'] * 1e3:7.2f}")
-        one = 1e3 / r["med"]["ort1"]
-        c = r["cut"]
-        if c is not None:
-            print(f"{r['model']:<13} measured-best cut ({c['k']} of {c['of']} blocks on cpu0): alone "
-                  f"{c['alone_s'][0] * 1e3:.2f} | {c['alone_s'][1] * 1e3:.2f} ms, busy "
-                  f"{c['busy_s'][0] * 1e3:.2f} | {c['busy_s'][1] * 1e3:.2f} ms")
-        print(f"{r['model']:<13} whole model, 1 thread: {one:.2f} ms; sum of its block times in the host "
-              f"profile {r['whole_blocks_s'] * 1e3:.2f} ms ({r['whole_blocks_s'] * 1e3 / one:.2f}x); "
-              f"utilisation {({p: round(u, 2) for p, u in r['utilisation'].items()})}")
+    print("\n   work ratios (the cost of splitting): stage sum = the pp stages' sub-models alone, summed; blocks = "
+          "the host profile's block times, summed; both over the whole model alone (1 thread, pinned)")
+    print(f"{'model':<13} {'whole ms':>9} {'stage sum':>10} {'ratio':>6} {'block sum':>10} {'ratio':>6}")
+    for r in results:
+        alone = [st["alone_s"] for st in r["stages"]]
+        stage_sum = sum(alone) if all(np.isfinite(alone)) else float("nan")
+        print(f"{r['model']:<13} {r['whole_s'] * 1e3:9.2f} {stage_sum * 1e3:10.2f} {stage_sum / r['whole_s']:6.3f} "
+              f"{r['block_sum_s'] * 1e3:10.2f} {r['block_sum_s'] / r['whole_s']:6.3f}")
+    cuts = [r for r in results if r["cut"] is not None]
+    if cuts:
+        print("\n1b. the two-stage cut (cpu0 | cpu1) chosen by timing candidate stages alone (what the "
+              "executor reaches with exact stage costs); predicted = 1 / the slower stage alone")
+        print(f"{'model':<13} {'cut /s':>9} {'x ORT-2':>8} {'pred /s':>8} {'meas/pred':>9} {'spread':>7}")
+        for r in cuts:
+            m, c = r["med"], r["cut"]
+            pred = 1.0 / max(c["alone_s"])
+            print(f"{r['model']:<13} {m['cut']:9.1f} {m['cut'] / m['ort2']:8.2f} {pred:8.1f} {m['cut'] / pred:9.2f} "
+                  f"{r['spread']['cut'] * 100:6.0f}%")
 
 
 def identity_chain_plan(k: int) -> ExecutionPlan:
@@ -333,9 +415,9 @@ def main(argv=None) -> int:
     parser.add_argument("--frames", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--time-limit", type=float, default=10.0, help="search time limit, s")
-    parser.add_argument("--no-measured-cut", dest="measured_cut", action="store_false",
-                        help="skip the two-stage cut chosen by timing candidate stages (the executor's reach "
-                        "with exact stage costs)")
+    parser.add_argument("--measured-cut", action="store_true",
+                        help="also run the two-stage cut chosen by timing candidate stages (the executor's reach "
+                        "with exact stage costs; a few minutes per model)")
     parser.add_argument("--cut-repeats", type=int, default=8, help="timed runs per candidate stage")
     parser.add_argument("--hops", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--hop-frames", type=int, default=2000, help="frames of the saturated hop runs")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -259,11 +258,18 @@ def cmd_evaluate(args) -> int:
         ev = evaluate(problem, m)
         row = {"mapping": label, "period_s": ev.period_s, "throughput_per_s": ev.throughput_per_s,
                "latency_s": ev.latency_s, "energy_j": ev.energy_j, "stages": len(m.stages)}
+        if m.replicated:  # latency is the mean over the frames dealt to the replicas; the worst next to it
+            row["latency_worst_s"] = ev.latency_worst_s
+        if not ev.fits_memory:
+            row["memory_exceeded"] = [problem.pu_names[p] for p in ev.memory_exceeded]
         if args.json:
             print(json.dumps(row))
         else:
             print(f"period {ev.period_s * 1e3:.3f} ms ({ev.throughput_per_s:.2f}/s)  latency {ev.latency_s * 1e3:.3f} ms"
-                  f"  energy {ev.energy_j * 1e3:.3f} mJ  stages {len(m.stages)}  {label[:60]}")
+                  + (f" (worst replica {ev.latency_worst_s * 1e3:.3f} ms)" if m.replicated else "")
+                  + f"  energy {ev.energy_j * 1e3:.3f} mJ  stages {len(m.stages)}  {label[:60]}"
+                  + (f"  weights exceed the memory of {', '.join(row['memory_exceeded'])}"
+                     if not ev.fits_memory else ""))
     return 0
 
 
@@ -398,7 +404,6 @@ def cmd_deploy(args) -> int:
 
 
 def cmd_runs(args) -> int:
-    from .profiling.db import ProfileDB
     from .profiling.predict import open_existing_db
     from .profiling.runs import list_runs, write_runs_csv
 
@@ -429,6 +434,23 @@ def cmd_runs(args) -> int:
     return 0
 
 
+def _frames_window(text):
+    """``--frames-window A:B`` -> (A, B) (frames A <= f < B; ``A:`` to the end, ``:B`` from 0), or None."""
+    if text is None:
+        return None
+    from .errors import input_error
+
+    first, colon, stop = text.partition(":")
+    try:
+        window = (int(first) if first.strip() else 0, int(stop) if stop.strip() else 1 << 62)
+    except ValueError:
+        window = None
+    if not colon or window is None or window[0] < 0 or window[1] <= window[0]:
+        raise input_error("--frames-window", None, f"{text!r} is not FIRST:STOP with 0 <= FIRST < STOP",
+                          "write e.g. --frames-window 0:20 (frames 0 to 19)")
+    return window
+
+
 def cmd_plot(args) -> int:
     from .errors import input_error
 
@@ -446,9 +468,10 @@ def cmd_plot(args) -> int:
         plot_gantt(doc.model_dump(mode="json"), point.id, args.out, n_frames=args.frames, source=args.mapping)
     else:
         from .report import gantt_from_trace
-        from .runtime.traces import read_chrome_trace
+        from .runtime.traces import read_run_trace
 
-        gantt_from_trace(read_chrome_trace(args.trace), args.out, title=f"measured run: {Path(args.trace).name}")
+        events, info = read_run_trace(args.trace)
+        gantt_from_trace(events, args.out, frames_window=_frames_window(args.frames_window), info=info)
     print(f"wrote {args.out}")
     return 0
 
@@ -596,6 +619,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--point", default="best-throughput", help="point id or best-* (with --gantt)")
     s.add_argument("--frames", type=int, default=3, help="frames drawn (with --gantt; default 3)")
     s.add_argument("--trace", default=None, help="Chrome trace JSON of a run ('parapipe run --trace', deploy)")
+    s.add_argument("--frames-window", default=None, metavar="FIRST:STOP",
+                   help="with --trace: draw frames FIRST <= f < STOP (default: all up to 20 frames, else 20 "
+                   "from the middle of the run)")
     s.add_argument("--out", required=True, help="PNG to write")
     s.set_defaults(func=cmd_plot)
     from .cli_profiling import add_profiling_parsers

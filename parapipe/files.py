@@ -10,7 +10,10 @@ from typing import Any, Iterator
 
 
 def default_file_mode() -> int:
-    """Mode a newly created file gets under the current umask (0666 & ~umask), e.g. 0o644."""
+    """Mode a newly created file gets under the current umask (0666 & ~umask), e.g. 0o644.
+
+    ``ppexec.files.default_file_mode`` is the board-side twin: ppexec cannot import parapipe, and importing
+    ppexec here would load onnxruntime into every command that writes a file."""
     mask = os.umask(0)
     os.umask(mask)
     return 0o666 & ~mask

@@ -11,7 +11,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from .errors import input_error
 from .soc.resolve import HOST_SOC, is_host
@@ -69,7 +69,7 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     measured = None
     if is_host(soc):
         from .graph.feeds import load_feeds
-        from .profiling.host import measure_host
+        from .profiling.host import measure_host, measure_ranges
 
         check_declared(og.model, source, HOST_SOC, [])  # host PUs run ONNX Runtime's CPU operators only
         frame = load_feeds(feeds, og)[0] if feeds else None
@@ -82,6 +82,8 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
         else:
             hp = measure_host(bg, progress=measure_progress, feeds=frame)
         soc_obj, measured = hp.soc, hp.block_time_s
+        # the whole model as one sub-model, as the single and replicated mappings run it (issue 13)
+        whole_s = measure_ranges(bg, [(0, len(bg.blocks))], feeds=frame)
         timings["measure_s"] = time.perf_counter() - t1
     else:
         from .soc.resolve import resolve_soc
@@ -95,6 +97,8 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     if pus:
         soc_obj = soc_obj.restrict(list(pus))
     problem = problem_from_blocks(bg, soc_obj, measured_s=measured, name=lm.name)
+    if is_host(soc):  # identical cores: the stage-level time holds on every PU
+        problem.range_time_s = {(a, b, p): t for (a, b), t in whole_s.items() for p in range(problem.n_pus)}
     return Prepared(lm, og, bg, soc_obj, problem, max_blocks, timings)
 
 

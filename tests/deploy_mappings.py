@@ -61,3 +61,30 @@ def write_doc(doc: Dict, path: Path) -> Path:
     """Write ``doc`` as JSON to ``path`` and return the path."""
     path.write_text(json.dumps(doc))
     return path
+
+
+def replicated_doc(model: str, fraction: float = 0.5) -> Dict:
+    """A pareto.json for ``model`` on ``--soc host`` with two replicated points (nominal figures):
+
+    ``r0``: the whole model as one stage replicated on cpu0 and cpu1 (two pinned copies, frames alternate);
+    ``r1``: the blocks up to ``fraction`` of the FLOPs replicated on cpu0 | cpu1, then the rest on cpu1.
+    """
+    doc = two_stage_doc(model, (fraction,))
+    names = list(doc["blocks"])
+    (cut,) = doc["points"]
+    first = cut["mapping"]["stages"][0]["blocks"]
+
+    def replicated(blocks: List[str]) -> Dict:
+        stage = _stage("cpu0", blocks, 0.02)
+        stage["replicas"] = [{"pus": [pu], "assignment": {b: pu for b in blocks}, "order": blocks, "share": 0.5,
+                              "time_s": 0.02} for pu in ("cpu0", "cpu1")]
+        return stage
+
+    common = {"strategy": "replicated", "pareto": True, "throughput_per_s": 100.0, "period_s": 0.01,
+              "latency_s": 0.02, "energy_j": 0.5, "period_gap": None, "latency_gap": None}
+    doc["points"] = [
+        dict(common, id="r0", pu_busy_s={"cpu0": 0.01, "cpu1": 0.01}, mapping={"stages": [replicated(names)]}),
+        dict(common, id="r1", strategy="parapipe", pu_busy_s={"cpu0": 0.01, "cpu1": 0.03},
+             mapping={"stages": [replicated(first), _stage("cpu1", names[len(first):], 0.02)]}),
+    ]
+    return doc

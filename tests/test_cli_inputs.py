@@ -7,7 +7,6 @@ import json
 import numpy as np
 import onnx
 import onnxruntime as ort
-import pytest
 
 import hostile_models as hm
 from test_cli import assert_user_error, run_cli

@@ -201,3 +201,18 @@ def test_measure_transfer_names_an_unusable_cpu():
         measure_transfer(allowed_cpus()[0], bad, frames=2)
     with pytest.raises(InputError, match="frames: must be an integer >= 1"):
         measure_transfer(0, 0, frames=0)
+
+
+def test_stage_level_times_run_each_range_as_one_pinned_sub_model(squeezenet, monkeypatch):
+    from parapipe.profiling.host import measure_ranges
+
+    _, bg = squeezenet
+    n = len(bg.blocks)
+    spy = _Spy()
+    monkeypatch.setattr(host, "create_session", spy)
+    times = measure_ranges(bg, [(0, n), (0, 3), (0, n)], repeats=2, warmup=1)
+    assert list(times) == [(0, n), (0, 3)] and all(t > 0 for t in times.values())
+    assert spy.calls == 2 and spy.affinities == [frozenset({allowed_cpus()[0]})] * 2
+    for bad in [(3, 3), (-1, 2), (0, n + 1)]:
+        with pytest.raises(InputError, match="not a block range"):
+            measure_ranges(bg, [bad])

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from parapipe.cli import main
-from parapipe.errors import HostError, InputError
+from parapipe.errors import InputError
 from parapipe.profiling import plan
 from parapipe.profiling.catalog import Catalog, OpFeatures
 from parapipe.profiling.db import ProfileDB

@@ -34,7 +34,6 @@ import logging
 import os
 import platform
 import shutil
-import tempfile
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
@@ -42,6 +41,7 @@ import numpy as np
 
 from .errors import DEFAULT_ERRORS, PlanError
 from .executor import PipelineExecutor
+from .files import write_json_atomic
 from .metrics import chrome_trace
 from .plan import PUBinding, plan_from_doc
 from .reference import max_abs_diff, max_scaled_diff, with_outputs, within_tolerance
@@ -91,20 +91,6 @@ def _read_json(path: str, errors) -> Any:
     except (OSError, ValueError) as exc:
         raise errors.input(path, None, "cannot be read as JSON (%s)" % exc,
                            "re-run 'parapipe deploy': the bundle is incomplete")
-
-
-def _write_json_atomic(doc: Any, path: str) -> None:
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(doc, handle)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 @contextlib.contextmanager
@@ -194,6 +180,45 @@ def load_bundle_feeds(path: str) -> List[Dict[str, np.ndarray]]:
             index, _, name = key.partition("/")
             frames.setdefault(int(index), {})[name] = data[key]
     return [frames[i] for i in sorted(frames)]
+
+
+class FrameCheck:
+    """Compare each output frame with the unsplit model's, cheaply enough to run next to the pipeline.
+
+    The full check of a frame (:func:`.reference.max_abs_diff`, :func:`.reference.max_scaled_diff`,
+    :func:`.reference.within_tolerance` on every output and handed-over tensor) makes several float64 passes
+    over every tensor: measured here, 5-60 ms per frame for inception_v1's 3.8 MB of handed-over tensors, more
+    than a frame's own period, so the caller's check competed with the pipeline for the cores. Frames are fed
+    cyclically (``distinct`` different inputs), and a pipeline computes the same bits for the same input (same
+    sub-models, same kernels; replicas too): the first output of each distinct input gets the full check, and a
+    later one that is bit-identical to it (``numpy.array_equal``: one memory pass) gets the same verdict. Any
+    other output (a NaN, a runtime whose kernels are not deterministic, a frame out of order) gets the full
+    check again.
+
+    Call it with ``(distinct input index, output tensors)``; it returns ``(max_abs_diff of the model outputs,
+    max_scaled_diff of the handed-over tensors, within tolerance)``.
+    """
+
+    def __init__(self, reference: List[Dict[str, np.ndarray]], outputs: List[str], checked: List[str],
+                 atol: float, rtol: float):
+        self.reference, self.outputs, self.checked = reference, list(outputs), list(checked)
+        self.atol, self.rtol = float(atol), float(rtol)
+        self._first: Dict[int, tuple] = {}
+        self.full_checks = 0
+
+    def __call__(self, index: int, out: Dict[str, np.ndarray]) -> tuple:
+        names = self.outputs + self.checked
+        first = self._first.get(index)
+        if first is not None and all(np.array_equal(out[n], first[0][n]) for n in names):
+            return first[1]
+        ref = self.reference[index]
+        self.full_checks += 1
+        verdict = (max_abs_diff([{n: out[n] for n in self.outputs}], [{n: ref[n] for n in self.outputs}]),
+                   max_scaled_diff(out, ref, self.checked),
+                   within_tolerance(out, ref, names, self.atol, self.rtol))
+        if first is None:
+            self._first[index] = ({n: out[n] for n in names}, verdict)
+        return verdict
 
 
 def _host_info() -> Dict[str, Any]:
@@ -309,6 +334,7 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
         del ref_session
         worst = scaled = 0.0
         matched = True
+        check = FrameCheck(reference, outputs, checked, atol, rtol)
         with PipelineExecutor(plan, errors=errors) as ex:
             progress("start", 0, force=True)
             if warmup:
@@ -316,11 +342,8 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
                     pass
             run_start = time.perf_counter()
             for i, out in enumerate(ex.run(pool[i % len(pool)] for i in range(frames))):
-                ref = reference[i % len(pool)]
-                worst = max(worst, max_abs_diff([{n: out[n] for n in outputs}],
-                                                [{n: ref[n] for n in outputs}]))
-                scaled = max(scaled, max_scaled_diff(out, ref, checked))
-                matched = matched and within_tolerance(out, ref, outputs + checked, atol, rtol)
+                diff, scaled_diff, ok = check(i % len(pool), out)
+                worst, scaled, matched = max(worst, diff), max(scaled, scaled_diff), matched and ok
                 progress("run", i + 1, rate=(i + 1) / max(time.perf_counter() - run_start, 1e-9))
             metrics = ex.metrics
             progress("idle", frames, force=True, rate=metrics.throughput_per_s)
@@ -340,8 +363,11 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
             checked_tensors=len(checked), max_scaled_diff=scaled, atol=float(atol), rtol=float(rtol),
             predicted=predicted, substituted=substituted, bindings=doc.get("bindings") or {},
             host=_host_info(), bundle_id=manifest.get("bundle_id"), report_file=REPORT, trace_file=TRACE)
-        _write_json_atomic(chrome_trace(metrics), os.path.join(folder, *TRACE.split("/")))
-        _write_json_atomic(report.to_json(), os.path.join(folder, *REPORT.split("/")))
+        info = {"model": report.model.get("name"), "point": report.point, "frames": report.frames,
+                "throughput_per_s": report.throughput_per_s, "predicted": predicted,
+                "outputs_match": report.outputs_match}
+        write_json_atomic(chrome_trace(metrics, info), os.path.join(folder, *TRACE.split("/")))
+        write_json_atomic(report.to_json(), os.path.join(folder, *REPORT.split("/")))
         return report
 
 

@@ -8,11 +8,14 @@ Here:
   loads its sub-models through the PU's runtime adapter (:mod:`.runtimes`: ONNX Runtime sessions by
   default, whose own threads inherit the mask, :mod:`.session`);
 - a frame enters a stage as a :class:`.worker.Frame` (a per-frame tensor dict and a
-  Condition) put into the queue of each of the stage's workers; a worker runs its tasks in plan order,
+  Condition) put into the queue of each of the stage's workers (of one replica, dealt by
+  :class:`.dispatch.SmoothWeightedRoundRobin` with the plan's ``replica_shares``, for a replicated stage;
+  frames that leave a stage's replicas out of order are put back in order at the output); a worker runs its
+  tasks in plan order,
   waiting on the Condition for same-stage deps; the worker that finishes the frame last passes on only the
   tensors later stages or the caller need;
 - stage queues are bounded (``queue_depth``, default 2); the output queue is unbounded but the caller keeps at
-  most ``n_stages * (queue_depth + 2) + 1`` frames in flight, so no put can block forever;
+  most ``Σ_stages replicas · (queue_depth + 2) + 1`` frames in flight, so no put can block forever;
 - a PU that serves several stages runs one task at a time (a lock per such PU around ``run``), so the
   stages' threads do not time-slice its cores;
 - every blocking call uses a timeout (``poll_s``) and checks a stop flag, so a failed peer never hangs the
@@ -36,6 +39,7 @@ from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
 
 import numpy as np
 
+from .dispatch import SmoothWeightedRoundRobin
 from .errors import DEFAULT_ERRORS
 from .metrics import RunMetrics, TraceEvent, compute_metrics, write_chrome_trace
 from .plan import ExecutionPlan, PUBinding, Task, validate_plan
@@ -122,7 +126,13 @@ class PipelineExecutor:
             for task in plan.stages[s]:
                 later.update(task.inputs)
         self._keep.reverse()  # _keep[s]: tensors stage s must pass on
-        self._limit = n * (self.queue_depth + 2) + 1
+        replicas = [len(plan.replica_shares.get(s) or [1]) for s in range(n)]
+        self._limit = sum(r * (self.queue_depth + 2) for r in replicas) + 1
+        self._dealers = [SmoothWeightedRoundRobin(plan.replica_shares.get(s) or [1.0]) for s in range(n)]
+        # One lock per stage around dealing a frame into it: the last workers of two frames of a replicated
+        # stage may forward at once, and every worker of the next stage must see the frames in one order.
+        self._deal_locks = [threading.Lock() for _ in range(n)]
+        self._replica_workers: List[List[List[Worker]]] = []  # stage -> replica -> workers
         self.serialise_shared_pus = bool(serialise_shared_pus)
         self._pu_locks: Dict[str, threading.Lock] = {}  # PU -> lock, for PUs serving several stages
 
@@ -169,11 +179,15 @@ class PipelineExecutor:
         self._started = True
         checked = {pu: self._check_binding(pu) for pu in self.plan.pus()}
         try:
-            for s, tasks in enumerate(self.plan.stages):
-                by_pu: Dict[str, List[Task]] = {}
-                for task in tasks:
-                    by_pu.setdefault(task.pu, []).append(task)
-                self._workers.append([Worker(self, s, pu, ts, *checked[pu]) for pu, ts in by_pu.items()])
+            for s in range(len(self.plan.stages)):
+                per_replica = []
+                for tasks in self.plan.replicas(s):
+                    by_pu: Dict[str, List[Task]] = {}
+                    for task in tasks:
+                        by_pu.setdefault(task.pu, []).append(task)
+                    per_replica.append([Worker(self, s, pu, ts, *checked[pu]) for pu, ts in by_pu.items()])
+                self._replica_workers.append(per_replica)
+                self._workers.append([w for ws in per_replica for w in ws])
             if self.serialise_shared_pus:
                 stages_of: Dict[str, int] = {}
                 for w in self.workers:
@@ -269,15 +283,21 @@ class PipelineExecutor:
             except queue.Full:
                 continue
 
+    def _deal(self, run: Run, seq: int, stage: int, tensors: Dict[str, np.ndarray], put) -> None:
+        """Hand frame ``seq`` to ``stage``: to every worker of the replica its dealer picks (the only one for
+        a stage without replicas), in the same order for all of them."""
+        with self._deal_locks[stage]:
+            workers = self._replica_workers[stage][self._dealers[stage].pick()]
+            frame = Frame(run, seq, stage, tensors, len(workers))
+            for w in workers:
+                put(w.in_q, frame)
+
     def _forward(self, frame: Frame) -> None:
         """Called by the last worker to finish ``frame``: pass the needed tensors on."""
         run, s = frame.run, frame.stage
         if s + 1 < len(self._workers):
             keep = self._keep[s]
-            nxt = Frame(run, frame.seq, s + 1, {k: v for k, v in frame.tensors.items() if k in keep},
-                        len(self._workers[s + 1]))
-            for w in self._workers[s + 1]:
-                self._put(w.in_q, nxt)
+            self._deal(run, frame.seq, s + 1, {k: v for k, v in frame.tensors.items() if k in keep}, self._put)
         else:
             out = {k: frame.tensors[k] for k in self.plan.model_outputs}
             run.exit_s[frame.seq] = time.perf_counter() - run.t0
@@ -319,15 +339,17 @@ class PipelineExecutor:
         if missing:
             raise self.errors.input("frames", f"frame {seq}", f"missing model input(s) {missing}",
                                     f"give every frame the tensors {self.plan.model_inputs}")
-        f = Frame(run, seq, 0, {n: frame[n] for n in self.plan.model_inputs}, len(self._workers[0]))
-        for w in self._workers[0]:
-            while True:
-                self._raise_if_failed()
-                try:
-                    w.in_q.put(f, timeout=self.poll_s)
-                    break
-                except queue.Full:
-                    continue
+        self._deal(run, seq, 0, {n: frame[n] for n in self.plan.model_inputs}, self._put_admit)
+
+    def _put_admit(self, q: "queue.Queue", item: object) -> None:
+        """The caller's put into stage 0: waits while the queue is full, raising a worker's failure."""
+        while True:
+            self._raise_if_failed()
+            try:
+                q.put(item, timeout=self.poll_s)
+                return
+            except queue.Full:
+                continue
 
     def _stream(self, it: Iterator) -> Iterator[Dict[str, np.ndarray]]:
         if self._active is not None:  # checked on the first next(): an unstarted generator holds nothing

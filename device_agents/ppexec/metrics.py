@@ -5,13 +5,12 @@ All times are seconds from ``time.perf_counter()``, relative to the start of the
 """
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import dataclass, field
-from typing import Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
+
+from .files import write_json_atomic
 
 
 @dataclass(frozen=True)
@@ -118,11 +117,14 @@ def compute_metrics(trace: Sequence[TraceEvent], exit_s: Dict[int, float], n_sta
                       trace=sorted(trace, key=lambda e: (e.start_s, e.stage, e.pu)))
 
 
-def chrome_trace(metrics: RunMetrics) -> dict:
+def chrome_trace(metrics: RunMetrics, info: Optional[Dict[str, Any]] = None) -> dict:
     """Return the Chrome trace (``chrome://tracing`` / Perfetto JSON) of a run: pid 1, one lane (tid) per PU.
 
     Each task execution is a complete ("X") event with ``ts``/``dur`` in microseconds, named after the task,
-    with the stage and frame in ``args``; lanes are named with "thread_name" metadata ("M") events.
+    with the stage and frame in ``args``; lanes are named with "thread_name" metadata ("M") events (every
+    replica of a replicated stage runs on its own PUs, so on its own lanes). ``info`` (JSON values: the model,
+    point, measured throughput ...) goes to the trace's ``otherData``, which trace viewers show as metadata
+    and ``parapipe plot --trace`` uses for its title.
     """
     pus = list(metrics.pu_busy_s) + sorted({e.pu for e in metrics.trace} - set(metrics.pu_busy_s))
     tid = {pu: i + 1 for i, pu in enumerate(pus)}
@@ -134,28 +136,19 @@ def chrome_trace(metrics: RunMetrics) -> dict:
         events.append({"name": e.task, "cat": f"stage{e.stage}", "ph": "X", "pid": 1, "tid": tid[e.pu],
                        "ts": e.start_s * 1e6, "dur": (e.end_s - e.start_s) * 1e6,
                        "args": {"stage": e.stage, "frame": e.frame}})
-    return {"traceEvents": events, "displayTimeUnit": "ms"}
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": dict(info or {})}
 
 
-def write_chrome_trace(metrics: RunMetrics, path) -> None:
-    """Write :func:`chrome_trace` of ``metrics`` to ``path`` (a temp file in the same folder, then renamed).
+def write_chrome_trace(metrics: RunMetrics, path, info: Optional[Dict[str, Any]] = None) -> None:
+    """Write :func:`chrome_trace` of ``metrics`` (with ``info``) to ``path`` atomically, with the usual file
+    mode (:func:`.files.write_json_atomic`).
 
     Raises
     ------
     OSError
         The folder cannot be written.
     """
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".trace-", suffix=".json", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(chrome_trace(metrics), f)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_json_atomic(chrome_trace(metrics, info), path)
 
 
 def trace_events_from_chrome(doc: dict) -> List[TraceEvent]:

@@ -69,7 +69,10 @@ class Task:
     outputs : list of str
         Tensor names the task produces that someone else (a task, a later stage, the model output) needs.
     deps : list of str
-        Names of tasks of the SAME stage that must finish first (they produce some of ``inputs``).
+        Names of tasks of the SAME stage and replica that must finish first (they produce some of ``inputs``).
+    replica : int
+        Replica of the stage the task belongs to (default 0). A replicated stage holds one full copy of its
+        tasks per replica, each on its own PUs; every frame runs on one replica (:class:`ExecutionPlan`).
     """
 
     name: str
@@ -79,6 +82,7 @@ class Task:
     inputs: List[str]
     outputs: List[str]
     deps: List[str]
+    replica: int = 0
 
 
 @dataclass
@@ -95,12 +99,25 @@ class ExecutionPlan:
         Output tensor names returned per frame.
     bindings : dict of str to PUBinding
         Binding of every PU named by a task.
+    replica_shares : dict of int to list of float
+        For each replicated stage, the share of the frames each of its replicas gets (replica 0 first; > 0
+        each, normalised when dealt): the executor deals frames by smooth weighted round robin with them.
+        Stages not listed have one replica (every task ``replica`` 0).
     """
 
     stages: List[List[Task]]
     model_inputs: List[str]
     model_outputs: List[str]
     bindings: Dict[str, PUBinding]
+    replica_shares: Dict[int, List[float]] = field(default_factory=dict)
+
+    def replicas(self, stage: int) -> List[List[Task]]:
+        """The tasks of ``stage`` per replica (one list for a stage without replicas), in plan order."""
+        count = len(self.replica_shares.get(stage) or [1])
+        out: List[List[Task]] = [[] for _ in range(count)]
+        for task in self.stages[stage]:
+            out[task.replica].append(task)
+        return out
 
     def pus(self) -> List[str]:
         """Return the PUs used by the plan, in order of first appearance."""
@@ -142,7 +159,8 @@ def validate_plan(plan: ExecutionPlan, errors=DEFAULT_ERRORS) -> None:
     Checks: unique task names, tasks filed under their own stage, every PU bound, every task input available
     (a model input, forwarded from an earlier stage, or produced by a same-stage task listed in ``deps``),
     every tensor produced once, every model output produced, and no cycle among ``deps`` plus each PU's task
-    order within a stage.
+    order within a stage. For a replicated stage these hold per replica, every replica produces the same
+    tensors, its replicas use disjoint PUs, and ``replica_shares`` gives each replica a share > 0.
 
     Parameters
     ----------
@@ -159,11 +177,10 @@ def validate_plan(plan: ExecutionPlan, errors=DEFAULT_ERRORS) -> None:
     if not plan.stages or any(not tasks for tasks in plan.stages):
         raise errors.input(source, "stages", "the plan has an empty stage or no stage at all",
                            "give every stage at least one task")
+    _check_replica_shares(plan, errors)
     available = set(plan.model_inputs)
     names: Dict[str, int] = {}
-    produced: Dict[str, str] = {}
     for s, tasks in enumerate(plan.stages):
-        stage_producer: Dict[str, str] = {}
         for task in tasks:
             where = "stages[%d].%s" % (s, task.name)
             if task.name in names:
@@ -175,45 +192,86 @@ def validate_plan(plan: ExecutionPlan, errors=DEFAULT_ERRORS) -> None:
                                    "ExecutionPlan.stages")
             if task.pu not in plan.bindings:
                 raise errors.input(source, where, "PU %r has no binding" % task.pu, "add a PUBinding for it")
-            for t in task.outputs:
-                if t in produced or t in stage_producer or t in plan.model_inputs:
-                    raise errors.input(source, where, "tensor %r is produced twice" % t,
-                                       "let exactly one task produce each tensor")
-                stage_producer[t] = task.name
-        order: Dict[str, List[str]] = {task.name: [] for task in tasks}
-        by_pu: Dict[str, List[str]] = {}
-        for task in tasks:
-            where = "stages[%d].%s" % (s, task.name)
-            for d in task.deps:
-                if d not in order:
-                    raise errors.input(source, where + ".deps", "%r is not a task of stage %d" % (d, s),
-                                       "list only tasks of the same stage in deps")
-                order[d].append(task.name)
-            for t in task.inputs:
-                if t in available:
-                    continue
-                p = stage_producer.get(t)
-                if p is None:
-                    raise errors.input(source, where, "input %r is produced by no task of stages 0..%d and "
-                                       "is not a model input" % (t, s),
-                                       "add its producer or fix the task's inputs")
-                if p not in task.deps and p != task.name:
-                    raise errors.input(source, where + ".deps", "input %r comes from %r, not in deps"
-                                       % (t, p), "add %r to the task's deps" % p)
-            prev = by_pu.setdefault(task.pu, [])
-            if prev:
-                order[prev[-1]].append(task.name)
-            prev.append(task.name)
-        cycle = _find_cycle(order)
-        if cycle:
-            raise errors.input(source, "stages[%d]" % s, "tasks wait on each other in a cycle %s" % cycle,
-                               "order each PU's tasks so that a task's deps come first")
-        produced.update(stage_producer)
-        available.update(stage_producer)
+        produced = None
+        for r, replica in enumerate(plan.replicas(s)):
+            made = _check_replica(s, replica, available, plan.model_inputs, errors)
+            if produced is not None and made != produced:
+                raise errors.input(source, "stages[%d]" % s, "replica %d produces %s, replica 0 %s"
+                                   % (r, sorted(made), sorted(produced)),
+                                   "give every replica of a stage the same sub-models")
+            produced = made
+        available.update(produced or ())
     missing = [t for t in plan.model_outputs if t not in available]
     if missing:
         raise errors.input(source, "model_outputs", "outputs %s are produced by no task" % missing,
                            "make the last stages produce every model output")
+
+
+def _check_replica_shares(plan: ExecutionPlan, errors) -> None:
+    """Replica indices 0..R-1 with R shares > 0 for every replicated stage; PUs of a stage's replicas apart."""
+    source = "execution plan"
+    for s, shares in plan.replica_shares.items():
+        if not 0 <= s < len(plan.stages) or not shares or any(not float(w) > 0 for w in shares):
+            raise errors.input(source, "replica_shares[%r]" % s, "needs a stage of the plan and a share > 0 per "
+                               "replica, got %r" % (shares,), "give each replica its fraction of the frames")
+    for s, tasks in enumerate(plan.stages):
+        count = len(plan.replica_shares.get(s) or [1])
+        pu_replica: Dict[str, int] = {}
+        for task in tasks:
+            if not 0 <= task.replica < count:
+                raise errors.input(source, "stages[%d].%s.replica" % (s, task.name), "replica %r but the stage "
+                                   "has %d share(s)" % (task.replica, count),
+                                   "number replicas 0..R-1 and give replica_shares[%d] R shares" % s)
+            if pu_replica.setdefault(task.pu, task.replica) != task.replica:
+                raise errors.input(source, "stages[%d].%s" % (s, task.name), "PU %r serves two replicas of "
+                                   "the stage" % task.pu, "give every replica its own PUs")
+        seen = {t.replica for t in tasks}
+        if len(seen) != count:
+            raise errors.input(source, "stages[%d]" % s, "replicas %s have no task"
+                               % sorted(set(range(count)) - seen), "give every replica its tasks")
+
+
+def _check_replica(s: int, tasks: List[Task], available: set, model_inputs: List[str], errors) -> set:
+    """Check one replica of stage ``s`` (every task's input available, each tensor made once, no wait cycle)
+    and return the tensors it produces."""
+    source = "execution plan"
+    stage_producer: Dict[str, str] = {}
+    for task in tasks:
+        where = "stages[%d].%s" % (s, task.name)
+        for t in task.outputs:
+            if t in available or t in stage_producer or t in model_inputs:
+                raise errors.input(source, where, "tensor %r is produced twice" % t,
+                                   "let exactly one task produce each tensor")
+            stage_producer[t] = task.name
+    order: Dict[str, List[str]] = {task.name: [] for task in tasks}
+    by_pu: Dict[str, List[str]] = {}
+    for task in tasks:
+        where = "stages[%d].%s" % (s, task.name)
+        for d in task.deps:
+            if d not in order:
+                raise errors.input(source, where + ".deps", "%r is not a task of stage %d (replica %d)"
+                                   % (d, s, task.replica), "list only tasks of the same stage and replica in deps")
+            order[d].append(task.name)
+        for t in task.inputs:
+            if t in available:
+                continue
+            p = stage_producer.get(t)
+            if p is None:
+                raise errors.input(source, where, "input %r is produced by no task of stages 0..%d and "
+                                   "is not a model input" % (t, s),
+                                   "add its producer or fix the task's inputs")
+            if p not in task.deps and p != task.name:
+                raise errors.input(source, where + ".deps", "input %r comes from %r, not in deps"
+                                   % (t, p), "add %r to the task's deps" % p)
+        prev = by_pu.setdefault(task.pu, [])
+        if prev:
+            order[prev[-1]].append(task.name)
+        prev.append(task.name)
+    cycle = _find_cycle(order)
+    if cycle:
+        raise errors.input(source, "stages[%d]" % s, "tasks wait on each other in a cycle %s" % cycle,
+                           "order each PU's tasks so that a task's deps come first")
+    return set(stage_producer)
 
 
 def plan_to_doc(plan: ExecutionPlan, model_files: Dict[str, str]) -> Dict[str, Any]:
@@ -228,15 +286,18 @@ def plan_to_doc(plan: ExecutionPlan, model_files: Dict[str, str]) -> Dict[str, A
     Returns
     -------
     dict
-        ``{"schema_version", "stages": [[{"name", "pu", "model", "inputs", "outputs", "deps"}]],
-        "model_inputs", "model_outputs", "bindings": {pu: {"cpus", "threads", "provider",
-        "provider_options", "runtime", "runtime_options"}}}``.
+        ``{"schema_version", "stages": [[{"name", "pu", "model", "inputs", "outputs", "deps", "replica"?}]],
+        "replica_shares": {stage: [share]}, "model_inputs", "model_outputs", "bindings": {pu: {"cpus",
+        "threads", "provider", "provider_options", "runtime", "runtime_options"}}}`` (``replica`` only for
+        tasks of a replica other than 0).
     """
     return {
         "schema_version": PLAN_SCHEMA_VERSION,
-        "stages": [[{"name": t.name, "pu": t.pu, "model": model_files[t.name], "inputs": list(t.inputs),
-                     "outputs": list(t.outputs), "deps": list(t.deps)} for t in tasks]
+        "stages": [[dict({"name": t.name, "pu": t.pu, "model": model_files[t.name], "inputs": list(t.inputs),
+                          "outputs": list(t.outputs), "deps": list(t.deps)},
+                         **({"replica": int(t.replica)} if t.replica else {})) for t in tasks]
                    for tasks in plan.stages],
+        "replica_shares": {str(s): [float(w) for w in shares] for s, shares in plan.replica_shares.items()},
         "model_inputs": list(plan.model_inputs),
         "model_outputs": list(plan.model_outputs),
         "bindings": {pu: {"cpus": None if b.cpus is None else [int(c) for c in b.cpus],
@@ -280,10 +341,12 @@ def plan_from_doc(doc: Dict[str, Any], base_dir: str, source: str = "plan.json",
                     raise errors.input(source, "stages[%d].%s.model" % (s, t["name"]),
                                        "%r is not a file of the bundle" % t["model"], fix)
                 stage.append(Task(str(t["name"]), s, str(t["pu"]), path, [str(x) for x in t["inputs"]],
-                                  [str(x) for x in t["outputs"]], [str(x) for x in t["deps"]]))
+                                  [str(x) for x in t["outputs"]], [str(x) for x in t["deps"]],
+                                  int(t.get("replica", 0))))
             stages.append(stage)
+        shares = {int(s): [float(w) for w in ws] for s, ws in (doc.get("replica_shares") or {}).items()}
         plan = ExecutionPlan(stages, [str(x) for x in doc["model_inputs"]],
-                             [str(x) for x in doc["model_outputs"]], bindings)
+                             [str(x) for x in doc["model_outputs"]], bindings, shares)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         if isinstance(exc, errors.passthrough):
             raise

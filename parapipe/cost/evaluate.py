@@ -19,6 +19,13 @@ The model, stated once (every search, baseline and report uses it through :func:
   static energy) but draw no power of their own: memory-traffic power is part of the board's static power.
   Written as ``E = E_dyn + (Σ_pu P_idle + P_static)·P`` with ``E_dyn = Σ (p_active − P_idle)·t``, which is how the
   search accumulates it stage by stage.
+* A single-PU stage over a block range with a stage-level measurement (``MappingProblem.range_time_s``) takes
+  the measured time instead of its block sum (its blocks' times scaled to it).
+* **Replicated stages** (``StageMapping.replicas``): the block range runs whole on each replica (a PU or a PU
+  group), frames dealt in proportion to speed; period contribution ``1 / Σ_r 1/T_r``, every replica PU busy
+  that long per inference, latency the mean over dealt frames (worst replica in ``latency_worst_s``), dynamic
+  energy ``Σ_r w_r E_dyn,r``, weights held once per replica. Formulas and their derivation:
+  :mod:`parapipe.cost.replication`. A mapping without replicas is evaluated exactly as before.
 """
 from __future__ import annotations
 
@@ -28,6 +35,21 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .problem import MappingProblem
+from .replication import (mean_and_worst_input_s, memory_violations, pu_weight_nbytes, replica_shares,
+                          replicated_energy_j, replicated_period_s)
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One more copy of a stage's block range on its own PUs (see :class:`StageMapping`).
+
+    ``pus`` are PU indices (disjoint from the stage's and from its other replicas'); ``assignment[i]`` is the PU
+    of block ``start + i``; ``order`` the schedule order (default the block order).
+    """
+
+    pus: Tuple[int, ...]
+    assignment: Tuple[int, ...]
+    order: Optional[Tuple[int, ...]] = None
 
 
 @dataclass(frozen=True)
@@ -36,6 +58,9 @@ class StageMapping:
 
     ``assignment[i]`` is the PU index of block ``start + i`` (must be in ``pus``); ``order`` is the schedule order
     of the stage's block indices (a topological order; default ``range(start, stop)``).
+
+    ``replicas`` (default none) makes it a replicated stage: each :class:`Replica` runs the same blocks on its
+    own PUs, and ``pus``/``assignment``/``order`` describe the first replica.
     """
 
     start: int
@@ -43,12 +68,26 @@ class StageMapping:
     pus: Tuple[int, ...]
     assignment: Tuple[int, ...]
     order: Optional[Tuple[int, ...]] = None
+    replicas: Tuple[Replica, ...] = ()
 
     def block_order(self) -> Tuple[int, ...]:
         return self.order if self.order is not None else tuple(range(self.start, self.stop))
 
     def pu_of(self, block: int) -> int:
         return self.assignment[block - self.start]
+
+    def replica_stages(self) -> Tuple["StageMapping", ...]:
+        """Every replica as a plain stage over the same blocks, this stage's own PUs first (``(self,)`` when
+        not replicated)."""
+        if not self.replicas:
+            return (self,)
+        first = StageMapping(self.start, self.stop, self.pus, self.assignment, self.order)
+        return (first,) + tuple(StageMapping(self.start, self.stop, r.pus, r.assignment, r.order)
+                                for r in self.replicas)
+
+    def all_pus(self) -> Tuple[int, ...]:
+        """PUs of every replica, the stage's own first."""
+        return tuple(p for st in self.replica_stages() for p in st.pus)
 
 
 @dataclass(frozen=True)
@@ -58,16 +97,28 @@ class Mapping:
     stages: Tuple[StageMapping, ...]
 
     def block_pus(self) -> List[int]:
-        """PU index of every block, in block order."""
+        """PU index of every block, in block order (the first replica's for replicated stages)."""
         out: List[int] = []
         for st in self.stages:
             out.extend(st.assignment)
         return out
 
+    @property
+    def replicated(self) -> bool:
+        """True if some stage has replicas."""
+        return any(st.replicas for st in self.stages)
+
 
 @dataclass
 class StageResult:
-    """Evaluated stage: ``time_s = input_s + makespan_s``; per-block start/finish (s, from stage start)."""
+    """Evaluated stage: ``time_s = input_s + makespan_s``; per-block start/finish (s, from stage start).
+
+    For a replicated stage ``time_s``, ``input_s``, ``makespan_s``, ``active_s`` and ``dyn_energy_j`` are means
+    over the dealt frames (shares ``shares``), ``start_s``/``finish_s`` the first replica's schedule,
+    ``replicas`` each replica's own result, ``period_s`` the stage's period contribution ``1 / Σ 1/T_r`` and
+    ``worst_time_s`` the slowest replica's time (with its worst producers). Otherwise ``period_s`` and
+    ``worst_time_s`` equal ``time_s`` (``None`` on construction means that).
+    """
 
     time_s: float
     input_s: float
@@ -76,6 +127,16 @@ class StageResult:
     finish_s: Dict[int, float]
     active_s: np.ndarray  # (k,) time each PU computes or receives in this stage
     dyn_energy_j: float
+    period_s: Optional[float] = None
+    worst_time_s: Optional[float] = None
+    shares: Tuple[float, ...] = (1.0,)
+    replicas: List["StageResult"] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.period_s is None:
+            self.period_s = self.time_s
+        if self.worst_time_s is None:
+            self.worst_time_s = self.time_s
 
 
 @dataclass
@@ -88,10 +149,22 @@ class Evaluation:
     stage_results: List[StageResult]
     busy_s: np.ndarray  # (k,) reserved time per PU per inference
     active_s: np.ndarray  # (k,) computing/receiving time per PU per inference
+    latency_worst_s: Optional[float] = None  # every replicated stage at its slowest replica (= latency_s if none)
+    weight_nbytes: Optional[np.ndarray] = None  # (k,) weight bytes each PU holds (once per replica)
+    memory_exceeded: Tuple[int, ...] = ()  # PU indices holding more weight bytes than problem.memory_bytes
+
+    def __post_init__(self) -> None:
+        if self.latency_worst_s is None:
+            self.latency_worst_s = self.latency_s
 
     @property
     def throughput_per_s(self) -> float:
         return 1.0 / self.period_s if self.period_s > 0 else float("inf")
+
+    @property
+    def fits_memory(self) -> bool:
+        """True when no PU holds more weights than its memory limit."""
+        return not self.memory_exceeded
 
 
 def stage_input_transfers(problem: MappingProblem, stage: StageMapping) -> Dict[Tuple[int, int], float]:
@@ -108,23 +181,10 @@ def stage_input_transfers(problem: MappingProblem, stage: StageMapping) -> Dict[
     return need
 
 
-def evaluate_stage(problem: MappingProblem, stage: StageMapping, producer_pu: Dict[int, int]) -> StageResult:
-    """Stage time, schedule and dynamic energy of one stage (model in the module docstring).
-
-    Raises
-    ------
-    ValueError
-        If a block is assigned to a PU outside ``stage.pus`` or a predecessor is in a later stage.
-    """
-    k = problem.n_pus
-    active = np.zeros(k)
+def _schedule(problem: MappingProblem, stage: StageMapping, active: np.ndarray):
+    """List schedule of the stage's blocks on its PUs: ``(start, finish, makespan, dyn_energy_j)``; adds each
+    block's time to ``active``. Raises ValueError as :func:`evaluate_stage`."""
     dyn = 0.0
-    input_s = 0.0
-    for (u, q), nb in stage_input_transfers(problem, stage).items():
-        src = producer_pu[u]
-        t = problem.comm_s(src, q, nb)
-        input_s += t
-        active[q] += t
     pu_free = {p: 0.0 for p in stage.pus}
     start: Dict[int, float] = {}
     finish: Dict[int, float] = {}
@@ -147,8 +207,106 @@ def evaluate_stage(problem: MappingProblem, stage: StageMapping, producer_pu: Di
         active[p] += t
         dyn += t * (problem.active_power_w[v, p] - problem.idle_power_w[p])
     makespan = max(finish.values()) if finish else 0.0
+    measured = problem.range_time_s.get((stage.start, stage.stop, stage.pus[0])) if (
+        problem.range_time_s and len(stage.pus) == 1 and makespan > 0) else None
+    if measured is not None:  # a stage-level measurement replaces the block sum; blocks keep their proportions
+        scale = float(measured) / makespan
+        active[stage.pus[0]] += measured - makespan
+        start = {v: t * scale for v, t in start.items()}
+        finish = {v: t * scale for v, t in finish.items()}
+        makespan, dyn = float(measured), dyn * scale
+    return start, finish, makespan, dyn
+
+
+def evaluate_stage(problem: MappingProblem, stage: StageMapping, producer_pu: Dict[int, int]) -> StageResult:
+    """Stage time, schedule and dynamic energy of one (non-replicated) stage whose producers each ran on one PU
+    (``producer_pu``: block -> PU); model in the module docstring.
+
+    Raises
+    ------
+    ValueError
+        If a block is assigned to a PU outside ``stage.pus`` or a predecessor is in a later stage.
+    """
+    k = problem.n_pus
+    active = np.zeros(k)
+    input_s = 0.0
+    for (u, q), nb in stage_input_transfers(problem, stage).items():
+        src = producer_pu[u]
+        t = problem.comm_s(src, q, nb)
+        input_s += t
+        active[q] += t
+    start, finish, makespan, dyn = _schedule(problem, stage, active)
     return StageResult(time_s=input_s + makespan, input_s=input_s, makespan_s=makespan, start_s=start,
                        finish_s=finish, active_s=active, dyn_energy_j=dyn)
+
+
+#: Producer of a block's output: (index of its stage, shares of the stage's replicas, PU on each replica).
+Producer = Tuple[int, Tuple[float, ...], Tuple[int, ...]]
+
+
+def _replica_result(problem: MappingProblem, stage: StageMapping,
+                    producers: Dict[int, Producer]) -> Tuple[StageResult, float]:
+    """One replica (a plain stage) whose producers may be replicated: its result with the mean input, and its
+    worst-case time (:func:`parapipe.cost.replication.mean_and_worst_input_s`)."""
+    active = np.zeros(problem.n_pus)
+    terms = []
+    for (u, q), nb in stage_input_transfers(problem, stage).items():
+        src_stage, shares, pus = producers[u]
+        seconds = [problem.comm_s(src, q, nb) for src in pus]
+        terms.append((src_stage, shares, seconds))
+        active[q] += sum(w * t for w, t in zip(shares, seconds))
+    input_s, worst_input_s = mean_and_worst_input_s(terms)
+    start, finish, makespan, dyn = _schedule(problem, stage, active)
+    res = StageResult(time_s=input_s + makespan, input_s=input_s, makespan_s=makespan, start_s=start,
+                      finish_s=finish, active_s=active, dyn_energy_j=dyn)
+    return res, worst_input_s + makespan
+
+
+def evaluate_replicated_stage(problem: MappingProblem, stage: StageMapping,
+                              producers: Dict[int, Producer]) -> StageResult:
+    """A stage with or without replicas, whose producers may be replicated (model in the module docstring).
+
+    Parameters
+    ----------
+    problem : MappingProblem
+    stage : StageMapping
+    producers : dict of int to Producer
+        For every block of an earlier stage: ``(stage index, replica shares, PU of the block on each replica)``.
+
+    Returns
+    -------
+    StageResult
+        Means over the dealt frames, ``period_s``, ``worst_time_s``, ``shares`` and per-replica ``replicas``.
+
+    Raises
+    ------
+    ValueError
+        A block assigned outside its replica's PUs, a schedule order against the dependencies, or replicas
+        sharing a PU.
+    """
+    views = stage.replica_stages()
+    seen: set = set()
+    for view in views:
+        if seen & set(view.pus):
+            raise ValueError(f"stage {stage.start}:{stage.stop}: PU(s) "
+                             f"{[problem.pu_names[p] for p in sorted(seen & set(view.pus))]} in two replicas")
+        seen |= set(view.pus)
+    results, worst = zip(*(_replica_result(problem, view, producers) for view in views))
+    times = [r.time_s for r in results]
+    shares = replica_shares(times)
+    if len(views) == 1:
+        res = results[0]
+        res.worst_time_s = worst[0]
+        return res
+    used = [i for i, w in enumerate(shares) if w > 0]
+    active = sum(shares[i] * results[i].active_s for i in used)
+    return StageResult(
+        time_s=sum(shares[i] * times[i] for i in used), input_s=sum(shares[i] * results[i].input_s for i in used),
+        makespan_s=sum(shares[i] * results[i].makespan_s for i in used), start_s=results[0].start_s,
+        finish_s=results[0].finish_s, active_s=active,
+        dyn_energy_j=replicated_energy_j([r.dyn_energy_j for r in results], shares),
+        period_s=replicated_period_s(times), worst_time_s=max(worst[i] for i in used), shares=shares,
+        replicas=list(results))
 
 
 def evaluate(problem: MappingProblem, mapping: Mapping) -> Evaluation:
@@ -158,36 +316,53 @@ def evaluate(problem: MappingProblem, mapping: Mapping) -> Evaluation:
     ------
     ValueError
         If the stages do not cover blocks ``0..n-1`` contiguously in order, a block's PU is outside its stage's
-        group, or a dependency points to a later stage.
+        group (or replica's), a dependency points to a later stage, or two replicas of a stage share a PU.
     """
     k = problem.n_pus
     expect = 0
     producer_pu: Dict[int, int] = {}
+    producers: Dict[int, Producer] = {}
+    replicated = False
     busy = np.zeros(k)
     active = np.zeros(k)
     dyn = 0.0
-    latency = 0.0
+    latency = worst = 0.0
     results: List[StageResult] = []
-    for st in mapping.stages:
-        if st.start != expect or st.stop <= st.start or len(st.assignment) != st.stop - st.start:
+    placements: List[Tuple[int, int]] = []
+    for s, st in enumerate(mapping.stages):
+        if st.start != expect or st.stop <= st.start or len(st.assignment) != st.stop - st.start or any(
+                len(r.assignment) != st.stop - st.start for r in st.replicas):
             raise ValueError(f"stages must cover the blocks contiguously in order; stage at {st.start}:{st.stop} "
                              f"expected to start at {expect}")
-        res = evaluate_stage(problem, st, producer_pu)
+        replicated = replicated or bool(st.replicas)
+        if not replicated:  # the plain model, exactly as before replication existed
+            res = evaluate_stage(problem, st, producer_pu)
+            for p in st.pus:
+                busy[p] += res.time_s
+        else:
+            res = evaluate_replicated_stage(problem, st, producers)
+            for view, w in zip(st.replica_stages(), res.shares):
+                for p in view.pus:
+                    busy[p] += res.period_s if w > 0 else 0.0
+        views = st.replica_stages()
         for v in range(st.start, st.stop):
             producer_pu[v] = st.pu_of(v)
-        for p in st.pus:
-            busy[p] += res.time_s
+            producers[v] = (s, tuple(res.shares), tuple(view.pu_of(v) for view in views))
+            placements.extend((v, view.pu_of(v)) for view in views)
         active += res.active_s
         dyn += res.dyn_energy_j
         latency += res.time_s
+        worst += res.worst_time_s
         results.append(res)
         expect = st.stop
     if expect != problem.n_blocks:
         raise ValueError(f"mapping covers {expect} of {problem.n_blocks} blocks")
     period = float(busy.max())
     energy = dyn + (float(problem.idle_power_w.sum()) + problem.static_power_w) * period
+    held = pu_weight_nbytes(problem.weight_nbytes, placements, k)
     return Evaluation(period_s=period, latency_s=latency, energy_j=energy, stage_results=results, busy_s=busy,
-                      active_s=active)
+                      active_s=active, latency_worst_s=worst if replicated else latency, weight_nbytes=held,
+                      memory_exceeded=tuple(memory_violations(held, problem.memory_bytes)))
 
 
 def mapping_from_pu_list(problem: MappingProblem, pus: Sequence[int]) -> Mapping:

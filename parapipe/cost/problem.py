@@ -52,6 +52,17 @@ class MappingProblem:
         Transfer cost ``alpha + nbytes / beta`` between two different PUs (GUIDE §2); the diagonal is unused.
     name : str
         Label for logs and reports.
+    weight_nbytes : ndarray, shape (n,), optional
+        Constant (weight) bytes of each block (default zeros): each PU running a block holds its weights, once per
+        stage replica (:mod:`parapipe.cost.replication`).
+    memory_bytes : ndarray, shape (k,), optional
+        Memory each PU may fill with weights, bytes (default ``inf``: no limit; from the profile's
+        ``memory_bytes`` where it gives one).
+    range_time_s : dict (start, stop, pu) -> float, optional
+        Measured time of blocks ``[start, stop)`` run as ONE sub-model on PU index ``pu``, s (a stage-level
+        measurement: it includes the fusions and layout changes ORT makes across the blocks, which isolated
+        block times miss). A single-PU stage (or replica) over exactly that range on that PU takes this time
+        instead of its block sum (:func:`parapipe.cost.evaluate.evaluate_stage`). Default none.
     """
 
     block_names: List[str]
@@ -65,6 +76,9 @@ class MappingProblem:
     alpha_s: np.ndarray
     beta_bytes_per_s: np.ndarray
     name: str = "problem"
+    weight_nbytes: Optional[np.ndarray] = None
+    memory_bytes: Optional[np.ndarray] = None
+    range_time_s: Optional[Dict[Tuple[int, int, int], float]] = None
     succs: List[Tuple[int, ...]] = field(init=False, repr=False)
     _rows: Optional["ProblemRows"] = field(init=False, repr=False, default=None, compare=False)
 
@@ -75,6 +89,10 @@ class MappingProblem:
         self.idle_power_w = np.asarray(self.idle_power_w, dtype=float).reshape(k)
         self.alpha_s = np.asarray(self.alpha_s, dtype=float).reshape(k, k)
         self.beta_bytes_per_s = np.asarray(self.beta_bytes_per_s, dtype=float).reshape(k, k)
+        self.weight_nbytes = (np.zeros(n) if self.weight_nbytes is None
+                              else np.asarray(self.weight_nbytes, dtype=float).reshape(n))
+        self.memory_bytes = (np.full(k, np.inf) if self.memory_bytes is None
+                             else np.asarray(self.memory_bytes, dtype=float).reshape(k))
         succs: List[List[int]] = [[] for _ in range(n)]
         for j, ps in enumerate(self.preds):
             for i in ps:
@@ -125,7 +143,10 @@ class MappingProblem:
             pu_names=[self.pu_names[p] for p in keep], time_s=self.time_s[:, keep],
             active_power_w=self.active_power_w[:, keep], idle_power_w=self.idle_power_w[keep],
             static_power_w=self.static_power_w, alpha_s=self.alpha_s[np.ix_(keep, keep)],
-            beta_bytes_per_s=self.beta_bytes_per_s[np.ix_(keep, keep)], name=self.name)
+            beta_bytes_per_s=self.beta_bytes_per_s[np.ix_(keep, keep)], name=self.name,
+            weight_nbytes=self.weight_nbytes, memory_bytes=self.memory_bytes[keep],
+            range_time_s={(a, b, keep.index(p)): t for (a, b, p), t in (self.range_time_s or {}).items()
+                          if p in keep} or None)
 
     def pu_index(self, name: str, source: Optional[str] = None) -> int:
         """Index of PU ``name``; raises InputError naming ``source`` if unknown."""

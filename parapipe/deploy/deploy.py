@@ -22,7 +22,6 @@ next progress event finds its pipe closed), and the next deploy to that host rem
 """
 from __future__ import annotations
 
-import json
 import logging
 import posixpath
 import tempfile
@@ -33,7 +32,7 @@ from typing import Any, Callable, Dict, List, Optional
 import paramiko
 
 from parapipe.deploy.agent_client import AgentClient, AgentRequestError
-from parapipe.deploy.bundle import PLAN, Bundle, build_bundle
+from parapipe.deploy.bundle import Bundle, build_bundle
 from parapipe.deploy.host import RemoteHost
 from parapipe.deploy.hostspec import HostSpec
 from parapipe.deploy.liveness import ConnectionLost

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import posixpath
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -144,13 +142,9 @@ def remove_strays(host: RemoteHost, bundle: Bundle, folder: str, present: Dict[s
 
 
 def fetch(host: RemoteHost, remote: str, local: Path) -> None:
-    """Copy a remote file to ``local`` (temp file in the same folder, then renamed), over SFTP or an exec
-    channel."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{local.name}.", dir=str(local.parent))
-    os.close(fd)
-    try:
+    """Copy a remote file to ``local`` over SFTP or an exec channel (temp file in the same folder, then renamed;
+    the usual file mode, as pareto.json gets: :func:`parapipe.files.atomic_path`)."""
+    from parapipe.files import atomic_path
+
+    with atomic_path(Path(local)) as tmp:
         host.download(remote, Path(tmp))
-        os.replace(tmp, local)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)

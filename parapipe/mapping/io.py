@@ -30,6 +30,8 @@ def _point_dict(result, point) -> Dict[str, Any]:
             "block_start_s": {names[v]: res.start_s[v] for v in range(st.start, st.stop)},
             "block_finish_s": {names[v]: res.finish_s[v] for v in range(st.start, st.stop)},
         })
+        if st.replicas:
+            stages[-1]["replicas"] = _replicas_dict(st, res, kind, names, pus)
     b = result.bounds
     return {
         "id": point.id, "strategy": point.strategy, "pareto": point.pareto, "origin": point.origin,
@@ -40,6 +42,18 @@ def _point_dict(result, point) -> Dict[str, Any]:
         "pu_busy_s": {pus[p]: float(ev.busy_s[p]) for p in range(len(pus)) if ev.busy_s[p] > 0},
         "mapping": {"stages": stages},
     }
+
+
+def _replicas_dict(st, res, kind: str, names, pus) -> List[Dict[str, Any]]:
+    """The ``replicas`` of a replicated stage (:class:`parapipe.mapping.model.Replica`), the stage's own first."""
+    out = []
+    for r, (view, rr, share) in enumerate(zip(st.replica_stages(), res.replicas, res.shares)):
+        out.append({"pus": [pus[p] for p in view.pus],
+                    "assignment": {names[v]: pus[view.pu_of(v)] for v in range(st.start, st.stop)},
+                    "order": [names[v] for v in view.block_order()], "share": share, "time_s": rr.time_s,
+                    "input_s": rr.input_s, "makespan_s": rr.makespan_s,
+                    "schedule": kind if r == 0 else ("single-pu" if len(view.pus) == 1 else "greedy")})
+    return out
 
 
 def doc_from_result(result, model_name: str, model_sha256: str, soc: SocRef,

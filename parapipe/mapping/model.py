@@ -19,7 +19,9 @@ Schema (``schema_version`` 2)::
                  "period_gap", "latency_gap", "pu_busy_s": {pu: s},
                  "mapping": {"stages": [{"pus", "blocks", "time_s", "input_s", "makespan_s", "schedule",
                                          "assignment": {block: pu}, "order": [block],
-                                         "block_start_s": {block: s}, "block_finish_s": {block: s}}]}}]}
+                                         "block_start_s": {block: s}, "block_finish_s": {block: s},
+                                         "replicas": [{"pus", "assignment", "order", "share", "time_s",
+                                                       "input_s", "makespan_s", "schedule"}] (optional)}]}}]}
 
 ``*_gap`` is ``value / lower_bound - 1`` (None when the bound is 0; 0 for a period proved optimal:
 ``search.bound.period_proved_optimal``). ``search.exact`` is true when the front is exact for every space
@@ -28,12 +30,19 @@ searched; ``search.spaces`` says, per space, what bounded it otherwise
 of a model (not a block table) also carry ``"input_shapes": {input: [dims]}`` (checked by ``run``) and
 ``"cost_notes": {"input_dims_chosen", "ops_without_flop_formula", "data_dependent_ops"}``
 (:func:`parapipe.workflow.model_notes`).
+
+A **replicated stage** (data parallelism, :mod:`parapipe.cost.replication`) lists ``replicas``: every replica of
+the stage, the stage's own first (its ``pus``, ``assignment`` and ``order`` are the first replica's), each
+running all the stage's blocks on its own PUs and taking ``share`` of the frames. The stage's ``time_s``,
+``input_s`` and ``makespan_s`` are then means over the dealt frames and each replica gives its own. A stage
+without ``replicas`` (the default; ``null`` in the file) is an ordinary stage, so documents written before
+replication existed read unchanged.
 """
 from __future__ import annotations
 
 from typing import Any, Dict, List, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from parapipe.soc.execution import Execution
 from parapipe.soc.validation import FieldProblem
@@ -92,6 +101,25 @@ class Bounds(BaseModel):
     latency_lb_s: float = Field(ge=0)
 
 
+class Replica(BaseModel):
+    """One replica of a replicated stage: its PUs, the PU of each block (may be empty for one PU), the execution
+    order (empty: the stage's block order), its share of the frames and its modelled times (s)."""
+
+    model_config = _STRICT
+    pus: List[str] = Field(min_length=1)
+    assignment: Dict[str, str] = {}
+    order: List[str] = []
+    share: float = Field(gt=0, le=1)
+    time_s: float = Field(0.0, ge=0)
+    input_s: float = Field(0.0, ge=0)
+    makespan_s: float = Field(0.0, ge=0)
+    schedule: str = "single-pu"
+
+    def pu_of(self, block: str) -> str:
+        """The PU running ``block`` on this replica."""
+        return self.assignment.get(block) or self.pus[0]
+
+
 class Stage(BaseModel):
     """One pipeline stage of a point: its PUs, its blocks (a contiguous run of the document's block order),
     the PU of each block, the execution order and the modelled times (s; block times from the end of the stage's
@@ -108,6 +136,15 @@ class Stage(BaseModel):
     order: List[str] = []
     block_start_s: Dict[str, float] = {}
     block_finish_s: Dict[str, float] = {}
+    replicas: Optional[List[Replica]] = None
+
+    @model_serializer(mode="wrap")
+    def _omit_no_replicas(self, handler):
+        """Write ``replicas`` only for replicated stages: other stages read and write as before."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("replicas") is None:
+            data.pop("replicas", None)
+        return data
 
     def pu_of(self, block: str) -> str:
         """The PU running ``block`` (the stage's only PU when ``assignment`` is empty)."""
@@ -116,6 +153,12 @@ class Stage(BaseModel):
     def execution_order(self) -> List[str]:
         """``order`` when given, else ``blocks``."""
         return list(self.order) or list(self.blocks)
+
+    def all_pus(self) -> List[str]:
+        """PUs of every replica (the stage's own ``pus`` when not replicated)."""
+        if not self.replicas:
+            return list(self.pus)
+        return [pu for r in self.replicas for pu in r.pus]
 
 
 class PointMapping(BaseModel):
@@ -149,8 +192,8 @@ class Point(BaseModel):
         return self.mapping.stages
 
     def used_pus(self) -> List[str]:
-        """PUs named by the stages, in order of first use."""
-        return list(dict.fromkeys(pu for st in self.stages for pu in st.pus))
+        """PUs named by the stages (every replica's), in order of first use."""
+        return list(dict.fromkeys(pu for st in self.stages for pu in st.all_pus()))
 
 
 class ParetoDoc(BaseModel):
@@ -194,10 +237,6 @@ def _check_point(p: Point, index: Dict[str, int], soc: SocRef) -> None:
         where = f"points[{p.id}].mapping.stages[{s}]"
         if len(set(st.pus)) != len(st.pus):
             raise FieldProblem(f"{where}.pus", f"a PU is listed twice in {st.pus}", "list each PU once")
-        for pu in st.pus:
-            if soc.pus and pu not in soc.pus:
-                raise FieldProblem(f"{where}.pus", f"PU {pu!r} is not in SoC {soc.name!r} "
-                                   f"({', '.join(soc.pus)})", _FIX)
         for b in st.blocks:
             if index and b not in index:
                 raise FieldProblem(f"{where}.blocks", f"unknown block {b!r}",
@@ -206,20 +245,9 @@ def _check_point(p: Point, index: Dict[str, int], soc: SocRef) -> None:
                 raise FieldProblem(f"{where}.blocks", f"block {b!r} is already in stage {seen[b]}",
                                    "put every block in exactly one stage")
             seen[b] = s
-        for b, pu in st.assignment.items():
-            if b not in st.blocks:
-                raise FieldProblem(f"{where}.assignment.{b}", "block is not in this stage",
-                                   "assign only the stage's blocks")
-            if pu not in st.pus:
-                raise FieldProblem(f"{where}.assignment.{b}", f"PU {pu!r} is not one of the stage's PUs "
-                                   f"{st.pus}", "assign the block to a PU of its stage or add the PU to the stage")
-        if len(st.pus) > 1 and set(st.assignment) != set(st.blocks):
-            missing = sorted(set(st.blocks) - set(st.assignment))
-            raise FieldProblem(f"{where}.assignment", f"blocks without a PU: {missing[:3]}",
-                               "give every block of a multi-PU stage a PU")
-        if st.order and sorted(st.order) != sorted(st.blocks):
-            raise FieldProblem(f"{where}.order", "does not list exactly the stage's blocks",
-                               "list every block of the stage once, in execution order")
+        _check_placement(st, st, where, "stage", soc)
+        if st.replicas is not None:
+            _check_replicas(st, where, soc)
         if index:
             pos = sorted(index[b] for b in st.blocks)
             if pos[0] <= last or pos != list(range(pos[0], pos[0] + len(pos))):
@@ -231,3 +259,55 @@ def _check_point(p: Point, index: Dict[str, int], soc: SocRef) -> None:
         missing = [b for b in index if b not in seen]
         raise FieldProblem(f"points[{p.id}].mapping.stages", f"{len(missing)} block(s) in no stage, "
                            f"e.g. {missing[:3]}", "put every block in exactly one stage")
+
+
+def _check_placement(st: Stage, unit, where: str, what: str, soc: SocRef) -> None:
+    """Check where ``unit`` (the stage itself, or one of its replicas) runs the stage's blocks: PUs of the SoC,
+    every assigned block in the stage and on a PU of ``unit``, a PU for every block when ``unit`` has several,
+    ``order`` listing exactly the stage's blocks. Raises FieldProblem naming ``where``."""
+    for pu in unit.pus:
+        if soc.pus and pu not in soc.pus:
+            raise FieldProblem(f"{where}.pus", f"PU {pu!r} is not in SoC {soc.name!r} ({', '.join(soc.pus)})", _FIX)
+    for b, pu in unit.assignment.items():
+        if b not in st.blocks:
+            raise FieldProblem(f"{where}.assignment.{b}", "block is not in this stage", "assign only the stage's blocks")
+        if pu not in unit.pus:
+            raise FieldProblem(f"{where}.assignment.{b}", f"PU {pu!r} is not one of the {what}'s PUs {unit.pus}",
+                               f"assign the block to a PU of its {what}" +
+                               (" or add the PU to the stage" if what == "stage" else ""))
+    if len(unit.pus) > 1 and set(unit.assignment) != set(st.blocks):
+        missing = sorted(set(st.blocks) - set(unit.assignment))
+        raise FieldProblem(f"{where}.assignment", f"blocks without a PU: {missing[:3]}",
+                           f"give every block of a multi-PU {what} a PU")
+    if unit.order and sorted(unit.order) != sorted(st.blocks):
+        raise FieldProblem(f"{where}.order", "does not list exactly the stage's blocks",
+                           "list every block of the stage once, in execution order")
+
+
+#: How far the replicas' shares may sum from 1 (they are written from floats).
+SHARE_SUM_TOL = 1e-6
+
+
+def _check_replicas(st: Stage, where: str, soc: SocRef) -> None:
+    """Raise FieldProblem at the first inconsistency of a replicated stage's ``replicas``."""
+    reps = st.replicas or []
+    if len(reps) < 2:
+        raise FieldProblem(f"{where}.replicas", f"{len(reps)} replica(s)",
+                           "list at least two replicas, the stage's own first, or drop 'replicas'")
+    first = reps[0]
+    if first.pus != st.pus or {b: first.pu_of(b) for b in st.blocks} != {b: st.pu_of(b) for b in st.blocks}:
+        raise FieldProblem(f"{where}.replicas[0]", "differs from the stage's own pus/assignment",
+                           "make the first replica the stage itself (same pus and assignment)")
+    used: Dict[str, int] = {}
+    for r, rep in enumerate(reps):
+        at = f"{where}.replicas[{r}]"
+        for pu in rep.pus:
+            if pu in used:
+                raise FieldProblem(f"{at}.pus", f"PU {pu!r} is already in replica {used[pu]}",
+                                   "give every replica of a stage its own PUs")
+            used[pu] = r
+        _check_placement(st, rep, at, "replica", soc)
+    total = sum(rep.share for rep in reps)
+    if abs(total - 1.0) > SHARE_SUM_TOL:
+        raise FieldProblem(f"{where}.replicas", f"shares sum to {total:.6g}, not 1",
+                           "give each replica its fraction of the frames (1 / time, normalised)")

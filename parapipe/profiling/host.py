@@ -45,8 +45,8 @@ from parapipe.soc.resolve import HOST_SOC
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HostProfile", "host_soc", "measure_host", "block_signature", "measure_transfer", "allowed_cpus",
-           "HOST_SOC_NAME"]
+__all__ = ["HostProfile", "host_soc", "measure_host", "measure_ranges", "block_signature", "measure_transfer",
+           "allowed_cpus", "HOST_SOC_NAME"]
 
 #: SoC name of the measured profile (reserved: soc_profiles/README.md forbids a bundled host.yaml).
 HOST_SOC_NAME = HOST_SOC
@@ -213,8 +213,14 @@ def _real_index_values(bg: BlockGraph, feeds: Optional[dict]) -> dict[str, np.nd
 def _time_block(og: OpGraph, block: Block, binding: PUBinding, repeats: int, warmup: int,
                 given: Optional[dict] = None) -> list[float]:
     """Run on the pinned measuring thread: times of ``repeats`` runs of the block's sub-model, s."""
+    return _time_ops(og, block.ops, block.name, binding, repeats, warmup, given)
+
+
+def _time_ops(og: OpGraph, ops: Sequence[str], name: str, binding: PUBinding, repeats: int, warmup: int,
+              given: Optional[dict] = None) -> list[float]:
+    """Run on the pinned measuring thread: times of ``repeats`` runs of the sub-model of ``ops``, s."""
     try:
-        sub = extract_submodel(og, block.ops, name=block.name, check=False)
+        sub = extract_submodel(og, ops, name=name, check=False)
         sess = create_session(sub.model, binding, "CPUExecutionProvider")
         feeds = _random_feeds(og, sub.inputs, np.random.default_rng(0), given)
         for _ in range(warmup):
@@ -222,7 +228,7 @@ def _time_block(og: OpGraph, block: Block, binding: PUBinding, repeats: int, war
         return [_timed(lambda: sess.run(sub.outputs, feeds)) for _ in range(repeats)]
     except Exception as exc:
         detail = " ".join(f"{type(exc).__name__}: {exc}".split())
-        raise ExecutionError(f"measuring block {block.name!r} of {og.name!r} on the host failed: {detail}; "
+        raise ExecutionError(f"measuring block {name!r} of {og.name!r} on the host failed: {detail}; "
                              "check that the model runs in ONNX Runtime on its own") from exc
 
 
@@ -308,3 +314,45 @@ def measure_host(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optiona
     logger.info("host profile of %s: %d block(s), %d measured, %.2f s", og.name, len(bg.blocks),
                 len(new_rows), measure_s)
     return HostProfile(soc=soc, block_time_s=block_time_s, measure_s=measure_s)
+
+
+def measure_ranges(bg: BlockGraph, ranges: Sequence[tuple[int, int]], repeats: int = 10, warmup: int = 3,
+                   feeds: Optional[dict] = None, cpu: Optional[int] = None) -> dict[tuple[int, int], float]:
+    """Stage-level times: each block range ``[start, stop)`` of ``bg`` run as ONE sub-model, as the executor
+    runs a stage (:func:`ppexec.session.create_session`, one thread, ``ORT_ENABLE_ALL``, no spinning) on a
+    thread pinned to ``cpu`` (default the first allowed core); the median of ``repeats`` runs after ``warmup``.
+
+    A stage's sub-model keeps the fusions and layout changes ONNX Runtime makes across its blocks (and pays one
+    session call), which isolated block times miss: the sum of a stage's block times measured here was
+    0.7–1.4× the stage's own time (issue 13). The result goes to ``MappingProblem.range_time_s``.
+
+    Returns
+    -------
+    dict of (start, stop) to float
+        Seconds per range.
+
+    Raises
+    ------
+    InputError
+        An empty or out-of-order range.
+    ExecutionError
+        A range's sub-model cannot be built or run (naming its first block).
+    """
+    og = bg.opgraph
+    n = len(bg.blocks)
+    cpu = allowed_cpus()[0] if cpu is None else int(cpu)
+    binding = PUBinding(cpus=(cpu,), threads=1)
+    given = _real_index_values(bg, feeds)
+    topo = {op: i for i, op in enumerate(og.topo_order)}
+    out: dict[tuple[int, int], float] = {}
+    for start, stop in dict.fromkeys((int(a), int(b)) for a, b in ranges):
+        if not 0 <= start < stop <= n:
+            raise input_error("measure_ranges", f"range {start}:{stop}", f"not a block range of 0:{n}",
+                              "give 0 <= start < stop <= the number of blocks")
+        ops = sorted((op for b in bg.blocks[start:stop] for op in b.ops), key=topo.__getitem__)
+        name = f"{bg.blocks[start].name}..{bg.blocks[stop - 1].name}"
+        times = _on_cpu(cpu, lambda: _time_ops(og, ops, name, binding, repeats, warmup, given))
+        out[(start, stop)] = float(np.median(times))
+    logger.info("stage-level times of %s: %s", og.name,
+                {f"{a}:{b}": round(t * 1e3, 3) for (a, b), t in out.items()})
+    return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-import tempfile
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
 from matplotlib.figure import Figure
@@ -128,7 +128,8 @@ def title_of(doc: Mapping) -> str:
 
 
 def save_figure(fig: Figure, path: Any, dpi: int = 100) -> None:
-    """Render ``fig`` as PNG to a temp file in ``path``'s folder, then rename it onto ``path``.
+    """Render ``fig`` as PNG to a temp file in ``path``'s folder, then rename it onto ``path`` (file mode as a
+    new file gets under the umask: :func:`parapipe.files.atomic_path`).
 
     Parameters
     ----------
@@ -144,15 +145,9 @@ def save_figure(fig: Figure, path: Any, dpi: int = 100) -> None:
     OSError
         The folder cannot be written (the temp file is removed).
     """
+    from ..files import atomic_path
+
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".plot-", suffix=".png", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format="png", dpi=dpi)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_path(Path(path), suffix=".png") as tmp:  # the usual file mode, as pareto.json gets
+        fig.savefig(str(tmp), format="png", dpi=dpi)
     log.debug("wrote %s", path)

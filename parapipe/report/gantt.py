@@ -29,7 +29,8 @@ from ._common import DEFAULT_SOURCE, find_point, number, save_figure, title_of
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GanttBar", "stage_offsets_s", "gantt_bars", "plot_gantt", "gantt_from_trace"]
+__all__ = ["GanttBar", "stage_offsets_s", "gantt_bars", "plot_gantt", "gantt_from_trace", "trace_frame_window",
+           "trace_title"]
 
 _FIX = "pass the pareto.json written by 'parapipe optimize'"
 
@@ -305,39 +306,101 @@ def _attr(ev: Any, name: str, i: int) -> Any:
                           "pass TraceEvent records of a run (ppexec.metrics)") from None
 
 
-def gantt_from_trace(trace_events: Iterable[Any], path: Any, *, title: Optional[str] = None) -> None:
+#: Frames ``plot --trace`` draws by default when a run holds more (a window from the middle of the run: 200
+#: frames make an unreadable barcode at 1600 px).
+DEFAULT_TRACE_FRAMES = 20
+
+
+def trace_frame_window(frames: Sequence[int], window: Optional[Sequence[int]] = None) -> tuple:
+    """The frames ``[first, stop)`` to draw of a run with ``frames``: ``window`` if given, else all of them when
+    there are at most :data:`DEFAULT_TRACE_FRAMES`, else that many from the middle of the run (the steady
+    state, away from the pipeline's fill and drain).
+
+    Raises
+    ------
+    InputError
+        A window that holds none of the run's frames.
+    """
+    present = sorted(set(int(f) for f in frames))
+    if window is not None:
+        first, stop = int(window[0]), int(window[1])
+        if not any(first <= f < stop for f in present):
+            raise input_error("--frames-window", None, f"{first}:{stop} holds none of the run's frames "
+                              f"({present[0]}..{present[-1]})", f"choose a window inside {present[0]}:"
+                              f"{present[-1] + 1}")
+        return first, stop
+    if len(present) <= DEFAULT_TRACE_FRAMES:
+        return present[0], present[-1] + 1
+    first = present[(len(present) - DEFAULT_TRACE_FRAMES) // 2]
+    return first, first + DEFAULT_TRACE_FRAMES
+
+
+def trace_title(info: Mapping, events: Sequence[Any], first: int, stop: int) -> str:
+    """Title of a measured run's chart: model, point, measured (and predicted) throughput, frames shown.
+
+    ``info`` is the trace's ``otherData`` (:func:`ppexec.metrics.chrome_trace`: ``model``, ``point``,
+    ``throughput_per_s``, ``predicted``); without a throughput there, it is measured on the events themselves
+    (frames / time from the first start to the last end, marked ``≈``).
+    """
+    frames = sorted({int(_attr(e, "frame", i)) for i, e in enumerate(events)})
+    throughput = info.get("throughput_per_s")
+    if isinstance(throughput, (int, float)) and throughput > 0:
+        rate = f"{throughput:.1f} inf/s measured"
+    else:
+        span = max(float(_attr(e, "end_s", i)) for i, e in enumerate(events)) - \
+            min(float(_attr(e, "start_s", i)) for i, e in enumerate(events))
+        rate = f"≈{len(frames) / span:.1f} inf/s measured" if span > 0 else "throughput unknown"
+    predicted = info.get("predicted") if isinstance(info.get("predicted"), Mapping) else {}
+    if isinstance(predicted.get("throughput_per_s"), (int, float)):
+        rate += f", {predicted['throughput_per_s']:.1f} predicted"
+        if predicted.get("applies") is False:
+            rate += " (PUs substituted)"
+    shown = [f for f in frames if first <= f < stop]
+    head = f"{info.get('model') or '?'}: point {info.get('point') or '?'}"
+    return f"{head} — {rate} — frames {shown[0]}–{shown[-1]} of {len(frames)}"
+
+
+def gantt_from_trace(trace_events: Iterable[Any], path: Any, *, title: Optional[str] = None,
+                     frames_window: Optional[Sequence[int]] = None, info: Optional[Mapping] = None) -> None:
     """Write the Gantt chart of a measured run (one lane per PU) as a PNG.
 
     Parameters
     ----------
     trace_events : iterable of TraceEvent or dict
         Task executions with ``stage``, ``pu``, ``task``, ``frame``, ``start_s``, ``end_s`` (seconds since the
-        run started), e.g. :attr:`ppexec.RunMetrics.trace`. Time 0 of the chart is the
-        earliest start.
+        run started), e.g. :attr:`ppexec.RunMetrics.trace`. Time 0 of the chart is the earliest start drawn.
     path : str or os.PathLike
-        PNG to write (a temp file in the same folder, then renamed); 1600 px wide.
+        PNG to write (a temp file in the same folder, then renamed; the usual file mode); 1600 px wide.
     title : str, optional
-        Figure title (default: event and frame counts).
+        Figure title (default :func:`trace_title`: model, point, throughput, frames shown).
+    frames_window : (first, stop), optional
+        Draw frames ``first <= frame < stop`` only (default :func:`trace_frame_window`).
+    info : mapping, optional
+        The trace's ``otherData`` (model, point, throughput) for the default title.
 
     Raises
     ------
     InputError
-        No events, an event without one of the fields, or an event that ends before it starts.
+        No events, an event without one of the fields, an event that ends before it starts, or a window
+        without frames.
     OSError
         The folder cannot be written.
     """
+    events = list(trace_events)
+    if not events:
+        raise input_error("trace", None, "no trace events", "run at least one measured frame with tracing on")
+    first, stop = trace_frame_window([_attr(e, "frame", i) for i, e in enumerate(events)], frames_window)
     bars: List[GanttBar] = []
-    for i, ev in enumerate(trace_events):
+    for i, ev in enumerate(events):
         start, end = float(_attr(ev, "start_s", i)), float(_attr(ev, "end_s", i))
         if end < start:
             raise input_error("trace", f"event[{i}]", f"ends ({end:.6g} s) before it starts ({start:.6g} s)",
                               "pass the trace of one run")
-        bars.append(GanttBar(str(_attr(ev, "pu", i)), start, end, int(_attr(ev, "stage", i)),
-                             int(_attr(ev, "frame", i)), str(_attr(ev, "task", i)), "task"))
-    if not bars:
-        raise input_error("trace", None, "no trace events", "run at least one measured frame with tracing on")
+        frame = int(_attr(ev, "frame", i))
+        if first <= frame < stop:
+            bars.append(GanttBar(str(_attr(ev, "pu", i)), start, end, int(_attr(ev, "stage", i)), frame,
+                                 str(_attr(ev, "task", i)), "task"))
     bars.sort(key=lambda b: (b.start_s, b.stage, b.pu))
-    frames = sorted({b.frame for b in bars})
     names = {s: f"stage {s}" for s in sorted({b.stage for b in bars})}
-    head = title or f"measured run: {len(bars)} tasks, {len(frames)} frames ({frames[0]}–{frames[-1]})"
+    head = title or trace_title(info or {}, events, first, stop)
     _draw(bars, _lanes(bars), head, path, names)

@@ -148,9 +148,18 @@ def bindings_for(doc, point, binds: Optional[Mapping[str, Sequence[int]]] = None
 
 
 def stage_specs(point) -> List[StageSpec]:
-    """The point's stages as :class:`StageSpec` (``pus``, ``assignment``, ``order`` of each stage)."""
-    return [StageSpec(pus=list(st.pus), assignment={b: st.pu_of(b) for b in st.blocks},
-                      order=st.execution_order()) for st in point.stages]
+    """The point's stages as :class:`StageSpec` (``pus``, ``assignment``, ``order`` of each stage; the other
+    replicas and every replica's share of the frames for a replicated stage)."""
+    specs = []
+    for st in point.stages:
+        spec = StageSpec(pus=list(st.pus), assignment={b: st.pu_of(b) for b in st.blocks},
+                         order=st.execution_order())
+        if st.replicas:
+            spec.replicas = [StageSpec(pus=list(r.pus), assignment={b: r.pu_of(b) for b in st.blocks},
+                                       order=list(r.order) or st.execution_order()) for r in st.replicas[1:]]
+            spec.shares = [float(r.share) for r in st.replicas]
+        specs.append(spec)
+    return specs
 
 
 def load_mapping(model: str, mapping_path: str, point: str,

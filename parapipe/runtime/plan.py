@@ -18,7 +18,7 @@ with a smaller position, so the wait graph is acyclic.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import networkx as nx
@@ -46,11 +46,28 @@ class StageSpec:
         Block name -> PU (one of ``pus``) for every block of the stage.
     order : list of str
         The stage's blocks in execution order: a topological order consistent with the schedule.
+    replicas : list of StageSpec
+        For a replicated stage, its OTHER replicas (default none): each runs the same blocks on its own PUs
+        (``pus``, ``assignment``, ``order`` as above; their own ``replicas`` empty).
+    shares : list of float, optional
+        Share of the frames of each replica, this stage's own first (``1 + len(replicas)`` values > 0; default
+        equal shares).
     """
 
     pus: List[str]
     assignment: Dict[str, str]
     order: List[str]
+    replicas: List["StageSpec"] = field(default_factory=list)
+    shares: Optional[List[float]] = None
+
+    def all_replicas(self) -> List["StageSpec"]:
+        """This stage's own replica first, then ``replicas``."""
+        return [self] + list(self.replicas)
+
+    def replica_shares(self) -> List[float]:
+        """``shares``, or equal shares when not given."""
+        n = 1 + len(self.replicas)
+        return [float(w) for w in self.shares] if self.shares is not None else [1.0 / n] * n
 
 
 def _block_graph(og, bg) -> Tuple[Dict[str, str], nx.DiGraph]:
@@ -110,6 +127,9 @@ def _validate_stages(stages: Sequence[StageSpec], blocks: nx.DiGraph,
                                   f"block {block!r} is already in stage {block_stage[block]}",
                                   "put every block in exactly one stage")
             block_stage[block] = s
+    for s, spec in enumerate(stages):
+        if spec.replicas:
+            _validate_replicas(spec, s, blocks, bindings)
     missing = [b for b in blocks if b not in block_stage]
     if missing:
         raise input_error(_SOURCE, "stages", f"{len(missing)} block(s) in no stage, e.g. {missing[:3]}",
@@ -126,6 +146,41 @@ def _validate_stages(stages: Sequence[StageSpec], blocks: nx.DiGraph,
                               f"block {b!r} comes before its producer {a!r}",
                               "give the stage's blocks in a topological order")
     return block_stage
+
+
+def _validate_replicas(spec: StageSpec, s: int, blocks: nx.DiGraph, bindings: Dict[str, PUBinding]) -> None:
+    """Check the other replicas of stage ``s``: the same blocks, bound PUs apart from every other replica's, a
+    PU of the replica for each block, a topological order, one share > 0 per replica. Raises InputError."""
+    shares = spec.replica_shares()
+    if len(shares) != 1 + len(spec.replicas) or any(not w > 0 for w in shares):
+        raise input_error(_SOURCE, f"stages[{s}].shares", f"{shares} for {1 + len(spec.replicas)} replicas",
+                          "give one share > 0 per replica, the stage's own first")
+    used = {pu: 0 for pu in spec.pus}
+    for r, rep in enumerate(spec.replicas, start=1):
+        where = f"stages[{s}].replicas[{r}]"
+        if not rep.pus or len(set(rep.pus)) != len(rep.pus):
+            raise input_error(_SOURCE, f"{where}.pus", f"{rep.pus} is empty or lists a PU twice",
+                              "give the replica its PUs, each once")
+        for pu in rep.pus:
+            if pu not in bindings:
+                raise input_error(_SOURCE, f"{where}.pus", f"PU {pu!r} has no binding",
+                                  f"add a PUBinding for {pu!r} (bound: {sorted(bindings)})")
+            if pu in used:
+                raise input_error(_SOURCE, f"{where}.pus", f"PU {pu!r} is already in replica {used[pu]}",
+                                  "give every replica of a stage its own PUs")
+            used[pu] = r
+        if sorted(rep.order) != sorted(spec.order) or set(rep.assignment) != set(spec.order):
+            raise input_error(_SOURCE, f"{where}.order", "does not hold exactly the stage's blocks",
+                              "give every replica all the stage's blocks, each once")
+        position = {b: i for i, b in enumerate(rep.order)}
+        for block in rep.order:
+            if rep.assignment[block] not in rep.pus:
+                raise input_error(_SOURCE, f"{where}.assignment[{block!r}]", f"PU {rep.assignment[block]!r} is "
+                                  f"not one of the replica's PUs {rep.pus}", "assign the block to a PU of its replica")
+            for pred in blocks.predecessors(block):
+                if pred in position and position[pred] > position[block]:
+                    raise input_error(_SOURCE, f"{where}.order", f"block {block!r} comes before its producer "
+                                      f"{pred!r}", "give the replica's blocks in a topological order")
 
 
 def _split_stage(spec: StageSpec, blocks: nx.DiGraph, block_stage: Dict[str, int],
@@ -180,7 +235,9 @@ def build_plan(og, bg, stages: Sequence[StageSpec], bindings: Dict[str, PUBindin
     Returns
     -------
     ExecutionPlan
-        Tasks named ``"s<stage>.<pu>.t<k>"`` with their same-stage ``deps``.
+        Tasks named ``"s<stage>.<pu>.t<k>"`` with their same-stage ``deps``. A replicated stage
+        (``StageSpec.replicas``) gets every replica's tasks (``Task.replica``; replicas that split the same
+        operators share one sub-model) and its ``replica_shares``.
 
     Raises
     ------
@@ -196,24 +253,34 @@ def build_plan(og, bg, stages: Sequence[StageSpec], bindings: Dict[str, PUBindin
     block_ops = {b.name: list(b.ops) for b in bg.blocks}
     topo_index = {op: i for i, op in enumerate(og.topo_order)}
     plan_stages: List[List[Task]] = []
+    shares: Dict[int, List[float]] = {}
+    extracted: Dict[Tuple[str, ...], object] = {}  # operator set -> sub-model (replicas share their sub-models)
     for s, spec in enumerate(stages):
         stage_tasks: List[Task] = []
         counters: Dict[str, int] = {}
-        for pu, task_blocks in _split_stage(spec, blocks, block_stage, s):
-            k = counters.get(pu, 0)
-            counters[pu] = k + 1
-            name = f"s{s}.{pu}.t{k}"
-            ops = sorted((op for b in task_blocks for op in block_ops[b]), key=topo_index.__getitem__)
-            sub = extract_submodel(og, ops, name)
-            stage_tasks.append(Task(name=name, stage=s, pu=pu, model=sub.model, inputs=list(sub.inputs),
-                                    outputs=list(sub.outputs), deps=[]))
-        producer = {t: task.name for task in stage_tasks for t in task.outputs}
-        for task in stage_tasks:
-            task.deps = sorted({producer[t] for t in task.inputs if t in producer})
-        logger.debug("stage %d: %d block(s) -> %d task(s)", s, len(spec.order), len(stage_tasks))
+        for r, rep in enumerate(spec.all_replicas()):
+            replica_tasks: List[Task] = []
+            for pu, task_blocks in _split_stage(rep, blocks, block_stage, s):
+                k = counters.get(pu, 0)
+                counters[pu] = k + 1
+                name = f"s{s}.{pu}.t{k}"
+                ops = tuple(sorted((op for b in task_blocks for op in block_ops[b]), key=topo_index.__getitem__))
+                if ops not in extracted:
+                    extracted[ops] = extract_submodel(og, list(ops), name)
+                sub = extracted[ops]
+                replica_tasks.append(Task(name=name, stage=s, pu=pu, model=sub.model, inputs=list(sub.inputs),
+                                          outputs=list(sub.outputs), deps=[], replica=r))
+            producer = {t: task.name for task in replica_tasks for t in task.outputs}
+            for task in replica_tasks:
+                task.deps = sorted({producer[t] for t in task.inputs if t in producer})
+            stage_tasks.extend(replica_tasks)
+        if spec.replicas:
+            shares[s] = spec.replica_shares()
+        logger.debug("stage %d: %d block(s) x %d replica(s) -> %d task(s)", s, len(spec.order),
+                     1 + len(spec.replicas), len(stage_tasks))
         plan_stages.append(stage_tasks)
     plan = ExecutionPlan(stages=plan_stages, model_inputs=list(og.inputs), model_outputs=list(og.outputs),
-                         bindings=dict(bindings))
+                         bindings=dict(bindings), replica_shares=shares)
     validate_plan(plan)
     return plan
 

@@ -6,17 +6,18 @@ The trace format and the metrics are the executor's (:mod:`ppexec.metrics`); thi
 from __future__ import annotations
 
 import json
-from typing import List
+from typing import Any, Dict, List, Tuple
 
 from ppexec.metrics import TraceEvent, trace_events_from_chrome
 
 from parapipe.errors import input_error
 
-__all__ = ["read_chrome_trace"]
+__all__ = ["read_chrome_trace", "read_run_trace"]
 
 
-def read_chrome_trace(path) -> List[TraceEvent]:
-    """The task executions of a Chrome trace file written by :func:`ppexec.write_chrome_trace`.
+def read_run_trace(path) -> Tuple[List[TraceEvent], Dict[str, Any]]:
+    """The task executions of a Chrome trace file written by :func:`ppexec.write_chrome_trace`, and its
+    ``otherData`` (model, point, measured throughput ...; empty for traces without it).
 
     Raises
     ------
@@ -37,4 +38,16 @@ def read_chrome_trace(path) -> List[TraceEvent]:
         raise input_error(str(path), "traceEvents", str(exc), fix) from None
     if not events:
         raise input_error(str(path), "traceEvents", "no task events", fix)
-    return events
+    info = doc.get("otherData")
+    return events, dict(info) if isinstance(info, dict) else {}
+
+
+def read_chrome_trace(path) -> List[TraceEvent]:
+    """The task executions of a Chrome trace file (:func:`read_run_trace` without the run's facts).
+
+    Raises
+    ------
+    InputError
+        As :func:`read_run_trace`.
+    """
+    return read_run_trace(path)[0]

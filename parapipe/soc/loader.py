@@ -208,6 +208,8 @@ def _plain_values(parsed: SocFile) -> tuple[dict, dict[str, dict]]:
             "supported_ops": None if entry.supported_ops == "all" else frozenset(entry.supported_ops),
             "execution": entry.execution.model_dump(exclude_none=True),
         }
+        if entry.memory_bytes is not None:
+            pus[name]["memory_bytes"] = number(f"{at}.memory_bytes", entry.memory_bytes)
     default = parsed.transfers.default
     pairs = []
     for i, pair in enumerate(parsed.transfers.pairs):
@@ -263,6 +265,8 @@ def soc_to_yaml_dict(soc: SoC) -> dict:
             "supported_ops": "all" if pu.supported_ops is None else sorted(pu.supported_ops),
             "execution": execution,
         }
+        if pu.memory_bytes is not None:
+            pus[name]["memory_bytes"] = quantity(f"{at}.memory_bytes", pu.memory_bytes)
     default = soc.transfers.default
     transfers = {
         "default": {"alpha_s": quantity("transfers.default.alpha_s", default.alpha_s),

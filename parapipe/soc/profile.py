@@ -69,6 +69,9 @@ class PU(BaseModel):
         (``com.example.MyOp``, see :func:`parapipe.graph.support.qualified_op_type`). None = every operator of
         the standard domains (ONNX, ONNX-ML, ONNX Runtime's ``com.microsoft``), no custom-domain one.
     execution : Execution
+    memory_bytes : float or None
+        Memory the PU can fill with model weights, bytes (> 0); None (default) = no limit. Each replica of a
+        replicated stage holds its own copy of its blocks' weights (:mod:`parapipe.cost.replication`).
     """
 
     model_config = _CONFIG
@@ -85,6 +88,7 @@ class PU(BaseModel):
     idle_power_w: float = Field(ge=0)
     supported_ops: Optional[frozenset[str]] = None
     execution: Execution = Execution()
+    memory_bytes: Optional[float] = Field(None, gt=0)
 
     @field_validator("efficiency")
     @classmethod

@@ -81,6 +81,7 @@ class PUEntry(BaseModel):
     idle_power_w: Quantity
     supported_ops: Any = "all"
     execution: ExecutionEntry = ExecutionEntry()
+    memory_bytes: Optional[Quantity] = None
 
     @field_validator("supported_ops")
     @classmethod
