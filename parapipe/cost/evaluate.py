@@ -151,8 +151,11 @@ def evaluate_stage(problem: MappingProblem, stage: StageMapping, producer_pu: Di
                        finish_s=finish, active_s=active, dyn_energy_j=dyn)
 
 
-def evaluate(problem: MappingProblem, mapping: Mapping) -> Evaluation:
+def evaluate(problem: MappingProblem, mapping: Mapping, terms=None) -> Evaluation:
     """Period, latency and energy per inference of ``mapping`` (model in the module docstring).
+
+    ``terms`` (a :class:`parapipe.cost.pipeline_terms.PipelineTerms`, optional) adds the pipeline-level terms
+    learnt from measured runs (:func:`parapipe.cost.pipeline_terms.apply_terms`); None is the plain model.
 
     Raises
     ------
@@ -186,8 +189,13 @@ def evaluate(problem: MappingProblem, mapping: Mapping) -> Evaluation:
         raise ValueError(f"mapping covers {expect} of {problem.n_blocks} blocks")
     period = float(busy.max())
     energy = dyn + (float(problem.idle_power_w.sum()) + problem.static_power_w) * period
-    return Evaluation(period_s=period, latency_s=latency, energy_j=energy, stage_results=results, busy_s=busy,
-                      active_s=active)
+    plain = Evaluation(period_s=period, latency_s=latency, energy_j=energy, stage_results=results, busy_s=busy,
+                       active_s=active)
+    if terms is None:
+        return plain
+    from .pipeline_terms import apply_terms  # the one hook of the pipeline-level terms
+
+    return apply_terms(problem, mapping, plain, terms)
 
 
 def mapping_from_pu_list(problem: MappingProblem, pus: Sequence[int]) -> Mapping:

@@ -39,6 +39,10 @@ class MappingProblem:
         Transfer cost ``alpha + nbytes / beta`` between two different PUs (GUIDE §2); the diagonal is unused.
     name : str
         Label for logs and reports.
+    block_nbytes : ndarray, shape (n, k), optional
+        DRAM bytes each block reads and writes on each PU (operator inputs, outputs and weights at the PU's
+        precision); the memory-contention term (:mod:`parapipe.cost.pipeline_terms`) uses them. None (block
+        tables): the term falls back to the bytes on the block's edges.
     """
 
     block_names: List[str]
@@ -52,6 +56,7 @@ class MappingProblem:
     alpha_s: np.ndarray
     beta_bytes_per_s: np.ndarray
     name: str = "problem"
+    block_nbytes: Optional[np.ndarray] = None
     succs: List[Tuple[int, ...]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -61,6 +66,8 @@ class MappingProblem:
         self.idle_power_w = np.asarray(self.idle_power_w, dtype=float).reshape(k)
         self.alpha_s = np.asarray(self.alpha_s, dtype=float).reshape(k, k)
         self.beta_bytes_per_s = np.asarray(self.beta_bytes_per_s, dtype=float).reshape(k, k)
+        if self.block_nbytes is not None:
+            self.block_nbytes = np.asarray(self.block_nbytes, dtype=float).reshape(n, k)
         succs: List[List[int]] = [[] for _ in range(n)]
         for j, ps in enumerate(self.preds):
             for i in ps:
@@ -103,7 +110,8 @@ class MappingProblem:
             pu_names=[self.pu_names[p] for p in keep], time_s=self.time_s[:, keep],
             active_power_w=self.active_power_w[:, keep], idle_power_w=self.idle_power_w[keep],
             static_power_w=self.static_power_w, alpha_s=self.alpha_s[np.ix_(keep, keep)],
-            beta_bytes_per_s=self.beta_bytes_per_s[np.ix_(keep, keep)], name=self.name)
+            beta_bytes_per_s=self.beta_bytes_per_s[np.ix_(keep, keep)], name=self.name,
+            block_nbytes=None if self.block_nbytes is None else self.block_nbytes[:, keep])
 
     def pu_index(self, name: str, source: Optional[str] = None) -> int:
         """Index of PU ``name``; raises InputError naming ``source`` if unknown."""

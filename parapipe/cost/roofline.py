@@ -86,6 +86,10 @@ def problem_from_blocks(block_graph, soc, measured_s: Optional[Mapping[Tuple[str
     pus = [soc.pus[p] for p in pu_names]
     n, k = len(blocks), len(pus)
     t = np.empty((n, k))
+    nodes = block_graph.opgraph.graph.nodes
+    raw = np.array([sum(nodes[o]["op"].in_nbytes + nodes[o]["op"].out_nbytes + nodes[o]["op"].param_nbytes
+                        for o in b.ops) for b in blocks], dtype=float).reshape(n)
+    traffic = np.outer(raw, [PRECISION_BYTE_SCALE.get(pu.precision, 1.0) for pu in pus]).reshape(n, k)
     for i, b in enumerate(blocks):
         for j, pu in enumerate(pus):
             tm = block_time_s(b, block_graph.opgraph, pu)
@@ -109,4 +113,4 @@ def problem_from_blocks(block_graph, soc, measured_s: Optional[Mapping[Tuple[str
     return MappingProblem(block_names=[b.name for b in blocks], preds=preds, edge_nbytes=edges, pu_names=pu_names,
                           time_s=t, active_power_w=active, idle_power_w=idle, static_power_w=soc.static_power_w,
                           alpha_s=soc.alpha_matrix(), beta_bytes_per_s=soc.beta_matrix(),
-                          name=name or getattr(block_graph.opgraph, "name", "model"))
+                          name=name or getattr(block_graph.opgraph, "name", "model"), block_nbytes=traffic)
