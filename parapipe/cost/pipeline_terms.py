@@ -31,8 +31,9 @@ latency = ``Σ T_s``. :func:`apply_terms` turns that evaluation into the *full* 
        busy_p = max_{s ∋ p} T'_s + (1 − φ_p) · (Σ_{s ∋ p} T'_s − max_{s ∋ p} T'_s)
 
    With ``φ_p = 0`` it is the plain sum, added in stage order as :func:`evaluate` adds it.
-4. Period ``P = max_p busy_p``, latency ``L = Σ_s T'_s``, energy ``E = Σ_s f_s·E_dyn,s + (Σ_p P_idle + P_static)·P``
-   (the plain model's energy with the lengthened compute and period).
+4. Period ``P = max_p busy_p``; latency (one frame through an idle pipeline: no co-runner, no contention)
+   ``L = Σ_s (κ·T_s + d)``; energy ``E = Σ_s f_s·E_dyn,s + (Σ_p P_idle + P_static)·P`` (the plain model's energy
+   with the lengthened compute and period).
 
 With the defaults (``κ = 1``, ``d = 0``, ``γ = 0``, ``φ = 0``) every step multiplies by 1.0, adds 0.0 or sums in
 the same order as :func:`evaluate`: the numbers are bit-identical (tested on the zoo models).
@@ -44,13 +45,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Mapping as TMapping, Optional, Sequence
+from typing import Dict, List, Mapping as TMapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .problem import MappingProblem
 
-__all__ = ["PipelineTerms", "DEFAULT_TERMS", "apply_terms", "reevaluate", "stage_traffic_nbytes", "terms_from_soc"]
+__all__ = ["PipelineTerms", "DEFAULT_TERMS", "MappingFacts", "apply_terms", "reevaluate", "stage_traffic_nbytes", "terms_from_soc"]
 
 
 @dataclass(frozen=True)
@@ -145,8 +146,7 @@ def stage_traffic_nbytes(problem: MappingProblem, mapping) -> List[float]:
 
 def _busy(problem: MappingProblem, mapping, times: Sequence[float], overlap: TMapping[str, float]) -> np.ndarray:
     """Busy time per PU (step 3 of the module docstring)."""
-    k = problem.n_pus
-    busy = np.zeros(k)
+    busy = np.zeros(problem.n_pus)
     served: Dict[int, List[float]] = {}
     for st, t in zip(mapping.stages, times):
         for p in st.pus:
@@ -160,7 +160,66 @@ def _busy(problem: MappingProblem, mapping, times: Sequence[float], overlap: TMa
     return busy
 
 
-def apply_terms(problem: MappingProblem, mapping, evaluation, terms: PipelineTerms):
+def _stage_time(input_s: float, makespan_s: float, f: float, d: float) -> float:
+    """``T'_s = (input_s · f + d) + makespan_s · f`` (step 2)."""
+    return (input_s * f + d) + makespan_s * f
+
+
+class MappingFacts:
+    """What the terms need of one evaluated mapping, kept so that many parameter values are tried quickly
+    (calibration): stage input and makespan times, dynamic energy, PU groups, DRAM traffic, co-runners.
+
+    Parameters
+    ----------
+    problem : MappingProblem
+    mapping : parapipe.cost.evaluate.Mapping
+    evaluation : parapipe.cost.evaluate.Evaluation
+        Its plain evaluation.
+    """
+
+    def __init__(self, problem: MappingProblem, mapping, evaluation):
+        self.problem, self.mapping, self.evaluation = problem, mapping, evaluation
+        res = evaluation.stage_results
+        self.input_s = [r.input_s for r in res]
+        self.makespan_s = [r.makespan_s for r in res]
+        self.traffic_nbytes = stage_traffic_nbytes(problem, mapping)
+        self.co_runners = [[r for r, other in enumerate(mapping.stages) if r != s and not set(other.pus) & set(st.pus)]
+                           for s, st in enumerate(mapping.stages)]
+        k = problem.n_pus
+        #: (stages, PUs): seconds each stage computes on each PU (block times only).
+        self.compute_s = np.zeros((len(res), k))
+        for s, st in enumerate(mapping.stages):
+            for v in range(st.start, st.stop):
+                self.compute_s[s, st.pu_of(v)] += problem.time_s[v, st.pu_of(v)]
+
+    def factors(self, terms: PipelineTerms) -> List[float]:
+        """``f_s`` of every stage (step 2)."""
+        kappa, d, gamma = float(terms.slowdown), float(terms.dispatch_s), float(terms.contention)
+        factors = [kappa] * len(self.input_s)
+        if gamma > 0.0 and len(factors) > 1:
+            first = [_stage_time(i, m, kappa, d) for i, m in zip(self.input_s, self.makespan_s)]
+            p0 = float(_busy(self.problem, self.mapping, first, terms.overlap).max())
+            bw = float(terms.memory_bandwidth_bytes_per_s)
+            for s, co in enumerate(self.co_runners):
+                rho = sum(self.traffic_nbytes[r] for r in co) / (p0 * bw) if p0 > 0 else 0.0
+                factors[s] = kappa * (1.0 + gamma * rho)
+        return factors
+
+    def figures(self, terms: PipelineTerms) -> Tuple[float, float, np.ndarray]:
+        """``(period_s, latency_s, compute_s per PU)`` under ``terms``, without building stage results."""
+        factors = self.factors(terms)
+        d = float(terms.dispatch_s)
+        times = [_stage_time(i, m, f, d) for i, m, f in zip(self.input_s, self.makespan_s, factors)]
+        period = float(_busy(self.problem, self.mapping, times, terms.overlap).max())
+        kappa = float(terms.slowdown)
+        latency = 0.0
+        for i, m in zip(self.input_s, self.makespan_s):
+            latency += _stage_time(i, m, kappa, d)
+        compute = (self.compute_s * np.asarray(factors)[:, None]).sum(axis=0)
+        return period, latency, compute
+
+
+def apply_terms(problem: MappingProblem, mapping, evaluation, terms: PipelineTerms, facts: Optional[MappingFacts] = None):
     """The full-model :class:`~parapipe.cost.evaluate.Evaluation` of ``mapping`` from its plain evaluation.
 
     Parameters
@@ -170,33 +229,26 @@ def apply_terms(problem: MappingProblem, mapping, evaluation, terms: PipelineTer
     evaluation : parapipe.cost.evaluate.Evaluation
         ``evaluate(problem, mapping)`` (the plain model).
     terms : PipelineTerms
+    facts : MappingFacts, optional
+        Of this mapping (built when not given).
 
     Returns
     -------
     Evaluation
-        Period, latency, energy, stage results (times, block start/finish, dynamic energy), busy and active
-        time per PU under the full model. Default terms give numbers equal to ``evaluation``'s, bit for bit.
+        Period, energy, stage results (loaded stage times, block start/finish, dynamic energy), busy and active
+        time per PU under the full model; the latency is one frame through an idle pipeline (no co-runner, so
+        no contention: ``Σ_s κ·T_s + d``). Default terms give numbers equal to ``evaluation``'s, bit for bit.
     """
     from .evaluate import Evaluation, StageResult
 
-    kappa, d, gamma = float(terms.slowdown), float(terms.dispatch_s), float(terms.contention)
-    results = evaluation.stage_results
-    factors = [kappa] * len(results)
-    if gamma > 0.0 and len(results) > 1:
-        first = [r.time_s * kappa + d for r in results]
-        p0 = float(_busy(problem, mapping, first, terms.overlap).max())
-        traffic = stage_traffic_nbytes(problem, mapping)
-        bw = float(terms.memory_bandwidth_bytes_per_s)
-        for s, st in enumerate(mapping.stages):
-            co = sum(traffic[r] for r, other in enumerate(mapping.stages)
-                     if r != s and not set(other.pus) & set(st.pus))
-            rho = co / (p0 * bw) if p0 > 0 else 0.0
-            factors[s] = kappa * (1.0 + gamma * rho)
+    facts = facts or MappingFacts(problem, mapping, evaluation)
+    factors = facts.factors(terms)
+    kappa, d = float(terms.slowdown), float(terms.dispatch_s)
     new: List[StageResult] = []
     active = np.zeros(problem.n_pus)
     dyn = 0.0
     latency = 0.0
-    for res, f in zip(results, factors):
+    for res, f in zip(evaluation.stage_results, factors):
         input_s = res.input_s * f + d
         makespan = res.makespan_s * f
         sr = StageResult(time_s=input_s + makespan, input_s=input_s, makespan_s=makespan,
@@ -206,7 +258,7 @@ def apply_terms(problem: MappingProblem, mapping, evaluation, terms: PipelineTer
         new.append(sr)
         active += sr.active_s
         dyn += sr.dyn_energy_j
-        latency += sr.time_s
+        latency += _stage_time(res.input_s, res.makespan_s, kappa, d)
     busy = _busy(problem, mapping, [r.time_s for r in new], terms.overlap)
     period = float(busy.max())
     energy = dyn + (float(problem.idle_power_w.sum()) + problem.static_power_w) * period
