@@ -238,8 +238,15 @@ def cmd_evaluate(args) -> int:
                 mappings.append((line.strip(), parse_pu_list(problem, line, f"{text}: line {i}")))
     else:
         mappings.append((text, parse_pu_list(problem, text)))
+    from .cost.pipeline_terms import terms_from_soc
+
+    terms = terms_from_soc(soc)  # the profile's pipeline: section (calibrate --runs); defaults: the plain model
+    if not terms.is_default() and not args.json:
+        print(f"pipeline terms of {soc.name}: slowdown {terms.slowdown:.4g}, dispatch {terms.dispatch_s * 1e6:.1f} us"
+              f"/stage, contention {terms.contention:.3g}, overlap "
+              + (", ".join(f"{pu} {v:.2f}" for pu, v in terms.overlap.items()) or "none"))
     for label, m in mappings:
-        ev = evaluate(problem, m)
+        ev = evaluate(problem, m, terms)
         row = {"mapping": label, "period_s": ev.period_s, "throughput_per_s": ev.throughput_per_s,
                "latency_s": ev.latency_s, "energy_j": ev.energy_j, "stages": len(m.stages)}
         if args.json:
