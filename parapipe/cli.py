@@ -293,6 +293,12 @@ def _print_report(head: str, rep) -> None:
           f"  (one frame at a time, {rep.idle_frames} frames)")
     print(f"{'latency loaded ms':<20} {rep.latency_p50_s * 1e3:>10.2f} {'':>10}  (p50 with the pipeline full; "
           f"p99 {rep.latency_p99_s * 1e3:.2f})")
+    predicted_j = rep.predicted.get("energy_j")
+    if rep.energy_j is not None:
+        print(f"{'energy mJ':<20} {rep.energy_j * 1e3:>10.2f} {fmt(predicted_j, 1e3)}  (measured with the "
+              "profile's power sensor)")
+    else:
+        print(f"{'energy mJ':<20} {'-':>10} {fmt(predicted_j, 1e3)}  (estimate: the profile names no power sensor)")
     print(f"outputs_match: {str(rep.outputs_match).lower()}  (max abs diff {rep.max_abs_diff:.3g}; "
           f"{rep.checked_tensors} handed-over tensors, max relative diff {rep.max_scaled_diff:.3g})")
     if rep.substituted:

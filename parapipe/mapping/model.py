@@ -73,12 +73,16 @@ class SocRef(BaseModel):
         profiles (``host``) change with every measurement, so this records which one was used.
     pus : dict of str to PURef
         Every PU of the (possibly ``--pus``-restricted) profile.
+    power_sensor : dict or None
+        The profile's power sensor (:class:`parapipe.soc.pipeline.PowerSensor` as a dict): ``run``/``deploy``
+        read it to measure energy per inference.
     """
 
     model_config = _STRICT
     name: str
     sha256: str = ""
     pus: Dict[str, PURef] = {}
+    power_sensor: Optional[Dict[str, Any]] = None
 
 
 class Bounds(BaseModel):
