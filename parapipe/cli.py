@@ -143,6 +143,12 @@ def cmd_optimize(args) -> int:
     options = SearchOptions(objectives=objectives, max_stages=args.max_stages, time_limit_s=args.time_limit,
                             seed=args.seed)
     pus = [p.strip() for p in args.pus.split(",")] if args.pus else None
+    if (args.host or args.refine) and (args.blocks or not args.model or not args.refine):
+        from .errors import input_error
+
+        raise input_error("--refine" if args.refine else "--host", None, "needs a model and --refine N"
+                          if args.refine else "is only used with --refine", "give MODEL and --refine N (the loop "
+                          "runs the model's points)" if args.refine else "add --refine N, or drop --host")
     if args.blocks or not args.model:
         problem, soc, _ = _problem_for(args)
         return _optimize_blocks(args, problem, soc, options)
@@ -159,6 +165,8 @@ def cmd_optimize(args) -> int:
         sbar.refresh()
 
     try:
+        if args.refine:
+            return _optimize_refine(args, prep, options, progress)
         doc = optimize(prep, options, Path(args.out), progress=progress, plot=not args.no_plot)
     finally:
         sbar.close()
@@ -173,6 +181,35 @@ def cmd_optimize(args) -> int:
             print("note: host energy uses placeholder powers (5 W active, 1 W idle per core, 10 W static): no power "
                   "meter here; period and latency are measured")
         print(f"wrote {Path(args.out) / 'pareto.json'}" + ("" if args.no_plot else f" and {Path(args.out) / 'pareto.png'}"))
+    return 0
+
+
+def _optimize_refine(args, prep, options, progress) -> int:
+    """optimize --refine N: search, run the most promising points, re-calibrate, search again (parapipe.refine)."""
+    from .refine import refine, trajectory_table
+
+    host = None
+    if args.host:
+        from .deploy.hostspec import HostSpec
+
+        host = HostSpec.parse(args.host, identity=args.identity, known_hosts=args.known_hosts,
+                              trust_new_host=args.trust_new_host)
+
+    def show(step) -> None:
+        print(f"parapipe: refine round {step.round}: {step.point} predicted {step.predicted_period_s * 1e3:.3f} ms, "
+              f"measured {step.measured_period_s * 1e3:.3f} ms ({step.error * 100:+.1f}%)", file=sys.stderr, flush=True)
+
+    res = refine(prep, options, Path(args.out), args.refine, args.model, frames=args.frames, points=args.refine_points,
+                 db=args.db or "profile.sqlite", host=host, python=args.python or "python3", plot=not args.no_plot,
+                 progress=progress, on_step=show, input_shapes=_input_shapes(args), feeds=args.feeds)
+    if args.json:
+        print(json.dumps(res.doc.model_dump(mode="json")))
+        return 0
+    print(_front_table(res.doc))
+    print(trajectory_table(res.steps))
+    print(("converged: measured and predicted period within " if res.converged else "not converged within ")
+          + f"{res.doc.search['refine']['tolerance'] * 100:.0f}%" + ("" if res.converged else f" in {args.refine} round(s)"))
+    print(f"wrote {Path(args.out) / 'pareto.json'}" + (f" and {res.calibrated}" if res.calibrated else ""))
     return 0
 
 
@@ -243,7 +280,7 @@ def cmd_evaluate(args) -> int:
     terms = terms_from_soc(soc)  # the profile's pipeline: section (calibrate --runs); defaults: the plain model
     if not terms.is_default() and not args.json:
         print(f"pipeline terms of {soc.name}: slowdown {terms.slowdown:.4g}, dispatch {terms.dispatch_s * 1e6:.1f} us"
-              f"/stage, contention {terms.contention:.3g}, overlap "
+              f"/stage, hand-off {terms.handoff_s * 1e6:.1f} us, contention {terms.contention:.3g}, overlap "
               + (", ".join(f"{pu} {v:.2f}" for pu, v in terms.overlap.items()) or "none"))
     for label, m in mappings:
         ev = evaluate(problem, m, terms)
@@ -515,7 +552,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-plot", action="store_true", help="write pareto.json only")
     s.add_argument("--json", action="store_true", help="print the pareto.json document on stdout")
     s.add_argument("--db", default=None, help="profile database: measured times where they exist, the model "
-                   "calibrated on it elsewhere")
+                   "calibrated on it elsewhere (with --refine: its runs table keeps the runs; default profile.sqlite)")
+    s.add_argument("--refine", type=int, default=0, metavar="N", help="closed loop: run the front's most promising "
+                   "points (here, or on --host), fit the pipeline terms on the runs, search again; until measured "
+                   "and predicted period agree within 5%% or N rounds")
+    s.add_argument("--refine-points", type=int, default=3, help="points run per round (default 3)")
+    s.add_argument("--frames", type=int, default=100, help="frames per run with --refine (default 100)")
+    from .cli_profiling import _add_host_options
+
+    _add_host_options(s)
     add_input_options(s, feeds=True)
     s.set_defaults(func=cmd_optimize)
 

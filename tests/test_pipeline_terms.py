@@ -82,6 +82,26 @@ def test_contention_without_block_bytes_uses_the_edges():
     assert [r.time_s for r in ev.stage_results] == pytest.approx([t * (1 + r) for t, r in zip([2, 3, 4], rho)])
 
 
+def test_handoff_costs_every_tensor_handed_between_pus_and_reschedules_multi_pu_stages():
+    pr = shared_pu_problem()
+    pr.edge_nbytes = {(0, 1): 100.0, (1, 2): 100.0}  # free (alpha 0, beta inf) but real hand-offs
+    ev = reevaluate(pr, MAPPING, PipelineTerms(handoff_s=0.5))
+    assert [r.input_s for r in ev.stage_results] == pytest.approx([0.0, 0.5, 0.5])
+    assert (ev.period_s, ev.latency_s) == pytest.approx((6.5, 10.0))
+    # one stage on {p0, p1}: b0 -> {b1 on p1, b2} -> b3 (times 1, 4, 3, 1 s): b1 starts at 1 + h and b3 waits for
+    # b1's output to come back: makespan 6 + 2h
+    inf = float("inf")
+    diamond = MappingProblem(
+        block_names=["b0", "b1", "b2", "b3"], preds=[(), (0,), (0,), (1, 2)],
+        edge_nbytes={(0, 1): 8.0, (0, 2): 8.0, (1, 3): 8.0, (2, 3): 8.0}, pu_names=["p0", "p1"],
+        time_s=[[1, 1], [4, 4], [3, 3], [1, 1]], active_power_w=[[2, 2]] * 4, idle_power_w=[0, 0],
+        static_power_w=0.0, alpha_s=[[0, 0], [0, 0]], beta_bytes_per_s=[[inf] * 2] * 2)
+    par = Mapping((StageMapping(0, 4, (0, 1), (0, 1, 0, 0)),))
+    assert evaluate(diamond, par).period_s == pytest.approx(6.0)
+    ev = reevaluate(diamond, par, PipelineTerms(handoff_s=0.5))
+    assert ev.period_s == pytest.approx(7.0) and ev.stage_results[0].start_s[1] == pytest.approx(1.5)
+
+
 def test_terms_validation():
     with pytest.raises(ValueError, match="overlap"):
         PipelineTerms(overlap={"p0": 1.5})

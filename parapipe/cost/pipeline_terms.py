@@ -1,11 +1,17 @@
 """Pipeline-level terms of the cost model, learnt from measured runs (issue 10): overlap of the stages a PU shares,
-a dispatch cost per stage hop, shared-DRAM contention between concurrent stages, and a whole-run slowdown.
+a dispatch cost per stage hop and per hand-off between PUs, shared-DRAM contention between concurrent stages, and
+a whole-run slowdown.
 
 :func:`parapipe.cost.evaluate.evaluate` gives the *plain* model (GUIDE §2): stage times ``T_s`` (input hand-off +
 makespan), busy time of a PU = the sum of the ``T_s`` of the stages it serves, period = the largest busy time,
 latency = ``Σ T_s``. :func:`apply_terms` turns that evaluation into the *full* model with the parameters of a
 :class:`PipelineTerms` (defaults: the plain model, number for number):
 
+0. **Hand-off** ``h`` (``handoff_s``, s >= 0): every tensor handed from one PU to another (a stage's input
+   transfers and the transfers between the PUs of a multi-PU stage) costs ``h`` more than the profile's
+   ``alpha + nbytes / beta`` (the wake-up of the receiving thread or device, which an idle-machine measurement
+   of ``alpha`` misses); the stages are evaluated again with ``alpha + h`` (the list schedule of a multi-PU stage
+   may change). ``T_s``, ``input_s`` and ``makespan_s`` below are those of this step.
 1. **Whole-run slowdown** ``κ`` (``slowdown``, > 0) and **dispatch** ``d`` (``dispatch_s``, s >= 0): every stage
    pays ``d`` once per inference for the hop into it (the queue hand-off and the launch of its work, the first
    stage's included) and its work is scaled by ``κ``: ``T̃_s = κ·T_s + d``.
@@ -35,7 +41,7 @@ latency = ``Σ T_s``. :func:`apply_terms` turns that evaluation into the *full* 
    ``L = Σ_s (κ·T_s + d)``; energy ``E = Σ_s f_s·E_dyn,s + (Σ_p P_idle + P_static)·P`` (the plain model's energy
    with the lengthened compute and period).
 
-With the defaults (``κ = 1``, ``d = 0``, ``γ = 0``, ``φ = 0``) every step multiplies by 1.0, adds 0.0 or sums in
+With the defaults (``h = 0``, ``κ = 1``, ``d = 0``, ``γ = 0``, ``φ = 0``) every step multiplies by 1.0, adds 0.0 or sums in
 the same order as :func:`evaluate`: the numbers are bit-identical (tested on the zoo models).
 
 The search uses the plain model in its labels; every point it reports must be re-evaluated with the full model
@@ -43,6 +49,7 @@ The search uses the plain model in its labels; every point it reports must be re
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Mapping as TMapping, Optional, Sequence, Tuple
@@ -70,6 +77,8 @@ class PipelineTerms:
         its co-running stages demand.
     slowdown : float
         ``κ`` (> 0): factor on every stage's work.
+    handoff_s : float
+        ``h``, s per hand-off of a tensor between two PUs, on top of the profile's transfer cost (>= 0).
     memory_bandwidth_bytes_per_s : float or None
         ``B``, the SoC's DRAM bandwidth (:attr:`parapipe.soc.SoC.memory_bandwidth_bytes_per_s`); required when
         ``contention > 0``.
@@ -85,13 +94,16 @@ class PipelineTerms:
     contention: float = 0.0
     slowdown: float = 1.0
     memory_bandwidth_bytes_per_s: Optional[float] = None
+    handoff_s: float = 0.0
 
     def __post_init__(self) -> None:
         for pu, phi in self.overlap.items():
             if not 0.0 <= phi <= 1.0:
                 raise ValueError(f"overlap of {pu!r} must be in [0, 1], got {phi!r}")
-        if not (self.dispatch_s >= 0 and math.isfinite(self.dispatch_s)):
-            raise ValueError(f"dispatch_s must be a finite number >= 0, got {self.dispatch_s!r}")
+        for name in ("dispatch_s", "handoff_s"):
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if not (self.contention >= 0 and math.isfinite(self.contention)):
             raise ValueError(f"contention must be a finite number >= 0, got {self.contention!r}")
         if not (self.slowdown > 0 and math.isfinite(self.slowdown)):
@@ -104,7 +116,7 @@ class PipelineTerms:
 
     def is_default(self) -> bool:
         """True when the terms reproduce the plain model."""
-        return (self.dispatch_s == 0.0 and self.contention == 0.0 and self.slowdown == 1.0
+        return (self.dispatch_s == 0.0 and self.handoff_s == 0.0 and self.contention == 0.0 and self.slowdown == 1.0
                 and all(v == 0.0 for v in self.overlap.values()))
 
     def replace(self, **changes) -> "PipelineTerms":
@@ -124,7 +136,7 @@ def terms_from_soc(soc) -> PipelineTerms:
     if spec is None:
         return PipelineTerms(memory_bandwidth_bytes_per_s=bw)
     return PipelineTerms(overlap=dict(spec.overlap), dispatch_s=spec.dispatch_s, contention=spec.contention,
-                         slowdown=spec.slowdown, memory_bandwidth_bytes_per_s=bw)
+                         slowdown=spec.slowdown, memory_bandwidth_bytes_per_s=bw, handoff_s=spec.handoff_s)
 
 
 def stage_traffic_nbytes(problem: MappingProblem, mapping) -> List[float]:
@@ -180,8 +192,7 @@ class MappingFacts:
     def __init__(self, problem: MappingProblem, mapping, evaluation):
         self.problem, self.mapping, self.evaluation = problem, mapping, evaluation
         res = evaluation.stage_results
-        self.input_s = [r.input_s for r in res]
-        self.makespan_s = [r.makespan_s for r in res]
+        self._handoff = (0.0, res)  # stage results at the last hand-off cost asked for
         self.traffic_nbytes = stage_traffic_nbytes(problem, mapping)
         self.co_runners = [[r for r, other in enumerate(mapping.stages) if r != s and not set(other.pus) & set(st.pus)]
                            for s, st in enumerate(mapping.stages)]
@@ -192,12 +203,29 @@ class MappingFacts:
             for v in range(st.start, st.stop):
                 self.compute_s[s, st.pu_of(v)] += problem.time_s[v, st.pu_of(v)]
 
+    def stage_results(self, handoff_s: float) -> list:
+        """The plain stage results with ``alpha + handoff_s`` between different PUs (step 0)."""
+        if handoff_s != self._handoff[0]:
+            from .evaluate import evaluate_stage
+
+            shifted = copy.copy(self.problem)
+            k = shifted.n_pus
+            shifted.alpha_s = self.problem.alpha_s + handoff_s * (1.0 - np.eye(k))
+            producer: Dict[int, int] = {}
+            results = []
+            for st in self.mapping.stages:
+                results.append(evaluate_stage(shifted, st, producer))
+                producer.update({v: st.pu_of(v) for v in range(st.start, st.stop)})
+            self._handoff = (handoff_s, results)
+        return self._handoff[1]
+
     def factors(self, terms: PipelineTerms) -> List[float]:
         """``f_s`` of every stage (step 2)."""
         kappa, d, gamma = float(terms.slowdown), float(terms.dispatch_s), float(terms.contention)
-        factors = [kappa] * len(self.input_s)
+        res = self.stage_results(float(terms.handoff_s))
+        factors = [kappa] * len(res)
         if gamma > 0.0 and len(factors) > 1:
-            first = [_stage_time(i, m, kappa, d) for i, m in zip(self.input_s, self.makespan_s)]
+            first = [_stage_time(r.input_s, r.makespan_s, kappa, d) for r in res]
             p0 = float(_busy(self.problem, self.mapping, first, terms.overlap).max())
             bw = float(terms.memory_bandwidth_bytes_per_s)
             for s, co in enumerate(self.co_runners):
@@ -208,13 +236,14 @@ class MappingFacts:
     def figures(self, terms: PipelineTerms) -> Tuple[float, float, np.ndarray]:
         """``(period_s, latency_s, compute_s per PU)`` under ``terms``, without building stage results."""
         factors = self.factors(terms)
+        res = self.stage_results(float(terms.handoff_s))
         d = float(terms.dispatch_s)
-        times = [_stage_time(i, m, f, d) for i, m, f in zip(self.input_s, self.makespan_s, factors)]
+        times = [_stage_time(r.input_s, r.makespan_s, f, d) for r, f in zip(res, factors)]
         period = float(_busy(self.problem, self.mapping, times, terms.overlap).max())
         kappa = float(terms.slowdown)
         latency = 0.0
-        for i, m in zip(self.input_s, self.makespan_s):
-            latency += _stage_time(i, m, kappa, d)
+        for r in res:
+            latency += _stage_time(r.input_s, r.makespan_s, kappa, d)
         compute = (self.compute_s * np.asarray(factors)[:, None]).sum(axis=0)
         return period, latency, compute
 
@@ -248,7 +277,7 @@ def apply_terms(problem: MappingProblem, mapping, evaluation, terms: PipelineTer
     active = np.zeros(problem.n_pus)
     dyn = 0.0
     latency = 0.0
-    for res, f in zip(evaluation.stage_results, factors):
+    for res, f in zip(facts.stage_results(float(terms.handoff_s)), factors):
         input_s = res.input_s * f + d
         makespan = res.makespan_s * f
         sr = StageResult(time_s=input_s + makespan, input_s=input_s, makespan_s=makespan,

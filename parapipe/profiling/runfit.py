@@ -38,11 +38,12 @@ __all__ = ["MeasuredRun", "ParamEstimate", "Errors", "PowerFit", "RunsFit", "TER
            "fit_power", "calibrate_runs"]
 
 #: The terms ``--fit`` may name.
-TERM_NAMES = ("slowdown", "dispatch", "contention", "overlap")
+TERM_NAMES = ("slowdown", "dispatch", "handoff", "contention", "overlap")
 #: Bounds of each parameter (dispatch: up to the longest measured period). Parapipe's choices: a slowdown
 #: beyond ×5 either way means the block times describe another machine; a contention of 100 would slow a
 #: stage 100× at full co-runner bandwidth.
-BOUNDS = {"slowdown": (0.2, 5.0), "dispatch_s": (0.0, math.inf), "contention": (0.0, 100.0),
+BOUNDS = {"slowdown": (0.2, 5.0), "dispatch_s": (0.0, math.inf), "handoff_s": (0.0, math.inf),
+          "contention": (0.0, 100.0),
           "overlap": (0.0, 1.0)}
 
 
@@ -88,6 +89,11 @@ class MeasuredRun:
                 counts[p] = counts.get(p, 0) + 1
         return [self.problem.pu_names[p] for p, c in counts.items() if c > 1]
 
+    def handoffs(self) -> int:
+        """Tensors handed from one PU to another per inference (stage inputs and inside multi-PU stages)."""
+        pu = self.mapping.block_pus()
+        return sum(1 for (u, v), nb in self.problem.edge_nbytes.items() if nb > 0 and pu[u] != pu[v])
+
     def has_co_runners(self) -> bool:
         """Whether two stages with DRAM traffic run at once (the contention term matters)."""
         return any(co and self.facts.traffic_nbytes[s] > 0 for s, co in enumerate(self.facts.co_runners))
@@ -96,7 +102,7 @@ class MeasuredRun:
 @dataclass
 class ParamEstimate:
     """A fitted parameter: ``name`` (``slowdown``, ``dispatch_s``, ``contention``, ``overlap.<pu>``,
-    ``power.delta_w.<group>``, ``power.base_w``), value, bounds, 1-sigma uncertainty (None if not fitted)."""
+    ``handoff_s``, ``power.delta_w.<group>``, ``power.base_w``), value, bounds, 1-sigma uncertainty (None if not fitted)."""
 
     name: str
     value: float
@@ -185,6 +191,11 @@ class _Design:
             add("slowdown", *BOUNDS["slowdown"], 1.0)
         if "dispatch" in fit:
             add("dispatch_s", 0.0, longest, max(typical * 0.01, 1e-9))
+        if "handoff" in fit:
+            if not any(r.handoffs() for r in runs):
+                self.skipped["handoff_s"] = "no run hands a tensor from one PU to another"
+            else:
+                add("handoff_s", 0.0, longest, max(typical * 0.01, 1e-9))
         if "contention" in fit:
             if base.memory_bandwidth_bytes_per_s is None:
                 self.skipped["contention"] = "the profile gives no memory bandwidth"
@@ -203,7 +214,8 @@ class _Design:
 
     def start(self) -> np.ndarray:
         b = self.base
-        values = {"slowdown": b.slowdown, "dispatch_s": b.dispatch_s, "contention": b.contention}
+        values = {"slowdown": b.slowdown, "dispatch_s": b.dispatch_s, "handoff_s": b.handoff_s,
+                  "contention": b.contention}
         x = [values.get(n, b.overlap.get(n.partition(".")[2], 0.0)) for n in self.names]
         return np.clip(np.array(x, dtype=float), self.lower, self.upper)
 
@@ -287,7 +299,7 @@ def _interior(design: _Design) -> np.ndarray:
     for i, name in enumerate(design.names):
         if name.startswith("overlap."):
             x[i] = 0.5
-        elif name == "dispatch_s":
+        elif name in ("dispatch_s", "handoff_s"):
             x[i] = design.scale[i]
         elif name == "contention":
             x[i] = 0.1

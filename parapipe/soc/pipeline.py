@@ -26,12 +26,14 @@ __all__ = ["PipelineParams", "PowerSensor", "POWER_SENSOR_KINDS"]
 
 
 class PipelineParams(BaseModel):
-    """The ``pipeline:`` section: overlap per PU (``φ`` in [0, 1]), dispatch per stage (s), memory contention
-    (``γ``, dimensionless) and whole-run slowdown (``κ``); defaults reproduce the plain cost model."""
+    """The ``pipeline:`` section: overlap per PU (``φ`` in [0, 1]), dispatch per stage (s), extra cost per
+    hand-off between PUs (s), memory contention (``γ``, dimensionless) and whole-run slowdown (``κ``); defaults
+    reproduce the plain cost model."""
 
     model_config = _CONFIG
     overlap: dict[str, float] = {}
     dispatch_s: float = Field(0.0, ge=0)
+    handoff_s: float = Field(0.0, ge=0)
     contention: float = Field(0.0, ge=0)
     slowdown: float = Field(1.0, gt=0)
 
