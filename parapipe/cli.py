@@ -177,9 +177,12 @@ def cmd_optimize(args) -> int:
               f"({', '.join(prep.problem.pu_names)})")
         print(_front_table(doc))
         _print_model_notes(prep.opgraph)
-        if prep.soc.name == "host":
+        if prep.soc.name == "host" and prep.soc.power_sensor is None:
             print("note: host energy uses placeholder powers (5 W active, 1 W idle per core, 10 W static): no power "
                   "meter here; period and latency are measured")
+        elif prep.soc.name == "host":
+            print(f"note: host energy uses placeholder powers; 'run' measures energy with the {prep.soc.power_sensor.kind}"
+                  " sensor and 'calibrate --runs' fits the powers from it")
         print(f"wrote {Path(args.out) / 'pareto.json'}" + ("" if args.no_plot else f" and {Path(args.out) / 'pareto.png'}"))
     return 0
 
