@@ -36,7 +36,7 @@ from typing import List, Tuple
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [_REPO, os.path.join(_REPO, "device_agents")]  # this checkout (parapipe, ppexec), not installed
 
-from parapipe.cost.evaluate import Mapping, StageMapping, evaluate, mapping_from_pu_list  # noqa: E402
+from parapipe.cost.evaluate import Mapping, evaluate, mapping_from_pu_list  # noqa: E402
 
 
 def hand_mappings(problem) -> List[Tuple[str, Mapping]]:

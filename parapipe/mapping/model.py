@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from parapipe.soc.execution import Execution
 from parapipe.soc.validation import FieldProblem
@@ -83,6 +83,13 @@ class SocRef(BaseModel):
     sha256: str = ""
     pus: Dict[str, PURef] = {}
     power_sensor: Optional[Dict[str, Any]] = None
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_sensor(self, handler):
+        data = handler(self)
+        if data.get("power_sensor") is None:
+            data.pop("power_sensor", None)  # documents of profiles without a sensor stay as they were
+        return data
 
 
 class Bounds(BaseModel):
