@@ -77,7 +77,10 @@ def cmd_calibrate_runs(args) -> int:
                              args.max_blocks)
     f = res.fit
     if args.json:
-        print(json.dumps({"params": [asdict(p) for p in f.params + (
+        def finite(d: dict) -> dict:  # strict JSON: an unbounded parameter's upper bound is null
+            return {k: (None if isinstance(v, float) and v in (float("inf"), float("-inf")) else v) for k, v in d.items()}
+
+        print(json.dumps({"params": [finite(asdict(p)) for p in f.params + (
                               [*f.power.delta_w.values(), f.power.base_w] if f.power else [])],
                           "errors": {k: asdict(v) for k, v in f.overall.items()},
                           "per_model": {m: {k: asdict(v) for k, v in e.items()} for m, e in f.per_model.items()},
