@@ -50,12 +50,37 @@ def true_terms(soc) -> PipelineTerms:
                          memory_bandwidth_bytes_per_s=soc.memory_bandwidth_bytes_per_s)
 
 
+def parallel_stages(rng: np.random.Generator, n_blocks: int) -> list:
+    """gpu | b1..b4 on {big, little} (the branch b2 / b3 on different PUs: tensors handed inside the stage) | gpu."""
+    a, b = ("big", "little") if rng.random() < 0.5 else ("little", "big")
+    mid = {"b1": a, "b2": a, "b3": b, "b4": a}
+    return [{"pus": ["gpu"], "blocks": ["b0"], "assignment": {"b0": "gpu"}},
+            {"pus": sorted({a, b}), "blocks": list(mid), "assignment": mid},
+            {"pus": ["gpu"], "blocks": [f"b{i}" for i in range(5, n_blocks)],
+             "assignment": {f"b{i}": "gpu" for i in range(5, n_blocks)}}]
+
+
+def stage_list(pus: list) -> list:
+    """The stages of a PU list as the runs table keeps them: each run of one PU is a stage."""
+    stages = []
+    for i, pu in enumerate(pus):
+        if stages and stages[-1]["pus"] == [pu]:
+            stages[-1]["blocks"].append(f"b{i}")
+            stages[-1]["assignment"][f"b{i}"] = pu
+        else:
+            stages.append({"pus": [pu], "blocks": [f"b{i}"], "assignment": {f"b{i}": pu}})
+    return stages
+
+
 def draw_runs(folder: Path, rng: np.random.Generator, per_model: int = 16, models=("m0", "m1", "m2"),
-              energy: bool = True):
-    """Rows ``model,soc,mapping,period_s,latency_s,energy_j`` measured on the "true" board, with noise.
+              energy: bool = True, parallel: bool = False):
+    """Rows ``model,soc,mapping,period_s,latency_s[,energy_j]`` measured on the "true" board, with noise; with
+    ``parallel`` each row ends with its stage list (JSON), a quarter of them with a multi-PU stage.
 
     Mappings: random PU lists (PUs serving several stages), half of them with the GPU on both ends
     (GPU → other → GPU, the case the plain model gets worst)."""
+    from parapipe.profiling.runs_calibrate import _stage_mapping
+
     soc = load_soc(SOC)
     terms = true_terms(soc)
     rows = []
@@ -66,13 +91,30 @@ def draw_runs(folder: Path, rng: np.random.Generator, per_model: int = 16, model
             if j % 2:
                 pus[:2], pus[-2:] = ["gpu", "gpu"], ["gpu", "gpu"]
                 pus[3] = pus[3] if pus[3] != "gpu" else "big"
+            stages = None
+            if parallel and j % 4 == 2:
+                stages = parallel_stages(rng, problem.n_blocks)
+                pus = [st["assignment"][b] for st in stages for b in st["blocks"]]
             text = ",".join(pus)
-            run = MeasuredRun(model, text, problem, parse_pu_list(problem, text), 1.0)
+            mapping = _stage_mapping(problem, stages, text, "test") if stages else parse_pu_list(problem, text)
+            run = MeasuredRun(model, text, problem, mapping, 1.0)
             period, latency, compute = run.facts.figures(terms)
             e = TRUE_BASE_W * period + sum(TRUE_DELTA_W[p] * compute[problem.pu_names.index(p)] for p in PUS)
             noisy = [v * float(np.exp(rng.normal(0.0, NOISE))) for v in (period, latency, e)]
-            rows.append([model, SOC, text] + [f"{v:.9g}" for v in noisy[:2]] + ([f"{noisy[2]:.9g}"] if energy else []))
+            rows.append([model, SOC, text] + [f"{v:.9g}" for v in noisy[:2]] + ([f"{noisy[2]:.9g}"] if energy else [])
+                        + ([json.dumps(stages or stage_list(pus))] if parallel else []))
     return rows
+
+
+def write_export(path: Path, rows) -> Path:
+    """Rows of :func:`draw_runs` (``parallel``, with energy) as ``parapipe runs --csv`` writes them."""
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["model", "soc", "point", "pu_list", "mapping", "period_s", "idle_latency_s", "energy_j",
+                    "prediction_applies", "outputs_match"])
+        for i, (model, soc, text, period, latency, energy, stages) in enumerate(rows):
+            w.writerow([model, soc, f"r{i}", text, stages, period, latency, energy, "True", "True"])
+    return path
 
 
 def write_runs(path: Path, rows, energy: bool = True, bom: bool = False, crlf: bool = False) -> Path:
@@ -92,7 +134,9 @@ def calibrate_json(capsys, *args) -> dict:
 def test_calibrate_runs_recovers_known_terms_and_powers_within_their_uncertainty(tmp_path, capsys):
     rng = np.random.default_rng(11)
     write_tables(tmp_path / "tables", rng)
-    runs = write_runs(tmp_path / "runs.csv", draw_runs(tmp_path / "tables", rng), bom=True, crlf=True)
+    rows = draw_runs(tmp_path / "tables", rng, parallel=True)
+    assert sum('"pus": ["big", "little"]' in r[-1] for r in rows) >= 10  # runs with a multi-PU stage
+    runs = write_export(tmp_path / "runs.csv", rows)
     out = tmp_path / "cal.yaml"
     doc = calibrate_json(capsys, "--runs", str(runs), "--blocks", str(tmp_path / "tables"), "--out", str(out))
     params = {p["name"]: p for p in doc["params"]}
@@ -116,6 +160,7 @@ def test_calibrate_runs_recovers_known_terms_and_powers_within_their_uncertainty
 
     # a model without the terms (only a whole-run slowdown) fits worse
     plain = calibrate_json(capsys, "--runs", str(runs), "--blocks", str(tmp_path / "tables"), "--fit", "slowdown")
+    assert plain["errors"]["before"] == err["before"]
     assert plain["errors"]["after"]["period_mape"] > 3 * err["after"]["period_mape"]
     assert plain["errors"]["loo"]["period_mape"] > 3 * err["loo"]["period_mape"]
 
@@ -126,7 +171,7 @@ def test_calibrate_runs_recovers_known_terms_and_powers_within_their_uncertainty
     assert cal.provenance["pipeline.contention"].source == "runs" and "calibrate --runs" in cal.sources["runs"]
     assert cal.pus["big"].active_power_w - cal.pus["big"].idle_power_w == \
         pytest.approx(params["power.delta_w.big"]["value"])
-    first = next(csv.reader(runs.read_text(encoding="utf-8-sig").splitlines()[1:]))
+    first = rows[0]
     capsys.readouterr()
     assert main(["evaluate", "--blocks", str(tmp_path / "tables" / "m0.blocks.csv"), "--soc", str(out),
                  "--mapping", first[2], "--json"]) == 0
@@ -137,6 +182,14 @@ def test_calibrate_runs_recovers_known_terms_and_powers_within_their_uncertainty
     assert main(["evaluate", "--blocks", str(tmp_path / "tables" / "m0.blocks.csv"), "--soc", SOC,
                  "--mapping", first[2], "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["period_s"] != pytest.approx(float(first[3]), rel=0.04)
+    # the same runs as a long CSV (BOM, CRLF; PU lists: multi-PU stages cannot be written, so no hand-off term)
+    single = [r[:6] for r in rows if '"pus": ["big", "little"]' not in r[-1]]
+    long_doc = calibrate_json(capsys, "--runs", str(write_runs(tmp_path / "long.csv", single, bom=True, crlf=True)),
+                              "--blocks", str(tmp_path / "tables"))
+    long_params = {p["name"]: p for p in long_doc["params"]}
+    assert not long_params["handoff_s"]["fitted"] and "multi-PU stage" in long_params["handoff_s"]["note"]
+    for name in ("slowdown", "dispatch_s", "contention", "overlap.gpu"):
+        assert abs(long_params[name]["value"] - TRUE[name]) <= 3 * long_params[name]["stderr"], long_params[name]
 
 
 def test_shared_pu_runs_calibrated_end_to_end_from_the_cli(tmp_path, capsys):

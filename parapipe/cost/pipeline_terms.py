@@ -7,11 +7,11 @@ makespan), busy time of a PU = the sum of the ``T_s`` of the stages it serves, p
 latency = ``Σ T_s``. :func:`apply_terms` turns that evaluation into the *full* model with the parameters of a
 :class:`PipelineTerms` (defaults: the plain model, number for number):
 
-0. **Hand-off** ``h`` (``handoff_s``, s >= 0): every tensor handed from one PU to another (a stage's input
-   transfers and the transfers between the PUs of a multi-PU stage) costs ``h`` more than the profile's
-   ``alpha + nbytes / beta`` (the wake-up of the receiving thread or device, which an idle-machine measurement
-   of ``alpha`` misses); the stages are evaluated again with ``alpha + h`` (the list schedule of a multi-PU stage
-   may change). ``T_s``, ``input_s`` and ``makespan_s`` below are those of this step.
+0. **Hand-off** ``h`` (``handoff_s``, s >= 0): every tensor handed between the PUs of a multi-PU stage costs ``h``
+   more than the profile's ``alpha + nbytes / beta`` (the receiving task waits for its thread or device to wake,
+   on the stage's critical path, which an idle-machine measurement of ``alpha`` misses); the stages' schedules
+   are evaluated again with ``alpha + h`` (the list schedule may change). The hop into a stage is the dispatch
+   ``d`` of step 1. ``T_s``, ``input_s`` and ``makespan_s`` below are those of this step.
 1. **Whole-run slowdown** ``κ`` (``slowdown``, > 0) and **dispatch** ``d`` (``dispatch_s``, s >= 0): every stage
    pays ``d`` once per inference for the hop into it (the queue hand-off and the launch of its work, the first
    stage's included) and its work is scaled by ``κ``: ``T̃_s = κ·T_s + d``.
@@ -177,6 +177,17 @@ def _stage_time(input_s: float, makespan_s: float, f: float, d: float) -> float:
     return (input_s * f + d) + makespan_s * f
 
 
+def _input_active(problem: MappingProblem, stage, producer: Dict[int, int], handoff_s: float) -> np.ndarray:
+    """Per PU, the ``handoff_s`` the shifted evaluation added to its input hand-offs (taken back out)."""
+    from .evaluate import stage_input_transfers
+
+    extra = np.zeros(problem.n_pus)
+    for (u, q), nb in stage_input_transfers(problem, stage).items():
+        if producer[u] != q and nb > 0:
+            extra[q] += handoff_s
+    return extra
+
+
 class MappingFacts:
     """What the terms need of one evaluated mapping, kept so that many parameter values are tried quickly
     (calibration): stage input and makespan times, dynamic energy, PU groups, DRAM traffic, co-runners.
@@ -204,17 +215,24 @@ class MappingFacts:
                 self.compute_s[s, st.pu_of(v)] += problem.time_s[v, st.pu_of(v)]
 
     def stage_results(self, handoff_s: float) -> list:
-        """The plain stage results with ``alpha + handoff_s`` between different PUs (step 0)."""
+        """The plain stage results with ``alpha + handoff_s`` between the PUs of each multi-PU stage (step 0);
+        input hand-offs keep their plain cost."""
         if handoff_s != self._handoff[0]:
-            from .evaluate import evaluate_stage
+            from .evaluate import StageResult, evaluate_stage
 
             shifted = copy.copy(self.problem)
             k = shifted.n_pus
             shifted.alpha_s = self.problem.alpha_s + handoff_s * (1.0 - np.eye(k))
             producer: Dict[int, int] = {}
             results = []
-            for st in self.mapping.stages:
-                results.append(evaluate_stage(shifted, st, producer))
+            for st, plain in zip(self.mapping.stages, self.evaluation.stage_results):
+                if len(st.pus) == 1:
+                    results.append(plain)
+                else:  # the makespan is scheduled from the end of the input hand-off, which keeps its cost
+                    res = evaluate_stage(shifted, st, producer)
+                    results.append(StageResult(plain.input_s + res.makespan_s, plain.input_s, res.makespan_s,
+                                               res.start_s, res.finish_s, res.active_s - _input_active(shifted, st,
+                                               producer, handoff_s), res.dyn_energy_j))
                 producer.update({v: st.pu_of(v) for v in range(st.start, st.stop)})
             self._handoff = (handoff_s, results)
         return self._handoff[1]

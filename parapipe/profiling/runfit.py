@@ -90,9 +90,11 @@ class MeasuredRun:
         return [self.problem.pu_names[p] for p, c in counts.items() if c > 1]
 
     def handoffs(self) -> int:
-        """Tensors handed from one PU to another per inference (stage inputs and inside multi-PU stages)."""
+        """Tensors handed between the PUs of a multi-PU stage per inference."""
         pu = self.mapping.block_pus()
-        return sum(1 for (u, v), nb in self.problem.edge_nbytes.items() if nb > 0 and pu[u] != pu[v])
+        stage = [s for s, st in enumerate(self.mapping.stages) for _ in range(st.start, st.stop)]
+        return sum(1 for (u, v), nb in self.problem.edge_nbytes.items()
+                   if nb > 0 and pu[u] != pu[v] and stage[u] == stage[v])
 
     def has_co_runners(self) -> bool:
         """Whether two stages with DRAM traffic run at once (the contention term matters)."""
@@ -193,7 +195,7 @@ class _Design:
             add("dispatch_s", 0.0, longest, max(typical * 0.01, 1e-9))
         if "handoff" in fit:
             if not any(r.handoffs() for r in runs):
-                self.skipped["handoff_s"] = "no run hands a tensor from one PU to another"
+                self.skipped["handoff_s"] = "no run hands a tensor between the PUs of a multi-PU stage"
             else:
                 add("handoff_s", 0.0, longest, max(typical * 0.01, 1e-9))
         if "contention" in fit:
