@@ -78,7 +78,8 @@ class PipelineTerms:
     slowdown : float
         ``κ`` (> 0): factor on every stage's work.
     handoff_s : float
-        ``h``, s per hand-off of a tensor between two PUs, on top of the profile's transfer cost (>= 0).
+        ``h``, s per tensor handed between the PUs of a multi-PU stage, on top of the profile's transfer cost
+        (>= 0).
     memory_bandwidth_bytes_per_s : float or None
         ``B``, the SoC's DRAM bandwidth (:attr:`parapipe.soc.SoC.memory_bandwidth_bytes_per_s`); required when
         ``contention > 0``.

@@ -27,7 +27,7 @@ __all__ = ["PipelineParams", "PowerSensor", "POWER_SENSOR_KINDS"]
 
 class PipelineParams(BaseModel):
     """The ``pipeline:`` section: overlap per PU (``φ`` in [0, 1]), dispatch per stage (s), extra cost per
-    hand-off between PUs (s), memory contention (``γ``, dimensionless) and whole-run slowdown (``κ``); defaults
+    hand-off between the PUs of a multi-PU stage (s), memory contention (``γ``, dimensionless) and whole-run slowdown (``κ``); defaults
     reproduce the plain cost model."""
 
     model_config = _CONFIG
