@@ -159,6 +159,12 @@ def cmd_optimize(args) -> int:
     options = SearchOptions(objectives=objectives, max_stages=args.max_stages, time_limit_s=args.time_limit,
                             seed=args.seed)
     pus = [p.strip() for p in args.pus.split(",")] if args.pus else None
+    if (args.host or args.refine) and (args.blocks or not args.model or not args.refine):
+        from .errors import input_error
+
+        raise input_error("--refine" if args.refine else "--host", None, "needs a model and --refine N"
+                          if args.refine else "is only used with --refine", "give MODEL and --refine N (the loop "
+                          "runs the model's points)" if args.refine else "add --refine N, or drop --host")
     if args.blocks or not args.model:
         problem, soc, _ = _problem_for(args)
         return _optimize_blocks(args, problem, soc, options)
@@ -175,6 +181,8 @@ def cmd_optimize(args) -> int:
         sbar.refresh()
 
     try:
+        if args.refine:
+            return _optimize_refine(args, prep, options, progress)
         doc = optimize(prep, options, Path(args.out), progress=progress, plot=not args.no_plot)
     finally:
         sbar.close()
@@ -185,10 +193,42 @@ def cmd_optimize(args) -> int:
               f"({', '.join(prep.problem.pu_names)})")
         print(_front_table(doc))
         _print_model_notes(prep.opgraph)
-        if prep.soc.name == "host":
+        if prep.soc.name == "host" and prep.soc.power_sensor is None:
             print("note: host energy uses placeholder powers (5 W active, 1 W idle per core, 10 W static): no power "
                   "meter here; period and latency are measured")
+        elif prep.soc.name == "host":
+            print(f"note: host energy uses placeholder powers; 'run' measures energy with the {prep.soc.power_sensor.kind}"
+                  " sensor and 'calibrate --runs' fits the powers from it")
         print(f"wrote {Path(args.out) / 'pareto.json'}" + ("" if args.no_plot else f" and {Path(args.out) / 'pareto.png'}"))
+    return 0
+
+
+def _optimize_refine(args, prep, options, progress) -> int:
+    """optimize --refine N: search, run the most promising points, re-calibrate, search again (parapipe.refine)."""
+    from .refine import refine, trajectory_table
+
+    host = None
+    if args.host:
+        from .deploy.hostspec import HostSpec
+
+        host = HostSpec.parse(args.host, identity=args.identity, known_hosts=args.known_hosts,
+                              trust_new_host=args.trust_new_host)
+
+    def show(step) -> None:
+        print(f"parapipe: refine round {step.round}: {step.point} predicted {step.predicted_period_s * 1e3:.3f} ms, "
+              f"measured {step.measured_period_s * 1e3:.3f} ms ({step.error * 100:+.1f}%)", file=sys.stderr, flush=True)
+
+    res = refine(prep, options, Path(args.out), args.refine, args.model, frames=args.frames, points=args.refine_points,
+                 db=args.db or "profile.sqlite", host=host, python=args.python or "python3", plot=not args.no_plot,
+                 progress=progress, on_step=show, input_shapes=_input_shapes(args), feeds=args.feeds)
+    if args.json:
+        print(json.dumps(res.doc.model_dump(mode="json")))
+        return 0
+    print(_front_table(res.doc))
+    print(trajectory_table(res.steps))
+    print(("converged: measured and predicted period within " if res.converged else "not converged within ")
+          + f"{res.doc.search['refine']['tolerance'] * 100:.0f}%" + ("" if res.converged else f" in {args.refine} round(s)"))
+    print(f"wrote {Path(args.out) / 'pareto.json'}" + (f" and {res.calibrated}" if res.calibrated else ""))
     return 0
 
 
@@ -254,8 +294,15 @@ def cmd_evaluate(args) -> int:
                 mappings.append((line.strip(), parse_pu_list(problem, line, f"{text}: line {i}")))
     else:
         mappings.append((text, parse_pu_list(problem, text)))
+    from .cost.pipeline_terms import terms_from_soc
+
+    terms = terms_from_soc(soc)  # the profile's pipeline: section (calibrate --runs); defaults: the plain model
+    if not terms.is_default() and not args.json:
+        print(f"pipeline terms of {soc.name}: slowdown {terms.slowdown:.4g}, dispatch {terms.dispatch_s * 1e6:.1f} us"
+              f"/stage, hand-off {terms.handoff_s * 1e6:.1f} us, contention {terms.contention:.3g}, overlap "
+              + (", ".join(f"{pu} {v:.2f}" for pu, v in terms.overlap.items()) or "none"))
     for label, m in mappings:
-        ev = evaluate(problem, m)
+        ev = evaluate(problem, m, terms)
         row = {"mapping": label, "period_s": ev.period_s, "throughput_per_s": ev.throughput_per_s,
                "latency_s": ev.latency_s, "energy_j": ev.energy_j, "stages": len(m.stages)}
         if m.replicated:  # latency is the mean over the frames dealt to the replicas; the worst next to it
@@ -309,6 +356,12 @@ def _print_report(head: str, rep) -> None:
           f"  (one frame at a time, {rep.idle_frames} frames)")
     print(f"{'latency loaded ms':<20} {rep.latency_p50_s * 1e3:>10.2f} {'':>10}  (p50 with the pipeline full; "
           f"p99 {rep.latency_p99_s * 1e3:.2f})")
+    predicted_j = rep.predicted.get("energy_j")
+    if rep.energy_j is not None:
+        print(f"{'energy mJ':<20} {rep.energy_j * 1e3:>10.2f} {fmt(predicted_j, 1e3)}  (measured with the "
+              "profile's power sensor)")
+    else:
+        print(f"{'energy mJ':<20} {'-':>10} {fmt(predicted_j, 1e3)}  (estimate: the profile names no power sensor)")
     print(f"outputs_match: {str(rep.outputs_match).lower()}  (max abs diff {rep.max_abs_diff:.3g}; "
           f"{rep.checked_tensors} handed-over tensors, max relative diff {rep.max_scaled_diff:.3g})")
     if rep.substituted:
@@ -421,16 +474,21 @@ def cmd_runs(args) -> int:
         print(json.dumps([asdict(r) for r in runs]))
     elif not args.csv:
         print(f"{'id':>4} {'recorded':<20} {'model':<14} {'soc':<16} {'point':<8} {'thr/s':>8} {'pred/s':>8} "
-              f"{'idle ms':>8} {'pred ms':>8} {'match':<5} runner")
+              f"{'idle ms':>8} {'pred ms':>8} {'mJ':>8} {'pred mJ':>8} {'match':<5} runner")
         for r in runs:
             pred = 1.0 / r.predicted_period_s if r.predicted_period_s else None
             applies = "" if r.prediction_applies else " (--bind)"
             print(f"{r.id:>4} {r.recorded_at[:19]:<20} {r.model[:14]:<14} {r.soc[:16]:<16} {r.point[:8]:<8} "
                   f"{r.throughput_per_s:>8.2f} {(f'{pred:.2f}' if pred else '-'):>8} "
                   f"{r.idle_latency_s * 1e3:>8.2f} {(r.predicted_latency_s or 0) * 1e3:>8.2f} "
+                  f"{(f'{r.energy_j * 1e3:.2f}' if r.energy_j is not None else '-'):>8} "
+                  f"{(f'{r.predicted_energy_j * 1e3:.2f}' if r.predicted_energy_j is not None else '-'):>8} "
                   f"{str(r.outputs_match).lower():<5} {r.runner}{applies}")
         if not runs:
             print(f"no runs in {args.db} yet: 'parapipe run' and 'parapipe deploy' record them", file=sys.stderr)
+        elif all(r.energy_j is None for r in runs):
+            print("mJ: no run measured its energy (no power_sensor in the profiles): predicted energies are estimates",
+                  file=sys.stderr)
     return 0
 
 
@@ -544,7 +602,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-plot", action="store_true", help="write pareto.json only")
     s.add_argument("--json", action="store_true", help="print the pareto.json document on stdout")
     s.add_argument("--db", default=None, help="profile database: measured times where they exist, the model "
-                   "calibrated on it elsewhere")
+                   "calibrated on it elsewhere (with --refine: its runs table keeps the runs; default profile.sqlite)")
+    s.add_argument("--refine", type=int, default=0, metavar="N", help="closed loop: run the front's most promising "
+                   "points (here, or on --host), fit the pipeline terms on the runs, search again; until measured "
+                   "and predicted period agree within 5%% or N rounds")
+    s.add_argument("--refine-points", type=int, default=3, help="points run per round (default 3)")
+    s.add_argument("--frames", type=int, default=100, help="frames per run with --refine (default 100)")
+    from .cli_profiling import _add_host_options
+
+    _add_host_options(s)
     add_input_options(s, feeds=True)
     s.set_defaults(func=cmd_optimize)
 

@@ -36,6 +36,10 @@ class Prepared:
     problem: Any  # parapipe.cost.problem.MappingProblem
     max_blocks: Optional[int]
     timings_s: Dict[str, float] = field(default_factory=dict)
+    #: Pipeline-level terms of the cost model (parapipe.cost.pipeline_terms.PipelineTerms): the profile's
+    #: ``pipeline:`` section, or what ``optimize --refine`` learnt; every reported point must be re-evaluated
+    #: with them (:func:`parapipe.cost.pipeline_terms.reevaluate`).
+    terms: Any = None
 
 
 def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_blocks: Optional[int] = DEFAULT_MAX_BLOCKS,
@@ -99,7 +103,9 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     problem = problem_from_blocks(bg, soc_obj, measured_s=measured, name=lm.name)
     if is_host(soc):  # identical cores: the stage-level time holds on every PU
         problem.range_time_s = {(a, b, p): t for (a, b), t in whole_s.items() for p in range(problem.n_pus)}
-    return Prepared(lm, og, bg, soc_obj, problem, max_blocks, timings)
+    from .cost.pipeline_terms import terms_from_soc
+
+    return Prepared(lm, og, bg, soc_obj, problem, max_blocks, timings, terms_from_soc(soc_obj))
 
 
 def optimize(prep: Prepared, options, out_dir: Path, progress=None, plot: bool = True):

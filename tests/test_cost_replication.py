@@ -268,9 +268,9 @@ def test_document_from_a_result_with_a_replicated_point(tmp_path):
 
     pr = three_pu_chain()
     mapping, ev = replicated_baseline(pr)
-    point = SimpleNamespace(id="r0", strategy="replicated", pareto=True, mapping=mapping, evaluation=ev,
+    point = SimpleNamespace(id="r0", strategy="replicated", pareto=True, origin="baseline", mapping=mapping, evaluation=ev,
                             stage_schedules=["single-pu"])
-    result = SimpleNamespace(problem=pr, objectives=("throughput",), stats={}, points=[point],
+    result = SimpleNamespace(problem=pr, objectives=("throughput",), stats={}, info={}, points=[point],
                              bounds=SimpleNamespace(period_lb_s=1.0, latency_lb_s=1.0))
     soc = {"name": "toy", "pus": {p: {"kind": "cpu"} for p in pr.pu_names}}
     doc = doc_from_result(result, "chain3", "x", soc)

@@ -6,7 +6,8 @@ A bundle is one folder written by ``parapipe deploy`` (:mod:`parapipe.deploy.bun
                          "nbytes"}}}: every other file of the bundle with its SHA-256
     plan.json            the execution plan (:func:`.plan.plan_to_doc`) plus "inputs" ({name: {"shape",
                          "dtype", "range"?}}), "check_tensors", "reference_model", "predicted", "substituted",
-                         "soc", "model", "point", "feeds"?
+                         "soc", "model", "point", "feeds"?, "power_sensor"? (:mod:`.power`: the measured
+                         run's energy per inference goes into the report)
     models/<task>.onnx   one sub-model per task
     feeds.npz            optional: the user's frames (``parapipe run/deploy --feeds``), fed cyclically
     reference.onnx       the unsplit model with the "check_tensors" of plan.json as extra outputs, run
@@ -44,6 +45,7 @@ from .executor import PipelineExecutor
 from .files import write_json_atomic
 from .metrics import chrome_trace
 from .plan import PUBinding, plan_from_doc
+from .power import PowerMeter
 from .reference import max_abs_diff, max_scaled_diff, with_outputs, within_tolerance
 from .report import RunReport
 from .session import create_session
@@ -335,16 +337,20 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
         worst = scaled = 0.0
         matched = True
         check = FrameCheck(reference, outputs, checked, atol, rtol)
+        meter = PowerMeter(doc["power_sensor"], errors=errors) if doc.get("power_sensor") else None
         with PipelineExecutor(plan, errors=errors) as ex:
             progress("start", 0, force=True)
             if warmup:
                 for _ in ex.run(pool[i % len(pool)] for i in range(warmup)):
                     pass
             run_start = time.perf_counter()
+            if meter is not None:
+                meter.start()
             for i, out in enumerate(ex.run(pool[i % len(pool)] for i in range(frames))):
                 diff, scaled_diff, ok = check(i % len(pool), out)
                 worst, scaled, matched = max(worst, diff), max(scaled, scaled_diff), matched and ok
                 progress("run", i + 1, rate=(i + 1) / max(time.perf_counter() - run_start, 1e-9))
+            energy_j = meter.stop() / frames if meter is not None else None
             metrics = ex.metrics
             progress("idle", frames, force=True, rate=metrics.throughput_per_s)
             idle_count = min(int(idle_frames), int(frames))
@@ -362,7 +368,8 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
             pu_utilisation=dict(metrics.pu_utilisation), outputs_match=bool(matched), max_abs_diff=worst,
             checked_tensors=len(checked), max_scaled_diff=scaled, atol=float(atol), rtol=float(rtol),
             predicted=predicted, substituted=substituted, bindings=doc.get("bindings") or {},
-            host=_host_info(), bundle_id=manifest.get("bundle_id"), report_file=REPORT, trace_file=TRACE)
+            host=_host_info(), energy_j=energy_j, bundle_id=manifest.get("bundle_id"), report_file=REPORT,
+            trace_file=TRACE)
         info = {"model": report.model.get("name"), "point": report.point, "frames": report.frames,
                 "throughput_per_s": report.throughput_per_s, "predicted": predicted,
                 "outputs_match": report.outputs_match}

@@ -10,7 +10,9 @@ Format (one row per block, header required)::
 * ``block``: unique name; ``deps``: semicolon-separated predecessor blocks (empty for a source);
 * ``out_bytes``: bytes of the block's output (moved along every edge leaving it);
 * ``t_<pu>``: seconds on that PU; empty = the PU cannot run the block;
-* ``p_<pu>`` (optional): watts the PU draws while running that block (default: the PU's ``active_power_w``).
+* ``p_<pu>`` (optional): watts the PU draws while running that block (default: the PU's ``active_power_w``);
+* ``dram_nbytes`` (optional): bytes the block reads and writes in DRAM (operator inputs, outputs and weights),
+  for the memory-contention term of :mod:`parapipe.cost.pipeline_terms` (without it: the bytes on its edges).
 
 PU names must exist in the SoC profile given with ``--soc``; idle/static power and transfer costs come from it.
 Rows may come in any order; they are sorted topologically (ties in file order).
@@ -71,10 +73,11 @@ def read_block_table(path, soc, name: Optional[str] = None) -> MappingProblem:
         raise input_error(src, "columns", "no t_<pu> column", "add one column of seconds per PU, e.g. t_gpu")
     pus = [c[2:] for c in pu_cols]
     for c in header:
-        if c in ("block", "deps", "out_bytes"):
+        if c in ("block", "deps", "out_bytes", "dram_nbytes"):
             continue
         if not (c.startswith("t_") or c.startswith("p_")):
-            raise input_error(src, f"column {c!r}", "unknown column", "use block, deps, out_bytes, t_<pu>, p_<pu>")
+            raise input_error(src, f"column {c!r}", "unknown column",
+                              "use block, deps, out_bytes, t_<pu>, p_<pu>, dram_nbytes")
         if c[2:] not in soc.pus:
             raise input_error(src, f"column {c!r}", f"SoC {soc.name!r} has no PU {c[2:]!r}",
                               f"use PUs of the SoC: {', '.join(soc.pu_names)}")
@@ -113,10 +116,14 @@ def read_block_table(path, soc, name: Optional[str] = None) -> MappingProblem:
     t = np.full((n, k), np.inf)
     pw = np.tile(np.array([soc.pus[p].active_power_w for p in soc.pu_names]), (n, 1))
     out_bytes = np.zeros(n)
+    dram = np.zeros(n) if "dram_nbytes" in header else None
     for b in order:
         j, r, line = index[b], row_of[b], seen[b]
         out_bytes[j] = _number(src, f"row {line}, column 'out_bytes'", (r["out_bytes"] or "0").strip(),
                                "out_bytes", "give bytes as a number")
+        if dram is not None:
+            dram[j] = _number(src, f"row {line}, column 'dram_nbytes'", (r["dram_nbytes"] or "0").strip(),
+                              "dram_nbytes", "give bytes as a number")
         for pu in pus:
             cell = (r.get(f"t_{pu}") or "").strip()
             if cell:
@@ -138,13 +145,15 @@ def read_block_table(path, soc, name: Optional[str] = None) -> MappingProblem:
                           time_s=t, active_power_w=pw,
                           idle_power_w=np.array([soc.pus[p].idle_power_w for p in soc.pu_names]),
                           static_power_w=soc.static_power_w, alpha_s=soc.alpha_matrix(),
-                          beta_bytes_per_s=soc.beta_matrix(), name=name or Path(src).stem)
+                          beta_bytes_per_s=soc.beta_matrix(), name=name or Path(src).stem,
+                          block_nbytes=None if dram is None else np.outer(dram, np.ones(k)))
 
 
 def write_block_table(path, problem: MappingProblem, pus: Optional[Sequence[str]] = None) -> None:
     """Write ``problem`` as a block table CSV (atomically: temporary file, then rename).
 
-    ``out_bytes`` of a block is the largest of its outgoing edges.
+    ``out_bytes`` of a block is the largest of its outgoing edges; ``dram_nbytes`` (written when the problem
+    has :attr:`~parapipe.cost.problem.MappingProblem.block_nbytes`) the largest over the PUs.
     """
     import os
     import tempfile
@@ -159,13 +168,15 @@ def write_block_table(path, problem: MappingProblem, pus: Optional[Sequence[str]
     try:
         with os.fdopen(fd, "w", newline="") as fh:
             w = csv.writer(fh)
-            w.writerow(["block", "deps", "out_bytes"] + [f"t_{p}" for p in pus] + [f"p_{p}" for p in pus])
+            dram = problem.block_nbytes[:, idx].max(axis=1) if problem.block_nbytes is not None else None
+            w.writerow(["block", "deps", "out_bytes"] + [f"t_{p}" for p in pus] + [f"p_{p}" for p in pus]
+                       + (["dram_nbytes"] if dram is not None else []))
             for j, b in enumerate(problem.block_names):
                 times = ["" if not np.isfinite(problem.time_s[j, i]) else repr(float(problem.time_s[j, i]))
                          for i in idx]
                 powers = [repr(float(problem.active_power_w[j, i])) for i in idx]
                 w.writerow([b, ";".join(problem.block_names[d] for d in problem.preds[j]), repr(float(out[j]))]
-                           + times + powers)
+                           + times + powers + ([repr(float(dram[j]))] if dram is not None else []))
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

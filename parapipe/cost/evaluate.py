@@ -29,6 +29,7 @@ The model, stated once (every search, baseline and report uses it through :func:
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -37,6 +38,8 @@ import numpy as np
 from .problem import MappingProblem
 from .replication import (mean_and_worst_input_s, memory_violations, pu_weight_nbytes, replica_shares,
                           replicated_energy_j, replicated_period_s)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -309,8 +312,12 @@ def evaluate_replicated_stage(problem: MappingProblem, stage: StageMapping,
         replicas=list(results))
 
 
-def evaluate(problem: MappingProblem, mapping: Mapping) -> Evaluation:
+def evaluate(problem: MappingProblem, mapping: Mapping, terms=None) -> Evaluation:
     """Period, latency and energy per inference of ``mapping`` (model in the module docstring).
+
+    ``terms`` (a :class:`parapipe.cost.pipeline_terms.PipelineTerms`, optional) adds the pipeline-level terms
+    learnt from measured runs (:func:`parapipe.cost.pipeline_terms.apply_terms`); None or default terms give the
+    plain model. A mapping with replicated stages keeps the plain model: the terms model plain pipelines.
 
     Raises
     ------
@@ -360,9 +367,17 @@ def evaluate(problem: MappingProblem, mapping: Mapping) -> Evaluation:
     period = float(busy.max())
     energy = dyn + (float(problem.idle_power_w.sum()) + problem.static_power_w) * period
     held = pu_weight_nbytes(problem.weight_nbytes, placements, k)
-    return Evaluation(period_s=period, latency_s=latency, energy_j=energy, stage_results=results, busy_s=busy,
-                      active_s=active, latency_worst_s=worst if replicated else latency, weight_nbytes=held,
-                      memory_exceeded=tuple(memory_violations(held, problem.memory_bytes)))
+    plain = Evaluation(period_s=period, latency_s=latency, energy_j=energy, stage_results=results, busy_s=busy,
+                       active_s=active, latency_worst_s=worst if replicated else latency, weight_nbytes=held,
+                       memory_exceeded=tuple(memory_violations(held, problem.memory_bytes)))
+    if terms is None or terms.is_default():
+        return plain
+    if replicated:  # the terms were fitted on (and model) plain pipelines only
+        log.debug("pipeline terms not applied to a mapping with replicated stages")
+        return plain
+    from .pipeline_terms import apply_terms  # the one hook of the pipeline-level terms
+
+    return apply_terms(problem, mapping, plain, terms)
 
 
 def mapping_from_pu_list(problem: MappingProblem, pus: Sequence[int]) -> Mapping:

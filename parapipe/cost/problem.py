@@ -63,6 +63,10 @@ class MappingProblem:
         measurement: it includes the fusions and layout changes ORT makes across the blocks, which isolated
         block times miss). A single-PU stage (or replica) over exactly that range on that PU takes this time
         instead of its block sum (:func:`parapipe.cost.evaluate.evaluate_stage`). Default none.
+    block_nbytes : ndarray, shape (n, k), optional
+        DRAM bytes each block reads and writes on each PU (operator inputs, outputs and weights at the PU's
+        precision); the memory-contention term (:mod:`parapipe.cost.pipeline_terms`) uses them. None (block
+        tables): the term falls back to the bytes on the block's edges.
     """
 
     block_names: List[str]
@@ -79,6 +83,7 @@ class MappingProblem:
     weight_nbytes: Optional[np.ndarray] = None
     memory_bytes: Optional[np.ndarray] = None
     range_time_s: Optional[Dict[Tuple[int, int, int], float]] = None
+    block_nbytes: Optional[np.ndarray] = None
     succs: List[Tuple[int, ...]] = field(init=False, repr=False)
     _rows: Optional["ProblemRows"] = field(init=False, repr=False, default=None, compare=False)
 
@@ -93,6 +98,8 @@ class MappingProblem:
                               else np.asarray(self.weight_nbytes, dtype=float).reshape(n))
         self.memory_bytes = (np.full(k, np.inf) if self.memory_bytes is None
                              else np.asarray(self.memory_bytes, dtype=float).reshape(k))
+        if self.block_nbytes is not None:
+            self.block_nbytes = np.asarray(self.block_nbytes, dtype=float).reshape(n, k)
         succs: List[List[int]] = [[] for _ in range(n)]
         for j, ps in enumerate(self.preds):
             for i in ps:
@@ -146,7 +153,8 @@ class MappingProblem:
             beta_bytes_per_s=self.beta_bytes_per_s[np.ix_(keep, keep)], name=self.name,
             weight_nbytes=self.weight_nbytes, memory_bytes=self.memory_bytes[keep],
             range_time_s={(a, b, keep.index(p)): t for (a, b, p), t in (self.range_time_s or {}).items()
-                          if p in keep} or None)
+                          if p in keep} or None,
+            block_nbytes=None if self.block_nbytes is None else self.block_nbytes[:, keep])
 
     def pu_index(self, name: str, source: Optional[str] = None) -> int:
         """Index of PU ``name``; raises InputError naming ``source`` if unknown."""

@@ -86,6 +86,10 @@ def problem_from_blocks(block_graph, soc, measured_s: Optional[Mapping[Tuple[str
     pus = [soc.pus[p] for p in pu_names]
     n, k = len(blocks), len(pus)
     t = np.empty((n, k))
+    nodes = block_graph.opgraph.graph.nodes
+    raw = np.array([sum(nodes[o]["op"].in_nbytes + nodes[o]["op"].out_nbytes + nodes[o]["op"].param_nbytes
+                        for o in b.ops) for b in blocks], dtype=float).reshape(n)
+    traffic = np.outer(raw, [PRECISION_BYTE_SCALE.get(pu.precision, 1.0) for pu in pus]).reshape(n, k)
     for i, b in enumerate(blocks):
         for j, pu in enumerate(pus):
             tm = block_time_s(b, block_graph.opgraph, pu)
@@ -111,4 +115,5 @@ def problem_from_blocks(block_graph, soc, measured_s: Optional[Mapping[Tuple[str
                           alpha_s=soc.alpha_matrix(), beta_bytes_per_s=soc.beta_matrix(),
                           name=name or getattr(block_graph.opgraph, "name", "model"),
                           weight_nbytes=[float(b.param_nbytes) for b in blocks],
-                          memory_bytes=[pu.memory_bytes if pu.memory_bytes is not None else np.inf for pu in pus])
+                          memory_bytes=[pu.memory_bytes if pu.memory_bytes is not None else np.inf for pu in pus],
+                          block_nbytes=traffic)

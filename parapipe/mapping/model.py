@@ -85,12 +85,23 @@ class SocRef(BaseModel):
         profiles (``host``) change with every measurement, so this records which one was used.
     pus : dict of str to PURef
         Every PU of the (possibly ``--pus``-restricted) profile.
+    power_sensor : dict or None
+        The profile's power sensor (:class:`parapipe.soc.pipeline.PowerSensor` as a dict): ``run``/``deploy``
+        read it to measure energy per inference.
     """
 
     model_config = _STRICT
     name: str
     sha256: str = ""
     pus: Dict[str, PURef] = {}
+    power_sensor: Optional[Dict[str, Any]] = None
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_sensor(self, handler):
+        data = handler(self)
+        if data.get("power_sensor") is None:
+            data.pop("power_sensor", None)  # documents of profiles without a sensor stay as they were
+        return data
 
 
 class Bounds(BaseModel):

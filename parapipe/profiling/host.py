@@ -106,7 +106,8 @@ def host_soc(n_cpus: Optional[int] = None, transfer: tuple[float, float] | None 
         rather than DRAM bandwidth), ``frequency_hz`` from sysfs or /proc/cpuinfo (else 1 GHz, noted),
         efficiency 1.0 for every op class (measured block times override the roofline), and the placeholder
         powers :data:`PLACEHOLDER_ACTIVE_POWER_W`, :data:`PLACEHOLDER_IDLE_POWER_W`,
-        :data:`PLACEHOLDER_STATIC_POWER_W` (no power meter here; ``confidence: low`` in ``soc.provenance``).
+        :data:`PLACEHOLDER_STATIC_POWER_W` (no power meter here; ``confidence: low`` in ``soc.provenance``);
+        ``power_sensor`` the readable RAPL or INA3221 sensor, if any (:func:`ppexec.power.detect_sensor`).
         Peak and overhead are measured on the first core and used for all: the cores are taken as identical.
 
     Raises
@@ -156,7 +157,11 @@ def host_soc(n_cpus: Optional[int] = None, transfer: tuple[float, float] | None 
                           description=f"this machine, {len(cpus)} core(s) measured by parapipe; powers are "
                                       "placeholders")
     fields = {f: getattr(soc, f) for f in type(soc).model_fields}
-    return SoC.model_validate({**fields, "sources": dict(_SOURCES), "provenance": provenance})
+    from ppexec.power import detect_sensor
+
+    sensor = detect_sensor()  # RAPL or a Jetson's INA3221 where readable: run/deploy then measure energy
+    return SoC.model_validate({**fields, "sources": dict(_SOURCES), "provenance": provenance,
+                               "power_sensor": sensor})
 
 
 def block_signature(og: OpGraph, block: Block) -> str:

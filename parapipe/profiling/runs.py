@@ -120,8 +120,10 @@ def record_from_run(doc, point, report, runner: str) -> RunRecord:
         ``local`` or the SSH host.
     """
     pu_list = ",".join(st.pu_of(b) for st in point.stages for b in st.blocks)
-    mapping = [{"pus": list(st.pus), "blocks": list(st.blocks),
-                "assignment": {b: st.pu_of(b) for b in st.blocks}} for st in point.stages]
+    mapping = [dict({"pus": list(st.pus), "blocks": list(st.blocks),
+                     "assignment": {b: st.pu_of(b) for b in st.blocks}},
+                    **({"replicas": [r.model_dump(mode="json") for r in st.replicas]} if st.replicas else {}))
+               for st in point.stages]
     board = dict(report.host, bindings=report.bindings)
     return RunRecord(
         recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), model=doc.model.name,

@@ -227,7 +227,19 @@ def _plain_values(parsed: SocFile) -> tuple[dict, dict[str, dict]]:
                                                              default.beta_bytes_per_s)},
                       "pairs": pairs},
     }
+    if parsed.pipeline is not None:
+        pipe = parsed.pipeline
+        plain["pipeline"] = {
+            "overlap": {pu: number(f"pipeline.overlap.{pu}", q) for pu, q in pipe.overlap.items()},
+            **{f: number(f"pipeline.{f}", getattr(pipe, f)) for f in _PIPELINE_SCALARS
+               if getattr(pipe, f) is not None}}
+    if parsed.power_sensor is not None:
+        plain["power_sensor"] = parsed.power_sensor.model_dump(exclude_none=True)
     return plain, provenance
+
+
+#: The scalar fields of a profile's ``pipeline:`` section (:class:`parapipe.soc.pipeline.PipelineParams`).
+_PIPELINE_SCALARS = ("dispatch_s", "handoff_s", "contention", "slowdown")
 
 
 def soc_to_yaml_dict(soc: SoC) -> dict:
@@ -282,6 +294,16 @@ def soc_to_yaml_dict(soc: SoC) -> dict:
         "memory_bandwidth_bytes_per_s": quantity("memory_bandwidth_bytes_per_s", soc.memory_bandwidth_bytes_per_s),
         "pus": pus, "transfers": transfers,
     }
+    if soc.pipeline is not None:
+        pipe = soc.pipeline
+        body["pipeline"] = {"overlap": {pu: quantity(f"pipeline.overlap.{pu}", v) for pu, v in pipe.overlap.items()},
+                            **{f: quantity(f"pipeline.{f}", getattr(pipe, f)) for f in _PIPELINE_SCALARS
+                               if f"pipeline.{f}" in soc.provenance
+                               or getattr(pipe, f) != type(pipe).model_fields[f].default}}
+    if soc.power_sensor is not None:
+        sensor = soc.power_sensor
+        body["power_sensor"] = {"kind": sensor.kind, "paths": list(sensor.paths), "rails": list(sensor.rails),
+                                "command": list(sensor.command), "interval_s": sensor.interval_s}
     return {**head, "sources": sources, **body}  # `sources` gained `generated` while body was built
 
 

@@ -22,6 +22,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from parapipe.errors import input_error
 from parapipe.soc.execution import Execution
 from parapipe.soc.op_classes import OP_CLASSES
+from parapipe.soc.pipeline import PipelineParams, PowerSensor
 from parapipe.soc.validation import FieldProblem, to_input_error
 
 logger = logging.getLogger(__name__)
@@ -196,6 +197,10 @@ class SoC(BaseModel):
         Citation of each source key used in :attr:`provenance`.
     provenance : dict of str to Provenance
         Dotted field path (``"pus.big.peak_flops"``) → where that number comes from.
+    pipeline : PipelineParams or None
+        Pipeline-level terms of the cost model fitted on measured runs (None: the plain model).
+    power_sensor : PowerSensor or None
+        What the executor reads to measure energy (None: energies are estimates).
     path : Path or None
         The YAML file the profile was loaded from.
     """
@@ -209,6 +214,8 @@ class SoC(BaseModel):
     transfers: Transfers
     sources: dict[str, str] = {}
     provenance: dict[str, Provenance] = {}
+    pipeline: Optional[PipelineParams] = None
+    power_sensor: Optional[PowerSensor] = None
     path: Optional[Path] = None
     _costs: dict = PrivateAttr(default_factory=dict)
 
@@ -235,6 +242,9 @@ class SoC(BaseModel):
                     raise FieldProblem(f"transfers.pairs.{i}", f"{key[0]} -> {key[1]} is already given by "
                                        f"transfers.pairs.{seen[key]}", "give each direction once")
                 seen[key] = i
+        for pu in (self.pipeline.overlap if self.pipeline is not None else {}):
+            if pu not in self.pus:
+                raise FieldProblem(f"pipeline.overlap.{pu}", f"unknown PU '{pu}'", f"choose from {', '.join(self.pus)}")
         return self
 
     def model_post_init(self, __context) -> None:
@@ -310,12 +320,17 @@ class SoC(BaseModel):
             parts = key.split(".")
             if parts[0] == "pus" and parts[1] not in keep:
                 continue
+            if parts[:2] == ["pipeline", "overlap"] and parts[2] not in keep:
+                continue
             if parts[:2] == ["transfers", "pairs"]:
                 if parts[2] not in new_index:
                     continue
                 key = ".".join(parts[:2] + [new_index[parts[2]]] + parts[3:])
             provenance[key] = prov
         fields = {f: getattr(self, f) for f in type(self).model_fields}
+        if self.pipeline is not None:
+            fields["pipeline"] = self.pipeline.model_copy(
+                update={"overlap": {p: v for p, v in self.pipeline.overlap.items() if p in keep}})
         return type(self).model_validate({
             **fields, "pus": {n: self.pus[n] for n in keep}, "provenance": provenance,
             "transfers": Transfers(default=self.transfers.default, pairs=tuple(pairs)),

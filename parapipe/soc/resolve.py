@@ -68,4 +68,5 @@ def soc_ref(soc: SoC):
     from parapipe.mapping.model import PURef, SocRef
 
     return SocRef(name=soc.name, sha256=soc_sha256(soc),
-                  pus={name: PURef(kind=pu.kind, execution=pu.execution) for name, pu in soc.pus.items()})
+                  pus={name: PURef(kind=pu.kind, execution=pu.execution) for name, pu in soc.pus.items()},
+                  power_sensor=soc.power_sensor.to_doc() if soc.power_sensor is not None else None)

@@ -118,6 +118,29 @@ class TransfersEntry(BaseModel):
     pairs: list[PairEntry] = []
 
 
+class PipelineEntry(BaseModel):
+    """``pipeline:``: the pipeline-level terms of the cost model (:mod:`parapipe.soc.pipeline`), each a
+    :class:`Quantity`; ``overlap`` by PU name. Absent fields keep their defaults (the plain model)."""
+
+    model_config = _STRICT
+    overlap: dict[str, Quantity] = {}
+    dispatch_s: Optional[Quantity] = None
+    handoff_s: Optional[Quantity] = None
+    contention: Optional[Quantity] = None
+    slowdown: Optional[Quantity] = None
+
+
+class PowerSensorEntry(BaseModel):
+    """``power_sensor:``: what the executor reads to measure energy (:class:`parapipe.soc.pipeline.PowerSensor`)."""
+
+    model_config = _STRICT
+    kind: Literal["powercap", "hwmon", "ina3221", "command"]
+    paths: list[str] = []
+    rails: list[str] = []
+    command: list[str] = []
+    interval_s: Optional[float] = None
+
+
 class SocFile(BaseModel):
     """A whole profile file."""
 
@@ -130,6 +153,8 @@ class SocFile(BaseModel):
     memory_bandwidth_bytes_per_s: Quantity
     pus: dict[str, PUEntry]
     transfers: TransfersEntry
+    pipeline: Optional[PipelineEntry] = None
+    power_sensor: Optional[PowerSensorEntry] = None
 
     @field_validator("pus")
     @classmethod

@@ -1,0 +1,330 @@
+"""Pipeline-level terms of the cost model, learnt from measured runs (issue 10): overlap of the stages a PU shares,
+a dispatch cost per stage hop and per hand-off between PUs, shared-DRAM contention between concurrent stages, and
+a whole-run slowdown.
+
+:func:`parapipe.cost.evaluate.evaluate` gives the *plain* model (GUIDE §2): stage times ``T_s`` (input hand-off +
+makespan), busy time of a PU = the sum of the ``T_s`` of the stages it serves, period = the largest busy time,
+latency = ``Σ T_s``. :func:`apply_terms` turns that evaluation into the *full* model with the parameters of a
+:class:`PipelineTerms` (defaults: the plain model, number for number):
+
+0. **Hand-off** ``h`` (``handoff_s``, s >= 0): every tensor handed between the PUs of a multi-PU stage costs ``h``
+   more than the profile's ``alpha + nbytes / beta`` (the receiving task waits for its thread or device to wake,
+   on the stage's critical path, which an idle-machine measurement of ``alpha`` misses); the stages' schedules
+   are evaluated again with ``alpha + h`` (the list schedule may change). The hop into a stage is the dispatch
+   ``d`` of step 1. ``T_s``, ``input_s`` and ``makespan_s`` below are those of this step.
+1. **Whole-run slowdown** ``κ`` (``slowdown``, > 0) and **dispatch** ``d`` (``dispatch_s``, s >= 0): every stage
+   pays ``d`` once per inference for the hop into it (the queue hand-off and the launch of its work, the first
+   stage's included) and its work is scaled by ``κ``: ``T̃_s = κ·T_s + d``.
+2. **Memory contention** ``γ`` (``contention``, >= 0), after the HaX-CoNN model of concurrent DNN layers on a
+   shared-memory SoC (Dagli & Belviranli, "Shared Memory-contention-aware Concurrent DNN Execution for Diversely
+   Heterogeneous System-on-Chips", PPoPP 2024), whose slowdown is a function of the bandwidth the co-running
+   work demands (the PCCS model: Xu et al., "PCCS: Processor-Centric Contention-aware Slowdown Model for
+   Heterogeneous System-on-Chips", MICRO 2019; this is its first, linear segment). In a full pipeline every
+   stage runs at once with every stage that shares none of its PUs; stage ``r`` moves ``M_r`` bytes of DRAM
+   traffic per inference (:func:`stage_traffic_nbytes`), i.e. demands ``M_r / P₀`` bytes/s on average over a
+   period ``P₀`` (the period of step 3 computed with the ``T̃``). Stage ``s`` is slowed by the share of the
+   SoC's bandwidth ``B`` (``memory_bandwidth_bytes_per_s``, the profile's) its co-runners demand::
+
+       ρ_s = Σ_{r ≠ s, PUs(r) ∩ PUs(s) = ∅} M_r / (P₀ · B),     f_s = κ · (1 + γ · ρ_s)
+       T'_s = (input_s · f_s + d) + makespan_s · f_s
+
+   (one step: the duty cycles come from the uncontended period, a first-order estimate). Block start/finish
+   times, the time PUs compute and the dynamic energy scale with ``f_s``; the dispatch draws idle power.
+3. **Overlap** ``φ_p`` (``overlap[pu]``, in [0, 1]) of the stages a PU serves: host-side dispatch of one stage
+   runs while the PU computes another (measured on a Mali GPU serving GPU → big → GPU: the period is far below
+   the sum of its two stage times), so the PU's busy time lies between its largest stage and the sum::
+
+       busy_p = max_{s ∋ p} T'_s + (1 − φ_p) · (Σ_{s ∋ p} T'_s − max_{s ∋ p} T'_s)
+
+   With ``φ_p = 0`` it is the plain sum, added in stage order as :func:`evaluate` adds it.
+4. Period ``P = max_p busy_p``; latency (one frame through an idle pipeline: no co-runner, no contention)
+   ``L = Σ_s (κ·T_s + d)``; energy ``E = Σ_s f_s·E_dyn,s + (Σ_p P_idle + P_static)·P`` (the plain model's energy
+   with the lengthened compute and period).
+
+With the defaults (``h = 0``, ``κ = 1``, ``d = 0``, ``γ = 0``, ``φ = 0``) every step multiplies by 1.0, adds 0.0 or sums in
+the same order as :func:`evaluate`: the numbers are bit-identical (tested on the zoo models).
+
+The search uses the plain model in its labels; every point it reports must be re-evaluated with the full model
+(:func:`reevaluate`) so that the front it shows is the front of the model the user calibrated.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field, replace
+from typing import Dict, List, Mapping as TMapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .problem import MappingProblem
+
+__all__ = ["PipelineTerms", "DEFAULT_TERMS", "MappingFacts", "apply_terms", "reevaluate", "stage_traffic_nbytes", "terms_from_soc"]
+
+
+@dataclass(frozen=True)
+class PipelineTerms:
+    """Parameters of the pipeline-level terms (model and sources in the module docstring).
+
+    Attributes
+    ----------
+    overlap : dict of str to float
+        PU name -> ``φ_p`` in [0, 1]: 0 = the stages a PU serves add up (plain model), 1 = they overlap fully
+        (its busy time is its largest stage). PUs not listed take 0.
+    dispatch_s : float
+        ``d``, s per stage per inference (>= 0).
+    contention : float
+        ``γ`` (>= 0, dimensionless): relative slowdown of a stage per unit share of the SoC's memory bandwidth
+        its co-running stages demand.
+    slowdown : float
+        ``κ`` (> 0): factor on every stage's work.
+    handoff_s : float
+        ``h``, s per tensor handed between the PUs of a multi-PU stage, on top of the profile's transfer cost
+        (>= 0).
+    memory_bandwidth_bytes_per_s : float or None
+        ``B``, the SoC's DRAM bandwidth (:attr:`parapipe.soc.SoC.memory_bandwidth_bytes_per_s`); required when
+        ``contention > 0``.
+
+    Raises
+    ------
+    ValueError
+        A value out of its range (a caller bug: profiles are validated when loaded).
+    """
+
+    overlap: TMapping[str, float] = field(default_factory=dict)
+    dispatch_s: float = 0.0
+    contention: float = 0.0
+    slowdown: float = 1.0
+    memory_bandwidth_bytes_per_s: Optional[float] = None
+    handoff_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for pu, phi in self.overlap.items():
+            if not 0.0 <= phi <= 1.0:
+                raise ValueError(f"overlap of {pu!r} must be in [0, 1], got {phi!r}")
+        for name in ("dispatch_s", "handoff_s"):
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if not (self.contention >= 0 and math.isfinite(self.contention)):
+            raise ValueError(f"contention must be a finite number >= 0, got {self.contention!r}")
+        if not (self.slowdown > 0 and math.isfinite(self.slowdown)):
+            raise ValueError(f"slowdown must be a finite number > 0, got {self.slowdown!r}")
+        bw = self.memory_bandwidth_bytes_per_s
+        if bw is not None and not bw > 0:
+            raise ValueError(f"memory_bandwidth_bytes_per_s must be > 0, got {bw!r}")
+        if self.contention > 0 and bw is None:
+            raise ValueError("contention > 0 needs memory_bandwidth_bytes_per_s (the SoC's DRAM bandwidth)")
+
+    def is_default(self) -> bool:
+        """True when the terms reproduce the plain model."""
+        return (self.dispatch_s == 0.0 and self.handoff_s == 0.0 and self.contention == 0.0 and self.slowdown == 1.0
+                and all(v == 0.0 for v in self.overlap.values()))
+
+    def replace(self, **changes) -> "PipelineTerms":
+        """A copy with ``changes`` (field name -> value)."""
+        return replace(self, **changes)
+
+
+#: The plain model.
+DEFAULT_TERMS = PipelineTerms()
+
+
+def terms_from_soc(soc) -> PipelineTerms:
+    """The terms of a SoC profile (its optional ``pipeline:`` section; defaults without one), with ``B`` = the
+    profile's ``memory_bandwidth_bytes_per_s``."""
+    spec = getattr(soc, "pipeline", None)
+    bw = float(soc.memory_bandwidth_bytes_per_s)
+    if spec is None:
+        return PipelineTerms(memory_bandwidth_bytes_per_s=bw)
+    return PipelineTerms(overlap=dict(spec.overlap), dispatch_s=spec.dispatch_s, contention=spec.contention,
+                         slowdown=spec.slowdown, memory_bandwidth_bytes_per_s=bw, handoff_s=spec.handoff_s)
+
+
+def stage_traffic_nbytes(problem: MappingProblem, mapping) -> List[float]:
+    """DRAM bytes each stage of ``mapping`` moves per inference: ``Σ`` over its blocks of the bytes the block
+    reads and writes on its PU (:attr:`MappingProblem.block_nbytes`: operator inputs, outputs and weights at the
+    PU's precision), or, for problems without them (block tables), the block's input edges plus its largest
+    output edge."""
+    nbytes = getattr(problem, "block_nbytes", None)
+    if nbytes is None:
+        inb = np.zeros(problem.n_blocks)
+        outb = np.zeros(problem.n_blocks)
+        for (u, v), nb in problem.edge_nbytes.items():
+            inb[v] += nb
+            outb[u] = max(outb[u], nb)
+        per_block = inb + outb
+        return [float(sum(per_block[v] for v in range(st.start, st.stop))) for st in mapping.stages]
+    return [float(sum(nbytes[v, st.pu_of(v)] for v in range(st.start, st.stop))) for st in mapping.stages]
+
+
+def _busy(problem: MappingProblem, mapping, times: Sequence[float], overlap: TMapping[str, float]) -> np.ndarray:
+    """Busy time per PU (step 3 of the module docstring)."""
+    busy = np.zeros(problem.n_pus)
+    served: Dict[int, List[float]] = {}
+    for st, t in zip(mapping.stages, times):
+        for p in st.pus:
+            busy[p] += t
+            served.setdefault(p, []).append(t)
+    for p, ts in served.items():
+        phi = float(overlap.get(problem.pu_names[p], 0.0))
+        if phi != 0.0 and len(ts) > 1:
+            top = max(ts)
+            busy[p] = top + (1.0 - phi) * (busy[p] - top)
+    return busy
+
+
+def _stage_time(input_s: float, makespan_s: float, f: float, d: float) -> float:
+    """``T'_s = (input_s · f + d) + makespan_s · f`` (step 2)."""
+    return (input_s * f + d) + makespan_s * f
+
+
+def _input_active(problem: MappingProblem, stage, producer: Dict[int, int], handoff_s: float) -> np.ndarray:
+    """Per PU, the ``handoff_s`` the shifted evaluation added to its input hand-offs (taken back out)."""
+    from .evaluate import stage_input_transfers
+
+    extra = np.zeros(problem.n_pus)
+    for (u, q), nb in stage_input_transfers(problem, stage).items():
+        if producer[u] != q and nb > 0:
+            extra[q] += handoff_s
+    return extra
+
+
+class MappingFacts:
+    """What the terms need of one evaluated mapping, kept so that many parameter values are tried quickly
+    (calibration): stage input and makespan times, dynamic energy, PU groups, DRAM traffic, co-runners.
+
+    Parameters
+    ----------
+    problem : MappingProblem
+    mapping : parapipe.cost.evaluate.Mapping
+    evaluation : parapipe.cost.evaluate.Evaluation
+        Its plain evaluation.
+    """
+
+    def __init__(self, problem: MappingProblem, mapping, evaluation):
+        self.problem, self.mapping, self.evaluation = problem, mapping, evaluation
+        res = evaluation.stage_results
+        self._handoff = (0.0, res)  # stage results at the last hand-off cost asked for
+        self.traffic_nbytes = stage_traffic_nbytes(problem, mapping)
+        self.co_runners = [[r for r, other in enumerate(mapping.stages) if r != s and not set(other.pus) & set(st.pus)]
+                           for s, st in enumerate(mapping.stages)]
+        k = problem.n_pus
+        #: (stages, PUs): seconds each stage computes on each PU (block times only).
+        self.compute_s = np.zeros((len(res), k))
+        for s, st in enumerate(mapping.stages):
+            for v in range(st.start, st.stop):
+                self.compute_s[s, st.pu_of(v)] += problem.time_s[v, st.pu_of(v)]
+
+    def stage_results(self, handoff_s: float) -> list:
+        """The plain stage results with ``alpha + handoff_s`` between the PUs of each multi-PU stage (step 0);
+        input hand-offs keep their plain cost."""
+        if handoff_s != self._handoff[0]:
+            from .evaluate import StageResult, evaluate_stage
+
+            shifted = copy.copy(self.problem)
+            k = shifted.n_pus
+            shifted.alpha_s = self.problem.alpha_s + handoff_s * (1.0 - np.eye(k))
+            producer: Dict[int, int] = {}
+            results = []
+            for st, plain in zip(self.mapping.stages, self.evaluation.stage_results):
+                if len(st.pus) == 1:
+                    results.append(plain)
+                else:  # the makespan is scheduled from the end of the input hand-off, which keeps its cost
+                    res = evaluate_stage(shifted, st, producer)
+                    results.append(StageResult(plain.input_s + res.makespan_s, plain.input_s, res.makespan_s,
+                                               res.start_s, res.finish_s, res.active_s - _input_active(shifted, st,
+                                               producer, handoff_s), res.dyn_energy_j))
+                producer.update({v: st.pu_of(v) for v in range(st.start, st.stop)})
+            self._handoff = (handoff_s, results)
+        return self._handoff[1]
+
+    def factors(self, terms: PipelineTerms) -> List[float]:
+        """``f_s`` of every stage (step 2)."""
+        kappa, d, gamma = float(terms.slowdown), float(terms.dispatch_s), float(terms.contention)
+        res = self.stage_results(float(terms.handoff_s))
+        factors = [kappa] * len(res)
+        if gamma > 0.0 and len(factors) > 1:
+            first = [_stage_time(r.input_s, r.makespan_s, kappa, d) for r in res]
+            p0 = float(_busy(self.problem, self.mapping, first, terms.overlap).max())
+            bw = float(terms.memory_bandwidth_bytes_per_s)
+            for s, co in enumerate(self.co_runners):
+                rho = sum(self.traffic_nbytes[r] for r in co) / (p0 * bw) if p0 > 0 else 0.0
+                factors[s] = kappa * (1.0 + gamma * rho)
+        return factors
+
+    def figures(self, terms: PipelineTerms) -> Tuple[float, float, np.ndarray]:
+        """``(period_s, latency_s, compute_s per PU)`` under ``terms``, without building stage results."""
+        factors = self.factors(terms)
+        res = self.stage_results(float(terms.handoff_s))
+        d = float(terms.dispatch_s)
+        times = [_stage_time(r.input_s, r.makespan_s, f, d) for r, f in zip(res, factors)]
+        period = float(_busy(self.problem, self.mapping, times, terms.overlap).max())
+        kappa = float(terms.slowdown)
+        latency = 0.0
+        for r in res:
+            latency += _stage_time(r.input_s, r.makespan_s, kappa, d)
+        compute = (self.compute_s * np.asarray(factors)[:, None]).sum(axis=0)
+        return period, latency, compute
+
+
+def apply_terms(problem: MappingProblem, mapping, evaluation, terms: PipelineTerms, facts: Optional[MappingFacts] = None):
+    """The full-model :class:`~parapipe.cost.evaluate.Evaluation` of ``mapping`` from its plain evaluation.
+
+    Parameters
+    ----------
+    problem : MappingProblem
+    mapping : parapipe.cost.evaluate.Mapping
+    evaluation : parapipe.cost.evaluate.Evaluation
+        ``evaluate(problem, mapping)`` (the plain model).
+    terms : PipelineTerms
+    facts : MappingFacts, optional
+        Of this mapping (built when not given).
+
+    Returns
+    -------
+    Evaluation
+        Period, energy, stage results (loaded stage times, block start/finish, dynamic energy), busy and active
+        time per PU under the full model; the latency is one frame through an idle pipeline (no co-runner, so
+        no contention: ``Σ_s κ·T_s + d``). Default terms give numbers equal to ``evaluation``'s, bit for bit.
+    """
+    from .evaluate import Evaluation, StageResult
+
+    facts = facts or MappingFacts(problem, mapping, evaluation)
+    factors = facts.factors(terms)
+    kappa, d = float(terms.slowdown), float(terms.dispatch_s)
+    new: List[StageResult] = []
+    active = np.zeros(problem.n_pus)
+    dyn = 0.0
+    latency = 0.0
+    for res, f in zip(facts.stage_results(float(terms.handoff_s)), factors):
+        input_s = res.input_s * f + d
+        makespan = res.makespan_s * f
+        sr = StageResult(time_s=input_s + makespan, input_s=input_s, makespan_s=makespan,
+                         start_s={v: t * f for v, t in res.start_s.items()},
+                         finish_s={v: t * f for v, t in res.finish_s.items()},
+                         active_s=res.active_s * f, dyn_energy_j=res.dyn_energy_j * f)
+        new.append(sr)
+        active += sr.active_s
+        dyn += sr.dyn_energy_j
+        latency += _stage_time(res.input_s, res.makespan_s, kappa, d)
+    busy = _busy(problem, mapping, [r.time_s for r in new], terms.overlap)
+    period = float(busy.max())
+    energy = dyn + (float(problem.idle_power_w.sum()) + problem.static_power_w) * period
+    return Evaluation(period_s=period, latency_s=latency, energy_j=energy, stage_results=new, busy_s=busy,
+                      active_s=active, weight_nbytes=evaluation.weight_nbytes,
+                      memory_exceeded=evaluation.memory_exceeded)
+
+
+def reevaluate(problem: MappingProblem, mapping, terms: Optional[PipelineTerms] = None):
+    """Evaluate ``mapping`` with the full model: what the search must apply to every point before reporting it.
+
+    ``terms`` None (or :data:`DEFAULT_TERMS`) gives :func:`parapipe.cost.evaluate.evaluate`'s numbers exactly.
+
+    Raises
+    ------
+    ValueError
+        As :func:`parapipe.cost.evaluate.evaluate` (a mapping that does not cover the blocks, ...).
+    """
+    from .evaluate import evaluate
+
+    return evaluate(problem, mapping, terms)

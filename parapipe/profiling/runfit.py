@@ -1,0 +1,421 @@
+"""Fit the pipeline-level terms of the cost model (:mod:`parapipe.cost.pipeline_terms`) and the PU powers on
+measured runs of whole mappings.
+
+Each :class:`MeasuredRun` is a mapping of a problem (block times measured or modelled) with its measured period
+(``1 / throughput``), optionally its idle latency (one frame through an empty pipeline) and its measured energy
+per inference. :func:`fit_terms` chooses the terms that minimise the squared log errors
+``ln(predicted / measured)`` of period and latency with ``scipy.optimize.least_squares`` (trust-region
+reflective, within the bounds of :data:`BOUNDS`); each parameter's uncertainty is the square root of the diagonal
+of ``s² (JᵀJ)⁻¹`` with ``J`` the Jacobian of the residuals at the optimum and ``s²`` the residual variance
+(``Σ r² / (m − n)``): the usual linearised least-squares standard error (e.g. Nocedal & Wright, *Numerical
+Optimization*, 2nd ed., §10.3). A parameter no run constrains (no PU serving two stages: no overlap; no
+co-running stages: no contention) keeps its starting value and is reported as not fitted.
+
+Energy (:func:`fit_power`): with the fitted terms, the energy per inference of the cost model is linear in the
+powers, ``E = Σ_g Δ_g · compute_g + C · P`` (``Δ_g`` = active − idle power of a group of identical PUs,
+``compute_g`` their busy compute seconds, ``C = Σ_p P_idle + P_static``, ``P`` the period), so they are fitted
+by bounded linear least squares on the relative error (``scipy.optimize.lsq_linear``, powers >= 0).
+
+:func:`calibrate_runs` does both and reports errors before (the profile as given), after (the fit, in sample)
+and leave-one-out (each run predicted by a fit that did not see it), overall and per model.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from parapipe.cost.evaluate import Mapping, evaluate
+from parapipe.cost.pipeline_terms import MappingFacts, PipelineTerms
+from parapipe.cost.problem import MappingProblem
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MeasuredRun", "ParamEstimate", "Errors", "PowerFit", "RunsFit", "TERM_NAMES", "BOUNDS", "fit_terms",
+           "fit_power", "calibrate_runs"]
+
+#: The terms ``--fit`` may name.
+TERM_NAMES = ("slowdown", "dispatch", "handoff", "contention", "overlap")
+#: Bounds of each parameter (dispatch: up to the longest measured period). Parapipe's choices: a slowdown
+#: beyond ×5 either way means the block times describe another machine; a contention of 100 would slow a
+#: stage 100× at full co-runner bandwidth.
+BOUNDS = {"slowdown": (0.2, 5.0), "dispatch_s": (0.0, math.inf), "handoff_s": (0.0, math.inf),
+          "contention": (0.0, 100.0),
+          "overlap": (0.0, 1.0)}
+
+
+@dataclass
+class MeasuredRun:
+    """One measured mapping (s, J).
+
+    Attributes
+    ----------
+    model : str
+    label : str
+        The mapping as the user wrote it, or the point id.
+    problem : MappingProblem
+    mapping : Mapping
+    period_s : float
+        Measured ``1 / throughput`` with the pipeline full.
+    latency_s : float or None
+        Measured idle latency (one frame at a time).
+    energy_j : float or None
+        Measured energy per inference.
+    source : str
+        Where the run comes from (``runs.csv: line 4``, ``profile.sqlite: run 7``).
+    """
+
+    model: str
+    label: str
+    problem: MappingProblem
+    mapping: Mapping
+    period_s: float
+    latency_s: Optional[float] = None
+    energy_j: Optional[float] = None
+    source: str = ""
+    facts: MappingFacts = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.facts = MappingFacts(self.problem, self.mapping, evaluate(self.problem, self.mapping))
+
+    def shared_pus(self) -> List[str]:
+        """PUs serving two or more stages."""
+        counts: Dict[int, int] = {}
+        for st in self.mapping.stages:
+            for p in st.pus:
+                counts[p] = counts.get(p, 0) + 1
+        return [self.problem.pu_names[p] for p, c in counts.items() if c > 1]
+
+    def handoffs(self) -> int:
+        """Tensors handed between the PUs of a multi-PU stage per inference."""
+        pu = self.mapping.block_pus()
+        stage = [s for s, st in enumerate(self.mapping.stages) for _ in range(st.start, st.stop)]
+        return sum(1 for (u, v), nb in self.problem.edge_nbytes.items()
+                   if nb > 0 and pu[u] != pu[v] and stage[u] == stage[v])
+
+    def has_co_runners(self) -> bool:
+        """Whether two stages with DRAM traffic run at once (the contention term matters)."""
+        return any(co and self.facts.traffic_nbytes[s] > 0 for s, co in enumerate(self.facts.co_runners))
+
+
+@dataclass
+class ParamEstimate:
+    """A fitted parameter: ``name`` (``slowdown``, ``dispatch_s``, ``contention``, ``overlap.<pu>``,
+    ``handoff_s``, ``power.delta_w.<group>``, ``power.base_w``), value, bounds, 1-sigma uncertainty (None if not fitted)."""
+
+    name: str
+    value: float
+    lower: float
+    upper: float
+    stderr: Optional[float]
+    fitted: bool
+    note: str = ""
+
+
+@dataclass
+class Errors:
+    """Relative errors of predictions against measurements, percent: MAPE and the signed worst error."""
+
+    n: int
+    period_mape: float
+    period_worst: float
+    latency_mape: Optional[float] = None
+    latency_worst: Optional[float] = None
+    energy_mape: Optional[float] = None
+    energy_worst: Optional[float] = None
+
+
+@dataclass
+class PowerFit:
+    """Fitted powers: ``delta_w[group]`` (active − idle, W) for each group of identical PUs (``groups``: group ->
+    PU names) and ``base_w`` (Σ idle + static, W)."""
+
+    groups: Dict[str, List[str]]
+    delta_w: Dict[str, ParamEstimate]
+    base_w: ParamEstimate
+
+    def energy_j(self, run: MeasuredRun, terms: PipelineTerms) -> float:
+        """Energy per inference of ``run`` under ``terms`` with these powers, J."""
+        period, _, compute = run.facts.figures(terms)
+        names = run.problem.pu_names
+        total = self.base_w.value * period
+        for group, pus in self.groups.items():
+            total += self.delta_w[group].value * sum(compute[names.index(p)] for p in pus if p in names)
+        return float(total)
+
+
+@dataclass
+class RunsFit:
+    """What :func:`calibrate_runs` found.
+
+    ``predictions`` holds, per run, ``(before, after, loo)`` triples of (period_s, latency_s, energy_j or None);
+    ``overall`` and ``per_model[model]`` map ``before``/``after``/``loo`` to :class:`Errors`."""
+
+    runs: List[MeasuredRun]
+    terms: PipelineTerms
+    params: List[ParamEstimate]
+    power: Optional[PowerFit]
+    predictions: List[Dict[str, Tuple[float, float, Optional[float]]]]
+    overall: Dict[str, Errors]
+    per_model: Dict[str, Dict[str, Errors]]
+
+
+def _log_ratio(pred: float, meas: float) -> float:
+    return math.log(max(pred, 1e-300) / meas)
+
+
+class _Design:
+    """The free parameters of a terms fit: names, bounds, scales, and the map vector -> PipelineTerms."""
+
+    def __init__(self, runs: Sequence[MeasuredRun], base: PipelineTerms, fit: Sequence[str]):
+        bad = [f for f in fit if f not in TERM_NAMES]
+        if bad:
+            raise ValueError(f"unknown term(s) {bad}; choose from {TERM_NAMES}")
+        self.base = base
+        longest = max(r.period_s for r in runs)
+        typical = float(np.median([r.period_s for r in runs]))
+        self.names: List[str] = []
+        self.lower: List[float] = []
+        self.upper: List[float] = []
+        self.scale: List[float] = []
+        self.skipped: Dict[str, str] = {}
+
+        def add(name, lo, hi, scale):
+            self.names.append(name)
+            self.lower.append(lo)
+            self.upper.append(hi)
+            self.scale.append(scale)
+
+        if "slowdown" in fit:
+            add("slowdown", *BOUNDS["slowdown"], 1.0)
+        if "dispatch" in fit:
+            add("dispatch_s", 0.0, longest, max(typical * 0.01, 1e-9))
+        if "handoff" in fit:
+            if not any(r.handoffs() for r in runs):
+                self.skipped["handoff_s"] = "no run hands a tensor between the PUs of a multi-PU stage"
+            else:
+                add("handoff_s", 0.0, longest, max(typical * 0.01, 1e-9))
+        if "contention" in fit:
+            if base.memory_bandwidth_bytes_per_s is None:
+                self.skipped["contention"] = "the profile gives no memory bandwidth"
+            elif not any(r.has_co_runners() for r in runs):
+                self.skipped["contention"] = "no run has stages that run at once"
+            else:
+                add("contention", *BOUNDS["contention"], 1.0)
+        if "overlap" in fit:
+            shared = sorted({pu for r in runs for pu in r.shared_pus()})
+            for pu in shared:
+                add(f"overlap.{pu}", *BOUNDS["overlap"], 0.5)
+            pus = sorted({pu for r in runs for pu in r.problem.pu_names})
+            for pu in pus:
+                if pu not in shared:
+                    self.skipped[f"overlap.{pu}"] = "no run has this PU serve two stages"
+
+    def start(self) -> np.ndarray:
+        b = self.base
+        values = {"slowdown": b.slowdown, "dispatch_s": b.dispatch_s, "handoff_s": b.handoff_s,
+                  "contention": b.contention}
+        x = [values.get(n, b.overlap.get(n.partition(".")[2], 0.0)) for n in self.names]
+        return np.clip(np.array(x, dtype=float), self.lower, self.upper)
+
+    def terms(self, x: Sequence[float]) -> PipelineTerms:
+        changes: Dict[str, object] = {}
+        overlap = dict(self.base.overlap)
+        for name, value in zip(self.names, x):
+            if name.startswith("overlap."):
+                overlap[name.partition(".")[2]] = float(min(max(value, 0.0), 1.0))
+            else:
+                changes[name] = float(value)
+        return self.base.replace(overlap=overlap, **changes)
+
+
+def _residuals(runs: Sequence[MeasuredRun], terms: PipelineTerms) -> np.ndarray:
+    out = []
+    for r in runs:
+        period, latency, _ = r.facts.figures(terms)
+        out.append(_log_ratio(period, r.period_s))
+        if r.latency_s:
+            out.append(_log_ratio(latency, r.latency_s))
+    return np.array(out)
+
+
+def fit_terms(runs: Sequence[MeasuredRun], base: PipelineTerms, fit: Sequence[str] = TERM_NAMES,
+              starts: Optional[Sequence[np.ndarray]] = None) -> Tuple[PipelineTerms, List[ParamEstimate]]:
+    """Least-squares fit of the terms named in ``fit`` (see the module docstring) starting from ``base``.
+
+    Returns
+    -------
+    (PipelineTerms, list of ParamEstimate)
+        The fitted terms (``base`` for what is not fitted) and one estimate per parameter, fitted or not.
+
+    Raises
+    ------
+    ValueError
+        No run, or an unknown term name.
+    """
+    from scipy.optimize import least_squares
+
+    if not runs:
+        raise ValueError("no measured run to fit on")
+    design = _Design(runs, base, fit)
+    estimates: List[ParamEstimate] = []
+    if design.names:
+        lo, hi = np.array(design.lower), np.array(design.upper)
+
+        def fun(x):
+            return _residuals(runs, design.terms(x))
+
+        x0s = list(starts) if starts is not None else [design.start(), _interior(design)]
+        best = None
+        for x0 in x0s:
+            sol = least_squares(fun, np.clip(x0, lo, hi), bounds=(lo, hi), x_scale=np.array(design.scale),
+                                method="trf", xtol=1e-10, ftol=1e-10, gtol=1e-10, max_nfev=400)
+            if best is None or sol.cost < best.cost:
+                best = sol
+        m, n = best.fun.size, best.x.size
+        s2 = 2.0 * best.cost / (m - n) if m > n else float("nan")
+        jac = np.asarray(best.jac)
+        cov = np.linalg.pinv(jac.T @ jac) * s2
+        dead = ~np.any(np.abs(jac) > 1e-12, axis=0)
+        for i, name in enumerate(design.names):
+            err = float(math.sqrt(cov[i, i])) if np.isfinite(cov[i, i]) and cov[i, i] >= 0 and not dead[i] else None
+            estimates.append(ParamEstimate(name, float(best.x[i]), float(lo[i]), float(hi[i]), err, True,
+                                           "" if not dead[i] else "no run is sensitive to it at the optimum"))
+        terms = design.terms(best.x)
+    else:
+        terms = base
+    for name, why in design.skipped.items():
+        value = base.overlap.get(name.partition(".")[2], 0.0) if name.startswith("overlap.") else \
+            getattr(base, name)
+        lo, hi = BOUNDS["overlap"] if name.startswith("overlap.") else BOUNDS[name]
+        estimates.append(ParamEstimate(name, float(value), lo, hi, None, False, why))
+    return terms, estimates
+
+
+def _interior(design: _Design) -> np.ndarray:
+    """A second start inside the box: overlap ½, dispatch 1 % of the median period, contention 0.1."""
+    x = design.start()
+    for i, name in enumerate(design.names):
+        if name.startswith("overlap."):
+            x[i] = 0.5
+        elif name in ("dispatch_s", "handoff_s"):
+            x[i] = design.scale[i]
+        elif name == "contention":
+            x[i] = 0.1
+    return x
+
+
+def power_groups(problem: MappingProblem, soc=None) -> Dict[str, List[str]]:
+    """Groups of PUs whose powers are fitted as one: identical PUs of ``soc`` (kind, cores, peak FLOP/s,
+    precision, powers) share their powers; each PU alone without a profile. Group name: its first PU."""
+    groups: Dict[tuple, List[str]] = {}
+    for i, pu in enumerate(problem.pu_names):
+        spec = soc.pus.get(pu) if soc is not None else None
+        key = (pu,) if spec is None else (spec.kind, spec.cores, spec.peak_flops, spec.precision,
+                                          spec.active_power_w, spec.idle_power_w)
+        groups.setdefault(key, []).append(pu)
+    return {pus[0] if len(pus) == 1 else f"{pus[0]}..{pus[-1]}": pus for pus in groups.values()}
+
+
+def fit_power(runs: Sequence[MeasuredRun], terms: PipelineTerms, groups: Dict[str, List[str]]) -> Optional[PowerFit]:
+    """Bounded linear fit of ``Δ_g`` and ``C`` on the runs with a measured energy (module docstring).
+
+    Returns None when fewer runs have an energy than there are unknowns.
+    """
+    from scipy.optimize import lsq_linear
+
+    with_energy = [r for r in runs if r.energy_j]
+    used = [g for g, pus in groups.items()
+            if any(r.facts.figures(terms)[2][r.problem.pu_names.index(p)] > 0
+                   for r in with_energy for p in pus if p in r.problem.pu_names)]
+    if len(with_energy) < len(used) + 1:
+        return None
+    rows = []
+    for r in with_energy:
+        period, _, compute = r.facts.figures(terms)
+        names = r.problem.pu_names
+        row = [sum(compute[names.index(p)] for p in groups[g] if p in names) for g in used] + [period]
+        rows.append(np.array(row) / r.energy_j)  # relative error: divide each equation by its measurement
+    a = np.array(rows)
+    b = np.ones(len(rows))
+    sol = lsq_linear(a, b, bounds=(0.0, np.inf))
+    m, n = a.shape
+    resid = a @ sol.x - b
+    s2 = float(resid @ resid) / (m - n) if m > n else float("nan")
+    cov = np.linalg.pinv(a.T @ a) * s2
+    err = [float(math.sqrt(cov[i, i])) if np.isfinite(cov[i, i]) and cov[i, i] >= 0 else None for i in range(n)]
+    delta = {g: ParamEstimate(f"power.delta_w.{g}", float(sol.x[i]), 0.0, math.inf, err[i], True)
+             for i, g in enumerate(used)}
+    base = ParamEstimate("power.base_w", float(sol.x[-1]), 0.0, math.inf, err[-1], True)
+    return PowerFit({g: groups[g] for g in used}, delta, base)
+
+
+def _errors(runs: Sequence[MeasuredRun], preds: Sequence[Tuple[float, float, Optional[float]]]) -> Errors:
+    def stats(pairs):
+        if not pairs:
+            return None, None
+        rel = [100.0 * (p / m - 1.0) for p, m in pairs]
+        return float(np.mean(np.abs(rel))), float(max(rel, key=abs))
+
+    pm, pw = stats([(p[0], r.period_s) for r, p in zip(runs, preds)])
+    lm, lw = stats([(p[1], r.latency_s) for r, p in zip(runs, preds) if r.latency_s])
+    em, ew = stats([(p[2], r.energy_j) for r, p in zip(runs, preds) if r.energy_j and p[2] is not None])
+    return Errors(len(runs), pm, pw, lm, lw, em, ew)
+
+
+def calibrate_runs(runs: Sequence[MeasuredRun], base: PipelineTerms, fit: Sequence[str] = TERM_NAMES,
+                   soc=None, loo: bool = True) -> RunsFit:
+    """Fit the terms (and, where runs carry energies, the powers) and report the errors.
+
+    Parameters
+    ----------
+    runs : sequence of MeasuredRun
+    base : PipelineTerms
+        The profile's terms: the "before" model and the starting point.
+    fit : sequence of str
+        Terms to fit (:data:`TERM_NAMES`).
+    soc : parapipe.soc.SoC, optional
+        Groups identical PUs for the power fit (:func:`power_groups`).
+    loo : bool
+        Also predict every run with a fit on the others.
+
+    Raises
+    ------
+    ValueError
+        No run.
+    """
+    runs = list(runs)
+    terms, params = fit_terms(runs, base, fit)
+    groups = power_groups(runs[0].problem, soc)
+    power = fit_power(runs, terms, groups)
+    preds = []
+    for i, r in enumerate(runs):
+        prior = evaluate(r.problem, r.mapping, base)
+        row = {"before": (prior.period_s, prior.latency_s, prior.energy_j)}
+        period, latency, _ = r.facts.figures(terms)
+        row["after"] = (period, latency, power.energy_j(r, terms) if power else None)
+        if loo and len(runs) > 1:
+            others = runs[:i] + runs[i + 1:]
+            design = _Design(others, base, fit)
+            start = np.clip([_value(terms, n) for n in design.names], design.lower, design.upper)
+            t_i, _ = fit_terms(others, base, fit, starts=[start])
+            p_i = fit_power(others, t_i, groups)
+            period, latency, _ = r.facts.figures(t_i)
+            row["loo"] = (period, latency, p_i.energy_j(r, t_i) if p_i else None)
+        preds.append(row)
+    kinds = ["before", "after"] + (["loo"] if loo and len(runs) > 1 else [])
+    overall = {k: _errors(runs, [p[k] for p in preds]) for k in kinds}
+    per_model: Dict[str, Dict[str, Errors]] = {}
+    for model in dict.fromkeys(r.model for r in runs):
+        idx = [i for i, r in enumerate(runs) if r.model == model]
+        per_model[model] = {k: _errors([runs[i] for i in idx], [preds[i][k] for i in idx]) for k in kinds}
+    return RunsFit(runs, terms, params, power, preds, overall, per_model)
+
+
+def _value(terms: PipelineTerms, name: str) -> float:
+    if name.startswith("overlap."):
+        return terms.overlap.get(name.partition(".")[2], 0.0)
+    return float(getattr(terms, name))

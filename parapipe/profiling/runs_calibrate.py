@@ -1,0 +1,294 @@
+"""``parapipe calibrate --runs``: measured runs in, the pipeline-level terms (and powers) of a SoC profile out.
+
+Runs come from the ``runs`` table of a profile database (:mod:`parapipe.profiling.runs`, what ``parapipe run``
+and ``deploy`` record) or from a CSV: the long format ``model,soc,mapping,period_s,latency_s[,energy_j]``
+(``mapping``: one PU per block, as ``parapipe evaluate --mapping`` takes it; seconds and joules per inference;
+a byte-order mark and CRLF line ends are fine), or the export of ``parapipe runs --csv`` (its ``pu_list``,
+stage ``mapping`` and ``idle_latency_s`` columns). Each model's problem comes from ``--blocks DIR``
+(``DIR/<model>.blocks.csv``, the block table ``parapipe import`` writes) or, without it, from the model itself
+costed on the profile (on ``host``: its blocks measured, reusing the database's measurements).
+
+The fit is :func:`parapipe.profiling.runfit.calibrate_runs`; :func:`calibrated_profile` writes its terms into the
+profile's ``pipeline:`` section (and fitted powers into the PUs) with ``source: runs`` provenance.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Dict, List, Optional, Sequence
+
+from parapipe.errors import input_error
+from parapipe.profiling.runfit import TERM_NAMES, MeasuredRun, RunsFit, calibrate_runs
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RunsCalibration", "read_runs_csv", "runs_from_db", "calibrate_runs_job", "calibrated_profile",
+           "RUNS_SOURCE"]
+
+#: Source key of the numbers ``calibrate --runs`` writes into a profile.
+RUNS_SOURCE = "runs"
+_LONG_COLUMNS = ("model", "soc", "mapping", "period_s", "latency_s")
+
+
+class _Problems:
+    """Each model's problem, built once: from ``blocks_dir/<model>.blocks.csv`` or from the model itself."""
+
+    def __init__(self, soc, soc_spec: str, blocks_dir: Optional[str], max_blocks: Optional[int],
+                 db_path: Optional[str]):
+        self.soc, self.soc_spec, self.blocks_dir = soc, soc_spec, blocks_dir
+        self.max_blocks, self.db_path = max_blocks, db_path
+        self.cache: Dict[str, object] = {}
+
+    def get(self, model: str, source: str):
+        if model not in self.cache:
+            if self.blocks_dir:
+                from parapipe.cost.blocktable import read_block_table
+
+                path = Path(self.blocks_dir) / f"{model}.blocks.csv"
+                if not path.is_file():
+                    raise input_error(source, "model", f"no block table {path} for model {model!r}",
+                                      "write it with 'parapipe import' (DIR/<model>.blocks.csv) or drop --blocks "
+                                      "to cost the model itself")
+                self.cache[model] = read_block_table(path, self.soc, name=model)
+            else:
+                from parapipe.soc.resolve import is_host
+                from parapipe.workflow import prepare
+
+                db = self.db_path if is_host(self.soc_spec) else None
+                self.cache[model] = prepare(model, self.soc_spec, max_blocks=self.max_blocks, db=db).problem
+        return self.cache[model]
+
+
+def _number(src: str, where: str, text: str, what: str, positive: bool = True) -> Optional[float]:
+    text = (text or "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise input_error(src, where, f"{what} {text!r} is not a number", "give a number in SI units") from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise input_error(src, where, f"{what} must be a finite number {'>' if positive else '>='} 0, got {text!r}",
+                          "give seconds (joules for energy_j) per inference")
+    return value
+
+
+def _stage_mapping(problem, stages_json: str, label: str, source: str):
+    """A Mapping from the stage list of a ``runs`` row (``[{"pus", "blocks", "assignment"}]``)."""
+    from pydantic import ValidationError
+
+    from parapipe.cost.mapping_spec import mapping_from_point
+    from parapipe.mapping.model import Replica
+
+    try:
+        stages = json.loads(stages_json) if isinstance(stages_json, str) else stages_json
+        point = SimpleNamespace(id=label, stages=[SimpleNamespace(pus=list(st["pus"]), blocks=list(st["blocks"]),
+                                                                  assignment=dict(st.get("assignment") or {}),
+                                                                  order=list(st.get("order") or []),
+                                                                  replicas=[Replica.model_validate(r) for r in
+                                                                            st.get("replicas") or []] or None)
+                                                  for st in stages])
+    except (ValueError, TypeError, KeyError, ValidationError) as exc:
+        raise input_error(source, "mapping", f"not a stage list ({exc})", "export the runs with 'parapipe runs "
+                          "--csv'") from None
+    return mapping_from_point(problem, point, source)
+
+
+def read_runs_csv(path, soc, problems: _Problems) -> List[MeasuredRun]:
+    """The runs of a CSV (long format or ``parapipe runs --csv`` export; module docstring).
+
+    Raises
+    ------
+    InputError
+        Unreadable file, a missing column, a run of another SoC, a bad number or mapping (naming the line), no
+        row.
+    """
+    src = str(path)
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            reader = csv.DictReader(fh)
+            header = [(h or "").strip() for h in (reader.fieldnames or [])]
+            rows = [{(k or "").strip(): v for k, v in row.items()} for row in reader]
+    except OSError as exc:
+        raise input_error(src, None, f"cannot read ({exc.strerror or exc})", "check the path") from None
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise input_error(src, None, f"not a CSV file ({exc})", "write model,soc,mapping,period_s,latency_s[,energy_j]"
+                          ) from None
+    export = "pu_list" in header
+    need = ("model", "soc", "pu_list", "period_s", "idle_latency_s") if export else _LONG_COLUMNS
+    for col in need:
+        if col not in header:
+            raise input_error(src, f"column {col!r}", "missing",
+                              "the header must be model,soc,mapping,period_s,latency_s[,energy_j]")
+    runs = []
+    for line, row in enumerate(rows, start=2):
+        where = f"line {line}"
+        model, soc_name = (row.get("model") or "").strip(), (row.get("soc") or "").strip()
+        if not model:
+            raise input_error(src, f"{where}, column 'model'", "empty", "name the model of every run")
+        if soc_name != soc.name:
+            raise input_error(src, f"{where}, column 'soc'", f"run measured on SoC {soc_name!r}, not {soc.name!r}",
+                              f"calibrate one SoC at a time (--soc {soc_name}) or remove the row")
+        if export and ((row.get("prediction_applies") or "").strip().lower() in ("false", "0")
+                       or (row.get("outputs_match") or "").strip().lower() in ("false", "0")):
+            log.info("%s: %s skipped (PUs substituted with --bind, or outputs differ)", src, where)
+            continue
+        problem = problems.get(model, f"{src}: {where}")
+        if export:
+            label = (row.get("point") or "").strip() or row["pu_list"]
+            mapping = _stage_mapping(problem, row.get("mapping") or "", label, f"{src}: {where}")
+            if mapping.replicated:
+                log.info("%s: %s skipped (replicated stages: the pipeline terms model plain pipelines)", src, where)
+                continue
+        else:
+            from parapipe.cost.mapping_spec import parse_pu_list
+
+            label = (row.get("mapping") or "").strip()
+            mapping = parse_pu_list(problem, label, f"{src}: {where}, column 'mapping'")
+        period = _number(src, f"{where}, column 'period_s'", row.get("period_s"), "period_s")
+        if period is None:
+            raise input_error(src, f"{where}, column 'period_s'", "empty", "give the measured 1 / throughput, s")
+        latency = _number(src, f"{where}, column '{'idle_latency_s' if export else 'latency_s'}'",
+                          row.get("idle_latency_s" if export else "latency_s"), "latency_s")
+        energy = _number(src, f"{where}, column 'energy_j'", row.get("energy_j"), "energy_j")
+        runs.append(MeasuredRun(model, label, problem, mapping, period, latency, energy, f"{src}: {where}"))
+    if not runs:
+        raise input_error(src, None, "no run to calibrate on", "add one row per measured run")
+    return runs
+
+
+def runs_from_db(db_path: str, soc, problems: _Problems, models: Sequence[str] = ()) -> List[MeasuredRun]:
+    """The usable runs of the ``runs`` table for ``soc`` (and ``models``): not substituted, outputs matched.
+
+    Raises
+    ------
+    InputError
+        Missing database, or no usable run.
+    """
+    from parapipe.profiling.predict import open_existing_db
+    from parapipe.profiling.runs import list_runs
+
+    db = open_existing_db(db_path)
+    try:
+        records = list_runs(db, soc=soc.name)
+    finally:
+        db.close()
+    out = []
+    for rec in records:
+        if models and rec.model not in models:
+            continue
+        if not rec.prediction_applies or not rec.outputs_match:
+            log.info("%s: run %s skipped (PUs substituted with --bind, or outputs differ)", db_path, rec.id)
+            continue
+        source = f"{db_path}: run {rec.id}"
+        problem = problems.get(rec.model, source)
+        mapping = _stage_mapping(problem, rec.mapping, rec.point, source)
+        if mapping.replicated:
+            log.info("%s: run %s skipped (replicated stages: the pipeline terms model plain pipelines)", db_path,
+                     rec.id)
+            continue
+        out.append(MeasuredRun(rec.model, rec.point, problem, mapping, rec.period_s, rec.idle_latency_s or None,
+                               rec.energy_j, source))
+    if not out:
+        raise input_error(db_path, "runs", f"no usable run of SoC {soc.name!r}" + (f" and model(s) {list(models)}"
+                          if models else ""), "record runs with 'parapipe run' or 'parapipe deploy' (--db), "
+                          "or give a CSV with --runs FILE")
+    return out
+
+
+@dataclass
+class RunsCalibration:
+    """What ``calibrate --runs`` found (``fit``) and wrote (``out``, None without ``--out``)."""
+
+    fit: RunsFit
+    soc: object
+    out: Optional[Path]
+
+
+def calibrated_profile(soc, fit: RunsFit, citation: str):
+    """``soc`` with the fitted terms in its ``pipeline:`` section and the fitted powers in its PUs, each with
+    ``source: runs`` (cited as ``citation``). Powers: ``C = Σ idle + static`` is split keeping the profile's
+    static power and scaling every idle power alike (static = C and idle 0 when C is below the static power);
+    active = idle + the group's fitted ``Δ``."""
+    from parapipe.soc.pipeline import PipelineParams
+    from parapipe.soc.profile import Provenance
+
+    terms = fit.terms
+    provenance = dict(soc.provenance)
+    fitted = {p.name for p in fit.params if p.fitted}
+    for name in fitted:
+        provenance[f"pipeline.{name}"] = Provenance(source=RUNS_SOURCE)
+    overlap = {pu: (float(v) if v > 1e-9 else 0.0) for pu, v in terms.overlap.items()  # 1e-9: zero to the fit
+               if pu in soc.pus and (v or f"overlap.{pu}" in fitted)}
+    pipeline = PipelineParams(overlap=overlap, dispatch_s=terms.dispatch_s, handoff_s=terms.handoff_s,
+                              contention=terms.contention, slowdown=terms.slowdown)
+    pus = {name: pu for name, pu in soc.pus.items()}
+    static = soc.static_power_w
+    if fit.power is not None:
+        base = fit.power.base_w.value
+        idle_sum = sum(pu.idle_power_w for pu in soc.pus.values())
+        scale = (base - static) / idle_sum if base >= static and idle_sum > 0 else 0.0
+        static = static if base >= static and idle_sum > 0 else base
+        provenance["static_power_w"] = Provenance(source=RUNS_SOURCE)
+        group_of = {pu: g for g, members in fit.power.groups.items() for pu in members}
+        for name, pu in soc.pus.items():
+            idle = pu.idle_power_w * scale
+            delta = fit.power.delta_w[group_of[name]].value if name in group_of else pu.active_power_w - pu.idle_power_w
+            pus[name] = pu.model_copy(update={"idle_power_w": idle, "active_power_w": idle + delta})
+            provenance[f"pus.{name}.idle_power_w"] = provenance[f"pus.{name}.active_power_w"] = \
+                Provenance(source=RUNS_SOURCE)
+    fields = {f: getattr(soc, f) for f in type(soc).model_fields}
+    fields.update(pus=pus, static_power_w=static, pipeline=pipeline, provenance=provenance,
+                  sources={**soc.sources, RUNS_SOURCE: citation}, path=None)
+    return type(soc).model_validate(fields)
+
+
+def calibrate_runs_job(soc_spec: str, runs_csv: Optional[str] = None, db_path: Optional[str] = None,
+                       blocks_dir: Optional[str] = None, out=None, models: Sequence[str] = (),
+                       fit: Sequence[str] = TERM_NAMES, max_blocks: Optional[int] = 48,
+                       loo: bool = True) -> RunsCalibration:
+    """``parapipe calibrate --runs``: read the runs, fit, optionally write the calibrated profile (atomically).
+
+    Raises
+    ------
+    InputError
+        Bad SoC, CSV, database, block table or ``--fit``; ``out`` not a .yaml path; no run.
+    """
+    from parapipe.cost.pipeline_terms import terms_from_soc
+    from parapipe.soc.resolve import resolve_soc
+
+    if out is not None and not str(out).endswith((".yaml", ".yml")):
+        raise input_error("--out", None, f"{out} is not a .yaml file", "give a path ending in .yaml")
+    bad = [f for f in fit if f not in TERM_NAMES]
+    if bad or not fit:
+        raise input_error("--fit", None, f"unknown term(s) {', '.join(bad) or '(none)'}",
+                          f"choose among {', '.join(TERM_NAMES)}, comma-separated")
+    soc = resolve_soc(soc_spec)
+    problems = _Problems(soc, soc_spec, blocks_dir, max_blocks, db_path)
+    if runs_csv:
+        runs = read_runs_csv(runs_csv, soc, problems)
+        runs = [r for r in runs if not models or r.model in models]
+    elif db_path:
+        runs = runs_from_db(db_path, soc, problems, models)
+    else:
+        raise input_error("--runs", None, "no runs given", "give --runs FILE.csv, or --runs with --db FILE")
+    result = calibrate_runs(runs, terms_from_soc(soc), fit=fit, soc=soc, loo=loo)
+    path = None
+    if out is not None:
+        from parapipe.soc.loader import save_soc
+
+        loo_err = result.overall.get("loo") or result.overall["after"]
+        names = ", ".join(dict.fromkeys(r.model for r in runs))
+        citation = (f"parapipe calibrate --runs on {Path(runs_csv or db_path).name}: {len(runs)} measured runs of "
+                    f"{names}, fitted {datetime.now(timezone.utc).date().isoformat()}; leave-one-out period MAPE "
+                    f"{loo_err.period_mape:.1f}%")
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_soc(calibrated_profile(soc, result, citation), path)
+    return RunsCalibration(result, soc, path)

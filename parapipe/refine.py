@@ -1,0 +1,179 @@
+"""``parapipe optimize --refine N``: close the loop between the cost model and the machine that runs the mapping.
+
+Each round: search (:func:`parapipe.workflow.optimize`, as ``optimize`` does); rank the front's points by the
+period the full model (:func:`parapipe.cost.pipeline_terms.reevaluate` with the terms learnt so far) predicts;
+run the most promising ones (the best and the next ``points`` − 1 not yet measured) on this machine
+(:func:`parapipe.runtime.run.run_local`) or on a board (:func:`parapipe.deploy.deploy`), record them in the
+``runs`` table; stop when every point of the round was predicted within ``tolerance`` (5 %) of its measured
+period, or after ``rounds`` rounds; otherwise fit the pipeline terms on every run so far
+(:func:`parapipe.profiling.runfit.calibrate_runs`) and search again. Each prediction in the trajectory was made
+before the run it is compared with (out of sample).
+
+The trajectory goes into ``pareto.json`` (``search.refine``: rounds, tolerance, converged, the fitted terms and
+one row per run: round, point, predicted and measured period and latency, error), and the last fit into
+``OUT/calibrated.yaml`` (the profile with the terms, ``source: runs``).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, List, Optional
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RefineStep", "RefineResult", "refine", "trajectory_table", "REFINE_TOLERANCE"]
+
+#: Relative period error at which the loop stops (the issue's 5 %).
+REFINE_TOLERANCE = 0.05
+
+
+@dataclass
+class RefineStep:
+    """One measured point of the loop (s): predicted before it ran, then measured."""
+
+    round: int
+    point: str
+    predicted_period_s: float
+    measured_period_s: float
+    predicted_latency_s: float
+    measured_latency_s: float
+    error: float  # predicted / measured − 1 (period)
+
+
+@dataclass
+class RefineResult:
+    """The last document, the trajectory, whether it converged, the fitted terms, the profile written."""
+
+    doc: Any
+    steps: List[RefineStep]
+    converged: bool
+    terms: Any
+    calibrated: Optional[Path]
+
+
+def _key(mapping) -> tuple:
+    return tuple((st.start, st.stop, st.pus, st.assignment) for st in mapping.stages)
+
+
+def refine(prep, options, out_dir: Path, rounds: int, model: str, frames: int = 100, points: int = 3,
+           tolerance: float = REFINE_TOLERANCE, db: Optional[str] = None, host=None, python: str = "python3",
+           plot: bool = True, progress=None, on_step: Optional[Callable[[RefineStep], None]] = None,
+           input_shapes=None, feeds: Optional[str] = None) -> RefineResult:
+    """Run the loop of the module docstring.
+
+    Parameters
+    ----------
+    prep : parapipe.workflow.Prepared
+        Its ``terms`` are the starting terms and are updated each round.
+    options : parapipe.search.api.SearchOptions
+    out_dir : Path
+    rounds : int
+        Most rounds (>= 1).
+    model : str
+        The model as the user named it (run and deploy load it again).
+    frames, points : int
+        Measured frames per run; points run per round.
+    tolerance : float
+        Relative period error at which to stop.
+    db : str, optional
+        Profile database whose ``runs`` table keeps every run.
+    host : parapipe.deploy.hostspec.HostSpec, optional
+        Run on this board (``deploy``) instead of this machine.
+    python : str
+        The board's interpreter.
+
+    Raises
+    ------
+    InputError
+        ``rounds`` or ``points`` < 1; what search, run or deploy raise.
+    """
+    from parapipe.cost.mapping_spec import mapping_from_point
+    from parapipe.cost.pipeline_terms import reevaluate
+    from parapipe.errors import input_error
+    from parapipe.profiling.runfit import MeasuredRun, calibrate_runs
+    from parapipe.runtime.run import record_run
+    from parapipe.workflow import optimize, write_outputs
+
+    for name, value in (("--refine", rounds), ("--refine-points", points), ("--frames", frames)):
+        if value < 1:
+            raise input_error(name, None, f"must be >= 1, got {value}", "give a positive count")
+    out_dir = Path(out_dir)
+    base, terms = prep.terms, prep.terms
+    measured: List[MeasuredRun] = []
+    seen = set()
+    steps: List[RefineStep] = []
+    converged, fit = False, None
+    doc = None
+    for rnd in range(1, rounds + 1):
+        prep.terms = terms
+        doc = optimize(prep, options, out_dir, progress=progress, plot=False)
+        ranked = []
+        for pt in doc.points:
+            if pt.strategy != "parapipe":
+                continue
+            m = mapping_from_point(prep.problem, pt, str(out_dir / "pareto.json"))
+            ranked.append((reevaluate(prep.problem, m, terms), pt, m))
+        ranked.sort(key=lambda r: (r[0].period_s, r[0].latency_s))
+        chosen = ranked[:1] + [r for r in ranked[1:] if _key(r[2]) not in seen][:points - 1]
+        round_ok = True
+        for ev, pt, m in chosen:
+            rep, runner = _run_point(model, out_dir, pt.id, frames, host, python, rnd, input_shapes, feeds)
+            record_run(db, doc, pt, rep, runner)
+            seen.add(_key(m))
+            period = 1.0 / rep.throughput_per_s
+            step = RefineStep(rnd, pt.id, ev.period_s, period, ev.latency_s, rep.idle_latency_s,
+                              ev.period_s / period - 1.0)
+            steps.append(step)
+            if on_step is not None:
+                on_step(step)
+            round_ok = round_ok and abs(step.error) <= tolerance
+            measured.append(MeasuredRun(prep.loaded.name, pt.id, prep.problem, m, period,
+                                        rep.idle_latency_s or None, rep.energy_j, f"refine round {rnd}"))
+        if round_ok:
+            converged = True
+            break
+        if rnd < rounds:
+            fit = calibrate_runs(measured, base, soc=prep.soc, loo=False)
+            terms = fit.terms
+    prep.terms = terms
+    doc.search["refine"] = {"rounds": steps[-1].round, "tolerance": tolerance, "converged": converged,
+                            "terms": {"overlap": dict(terms.overlap), "dispatch_s": terms.dispatch_s,
+                                      "handoff_s": terms.handoff_s, "contention": terms.contention,
+                                      "slowdown": terms.slowdown},
+                            "trajectory": [asdict(s) for s in steps]}
+    write_outputs(doc, out_dir, plot)
+    calibrated = None
+    if fit is not None:
+        from parapipe.profiling.runs_calibrate import calibrated_profile
+        from parapipe.soc.loader import save_soc
+
+        calibrated = out_dir / "calibrated.yaml"
+        save_soc(calibrated_profile(prep.soc, fit, f"parapipe optimize --refine: {len(measured)} runs of "
+                                    f"{prep.loaded.name}"), calibrated)
+    return RefineResult(doc, steps, converged, terms, calibrated)
+
+
+def _run_point(model: str, out_dir: Path, point: str, frames: int, host, python: str, rnd: int, input_shapes,
+               feeds) -> tuple:
+    """``(RunReport, runner)`` of one point of ``out_dir/pareto.json``, here or on ``host``."""
+    mapping = str(out_dir / "pareto.json")
+    if host is None:
+        from parapipe.runtime.run import run_local
+
+        _, rep = run_local(model, mapping, point, frames=frames, input_shapes=input_shapes, feeds=feeds)
+        return rep, "local"
+    from parapipe.deploy.deploy import DeployOptions, deploy
+
+    res = deploy(model, mapping, point, host, out_dir / "refine" / f"round{rnd}-{point}",
+                 DeployOptions(frames=frames, python=python), input_shapes=input_shapes, feeds=feeds)
+    return res.report, res.host
+
+
+def trajectory_table(steps: List[RefineStep]) -> str:
+    """The trajectory as text (ms, %)."""
+    lines = [f"{'round':>5} {'point':<8} {'predicted ms':>12} {'measured ms':>11} {'error':>7}"]
+    for s in steps:
+        lines.append(f"{s.round:>5} {s.point:<8} {s.predicted_period_s * 1e3:>12.3f} {s.measured_period_s * 1e3:>11.3f} "
+                     f"{s.error * 100:>+6.1f}%")
+    return "\n".join(lines)

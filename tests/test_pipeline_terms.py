@@ -1,0 +1,160 @@
+"""The pipeline-level terms of the cost model (parapipe/cost/pipeline_terms.py): hand-worked numbers for each
+term, and the defaults reproduce the plain model bit for bit on the zoo models."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from parapipe.cost.evaluate import Mapping, StageMapping, evaluate, mapping_from_pu_list
+from parapipe.cost.pipeline_terms import DEFAULT_TERMS, PipelineTerms, reevaluate, terms_from_soc
+from parapipe.cost.problem import MappingProblem
+
+
+def shared_pu_problem() -> MappingProblem:
+    """b0 -> b1 -> b2 with free hand-offs; mapped p0 | p1 | p0, the stage times are 2, 3 and 4 s.
+
+    DRAM bytes per block 200, 300, 100; active power 2 W everywhere, idle 0.1 / 0.2 W, static 1 W.
+    """
+    inf = float("inf")
+    return MappingProblem(
+        block_names=["b0", "b1", "b2"], preds=[(), (0,), (1,)], edge_nbytes={(0, 1): 0.0, (1, 2): 0.0},
+        pu_names=["p0", "p1"], time_s=[[2, 2], [3, 3], [4, 4]], active_power_w=[[2, 2]] * 3,
+        idle_power_w=[0.1, 0.2], static_power_w=1.0, alpha_s=[[0, 0], [0, 0]], beta_bytes_per_s=[[inf] * 2] * 2,
+        name="shared", block_nbytes=[[200, 200], [300, 300], [100, 100]])
+
+
+MAPPING = mapping_from_pu_list(shared_pu_problem(), [0, 1, 0])
+
+
+def figures(ev):
+    return ev.period_s, ev.latency_s, ev.energy_j
+
+
+def test_plain_model_of_the_example():
+    # busy p0 = 2 + 4 = 6 s, p1 = 3 s; latency 9 s; E_dyn = 2·1.9 + 3·1.8 + 4·1.9 = 16.8 J; E = 16.8 + 1.3·6
+    assert figures(evaluate(shared_pu_problem(), MAPPING)) == pytest.approx((6.0, 9.0, 24.6))
+
+
+def test_overlap_puts_the_busy_time_between_the_largest_stage_and_the_sum():
+    pr = shared_pu_problem()
+    half = reevaluate(pr, MAPPING, PipelineTerms(overlap={"p0": 0.5}))
+    assert half.busy_s.tolist() == pytest.approx([4 + 0.5 * 2, 3.0])  # max + (1 - φ)(sum - max)
+    assert half.latency_s == pytest.approx(9.0)  # one frame at a time: overlap changes nothing
+    full = reevaluate(pr, MAPPING, PipelineTerms(overlap={"p0": 1.0}))
+    assert full.period_s == pytest.approx(4.0)
+    assert full.energy_j == pytest.approx(16.8 + 1.3 * 4.0)
+    other = reevaluate(pr, MAPPING, PipelineTerms(overlap={"p1": 1.0}))  # p1 serves one stage: no effect
+    assert figures(other) == pytest.approx((6.0, 9.0, 24.6))
+
+
+def test_dispatch_is_paid_once_per_stage_and_slowdown_scales_the_work():
+    pr = shared_pu_problem()
+    ev = reevaluate(pr, MAPPING, PipelineTerms(dispatch_s=0.1))
+    assert [r.time_s for r in ev.stage_results] == pytest.approx([2.1, 3.1, 4.1])
+    assert (ev.period_s, ev.latency_s) == pytest.approx((6.2, 9.3))
+    assert ev.energy_j == pytest.approx(16.8 + 1.3 * 6.2)  # dispatch draws idle power only
+    ev = reevaluate(pr, MAPPING, PipelineTerms(slowdown=2.0))
+    assert figures(ev) == pytest.approx((12.0, 18.0, 2 * 16.8 + 1.3 * 12.0))
+    assert ev.stage_results[2].finish_s[2] == pytest.approx(8.0)
+
+
+def test_contention_from_the_bandwidth_co_running_stages_demand():
+    # P0 = 6 s, B = 100 B/s. Stage 0 (p0) runs with stage 1 (p1, 300 B): ρ = 300 / 600 = 0.5, f = 1.5.
+    # Stage 1 runs with stages 0 and 2 (300 B): ρ = 0.5. Stage 2 with stage 1: 0.5.
+    # T' = 3, 4.5, 6 → busy p0 = 9, p1 = 4.5; idle latency has no co-runner: 9 s; E_dyn × 1.5 = 25.2 J.
+    pr = shared_pu_problem()
+    ev = reevaluate(pr, MAPPING, PipelineTerms(contention=1.0, memory_bandwidth_bytes_per_s=100.0))
+    assert [r.time_s for r in ev.stage_results] == pytest.approx([3.0, 4.5, 6.0])
+    assert figures(ev) == pytest.approx((9.0, 9.0, 25.2 + 1.3 * 9.0))
+    single = mapping_from_pu_list(pr, [0, 0, 0])  # one stage: nothing runs at once with it
+    assert figures(reevaluate(pr, single, PipelineTerms(contention=1.0, memory_bandwidth_bytes_per_s=100.0))) \
+        == pytest.approx(figures(evaluate(pr, single)))
+
+
+def test_contention_without_block_bytes_uses_the_edges():
+    pr = shared_pu_problem()
+    pr.block_nbytes = None
+    pr.edge_nbytes = {(0, 1): 60.0, (1, 2): 30.0}
+    pr.alpha_s = np.zeros((2, 2))
+    # traffic: stage0 = out 60; stage1 = in 60 + out 30 = 90; stage2 = in 30. P0 = 6 s, B = 10 B/s.
+    ev = reevaluate(pr, MAPPING, PipelineTerms(contention=1.0, memory_bandwidth_bytes_per_s=10.0))
+    rho = [90 / 60, (60 + 30) / 60, 90 / 60]
+    assert [r.time_s for r in ev.stage_results] == pytest.approx([t * (1 + r) for t, r in zip([2, 3, 4], rho)])
+
+
+def test_handoff_costs_every_tensor_handed_inside_a_multi_pu_stage_and_reschedules_it():
+    pr = shared_pu_problem()
+    pr.edge_nbytes = {(0, 1): 100.0, (1, 2): 100.0}  # free (alpha 0, beta inf) but real hand-offs
+    ev = reevaluate(pr, MAPPING, PipelineTerms(handoff_s=0.5))  # between stages: the dispatch's part, not this
+    assert figures(ev) == figures(evaluate(pr, MAPPING))
+    # one stage on {p0, p1}: b0 -> {b1 on p1, b2} -> b3 (times 1, 4, 3, 1 s): b1 starts at 1 + h and b3 waits for
+    # b1's output to come back: makespan 6 + 2h
+    inf = float("inf")
+    diamond = MappingProblem(
+        block_names=["b0", "b1", "b2", "b3"], preds=[(), (0,), (0,), (1, 2)],
+        edge_nbytes={(0, 1): 8.0, (0, 2): 8.0, (1, 3): 8.0, (2, 3): 8.0}, pu_names=["p0", "p1"],
+        time_s=[[1, 1], [4, 4], [3, 3], [1, 1]], active_power_w=[[2, 2]] * 4, idle_power_w=[0, 0],
+        static_power_w=0.0, alpha_s=[[0, 0], [0, 0]], beta_bytes_per_s=[[inf] * 2] * 2)
+    par = Mapping((StageMapping(0, 4, (0, 1), (0, 1, 0, 0)),))
+    assert evaluate(diamond, par).period_s == pytest.approx(6.0)
+    ev = reevaluate(diamond, par, PipelineTerms(handoff_s=0.5))
+    assert ev.period_s == pytest.approx(7.0) and ev.stage_results[0].start_s[1] == pytest.approx(1.5)
+    assert ev.stage_results[0].active_s.tolist() == pytest.approx([1 + 3 + 1, 4])  # compute only, as evaluate
+    two = Mapping((StageMapping(0, 1, (0,), (0,)), StageMapping(1, 4, (0, 1), (1, 0, 0))))  # b0 | {b1 on p1, b2, b3}
+    ev = reevaluate(diamond, two, PipelineTerms(handoff_s=0.5))
+    plain = evaluate(diamond, two)
+    assert ev.stage_results[1].input_s == plain.stage_results[1].input_s  # the hop into the stage keeps its cost
+    assert ev.stage_results[1].makespan_s == pytest.approx(plain.stage_results[1].makespan_s + 0.5)
+
+
+def test_terms_validation():
+    with pytest.raises(ValueError, match="overlap"):
+        PipelineTerms(overlap={"p0": 1.5})
+    with pytest.raises(ValueError, match="memory_bandwidth"):
+        PipelineTerms(contention=0.5)
+    with pytest.raises(ValueError, match="slowdown"):
+        PipelineTerms(slowdown=0.0)
+    assert DEFAULT_TERMS.is_default() and not PipelineTerms(dispatch_s=1e-4).is_default()
+
+
+def _random_mappings(problem: MappingProblem, rng: np.random.Generator, count: int):
+    """Random PU lists (a PU may serve several stages) and random two-PU stages (intra-stage parallelism)."""
+    feasible = [np.flatnonzero(np.isfinite(problem.time_s[j])) for j in range(problem.n_blocks)]
+    out = []
+    for i in range(count):
+        pus = [int(rng.choice(f)) for f in feasible]
+        if i % 2:
+            out.append(mapping_from_pu_list(problem, pus))
+            continue
+        cuts = sorted(rng.choice(np.arange(1, problem.n_blocks), size=min(3, problem.n_blocks - 1), replace=False))
+        stages, start = [], 0
+        for stop in list(cuts) + [problem.n_blocks]:
+            assign = tuple(pus[start:stop])
+            stages.append(StageMapping(start, stop, tuple(sorted(set(assign))), assign))
+            start = stop
+        out.append(Mapping(tuple(stages)))
+    return out
+
+
+@pytest.mark.parametrize("model,soc", [("squeezenet", "amlogic_a311d"), ("inception_v1", "black_sesame_a1000"),
+                                       ("resnet50", "amlogic_a311d")])
+def test_default_terms_reproduce_the_plain_model_bit_for_bit(zoo_opgraph, model, soc):
+    from parapipe.cost.roofline import problem_from_blocks
+    from parapipe.graph.coarsen import coarsen
+    from parapipe.soc import load_soc
+
+    soc_obj = load_soc(soc)
+    problem = problem_from_blocks(coarsen(zoo_opgraph(model), max_blocks=48), soc_obj, name=model)
+    terms = terms_from_soc(soc_obj)  # a bundled profile has no pipeline: section
+    assert terms.is_default() and terms.memory_bandwidth_bytes_per_s == soc_obj.memory_bandwidth_bytes_per_s
+    for m in _random_mappings(problem, np.random.default_rng(3), 40):
+        plain, full = evaluate(problem, m), reevaluate(problem, m, terms)
+        assert (full.period_s, full.latency_s, full.energy_j) == (plain.period_s, plain.latency_s, plain.energy_j)
+        assert full.busy_s.tolist() == plain.busy_s.tolist() and full.active_s.tolist() == plain.active_s.tolist()
+        for a, b in zip(full.stage_results, plain.stage_results):
+            assert (a.time_s, a.input_s, a.makespan_s, a.dyn_energy_j) == (b.time_s, b.input_s, b.makespan_s,
+                                                                          b.dyn_energy_j)
+            assert a.start_s == b.start_s and a.finish_s == b.finish_s
+        # and a non-default value does move the figures (the comparison above can fail)
+        if len(m.stages) > 1:
+            assert reevaluate(problem, m, terms.replace(dispatch_s=1e-3)).latency_s > plain.latency_s
