@@ -119,7 +119,7 @@ def run_job(job: Job) -> JobResult:
     t0 = time.perf_counter()
     prep = prepare(job.model, job.soc, max_blocks=job.max_blocks)
     prepare_s = time.perf_counter() - t0
-    result = search(prep.problem, SearchOptions(**job.search))
+    result = search(prep.problem, SearchOptions(**job.search), terms=prep.terms)
     blocks = {b.name: list(b.ops) for b in prep.block_graph.blocks}
     doc = doc_from_result(result, prep.loaded.name, prep.loaded.sha256, soc_ref(prep.soc), blocks=blocks,
                           search={"max_blocks": prep.max_blocks, "seed": result_seed(job),

@@ -324,6 +324,7 @@ def _optimize_blocks(args, problem, soc, options) -> int:
     """optimize --blocks FILE: search a block table and write pareto.json/pareto.png like for a model."""
     import hashlib
 
+    from .cost.pipeline_terms import terms_from_soc
     from .mapping import doc_from_result
     from .search.api import search
     from .soc.resolve import soc_ref
@@ -332,7 +333,7 @@ def _optimize_blocks(args, problem, soc, options) -> int:
     out = Path(args.out)
     _check_out_dir(out)
     sha = hashlib.sha256(Path(args.blocks).read_bytes()).hexdigest()
-    result = search(problem, options)
+    result = search(problem, options, terms=terms_from_soc(soc))
     doc = doc_from_result(result, problem.name, sha, soc_ref(soc), blocks={b: [] for b in problem.block_names},
                           search={"seed": options.seed, "blocks_file": str(args.blocks)})
     write_outputs(doc, out, plot=not args.no_plot)

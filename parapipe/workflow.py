@@ -119,7 +119,7 @@ def optimize(prep: Prepared, options, out_dir: Path, progress=None, plot: bool =
 
     out_dir = Path(out_dir)
     _check_out_dir(out_dir)
-    result = search(prep.problem, options, progress=progress)
+    result = search(prep.problem, options, progress=progress, terms=prep.terms)
     blocks = {b.name: list(b.ops) for b in prep.block_graph.blocks}
     doc = doc_from_result(result, prep.loaded.name, prep.loaded.sha256, soc_ref(prep.soc), blocks=blocks,
                           search={"max_blocks": prep.max_blocks, "seed": options.seed, **prep.timings_s},

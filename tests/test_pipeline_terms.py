@@ -158,3 +158,26 @@ def test_default_terms_reproduce_the_plain_model_bit_for_bit(zoo_opgraph, model,
         # and a non-default value does move the figures (the comparison above can fail)
         if len(m.stages) > 1:
             assert reevaluate(problem, m, terms.replace(dispatch_s=1e-3)).latency_s > plain.latency_s
+
+
+def test_search_reports_every_point_under_the_full_model():
+    """The search ranks with the plain model but reports (and Pareto-filters) under the terms it is given."""
+    from search_cases import random_problem
+
+    from parapipe.search.api import SearchOptions, search
+
+    pr = random_problem(6, 3, 5, "diamond")
+    opts = SearchOptions(time_limit_s=10, polish=False)
+    plain = search(pr, opts)
+    terms = PipelineTerms(dispatch_s=2e-4, slowdown=1.3, overlap={pr.pu_names[0]: 0.5})
+    full = search(pr, opts, terms=terms)
+    assert full.info["cost_terms"]["dispatch_s"] == 2e-4 and "cost_terms" not in plain.info
+    changed = 0
+    for p in full.points:
+        want = evaluate(pr, p.mapping, terms)
+        assert (p.evaluation.period_s, p.evaluation.latency_s) == (want.period_s, want.latency_s)
+        changed += p.evaluation.period_s != evaluate(pr, p.mapping).period_s
+    assert changed > 0
+    # default terms: the same front as no terms at all
+    same = search(pr, opts, terms=DEFAULT_TERMS)
+    assert [q.objectives() for q in same.points] == [q.objectives() for q in plain.points]

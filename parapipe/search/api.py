@@ -202,8 +202,14 @@ def _relaxation(problem: MappingProblem, best_period_s: float, deadline: float):
 
 
 def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
-           progress: Optional[Callable[[int], None]] = None) -> SearchResult:
+           progress: Optional[Callable[[int], None]] = None, terms=None) -> SearchResult:
     """Search hierarchical mappings of ``problem`` and return the front next to the baselines.
+
+    ``terms`` (:class:`parapipe.cost.pipeline_terms.PipelineTerms`, optional: a profile's ``pipeline:`` section
+    or what ``calibrate --runs`` fitted) are the pipeline-level terms of the cost model. The DP passes rank
+    candidates with the plain model; every candidate and baseline is then evaluated with the full model before
+    the Pareto filter, so the front reported is the front of the full model among the candidates (exact for the
+    plain model only; ``info["cost_terms"]`` records the terms, and the period bound stays the plain model's).
 
     Raises
     ------
@@ -226,10 +232,10 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     baseline += [("pipeline", f"pipeline-{i}", m) for i, m in enumerate(found["pipeline"])]
     baseline += [("parallel", f"parallel-{i}", m) for i, m in enumerate(parallel_mappings(problem))]
     for strategy, pid, m in baseline:
-        p = Point(pid, strategy, m, evaluate(problem, m), stage_kinds(m))
+        p = Point(pid, strategy, m, evaluate(problem, m, terms), stage_kinds(m))
         if strategy == "parallel" and opts.polish and polisher.wants(m):
             pm, pk = polisher.polish(m)
-            polished = Point(pid, strategy, pm, evaluate(problem, pm), pk)
+            polished = Point(pid, strategy, pm, evaluate(problem, pm, terms), pk)
             if polished.objectives() <= p.objectives():  # CP-SAT's rounded ticks may favour a worse schedule
                 p = polished
         points.append(p)
@@ -238,15 +244,20 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     for origin in ("disjoint", "reuse"):
         for m in found[origin]:
             m = merge_same_pu_stages(m)
-            cand_points.append(Point("", "parapipe", m, evaluate(problem, m), stage_kinds(m), origin=origin))
+            cand_points.append(Point("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m), origin=origin))
             if opts.polish and polisher.wants(m):
                 pm, pk = polisher.polish(m)
-                cand_points.append(Point("", "parapipe", pm, evaluate(problem, pm), pk, origin="cp-sat"))
+                cand_points.append(Point("", "parapipe", pm, evaluate(problem, pm, terms), pk, origin="cp-sat"))
     for b in points:
         cand_points.append(Point("", "parapipe", b.mapping, b.evaluation, b.stage_schedules, origin="baseline"))
     # The least period of the PU-reuse space, exactly, guided by the bound's relaxation (which may already prove
     # the best period found optimal).
-    best_period = min(p.evaluation.period_s for p in cand_points)
+    full = terms is not None and not terms.is_default()
+
+    def plain_period_s(points: Sequence[Point]) -> float:  # the bound and its proof are the plain model's
+        return min((evaluate(problem, p.mapping) if full else p.evaluation).period_s for p in points)
+
+    best_period = plain_period_s(cand_points)
     t_b = time.monotonic()
     relaxed = _relaxation(problem, best_period, t_b + opts.bound_time_limit_s)
     if relaxed is not None and best_period > relaxed.bound_s * (1 + opts.period_gap):
@@ -255,7 +266,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
                                           eps)
         if m is not None:
             m = merge_same_pu_stages(m)
-            cand_points.append(Point("", "parapipe", m, evaluate(problem, m), stage_kinds(m), origin="period"))
+            cand_points.append(Point("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m), origin="period"))
     mat = _objective_matrix(cand_points, opts.objectives)
     front = [cand_points[i] for i in np.flatnonzero(pareto_mask(mat))]  # equal vectors: the first is kept
     front.sort(key=lambda p: p.objectives())
@@ -267,7 +278,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     on_front = {objs[j] for j in np.flatnonzero(pareto_mask(np.array(objs)))}
     for i, p in enumerate(all_points):
         p.pareto = objs[i] in on_front
-    bounds = lower_bounds(problem, best_period_s=min(p.evaluation.period_s for p in front),
+    bounds = lower_bounds(problem, best_period_s=plain_period_s(front),
                           time_limit_s=max(0.0, opts.bound_time_limit_s - (time.monotonic() - t_b)), relaxed=relaxed)
     stats = {"search_s": time.monotonic() - t0, "dp_s": t_dp, "dp_states": n_states,
              "bound_s": time.monotonic() - t_b}
@@ -279,6 +290,10 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
             "cpsat": {"time_unit_s": TIME_UNIT_S, "rounding": "up", "time_limit_s": opts.time_limit_s,
                       "stage_limit_s": opts.cpsat_stage_limit_s, "max_blocks": opts.cpsat_max_blocks},
             "bound": bounds.info()}
+    if full:
+        info["cost_terms"] = {"overlap": dict(terms.overlap), "dispatch_s": terms.dispatch_s,
+                              "handoff_s": terms.handoff_s, "contention": terms.contention,
+                              "slowdown": terms.slowdown}
     log.info("search %s: %d blocks x %d PUs, front %d points, %.2fs (DP %.2fs, %d states), exact %s",
              problem.name, problem.n_blocks, problem.n_pus, len(front), stats["search_s"], t_dp, n_states,
              info["exact"])
