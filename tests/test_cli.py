@@ -363,16 +363,22 @@ def test_run_host_mapping_errors(capsys, tmp_path, monkeypatch, host_mapping):
 
 def test_front_table_lists_each_mapping_once_and_explains_gap():
     from parapipe.cli import _front_table
+    from parapipe.mapping import ParetoDoc
 
     def pt(pid, strategy, pus):
+        blocks = [["b0", "b1"]] if len(pus) == 1 else [["b0"], ["b1"]]
         return {"id": pid, "strategy": strategy, "pareto": True, "throughput_per_s": 10.0, "period_s": 0.1,
                 "period_gap": 0.25, "latency_s": 0.2, "energy_j": 1.0,
-                "mapping": {"stages": [{"pus": [p], "blocks": [f"b{i}"]} for i, p in enumerate(pus)]}}
+                "mapping": {"stages": [{"pus": [p], "blocks": b, "time_s": 0.1} for p, b in zip(pus, blocks)]}}
 
-    doc = {"points": [pt("p0", "parapipe", ["gpu", "big"]), pt("pipeline-0", "pipeline", ["gpu", "big"]),
-                      pt("single-gpu", "single", ["gpu"]), pt("parallel-0", "parallel", ["gpu"])],
-           "bounds": {"period_lb_s": 0.08, "latency_lb_s": 0.1},
-           "search": {"search_s": 1.0, "exact": True, "bound": {"period_method": "relaxed-dp"}}}
+    doc = ParetoDoc.model_validate({
+        "model": {"name": "m", "sha256": "0" * 64},
+        "soc": {"name": "toy", "pus": {"gpu": {"kind": "gpu"}, "big": {"kind": "cpu"}}},
+        "blocks": {"b0": [], "b1": []},
+        "points": [pt("p0", "parapipe", ["gpu", "big"]), pt("pipeline-0", "pipeline", ["gpu", "big"]),
+                   pt("single-gpu", "single", ["gpu"]), pt("parallel-0", "parallel", ["gpu"])],
+        "bounds": {"period_lb_s": 0.08, "latency_lb_s": 0.1},
+        "search": {"search_s": 1.0, "exact": True, "bound": {"period_method": "relaxed-dp"}}})
     lines = _front_table(doc).splitlines()
     assert lines[0].startswith("gap = period / period lower bound - 1 (bound 80.000 ms, relaxed-dp)")
     rows = [ln.split()[0] for ln in lines[2:-1]]
