@@ -126,3 +126,26 @@ def test_a311d_point_runs_here_with_every_pu_bound_to_a_core(tmp_path, capsys):
     code, out, _ = cli(capsys, "runs", "--db", tmp_path / "db.sqlite", "--json")
     (row,) = json.loads(out)
     assert row["prediction_applies"] is False and set(row["substituted"]) == used
+
+
+def test_run_under_a_narrower_affinity_is_refused_before_it_starts(tmp_path, capsys):
+    """Issue 11 item 11, as a user meets it: under ``taskset -c 1`` a point with a PU bound to CPU 0 is refused
+    with one line (exit 2), as is the profile's own pinning (CPUs 2-5); nothing runs."""
+    import subprocess
+
+    code, _, err = cli(capsys, "optimize", "squeezenet", "--soc", "amlogic_a311d", "--pus", "big", "--out",
+                       tmp_path / "o", "--no-plot", "--time-limit", "1")
+    assert code == 0, err
+    base = ["taskset", "-c", "1", sys.executable, "-m", "parapipe.cli", "run", "squeezenet", "--mapping",
+            str(tmp_path / "o" / "pareto.json"), "--point", "best-throughput", "--frames", "5", "--db", ""]
+    repo = Path(__file__).resolve().parents[1]  # the code under test, not whatever is installed
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(repo), str(repo / "device_agents"),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    for bind, words in ((["--bind", "big=0"], ["PU big", "pinned to CPUs [0]", "allows 1", "--bind big=CPUS"]),
+                        ([], ["PU big", "pinned to CPUs [2, 3, 4, 5]", "allows 1"])):
+        proc = subprocess.run(base + bind, capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
+                              env=env)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+        for w in words:
+            assert w in lines[0], (w, lines[0])
