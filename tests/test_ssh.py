@@ -173,7 +173,9 @@ def test_upload_mkdir_sha256_remove_with_spaces_in_the_path(host, tmp_path):
 # ------------------------------------------------------------------------------------------------ agent
 @pytest.mark.slow
 def test_agent_over_ssh_matches_the_local_agent(host, caplog):
-    digest = hashlib.sha256(agent_path().read_bytes()).hexdigest()
+    from parapipe.deploy.remote_agent import agent_digest, agent_files
+
+    digest, _ = agent_digest(agent_files())
     folder = posixpath.join(host.home(), ".cache/parapipe", f"agent-{digest[:12]}")
     host.remove_tree(folder)
     b64 = model_b64(tiny_conv_model(channels_out=16, size=64))
@@ -181,10 +183,15 @@ def test_agent_over_ssh_matches_the_local_agent(host, caplog):
     with caplog.at_level(logging.INFO, logger="parapipe.deploy.remote_agent"):
         agent = host.start_agent(python=sys.executable)
     assert sum("uploaded the agent" in r.getMessage() for r in caplog.records) == 1
-    assert host.sha256(posixpath.join(folder, "agent.py")) == digest
+    assert host.sha256(posixpath.join(folder, "agent.py")) == hashlib.sha256(agent_path().read_bytes()).hexdigest()
     try:
         hello = agent.request("hello", timeout_s=60)
         assert hello["protocol_version"] == 1 and "CPUExecutionProvider" in hello["providers"]
+        # ppexec/ travelled with the agent: its runtime adapters serve a PU profiled through OpenVINO
+        assert hello["runtimes"]["openvino"]["available"] is True, hello["runtimes"]
+        ov = agent.request("profile", timeout_s=120, **dict(body, pu={"cpus": [0], "threads": 1,
+                                                                       "runtime": "openvino"}))
+        assert ov["runtime"] == "openvino" and ov["runtime_info"]["device"] == "CPU" and ov["median_s"] > 0
         remote = agent.request("profile", timeout_s=120, **body)
         with pytest.raises(AgentRequestError) as info:  # an error reply, and the agent keeps serving
             agent.request("nope", timeout_s=30)

@@ -1,7 +1,10 @@
 """Put the on-device agent on an SSH host and start it: check Python and ONNX Runtime, upload once a version.
 
-The agent goes to ``~/.cache/parapipe/agent-<sha256[:12]>/agent.py`` on the host (one folder per agent
-version, so hosts shared by several parapipe versions keep working) and runs over an SSH exec channel.
+The agent goes to ``~/.cache/parapipe/agent-<digest[:12]>/agent.py`` on the host with the executor core next to
+it (``ppexec/``: the runtime adapters through which the agent profiles a PU whose profile names another runtime
+than ONNX Runtime, e.g. OpenVINO), one folder per version of those files, so hosts shared by several parapipe
+versions keep working; ``<digest>`` is :func:`agent_digest`. A ``MANIFEST.sha256`` written after every file says
+the folder is complete. The agent runs over an SSH exec channel.
 """
 from __future__ import annotations
 
@@ -9,7 +12,9 @@ import hashlib
 import logging
 import posixpath
 import re
-from typing import TYPE_CHECKING, Tuple
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, Tuple
 
 from parapipe.deploy.agent_client import AgentClient, agent_path
 from parapipe.errors import HostError
@@ -81,8 +86,29 @@ def _check_python(host: "RemoteHost", python: str, timeout_s: float) -> Tuple[st
     return python_version, ort_version
 
 
+#: Written last into the agent's folder: ``<digest>`` then one ``<sha256>  <path>`` line per file.
+AGENT_MANIFEST = "MANIFEST.sha256"
+
+
+def agent_files() -> Dict[str, "Path"]:
+    """The files the agent needs on a host, relative POSIX path -> local path: ``agent.py`` and ``ppexec/*.py``."""
+    local = agent_path()
+    files = {"agent.py": local}
+    for source in sorted((local.parent / "ppexec").glob("*.py")):
+        files[f"ppexec/{source.name}"] = source
+    return files
+
+
+def agent_digest(files: Dict[str, "Path"]) -> Tuple[str, str]:
+    """``(digest, manifest text)`` of ``files``: the SHA-256 of the manifest's file lines."""
+    lines = "".join(f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {rel}\n" for rel, path in files.items())
+    digest = hashlib.sha256(lines.encode()).hexdigest()
+    return digest, f"{digest}\n{lines}"
+
+
 def start_agent(host: "RemoteHost", python: str = "python3", timeout_s: float = 60.0) -> AgentClient:
-    """Upload the agent (skipped when the same SHA-256 is already there) and run it over an SSH exec channel.
+    """Upload the agent and ppexec/ (skipped when the same version is already there) and run the agent over an
+    SSH exec channel.
 
     Parameters
     ----------
@@ -104,14 +130,20 @@ def start_agent(host: "RemoteHost", python: str = "python3", timeout_s: float = 
         No suitable Python, numpy/onnxruntime missing (remedy: ``pip install onnxruntime``), upload failed.
     """
     check_python(host, python, timeout_s)
-    local = agent_path()
-    digest = hashlib.sha256(local.read_bytes()).hexdigest()
+    files = agent_files()
+    digest, manifest = agent_digest(files)
     folder = posixpath.join(host.home(), AGENT_CACHE_DIR, f"agent-{digest[:12]}")
     remote = posixpath.join(folder, "agent.py")
+    marker = posixpath.join(folder, AGENT_MANIFEST)
     with host.step("the agent upload"):
-        if host.sha256(remote, timeout_s) != digest:
-            host.mkdir_p(folder)
-            host.upload(local, remote, sha256=digest)
-            log.info("uploaded the agent to %s:%s", host.spec, remote)
+        if host.sha256(marker, timeout_s) != hashlib.sha256(manifest.encode()).hexdigest():
+            host.mkdir_p(posixpath.join(folder, "ppexec"))
+            for rel, path in files.items():
+                host.upload(path, posixpath.join(folder, rel), sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+            with tempfile.TemporaryDirectory() as tmp:
+                text = Path(tmp) / AGENT_MANIFEST
+                text.write_text(manifest)
+                host.upload(text, marker, sha256=hashlib.sha256(manifest.encode()).hexdigest())
+            log.info("uploaded the agent and ppexec/ to %s:%s", host.spec, folder)
     with host.step("the agent start"):
         return host.open_agent([python, "-u", remote], timeout_s)
