@@ -135,15 +135,16 @@ def start_agent(host: "RemoteHost", python: str = "python3", timeout_s: float = 
     folder = posixpath.join(host.home(), AGENT_CACHE_DIR, f"agent-{digest[:12]}")
     remote = posixpath.join(folder, "agent.py")
     marker = posixpath.join(folder, AGENT_MANIFEST)
+    manifest_sha = hashlib.sha256(manifest.encode()).hexdigest()
     with host.step("the agent upload"):
-        if host.sha256(marker, timeout_s) != hashlib.sha256(manifest.encode()).hexdigest():
+        if host.sha256(marker, timeout_s) != manifest_sha:
             host.mkdir_p(posixpath.join(folder, "ppexec"))
             for rel, path in files.items():
                 host.upload(path, posixpath.join(folder, rel), sha256=hashlib.sha256(path.read_bytes()).hexdigest())
             with tempfile.TemporaryDirectory() as tmp:
                 text = Path(tmp) / AGENT_MANIFEST
                 text.write_text(manifest)
-                host.upload(text, marker, sha256=hashlib.sha256(manifest.encode()).hexdigest())
+                host.upload(text, marker, sha256=manifest_sha)
             log.info("uploaded the agent and ppexec/ to %s:%s", host.spec, folder)
     with host.step("the agent start"):
         return host.open_agent([python, "-u", remote], timeout_s)
