@@ -107,3 +107,57 @@ def uncovered(points: np.ndarray, front: np.ndarray, rtol: float = 1e-9) -> np.n
         return points
     covered = np.any(np.all(front[None, :, :] <= points[:, None, :] * (1 + rtol), axis=2), axis=1)
     return points[~covered]
+
+
+def all_replicated_objectives(pr: MappingProblem, max_stages: Optional[int] = None,
+                              group_replicas: bool = True) -> np.ndarray:
+    """(period, latency, energy) of every mapping of the replicated space that fits memory, by enumeration and
+    :func:`evaluate`: every composition into contiguous stages; per stage a PU group (list-scheduled as in
+    :func:`all_mapping_objectives`) or a replicated stage over >= 2 pairwise disjoint groups (one PU each unless
+    ``group_replicas``), each replica list-scheduled on exactly that range; PUs disjoint across stages."""
+    from itertools import combinations
+
+    from parapipe.cost.evaluate import Replica
+
+    n = pr.n_blocks
+    groups = all_groups(pr.n_pus)
+
+    @lru_cache(maxsize=None)
+    def view(a: int, b: int, gi: int):
+        rs = schedule_ranges(pr, a, groups[gi], b)
+        if len(rs.assignment) < b - a:
+            return None
+        return groups[gi], tuple(rs.assignment)
+
+    options = []  # tuples of group indices: one = plain stage, several = replicated
+    rep_groups = [gi for gi, g in enumerate(groups) if group_replicas or len(g) == 1]
+    options += [(gi,) for gi in range(len(groups))]
+    for size in range(2, pr.n_pus + 1):
+        for combo in combinations(rep_groups, size):
+            pus = [p for gi in combo for p in groups[gi]]
+            if len(pus) == len(set(pus)):
+                options.append(combo)
+    out = []
+
+    def extend(a: int, stages: list, used: frozenset) -> None:
+        if a == n:
+            ev = evaluate(pr, Mapping(tuple(stages)))
+            if ev.fits_memory:
+                out.append((ev.period_s, ev.latency_s, ev.energy_j))
+            return
+        if max_stages is not None and len(stages) == max_stages:
+            return
+        for b in range(a + 1, n + 1):
+            for combo in options:
+                pus = frozenset(p for gi in combo for p in groups[gi])
+                if used & pus:
+                    continue
+                views = [view(a, b, gi) for gi in combo]
+                if any(v is None for v in views):
+                    continue
+                (g0, a0), rest = views[0], views[1:]
+                st = StageMapping(a, b, g0, a0, None, tuple(Replica(g, asg) for g, asg in rest))
+                extend(b, stages + [st], used | pus)
+
+    extend(0, [], frozenset())
+    return np.array(out).reshape(-1, 3)

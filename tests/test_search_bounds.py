@@ -2,6 +2,8 @@
 
 * the bounds hold for every enumerated mapping and for random mappings of any shape (random cuts, groups with PU
   reuse, assignments and schedule orders — schedules the searched spaces never build);
+* the same with replicated stages in the model (the default bound): every mapping of the replicated space and random
+  replicated mappings (replicas on random PU sets, PUs of other stages may repeat);
 * a proof of optimality is only claimed for the true optimum;
 * on chains (where pure pipelines are optimal) the relaxation is tight: within its 1 % label lattice of the
   brute-force optimum, hand-offs forced by unsupported blocks included.
@@ -11,10 +13,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parapipe.cost.evaluate import Mapping, StageMapping, evaluate
-from parapipe.search.bounds import lp_period_bound, lower_bounds
+from parapipe.cost.evaluate import Mapping, Replica, StageMapping, evaluate
+from parapipe.search.bounds import block_period_bound, lp_period_bound, lower_bounds
 from parapipe.search.relaxation import GRID_REL
-from search_cases import all_mapping_objectives, all_pipeline_objectives, random_problem
+from search_cases import (all_mapping_objectives, all_pipeline_objectives, all_replicated_objectives,
+                          random_problem)
 
 
 def random_mapping(pr, rng) -> Mapping:
@@ -43,6 +46,33 @@ def random_mapping(pr, rng) -> Mapping:
     return Mapping(tuple(stages))
 
 
+def random_replicated_mapping(pr, rng) -> Mapping:
+    """:func:`random_mapping` with some stages replicated: each stage, with probability 1/2, gets 1-2 more
+    replicas on random PU sets disjoint from its own and each other's (PUs of other stages may repeat), each
+    block on a random supporting PU of its replica; replicas that cannot run a block are not added."""
+    base = random_mapping(pr, rng)
+    k = pr.n_pus
+    stages = []
+    for st in base.stages:
+        reps = []
+        taken = set(st.pus)
+        if rng.random() < 0.5:
+            for _ in range(int(rng.integers(1, 3))):
+                free = [p for p in range(k) if p not in taken]
+                if not free:
+                    break
+                pus = tuple(sorted(rng.choice(free, size=int(rng.integers(1, len(free) + 1)), replace=False).tolist()))
+                ok = [[p for p in pus if np.isfinite(pr.time_s[v, p])] for v in range(st.start, st.stop)]
+                if not all(ok):
+                    continue
+                assign = tuple(int(rng.choice(c)) for c in ok)
+                used = tuple(sorted(set(assign)))
+                reps.append(Replica(used, assign))
+                taken |= set(used)
+        stages.append(StageMapping(st.start, st.stop, st.pus, st.assignment, st.order, tuple(reps)))
+    return Mapping(tuple(stages))
+
+
 BOUND_CASES = [(n, k, shape, seed) for n, k, shape in [(6, 3, "dag"), (6, 3, "diamond"), (7, 2, "dag"),
                                                          (5, 3, "chain"), (7, 3, "chain")] for seed in range(4)]
 
@@ -56,7 +86,7 @@ def test_bounds_hold_for_every_mapping(n, k, shape, seed):
                         (evaluate(pr, random_mapping(pr, rng)) for _ in range(400))])
     best = float(min(everything[:, 0].min(), sampled[:, 0].min()))
     for given in (None, best, best * 1.3):  # without, at, and above the true best period
-        b = lower_bounds(pr, best_period_s=given, time_limit_s=None)
+        b = lower_bounds(pr, best_period_s=given, time_limit_s=None, replicated=False)
         assert b.period_lb_s <= best * (1 + 1e-9), (given, b)
         assert (everything[:, 0] >= b.period_lb_s * (1 - 1e-9)).all()
         assert (sampled[:, 0] >= b.period_lb_s * (1 - 1e-9)).all()
@@ -64,7 +94,46 @@ def test_bounds_hold_for_every_mapping(n, k, shape, seed):
         assert (sampled[:, 1] >= b.latency_lb_s * (1 - 1e-9)).all()
         if b.period_proved_optimal:
             assert given == best
-    assert lower_bounds(pr, best_period_s=best * 1.3, time_limit_s=None).period_proved_optimal is False
+    assert lower_bounds(pr, best_period_s=best * 1.3, time_limit_s=None,
+                        replicated=False).period_proved_optimal is False
+
+
+REPLICATED_BOUND_CASES = [(n, k, shape, seed) for n, k, shape in [(5, 3, "dag"), (6, 3, "diamond"), (6, 2, "dag"),
+                                                                    (5, 3, "chain"), (4, 4, "dag")]
+                          for seed in range(3)]
+
+
+@pytest.mark.parametrize("n, k, shape, seed", REPLICATED_BOUND_CASES,
+                         ids=[f"{s}{n}x{k}-{seed}" for n, k, s, seed in REPLICATED_BOUND_CASES])
+def test_bounds_hold_for_replicated_mappings(n, k, shape, seed):
+    pr = random_problem(n, k, 9500 + 100 * n + 10 * k + seed, shape)
+    rng = np.random.default_rng(seed)
+    maps = [random_replicated_mapping(pr, rng) for _ in range(300)]
+    sampled = np.array([[ev.period_s, ev.latency_s] for ev in (evaluate(pr, m) for m in maps)])
+    space = all_replicated_objectives(pr)
+    everything = np.concatenate([sampled, space[:, :2], all_mapping_objectives(pr, reuse=False)[:, :2]])
+    best = float(everything[:, 0].min())
+    assert block_period_bound(pr) <= best * (1 + 1e-9)
+    for given in (None, best, best * 1.3):
+        b = lower_bounds(pr, best_period_s=given, time_limit_s=None)
+        assert (everything[:, 0] >= b.period_lb_s * (1 - 1e-9)).all(), (given, b, best)
+        assert (everything[:, 1] >= b.latency_lb_s * (1 - 1e-9)).all()
+        if b.period_proved_optimal:
+            assert given == best
+
+
+def test_block_bound_of_a_replicated_block():
+    # one block, two PUs at 4 ms and 12 ms: replicated over both the period is 1 / (1/4 + 1/12) = 3 ms
+    from parapipe.cost.problem import MappingProblem
+
+    pr = MappingProblem(["a"], [()], {}, ["p", "q"], np.array([[4e-3, 12e-3]]), np.full((1, 2), 2.0), [0.1, 0.1],
+                        1.0, np.full((2, 2), 1e-4), np.full((2, 2), 1e9))
+    m = Mapping((StageMapping(0, 1, (0,), (0,), None, (Replica((1,), (1,)),)),))
+    assert evaluate(pr, m).period_s == pytest.approx(3e-3)
+    assert block_period_bound(pr) == pytest.approx(3e-3)
+    assert block_period_bound(pr, replicated=False) == pytest.approx(4e-3)
+    b = lower_bounds(pr, best_period_s=3e-3, time_limit_s=None)
+    assert b.period_lb_s == pytest.approx(3e-3) and b.period_proved_optimal
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -73,7 +142,7 @@ def test_relaxation_is_tight_on_chains(seed):
     best = float(all_pipeline_objectives(pr)[:, 0].min())  # on a chain, pure pipelines are optimal
     everything = all_mapping_objectives(pr, reuse=True)
     assert everything[:, 0].min() >= best * (1 - 1e-9)
-    b = lower_bounds(pr, best_period_s=best, time_limit_s=None)
+    b = lower_bounds(pr, best_period_s=best, time_limit_s=None, replicated=False)
     assert b.period_lb_s >= best * (1 - GRID_REL) and b.period_lb_s <= best * (1 + 1e-9)
     assert b.period_lb_s > lp_period_bound(pr) or b.period_proved_optimal
 
@@ -91,5 +160,10 @@ def test_forced_handoffs_raise_the_bound():
     best = float(all_pipeline_objectives(pr)[:, 0].min())
     assert best == pytest.approx(4e-3)
     assert lp_period_bound(pr) == pytest.approx(2e-3, rel=1e-6)
-    b = lower_bounds(pr, best_period_s=best, time_limit_s=None)
+    b = lower_bounds(pr, best_period_s=best, time_limit_s=None, replicated=False)
     assert b.period_proved_optimal and b.period_lb_s == best
+    # With replicated stages in the model the bound still lies below every mapping, and above the LP: the
+    # replicated relaxation charges forced hand-offs too (b and d run on the cpu only, so no stage over them
+    # is replicated).
+    rb = lower_bounds(pr, best_period_s=best, time_limit_s=None)
+    assert lp_period_bound(pr) < rb.period_lb_s <= best

@@ -1,8 +1,9 @@
 """The search driver with the defaults users get (``parapipe optimize``'s), against brute force and on the zoo.
 
-* Exactness: up to ``EXACT_MAX_CELLS`` blocks × PUs the front weakly covers every mapping of both spaces it
-  claims — every pure pipeline with PU reuse (every PU per block) and every hierarchical mapping with
-  intra-stage parallelism (every cut × every PU group per stage, disjoint or reused, stages list-scheduled) —
+* Exactness: up to ``EXACT_MAX_CELLS`` blocks × PUs the front weakly covers every mapping of the spaces it
+  claims — every pure pipeline with PU reuse (every PU per block), every hierarchical mapping with
+  intra-stage parallelism (every cut × every PU group per stage, disjoint or reused, stages list-scheduled) and
+  every hierarchical mapping with replicated stages (every cut × every plain or replicated stage, PUs disjoint) —
   on random tables up to 7 blocks × 3 PUs, and the issue's 6-block A311D table;
 * CP-SAT's time unit (durations rounded up), its record in pareto.json;
 * on the zoo (slow): the DP passes, without the baselines offered to the front, cover the single-PU and
@@ -18,7 +19,8 @@ from parapipe.cost.problem import MappingProblem
 from parapipe.search.api import EXACT_MAX_CELLS, SearchOptions, search
 from parapipe.search.cpsat import TIME_UNIT_S, solve_stage
 from parapipe.search.pareto import pareto_mask
-from search_cases import all_mapping_objectives, all_pipeline_objectives, random_problem, uncovered
+from search_cases import (all_mapping_objectives, all_pipeline_objectives, all_replicated_objectives, random_problem,
+                          uncovered)
 
 ZOO_MODELS = ["alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
               "squeezenet", "vgg19", "zfnet512"]
@@ -57,7 +59,8 @@ def test_default_search_covers_every_mapping(n, k, shape, seed):
     _check_points(result)
     front = _front(result)
     spaces = {"pipelines with PU reuse": all_pipeline_objectives(pr),
-              "hierarchical, disjoint groups": all_mapping_objectives(pr, reuse=False)}
+              "hierarchical, disjoint groups": all_mapping_objectives(pr, reuse=False),
+              "hierarchical, replicated stages": all_replicated_objectives(pr)}
     if 8 ** (n - 1) * k <= 40_000:  # hierarchical with PU reuse: every cut x every group per stage
         spaces["hierarchical, PU reuse"] = all_mapping_objectives(pr, reuse=True)
     for name, objs in spaces.items():

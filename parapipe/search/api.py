@@ -1,8 +1,9 @@
 """The search driver: parapipe front, baselines, CP-SAT polish, bounds — one call, one result.
 
 ``search(problem, options)`` runs the DP passes of :mod:`.passes` (hierarchical mappings with disjoint PU groups,
-the pure-pipeline baseline, and hierarchical mappings in which PUs serve several stages) over one shared stage
-catalogue, polishes the multi-PU stages of front mappings with CP-SAT (:mod:`.polish`), adds the other baselines
+the pure-pipeline baseline, hierarchical mappings in which PUs serve several stages, and hierarchical mappings
+with replicated stages) over one shared stage catalogue, polishes the multi-PU stages of front mappings with
+CP-SAT (:mod:`.polish`), adds the other baselines
 (:mod:`.baselines`; they lie in the search space, so they are also offered to the parapipe front), evaluates every
 mapping exactly with :func:`parapipe.cost.evaluate.evaluate`, flags the points that are non-dominated among all,
 and bounds the period (:mod:`.bounds`).
@@ -10,7 +11,13 @@ and bounds the period (:mod:`.bounds`).
 **Exactness.** Up to :data:`EXACT_MAX_CELLS` blocks × PUs (e.g. 8 blocks on 4 PUs, 10 on 3, 16 on 2) the front
 is the exact Pareto front of the union of the spaces searched: pure pipelines in which PUs may repeat, and
 hierarchical mappings (contiguous stages, each on one PU or on a PU group list-scheduled by :mod:`.listsched`,
-PUs disjoint or shared between stages), plus CP-SAT-polished versions of their multi-PU stages. Above it the
+PUs disjoint or shared between stages), hierarchical mappings with replicated stages (:mod:`.replicate`: a stage
+run whole by >= 2 replicas — PUs or list-scheduled PU groups — on disjoint PUs, frames dealt in proportion to
+speed; PUs disjoint between stages), plus CP-SAT-polished versions of their multi-PU stages.
+
+**Memory.** Mappings that do not fit ``MappingProblem.memory_bytes`` (``Evaluation.fits_memory``) are dropped
+from the parapipe front (kept, with a warning, only if no candidate fits); the replicated pass never places a
+run that exceeds a limit, so its front is exact over the mappings that fit. Above it the
 passes are bounded (label grid, label cap, stage boundaries at narrow cuts, time limits) and
 ``SearchResult.info["spaces"]`` says, per space, whether it was still exact and what bounded it.
 """
@@ -25,6 +32,7 @@ import numpy as np
 
 from ..cost.evaluate import Evaluation, Mapping, StageMapping, evaluate
 from ..cost.problem import MappingProblem
+from ..cost.replicated_baseline import replicated_mappings
 from ..errors import InfeasibleError, input_error
 from .baselines import parallel_mappings, single_pu_mappings
 from .bounds import PROOF_RTOL, Bounds, lower_bounds
@@ -79,6 +87,9 @@ class SearchOptions:
         CP-SAT time limit per stage (within ``time_limit_s`` overall).
     bound_time_limit_s : float
         Budget of the period lower bound (:func:`parapipe.search.bounds.lower_bounds`).
+    replicate, replicate_time_limit_s, replicate_max_labels : bool, float, int
+        Also search mappings with replicated stages (:mod:`parapipe.search.replicate`), within this time limit;
+        above ``exact_max_cells`` with one PU per replica and this label cap.
     period_gap, period_epsilon, period_time_limit_s : float, float, float
         The least-period pass (:func:`parapipe.search.passes.period_pass`) runs when the period found is more than
         ``period_gap`` above the relaxation's bound, with this label grid above ``exact_max_cells`` and this
@@ -98,6 +109,9 @@ class SearchOptions:
     reuse_max_labels: int = 16
     reuse_time_limit_s: float = 10.0
     reuse_max_blocks: int = 64
+    replicate: bool = True
+    replicate_time_limit_s: float = 5.0
+    replicate_max_labels: int = 8
     polish: bool = True
     cpsat_max_blocks: int = 40
     cpsat_stage_limit_s: float = 0.5
@@ -119,9 +133,10 @@ class SearchOptions:
 
 @dataclass
 class Point:
-    """One evaluated mapping. ``strategy`` is parapipe | pipeline | parallel | single.
+    """One evaluated mapping. ``strategy`` is parapipe | pipeline | parallel | single | replicated.
 
-    ``origin`` says where a parapipe point came from: the DP pass over ``disjoint`` groups or with PU ``reuse``,
+    ``origin`` says where a parapipe point came from: the DP pass over ``disjoint`` groups, with PU ``reuse`` or
+    with ``replicated`` stages,
     ``cp-sat`` (a DP mapping with CP-SAT-polished stages) or ``baseline`` (a baseline offered to the front);
     baselines have origin ``baseline``.
     """
@@ -180,11 +195,13 @@ def _objective_matrix(points: Sequence[Point], objectives: Sequence[str]) -> np.
 
 
 def merge_same_pu_stages(mapping: Mapping) -> Mapping:
-    """Merge consecutive single-PU stages on the same PU (never worse: no hand-off, same busy time, less latency)."""
+    """Merge consecutive single-PU stages on the same PU (never worse: no hand-off, same busy time, less latency);
+    replicated stages are left as they are."""
     out: List[StageMapping] = []
     for st in mapping.stages:
         prev = out[-1] if out else None
-        if prev is not None and len(prev.pus) == 1 and prev.pus == st.pus:
+        if (prev is not None and len(prev.pus) == 1 and prev.pus == st.pus and not prev.replicas
+                and not st.replicas):
             out[-1] = StageMapping(prev.start, st.stop, prev.pus, prev.assignment + st.assignment)
         else:
             out.append(st)
@@ -220,7 +237,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     t0 = time.monotonic()
     catalog = StageCatalog(problem)
     found, spaces, n_states = run_passes(problem, opts, catalog, progress)
-    if not found["disjoint"] and not found["reuse"]:
+    if not found["disjoint"] and not found["reuse"] and not found["replicated"]:
         raise InfeasibleError(f"{problem.name}: no mapping exists on PUs {', '.join(problem.pu_names)}: some block "
                               "cannot run on any of them; allow a PU that supports it (--pus)")
     t_dp = time.monotonic() - t0
@@ -231,6 +248,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     baseline = [("single", f"single-{name}", m) for name, m in single_pu_mappings(problem)]
     baseline += [("pipeline", f"pipeline-{i}", m) for i, m in enumerate(found["pipeline"])]
     baseline += [("parallel", f"parallel-{i}", m) for i, m in enumerate(parallel_mappings(problem))]
+    baseline += [("replicated", f"replicated-{i}", m) for i, (m, _) in enumerate(replicated_mappings(problem))]
     for strategy, pid, m in baseline:
         p = Point(pid, strategy, m, evaluate(problem, m, terms), stage_kinds(m))
         if strategy == "parallel" and opts.polish and polisher.wants(m):
@@ -241,7 +259,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
         points.append(p)
     # Parapipe candidates: the DP fronts, their CP-SAT polished versions, and every baseline (all in the space).
     cand_points: List[Point] = []
-    for origin in ("disjoint", "reuse"):
+    for origin in ("disjoint", "reuse", "replicated"):
         for m in found[origin]:
             m = merge_same_pu_stages(m)
             cand_points.append(Point("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m), origin=origin))
@@ -267,6 +285,12 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
         if m is not None:
             m = merge_same_pu_stages(m)
             cand_points.append(Point("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m), origin="period"))
+    fits = [p for p in cand_points if p.evaluation.fits_memory]
+    if fits:
+        cand_points = fits
+    else:
+        log.warning("%s: no mapping found fits the PUs' memory limits; the front shows mappings that do not",
+                    problem.name)
     mat = _objective_matrix(cand_points, opts.objectives)
     front = [cand_points[i] for i in np.flatnonzero(pareto_mask(mat))]  # equal vectors: the first is kept
     front.sort(key=lambda p: p.objectives())
@@ -279,11 +303,13 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     for i, p in enumerate(all_points):
         p.pareto = objs[i] in on_front
     bounds = lower_bounds(problem, best_period_s=plain_period_s(front),
-                          time_limit_s=max(0.0, opts.bound_time_limit_s - (time.monotonic() - t_b)), relaxed=relaxed)
+                          time_limit_s=max(0.0, opts.bound_time_limit_s - (time.monotonic() - t_b)),
+                          relaxed=None if opts.replicate else relaxed, replicated=opts.replicate)
     stats = {"search_s": time.monotonic() - t0, "dp_s": t_dp, "dp_states": n_states,
              "bound_s": time.monotonic() - t_b}
     cells = problem.n_blocks * problem.n_pus
-    claimed = ["disjoint", "pipeline"] + (["reuse"] if opts.reuse_pus else [])
+    claimed = ["disjoint", "pipeline"] + (["reuse"] if opts.reuse_pus else []) + (
+        ["replicated"] if opts.replicate else [])
     info = {"exact": all(spaces[s].exact for s in claimed), "exact_max_cells": opts.exact_max_cells,
             "cells": cells, "spaces": {name: rep if isinstance(rep, dict) else rep.to_json()
                                        for name, rep in spaces.items()},

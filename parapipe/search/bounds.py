@@ -2,12 +2,16 @@
 
 * **Period**, the largest of:
 
-  - the slowest block on its fastest PU;
+  - the slowest block on its fastest PU — with replicated stages in the model (``replicated=True``, the
+    default) the slowest block replicated over every PU that runs it, ``max_v 1 / Σ_p 1/t[v, p]`` (a fraction
+    ``x_p`` of the frames runs ``v`` on ``p``, ``Σ x_p = 1``, and ``x_p t[v, p] <= busy_p <= P``);
   - the LP load balance: blocks split fractionally across the PUs that support them, no transfers
-    (``min P s.t. Σ_b x_bp t_bp <= P``, ``Σ_p x_bp = 1``, ``x >= 0``), solved with OR-Tools' GLOP;
+    (``min P s.t. Σ_b x_bp t_bp <= P``, ``Σ_p x_bp = 1``, ``x >= 0``), solved with OR-Tools' GLOP (valid for
+    replicated stages too: ``x_bp`` is then the share of frames that run ``b`` on ``p``);
   - the relaxed min-max DP of :mod:`.relaxation`: per-block PU choice with op support, the hand-offs that
     unsupported ops force, and what a multi-PU stage costs every PU of its group (longest spine path or
-    balanced work); exact for chains mapped one PU per stage.
+    balanced work); exact for chains mapped one PU per stage. With ``replicated=True`` it also has the modes of
+    replicated stages (:mod:`.relaxation`), so it bounds those mappings too, less tightly.
 
   When it reaches the best period a search found (within :data:`PROOF_RTOL`), that period is **proved optimal**:
   no mapping of the cost model is faster.
@@ -83,8 +87,17 @@ def latency_lower_bound(problem: MappingProblem) -> float:
     return float(finish.max()) if len(finish) else 0.0
 
 
+def block_period_bound(problem: MappingProblem, replicated: bool = True) -> float:
+    """The block bound (module docstring), seconds: ``max_v min_p t[v, p]``, or ``max_v 1 / Σ_p 1/t[v, p]`` when
+    a block may be replicated."""
+    t = problem.time_s
+    if not replicated:
+        return float(np.min(t, axis=1).max())
+    return float((1.0 / np.sum(1.0 / t, axis=1)).max())
+
+
 def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
-                 time_limit_s: Optional[float] = 5.0, relaxed=None) -> Bounds:
+                 time_limit_s: Optional[float] = 5.0, relaxed=None, replicated: bool = True) -> Bounds:
     """Both bounds (module docstring).
 
     Parameters
@@ -95,11 +108,17 @@ def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
     time_limit_s : float or None
         Budget of the relaxed DP, seconds (None: unbounded); past it the other bounds stand.
     relaxed : parapipe.search.relaxation.Relaxed, optional
-        The relaxation already built by the search (its Lagrangian bound is reused).
+        The relaxation already built by the search (its Lagrangian bound is reused; ignored unless it was built
+        with the same ``replicated``).
+    replicated : bool
+        Bound every mapping of the cost model including replicated stages (True), or only mappings without
+        them (False: the tighter bounds of the plain model).
     """
     from .relaxation import relaxed_period_bound
 
-    candidates = {"block": float(np.min(problem.time_s, axis=1).max()), "lp": lp_period_bound(problem)}
+    if relaxed is not None and getattr(relaxed, "replicated", False) != replicated:
+        relaxed = None
+    candidates = {"block": block_period_bound(problem, replicated), "lp": lp_period_bound(problem)}
     note = ""
     proved = False
     if best_period_s is not None:
@@ -107,7 +126,7 @@ def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
             deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
             candidates["relaxed-dp"], proved = relaxed_period_bound(
                 problem, best_period_s, max(candidates.values()), deadline=deadline, rtol=PROOF_RTOL,
-                relaxed=relaxed)
+                relaxed=relaxed, replicated=replicated)
         except ValueError as exc:
             note = str(exc)
     method = max(candidates, key=lambda m: candidates[m])

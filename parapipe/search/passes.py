@@ -1,11 +1,15 @@
 """The DP passes of one search, and the record of how exactly each space was searched.
 
-Three passes share one :class:`parapipe.search.transitions.StageCatalog`:
+Four passes share one :class:`parapipe.search.transitions.StageCatalog`:
 
 * ``disjoint``: hierarchical mappings (pipelined stages × intra-stage parallelism), each PU in at most one stage;
 * ``pipeline``: the same restricted to one PU per stage (the pure-pipeline baseline);
 * ``reuse``: hierarchical mappings in which a PU may serve several non-adjacent stages (contains the other two,
-  and every pure pipeline in which PUs repeat).
+  and every pure pipeline in which PUs repeat);
+* ``replicated``: the ``disjoint`` space plus replicated stages (a block range run whole by >= 2 replicas on
+  disjoint PUs that take frames in turn; :mod:`.replicate`), memory limits respected. Up to ``exact_max_cells``
+  replicas may be PU groups and the pass is exact (unless its time limit fires); above it replicas are single
+  PUs and the label cap and stage-boundary restriction of the other passes apply.
 
 Up to ``exact_max_cells`` (blocks × PUs) every pass is exact: no label grid, no label cap, stage boundaries
 anywhere; the reuse pass still has a time limit and, if it fires, is re-run approximately and marked so. Above
@@ -23,6 +27,7 @@ from ..cost.evaluate import Mapping
 from ..cost.problem import MappingProblem
 from ..errors import InfeasibleError
 from .dp import DPDeadline, DPOptions, DPResult, dp_front
+from .replicate import ReplicatedDeadline, replicated_front
 from .transitions import StageCatalog
 
 log = logging.getLogger(__name__)
@@ -104,6 +109,8 @@ def run_passes(problem: MappingProblem, opts, catalog: StageCatalog,
         res, reports[name] = _run(problem, o, catalog, prog)
         out[name] = res.mappings if res is not None else []
         states += reports[name].states
+    out["replicated"], reports["replicated"] = _replicated(problem, opts, catalog, small)
+    states += reports["replicated"].states
     out["reuse"] = []
     if not opts.reuse_pus:
         reports["reuse"] = SpaceReport(searched=False, exact=False, skipped="reuse_pus is off")
@@ -129,6 +136,40 @@ def run_passes(problem: MappingProblem, opts, catalog: StageCatalog,
     out["reuse"] = res.mappings if res is not None else []
     states += rep.states
     return out, reports, states
+
+
+def _replicated(problem: MappingProblem, opts, catalog: StageCatalog, small: bool
+                ) -> Tuple[List[Mapping], SpaceReport]:
+    """The ``replicated`` pass (:func:`parapipe.search.replicate.replicated_front`) for ``opts``: exact up to
+    ``exact_max_cells`` (PU-group replicas, no cap) unless its time limit fires; else single-PU replicas, the
+    label cap ``replicate_max_labels`` and stage boundaries at narrow cuts."""
+    if not opts.replicate:
+        return [], SpaceReport(searched=False, exact=False, skipped="replicate is off")
+    if problem.n_pus < 2:
+        return [], SpaceReport(searched=True, exact=True, skipped="one PU: no replicated stage exists")
+    t0 = time.monotonic()
+    limit = opts.replicate_time_limit_s
+    if small:
+        kw = dict(group_replicas=True, max_labels=0, max_cut_tensors=None)
+    else:
+        kw = dict(group_replicas=False, max_labels=opts.replicate_max_labels, max_cut_tensors=opts.max_cut_tensors)
+    rep = SpaceReport(searched=True, exact=False, max_labels=kw["max_labels"], max_cut_tensors=kw["max_cut_tensors"],
+                      time_limit_s=limit)
+    try:
+        res = replicated_front(problem, catalog, max_stages=opts.max_stages, deadline=t0 + limit, **kw)
+    except ReplicatedDeadline as exc:
+        rep.timed_out, rep.searched, rep.skipped = True, False, str(exc)
+        rep.seconds = time.monotonic() - t0
+        log.info("%s: replicated-stage search skipped: %s", problem.name, exc)
+        return [], rep
+    rep.seconds = time.monotonic() - t0
+    if res is None:
+        rep.exact = small
+        rep.skipped = "no mapping in this space fits"
+        return [], rep
+    rep.exact = small and res.exact
+    rep.capped_states, rep.cut_limited, rep.states = res.capped_states, res.cut_limited, res.n_states
+    return res.mappings, rep
 
 
 def period_pass(problem: MappingProblem, best_period_s: float, catalog: StageCatalog, guide,

@@ -13,7 +13,8 @@ from ..cost.problem import MappingProblem
 
 
 def stage_kinds(mapping: Mapping) -> List[str]:
-    """Schedule label per stage: ``single-pu`` or ``greedy`` (list-scheduled)."""
+    """Schedule label per stage: ``single-pu`` or ``greedy`` (list-scheduled); a replicated stage's label is its
+    first replica's."""
     return ["single-pu" if len(st.pus) == 1 else "greedy" for st in mapping.stages]
 
 
@@ -44,7 +45,11 @@ class Polisher:
 
     def wants(self, mapping: Mapping) -> bool:
         """True if some stage of ``mapping`` is multi-PU and small enough to polish."""
-        return any(len(st.pus) > 1 and st.stop - st.start <= self.max_blocks for st in mapping.stages)
+        return any(self._polishable(st) for st in mapping.stages)
+
+    def _polishable(self, st: StageMapping) -> bool:
+        """Multi-PU, small enough, and not replicated (a replicated stage keeps its replicas' greedy schedules)."""
+        return len(st.pus) > 1 and st.stop - st.start <= self.max_blocks and not st.replicas
 
     def polish(self, mapping: Mapping) -> Tuple[Mapping, List[str]]:
         """``mapping`` with each polishable stage replaced by CP-SAT's schedule, and the schedule labels
@@ -52,7 +57,7 @@ class Polisher:
         stages, kinds = [], []
         for st, kind in zip(mapping.stages, stage_kinds(mapping)):
             new = st
-            if len(st.pus) > 1 and st.stop - st.start <= self.max_blocks:
+            if self._polishable(st):
                 key = (st.start, st.stop, st.pus)
                 if key not in self.memo:
                     left = self.deadline - time.monotonic()

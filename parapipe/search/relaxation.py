@@ -17,6 +17,18 @@ path and work; each stage adds to its PUs no more than it costs in the real mapp
   the new stage — so an NPU that cannot run ``Add`` pays a hand-off at every residual. Other transfers are left
   out (a bound may leave costs out, never add them).
 
+**Replicated stages** (``replicated=True``): one more mode per group ``G``, "a stage replicated over replicas
+whose PUs make up ``G``" (``R``-mode), open for block ``v`` only where at least two PUs of ``G`` run ``v`` (every
+replica runs every block of the stage). Each PU of ``G`` is busy ``P_s = w_r T_r`` per inference, and
+``Σ_{p∈G} P_s ≥ Σ_r w_r (in_r + work_r) ≥ hand + Σ_v gmin_v(G)`` (``in_r`` the replica's input hand-off, at
+least the least forced hand-off ``hand`` over the PUs the producer and ``v`` may sit on; ``work_r`` its blocks'
+times, each at least ``gmin``, the block on its fastest PU of ``G``). So an ``R``-mode block adds
+``gmin_v(G) / |G|`` to every PU of ``G``, and a forced hand-off into an ``R``-mode stage adds ``hand / |G|``;
+a forced hand-off *out of* a replicated stage takes the least over every PU of ``G`` that runs the producer
+(the frame's producer may sit on any replica). The plain modes stay as above (a stage with one replica is a
+plain stage), so this relaxation bounds mappings with and without replicated stages; it is weaker than the
+plain one (``R``-modes have no spine path term).
+
 So every mapping's busy vector is at least the label of its mode sequence, and the least largest busy time over
 all mode sequences bounds the period of every mapping. Labels are Pareto sets per (block, mode); with the best
 period ``U`` a search found, labels that reach ``U`` (largest busy time, or mean busy time once the remaining
@@ -91,14 +103,18 @@ class RelaxedDP:
         More than :data:`MAX_PUS` PUs.
     """
 
-    def __init__(self, problem: MappingProblem, theta: float = 1.0):
+    def __init__(self, problem: MappingProblem, theta: float = 1.0, replicated: bool = False):
         n, k = problem.n_blocks, problem.n_pus
         if k > MAX_PUS:
             raise ValueError(f"{k} PUs: the relaxed bound handles at most {MAX_PUS}")
         t = problem.time_s
         groups = [g for r in range(2, k + 1) for g in combinations(range(k), r)]
         modes = [((p,), p) for p in range(k)] + [(g, q) for g in groups for q in g]
+        n_plain = len(modes)
+        if replicated:  # R-modes (module docstring): one per group, its "spine PU" fixed to the group's first
+            modes += [(g, g[0]) for g in groups]
         nm = len(modes)
+        repl = np.arange(nm) >= n_plain
         member = np.zeros((nm, k), dtype=bool)
         for i, (g, _) in enumerate(modes):
             member[i, list(g)] = True
@@ -106,23 +122,30 @@ class RelaxedDP:
         pu = np.array([q for _, q in modes])
         member_q = np.zeros((nm, k), dtype=bool)
         member_q[np.arange(nm), pu] = True
-        gid = np.array([groups.index(g) if len(g) > 1 else -1 for g, _ in modes])
+        gid = np.array([groups.index(g) + (len(groups) if repl[i] else 0) if len(g) > 1 else -1
+                        for i, (g, _) in enumerate(modes)])
         size = member.sum(axis=1).astype(float)
         tq = t[:, pu]  # (n, nm): v on the mode's PU
         gmin = np.where(member[None], t[:, None, :], np.inf).min(axis=2)  # (n, nm): v on the group's fastest PU
         on_spine, prev_spine = spine(problem)
-        finite = np.isfinite(t)
         self.n, self.k, self.nm = n, k, nm
         self.rest = np.concatenate([np.cumsum(np.min(t, axis=1)[::-1])[::-1], [0.0]])
         self.member, self.single, self.pu, self.gid = member, single, pu, gid
         # Busy added by block v in mode m without transfers: t on p, or θ·t on q (spine) + (1-θ)·gmin/|G|.
         self.opened = np.where(single[None, :] | on_spine[:, None], np.isfinite(tq), np.isfinite(gmin))
+        finite = np.isfinite(t)
+        self.opened[:, repl] = (finite.astype(int) @ member[repl].T.astype(int)) >= 2
         work_share = np.where(member, (1.0 / size)[:, None], 0.0)
         tq0, gmin0 = np.where(np.isfinite(tq), tq, 0.0), np.where(np.isfinite(gmin), gmin, 0.0)
         node = np.where(single[None, :, None], tq0[:, :, None] * member_q[None],
                         member[None] * np.where(on_spine[:, None], theta * tq0, 0.0)[:, :, None]
                         + (1 - theta) * gmin0[:, :, None] * work_share[None])
+        node[:, repl, :] = gmin0[:, repl, None] * work_share[None, repl]
         self.node = node  # (n, nm, k)
+        # What a forced hand-off into a stage of mode m adds to each PU: the transfer on every PU of its group,
+        # divided by |G| for an R-mode.
+        self.charge = np.where(repl[:, None], member / size[:, None], member.astype(float))
+        self.repl = repl
         self.on_spine = on_spine
         self.hand: List[Optional[np.ndarray]] = [None] * n  # (nm, nm) forced hand-off into a new stage at v
         self.spine_comm: List[Optional[np.ndarray]] = [None] * n  # (k, k) θ·transfer along the spine into v
@@ -133,8 +156,8 @@ class RelaxedDP:
                 comm = _comm(problem, nb)
                 # PUs the producer may sit on / that may run v: the mode's PU for a single-PU stage and for a
                 # spine block of a group stage (it is the mode's q), else the group's PUs that support it.
-                prod = (member_q if on_spine[u] else member) & finite[u][None, :]
-                cons = (member_q if on_spine[v] else member) & finite[v][None, :]
+                prod = np.where(repl[:, None] | ~on_spine[u], member, member_q) & finite[u][None, :]
+                cons = np.where(repl[:, None] | ~on_spine[v], member, member_q) & finite[v][None, :]
                 pair = prod[:, None, :, None] & cons[None, :, None, :]
                 hand = np.where(pair, comm[None, None], np.inf).min(axis=(2, 3))
                 hand[~np.isfinite(hand)] = 0.0
@@ -186,7 +209,7 @@ class RelaxedDP:
                 keep = src != m2 if single[m2] else np.ones(len(src), dtype=bool)
                 x = cl[keep] + inc
                 if hand is not None:
-                    x += hand[src[keep], m2][:, None] * member[m2]
+                    x += hand[src[keep], m2][:, None] * self.charge[m2]
                 parts = [x]
                 # (a) the same stage
                 if single[m2]:
@@ -209,8 +232,9 @@ class Relaxed:
     the cost-to-go table for pruning (:func:`cost_to_go`)."""
 
     def __init__(self, problem: MappingProblem, best_period_s: Optional[float] = None,
-                 deadline: Optional[float] = None):
-        self.dp = RelaxedDP(problem)
+                 deadline: Optional[float] = None, replicated: bool = False):
+        self.replicated = replicated
+        self.dp = RelaxedDP(problem, replicated=replicated)
         self.bound_s, self.lam = lagrangian_period_bound(self.dp, best_period_s, deadline=deadline)
         self.h = cost_to_go(self.dp, self.lam)
 
@@ -224,7 +248,7 @@ class Relaxed:
 
 def relaxed_period_bound(problem: MappingProblem, best_period_s: float, floor_s: float = 0.0,
                          deadline: Optional[float] = None, rtol: float = 1e-9, grid_rel: float = GRID_REL,
-                         relaxed: Optional[Relaxed] = None) -> Tuple[float, bool]:
+                         relaxed: Optional[Relaxed] = None, replicated: bool = False) -> Tuple[float, bool]:
     """The relaxation's bound on the period, and whether it proves ``best_period_s`` optimal.
 
     Bisection on the probe limit between ``floor_s`` (a known bound) and ``(1 - rtol) × best_period_s``: a low
@@ -241,7 +265,7 @@ def relaxed_period_bound(problem: MappingProblem, best_period_s: float, floor_s:
     ValueError
         More than :data:`MAX_PUS` PUs.
     """
-    rel = relaxed if relaxed is not None else Relaxed(problem, best_period_s * (1 - rtol), deadline)
+    rel = relaxed if relaxed is not None else Relaxed(problem, best_period_s * (1 - rtol), deadline, replicated)
     dp, lag = rel.dp, rel.bound_s
     n = max(problem.n_blocks, 1)
     top = best_period_s * (1 - rtol)
@@ -270,7 +294,7 @@ def _step_costs(dp: RelaxedDP, lam: np.ndarray, v: int) -> Tuple[np.ndarray, np.
     diag = np.eye(nm, dtype=bool) & dp.single[:, None]
     b = np.broadcast_to(node[None, :], (nm, nm)).copy()
     if dp.hand[v] is not None:
-        b += dp.hand[v] * lam_m[None, :]
+        b += dp.hand[v] * (dp.charge @ lam)[None, :]
     b[diag] = np.inf  # single p -> p is (a)
     a = np.full((nm, nm), np.inf)
     a[diag] = node[dp.single]
@@ -306,7 +330,7 @@ def _lagrange_value(dp: RelaxedDP, lam: np.ndarray) -> Tuple[float, np.ndarray]:
             if dp.spine_comm[v] is not None and not dp.single[m]:
                 busy += dp.spine_comm[v][dp.pu[prev], dp.pu[m]] * dp.member[m]
         elif dp.hand[v] is not None:
-            busy += dp.hand[v][prev, m] * dp.member[m]
+            busy += dp.hand[v][prev, m] * dp.charge[m]
         m = prev
     busy += dp.node[0, m]
     return float(val[end]), busy

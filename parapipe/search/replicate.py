@@ -1,0 +1,267 @@
+"""The ``replicated`` pass: hierarchical mappings whose stages may also be *replicated* (data parallelism).
+
+The space: contiguous stages, each PU in at most one stage (as the ``disjoint`` pass), where a stage is
+
+* a plain stage of the shared catalogue (:mod:`.stages`: one PU, or a PU group list-scheduled), or
+* a **replicated stage**: the same block range run whole by ``R >= 2`` replicas on pairwise disjoint PU sets,
+  each replica a catalogue run (one PU, or — with ``group_replicas`` — a list-scheduled group) starting at the
+  same block and valid at the same stop; frames dealt in proportion to speed.
+
+Costs follow :mod:`parapipe.cost.replication` exactly (the same functions :func:`parapipe.cost.evaluate.evaluate`
+calls): with ``T_r`` replica ``r``'s time for one frame (its input hand-off plus its makespan, s), shares
+``w_r = (1/T_r) / Σ 1/T_j``, period contribution ``P_s = 1 / Σ_r 1/T_r`` (every replica PU busy that long per
+inference), latency ``L_s = Σ_r w_r T_r``, dynamic energy ``Σ_r w_r E_dyn,r``. A stage after a replicated one
+receives each tensor from whichever replica produced it: the input time is ``Σ_j w_j · comm(pu_j, q, nbytes)``
+per hand-off. A single-PU stage (or replica) over a range with a stage-level measurement
+(``MappingProblem.range_time_s``) takes the measured time, its dynamic energy scaled alike.
+
+**DP.** States ``(j, used PUs, live producers' tokens[, stages])``; a token is a PU index (plain producer) or the
+tuple ``((pu, w), ...)`` of a replicated producer's PUs and shares — the shares are a function of the stage and
+its source state, so equal tokens mean equal futures. A label is ``(period_s, latency_s, dyn_energy_j)`` with
+period the largest stage contribution (PUs are disjoint, so a PU's busy time is its stage's contribution);
+every final objective (energy ``E_dyn + (ΣP_idle + P_static)·period``) is monotone in it, so per-state Pareto
+sets lose no Pareto-optimal mapping: without label cap, cut restriction or deadline the front is exact for the
+space. **Memory**: a PU holds the weights of the blocks it runs in its one stage (or replica), so a run whose
+held weights exceed ``MappingProblem.memory_bytes`` on some PU is never placed — the front is exact over the
+mappings that fit.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..cost.evaluate import Mapping, Replica, StageMapping
+from ..cost.problem import MappingProblem
+from ..cost.replication import replica_shares, replicated_energy_j, replicated_period_s
+from .pareto import pareto_mask
+from .stages import STAGE_KINDS
+from .transitions import StageCatalog
+
+log = logging.getLogger(__name__)
+
+
+class ReplicatedDeadline(Exception):
+    """The replicated pass ran past its deadline."""
+
+
+@dataclass
+class ReplicatedResult:
+    """Front of the replicated space: mappings, objectives ``(period_s, latency_s, energy_j)``, statistics.
+
+    ``capped_states`` counts states where ``max_labels`` dropped non-dominated labels; ``cut_limited`` whether
+    ``cut_ok`` excluded a boundary. Exact when both are zero/false.
+    """
+
+    mappings: List[Mapping]
+    objectives: np.ndarray
+    n_states: int = 0
+    capped_states: int = 0
+    cut_limited: bool = False
+
+    @property
+    def exact(self) -> bool:
+        return self.capped_states == 0 and not self.cut_limited
+
+
+def _held_ok(problem: MappingProblem, start: int, assignment: Sequence[int], stop: int) -> bool:
+    """True if no PU of the run holds more weight bytes over ``[start, stop)`` than its memory limit."""
+    mem = problem.memory_bytes
+    if not np.isfinite(mem).any():
+        return True
+    held: Dict[int, float] = {}
+    for off in range(stop - start):
+        p = assignment[off]
+        held[p] = held.get(p, 0.0) + float(problem.weight_nbytes[start + off])
+    return all(not (h > mem[p]) for p, h in held.items())
+
+
+class _Stops:
+    """Per catalogue run: ``stop -> (makespan_s, dyn_energy_j, transfers, live template)`` for the stops whose
+    weights fit memory, makespans replaced by stage-level measurements where the problem has them."""
+
+    def __init__(self, problem: MappingProblem, run, ex):
+        self.run, self.mask = run, ex.mask
+        self.by_stop: Dict[int, tuple] = {}
+        single = len(run.group) == 1
+        for j, mk, dyn, transfers, tmpl in ex.items:
+            if not _held_ok(problem, run.start, run.assignment, j):
+                continue
+            if single and problem.range_time_s and mk > 0:
+                measured = problem.range_time_s.get((run.start, j, run.group[0]))
+                if measured is not None:
+                    dyn, mk = dyn * float(measured) / mk, float(measured)
+            self.by_stop[j] = (mk, dyn, transfers, tmpl)
+
+
+def _input_s(problem: MappingProblem, transfers, live: tuple) -> float:
+    """Mean input hand-off of a stage whose live producers carry ``live`` tokens (module docstring)."""
+    t = 0.0
+    for x, q, nb in transfers:
+        tok = live[x]
+        if isinstance(tok, tuple):
+            t += sum(w * problem.comm_s(r, q, nb) for r, w in tok)
+        else:
+            t += problem.comm_s(tok, q, nb)
+    return t
+
+
+def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = None,
+                     max_stages: Optional[int] = None, group_replicas: bool = True, max_labels: int = 0,
+                     max_cut_tensors: Optional[int] = None, deadline: Optional[float] = None
+                     ) -> Optional[ReplicatedResult]:
+    """Pareto front (period, latency, energy) of the replicated space (module docstring).
+
+    Parameters
+    ----------
+    problem : MappingProblem
+    catalog : StageCatalog, optional
+        Shared with the other passes (built here if not given).
+    max_stages : int or None
+        Most stages (a replicated stage counts once).
+    group_replicas : bool
+        Let a replica be a list-scheduled PU group (else one PU per replica).
+    max_labels : int
+        Labels kept per state (0: all; otherwise the kept ones are spread along the period axis: not exact).
+    max_cut_tensors : int or None
+        Stage boundaries only where at most this many producers are live (None: anywhere).
+    deadline : float or None
+        ``time.monotonic()`` after which :class:`ReplicatedDeadline` is raised.
+
+    Returns
+    -------
+    ReplicatedResult or None
+        None if no mapping of the space exists (e.g. every mapping exceeds a memory limit).
+    """
+    n = problem.n_blocks
+    cat = catalog if catalog is not None else StageCatalog(problem)
+    live_sets = cat.live
+    cut_ok = [max_cut_tensors is None or j == n or len(live_sets[j]) <= max_cut_tensors for j in range(n + 1)]
+    idle_static = float(problem.idle_power_w.sum()) + problem.static_power_w
+    staged = max_stages is not None
+    # states: key -> sid; labels[sid] = list of (P, L, E); backs[sid] = list of (src sid, src row, stage)
+    keys: List[tuple] = []
+    labels: List[list] = []
+    backs: List[list] = []
+    pending: Dict[tuple, list] = {}
+    by_pos: Dict[int, List[tuple]] = {}
+    capped = 0
+
+    def finish(key: tuple, cands: list) -> int:
+        nonlocal capped
+        vals = np.array([c[0] for c in cands], dtype=float).reshape(-1, 3)
+        keep = np.flatnonzero(pareto_mask(vals))
+        if max_labels and len(keep) > max_labels:
+            capped += 1
+            order = keep[np.argsort(vals[keep, 0], kind="stable")]
+            keep = np.sort(order[np.unique(np.linspace(0, len(order) - 1, max_labels).round().astype(int))])
+        keys.append(key)
+        labels.append([cands[t][0] for t in keep])
+        backs.append([cands[t][1] for t in keep])
+        return len(keys) - 1
+
+    def push(key: tuple, label: tuple, back: tuple) -> None:
+        bucket = pending.get(key)
+        if bucket is None:
+            bucket = pending[key] = []
+            by_pos.setdefault(key[0], []).append(key)
+        bucket.append((label, back))
+
+    keys.append((0, 0, (), 0))
+    labels.append([(0.0, 0.0, 0.0)])
+    backs.append([None])
+    here = [0]
+    for i in range(n):
+        if i > 0:
+            here = [finish(key, pending.pop(key)) for key in by_pos.pop(i, [])]
+        if not here:
+            continue
+        runs = [_Stops(problem, cat.runs[rid], ex) for kind in STAGE_KINDS for rid, ex in cat.exits(i, kind)]
+        runs = [r for r in runs if r.by_stop]
+        rep_runs = [r for r in runs if group_replicas or len(r.run.group) == 1]
+        combos = []  # sets of >= 2 runs with pairwise disjoint groups, with the stops valid for all
+        for size in range(2, problem.n_pus + 1):
+            for combo in combinations(range(len(rep_runs)), size):
+                mask, ok = 0, True
+                for c in combo:
+                    if mask & rep_runs[c].mask:
+                        ok = False
+                        break
+                    mask |= rep_runs[c].mask
+                if not ok:
+                    continue
+                stops = set.intersection(*(set(rep_runs[c].by_stop) for c in combo))
+                stops = sorted(j for j in stops if cut_ok[j])
+                if stops:
+                    combos.append((mask, tuple(rep_runs[c] for c in combo), stops))
+        for sid in here:
+            _, used, live, n_st = keys[sid]
+            if staged and n_st >= max_stages:
+                continue
+            rows = labels[sid]
+            nst = n_st + 1 if staged else 0
+            for r in runs:
+                if used & r.mask:
+                    continue
+                for j, (mk, dyn, transfers, tmpl) in r.by_stop.items():
+                    if not cut_ok[j]:
+                        continue
+                    t_s = _input_s(problem, transfers, live) + mk
+                    new_live = tuple(live[x] if x >= 0 else -1 - x for x in tmpl)
+                    key = (j, used | r.mask, new_live, nst)
+                    stage = (j, (r.run,))
+                    for row, (p, lat, e) in enumerate(rows):
+                        push(key, (p if p > t_s else t_s, lat + t_s, e + dyn), (sid, row, stage))
+            for mask, reps, stops in combos:
+                if used & mask:
+                    continue
+                for j in stops:
+                    items = [r.by_stop[j] for r in reps]
+                    times = [_input_s(problem, it[2], live) + it[0] for it in items]
+                    shares = replica_shares(times)
+                    p_s = replicated_period_s(times)
+                    l_s = sum(w * t for w, t in zip(shares, times) if w > 0)
+                    e_s = replicated_energy_j([it[1] for it in items], shares)
+                    start = i
+                    new_live = tuple(
+                        live[x] if x >= 0 else tuple((r.run.assignment[u - start], w) for r, w in zip(reps, shares))
+                        for x, u in zip(items[0][3], live_sets[j]))
+                    key = (j, used | mask, new_live, nst)
+                    stage = (j, tuple(r.run for r in reps))
+                    for row, (p, lat, e) in enumerate(rows):
+                        push(key, (p if p > p_s else p_s, lat + l_s, e + e_s), (sid, row, stage))
+        if deadline is not None and time.monotonic() > deadline:
+            raise ReplicatedDeadline(f"replicated pass stopped at block {i + 1} of {n}")
+    finals = by_pos.pop(n, [])
+    if not finals:
+        return None
+    objs, refs = [], []
+    for key in finals:
+        sid = finish(key, pending.pop(key))
+        for row, (p, lat, e) in enumerate(labels[sid]):
+            objs.append((p, lat, e + idle_static * p))
+            refs.append((sid, row))
+    objs_a = np.array(objs, dtype=float).reshape(-1, 3)
+    keep = np.flatnonzero(pareto_mask(objs_a))
+    mappings = [_rebuild(keys, backs, *refs[t]) for t in keep]
+    return ReplicatedResult(mappings, objs_a[keep], n_states=len(keys), capped_states=capped,
+                            cut_limited=not all(cut_ok))
+
+
+def _rebuild(keys: List[tuple], backs: List[list], sid: int, row: int) -> Mapping:
+    stages: List[StageMapping] = []
+    while backs[sid][row] is not None:
+        src, src_row, (stop, runs) = backs[sid][row]
+        views = []
+        for run in runs:
+            assign = tuple(run.assignment[: stop - run.start])
+            views.append((tuple(sorted(set(assign))), assign))
+        (pus, assign), others = views[0], views[1:]
+        stages.append(StageMapping(runs[0].start, stop, pus, assign, None,
+                                   tuple(Replica(p, a) for p, a in others)))
+        sid, row = src, src_row
+    return Mapping(tuple(reversed(stages)))
