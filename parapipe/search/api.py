@@ -87,9 +87,11 @@ class SearchOptions:
         CP-SAT time limit per stage (within ``time_limit_s`` overall).
     bound_time_limit_s : float
         Budget of the period lower bound (:func:`parapipe.search.bounds.lower_bounds`).
-    replicate, replicate_time_limit_s, replicate_max_labels : bool, float, int
-        Also search mappings with replicated stages (:mod:`parapipe.search.replicate`), within this time limit;
-        above ``exact_max_cells`` with one PU per replica and this label cap.
+    replicate, replicate_time_limit_s : bool, float
+        Also search mappings with replicated stages (:mod:`parapipe.search.replicate`), within this time limit.
+    replicate_large_time_limit_s, replicate_max_labels, replicate_max_cut_tensors : float, int, int
+        Above ``exact_max_cells``: the replicated pass's time limit, label cap and stage boundaries (at most this
+        many live tensors), one PU per replica, states keyed on replica PUs (not exact).
     period_gap, period_epsilon, period_time_limit_s : float, float, float
         The least-period pass (:func:`parapipe.search.passes.period_pass`) runs when the period found is more than
         ``period_gap`` above the relaxation's bound, with this label grid above ``exact_max_cells`` and this
@@ -111,7 +113,9 @@ class SearchOptions:
     reuse_max_blocks: int = 64
     replicate: bool = True
     replicate_time_limit_s: float = 5.0
-    replicate_max_labels: int = 8
+    replicate_large_time_limit_s: float = 2.0
+    replicate_max_labels: int = 4
+    replicate_max_cut_tensors: int = 1
     polish: bool = True
     cpsat_max_blocks: int = 40
     cpsat_stage_limit_s: float = 0.5
@@ -209,13 +213,15 @@ def merge_same_pu_stages(mapping: Mapping) -> Mapping:
 
 
 
-def _relaxation(problem: MappingProblem, best_period_s: float, deadline: float):
-    """The bound's relaxation (:class:`parapipe.search.relaxation.Relaxed`), or None beyond its PU count."""
+def _relaxation(problem: MappingProblem, best_period_s: float, deadline: float, replicated: bool):
+    """The bound's relaxation (:class:`parapipe.search.relaxation.Relaxed`; with the modes of replicated stages
+    when ``replicated``: it then bounds every space searched, and guides the period pass less tightly), or None
+    beyond its PU count."""
     from .relaxation import MAX_PUS, Relaxed
 
     if problem.n_pus > MAX_PUS:
         return None
-    return Relaxed(problem, best_period_s * (1 - PROOF_RTOL), deadline)
+    return Relaxed(problem, best_period_s * (1 - PROOF_RTOL), deadline, replicated=replicated)
 
 
 def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
@@ -277,7 +283,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
 
     best_period = plain_period_s(cand_points)
     t_b = time.monotonic()
-    relaxed = _relaxation(problem, best_period, t_b + opts.bound_time_limit_s)
+    relaxed = _relaxation(problem, best_period, t_b + opts.bound_time_limit_s, opts.replicate)
     if relaxed is not None and best_period > relaxed.bound_s * (1 + opts.period_gap):
         eps = 0.0 if problem.n_blocks * problem.n_pus <= opts.exact_max_cells else opts.period_epsilon
         m, spaces["period"] = period_pass(problem, best_period, catalog, relaxed.guide(), opts.period_time_limit_s,
@@ -304,7 +310,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
         p.pareto = objs[i] in on_front
     bounds = lower_bounds(problem, best_period_s=plain_period_s(front),
                           time_limit_s=max(0.0, opts.bound_time_limit_s - (time.monotonic() - t_b)),
-                          relaxed=None if opts.replicate else relaxed, replicated=opts.replicate)
+                          relaxed=relaxed, replicated=opts.replicate)
     stats = {"search_s": time.monotonic() - t0, "dp_s": t_dp, "dp_states": n_states,
              "bound_s": time.monotonic() - t_b}
     cells = problem.n_blocks * problem.n_pus

@@ -18,16 +18,20 @@ path and work; each stage adds to its PUs no more than it costs in the real mapp
   out (a bound may leave costs out, never add them).
 
 **Replicated stages** (``replicated=True``): one more mode per group ``G``, "a stage replicated over replicas
-whose PUs make up ``G``" (``R``-mode), open for block ``v`` only where at least two PUs of ``G`` run ``v`` (every
-replica runs every block of the stage). Each PU of ``G`` is busy ``P_s = w_r T_r`` per inference, and
-``Σ_{p∈G} P_s ≥ Σ_r w_r (in_r + work_r) ≥ hand + Σ_v gmin_v(G)`` (``in_r`` the replica's input hand-off, at
-least the least forced hand-off ``hand`` over the PUs the producer and ``v`` may sit on; ``work_r`` its blocks'
-times, each at least ``gmin``, the block on its fastest PU of ``G``). So an ``R``-mode block adds
-``gmin_v(G) / |G|`` to every PU of ``G``, and a forced hand-off into an ``R``-mode stage adds ``hand / |G|``;
-a forced hand-off *out of* a replicated stage takes the least over every PU of ``G`` that runs the producer
-(the frame's producer may sit on any replica). The plain modes stay as above (a stage with one replica is a
-plain stage), so this relaxation bounds mappings with and without replicated stages; it is weaker than the
-plain one (``R``-modes have no spine path term).
+whose PUs make up ``G``" (``R``-mode). Each PU of ``G`` is busy ``P_s = f(T) = 1 / Σ_r 1/T_r`` per inference
+(:mod:`parapipe.cost.replication`), with ``T_r >= in_r + Σ_v gmin_v(S_r) / |S_r|`` for replica ``r`` on PUs
+``S_r`` (its input hand-off, and its makespan at least its work spread over its PUs, each block on its fastest
+PU of ``S_r``). ``f`` is concave, increasing and 1-homogeneous, hence superadditive, so ``P_s >= f(in) +
+Σ_v f(gmin_v(S_·) / |S_·|)``: an ``R``-mode block adds to every PU of ``G``
+
+    ``h_v(G) = min over partitions of G into >= 2 replicas, each with a PU that runs v, of 1 / Σ_r |S_r| / gmin_v(S_r)``
+
+(the mode is open for ``v`` only where such a partition exists: every replica runs every block of the stage), a
+forced hand-off into an ``R``-mode stage adds ``hand / |G|`` (``f`` of ``R <= |G|`` inputs of at least ``hand``
+each), and a forced hand-off *out of* one takes the least over every PU of ``G`` that runs the producer (the
+frame's producer may sit on any replica). For single-PU replicas ``h_v`` is ``1 / Σ_p 1/t[v, p]``, exact for
+PUs whose speeds are proportional. The plain modes stay as above (a stage with one replica is a plain stage),
+so this relaxation bounds mappings with and without replicated stages.
 
 So every mapping's busy vector is at least the label of its mode sequence, and the least largest busy time over
 all mode sequences bounds the period of every mapping. Labels are Pareto sets per (block, mode); with the best
@@ -93,6 +97,41 @@ def _meet_on_grid(x: np.ndarray, grid: float) -> np.ndarray:
     return np.minimum.reduceat(x[order], starts, axis=0)
 
 
+def _partitions(items: Tuple[int, ...]):
+    """Every partition of ``items`` into non-empty blocks (lists of tuples)."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in _partitions(rest):
+        yield [(first,)] + part
+        for i in range(len(part)):
+            yield part[:i] + [(first,) + part[i]] + part[i + 1:]
+
+
+def _replicated_charge(t: np.ndarray, groups: List[Tuple[int, ...]]) -> np.ndarray:
+    """``h[v, g]``: the least busy time block ``v`` adds to every PU of ``groups[g]`` in a stage replicated over
+    them (module docstring), ``inf`` where no partition into >= 2 replicas runs ``v``."""
+    n = t.shape[0]
+    h = np.full((n, len(groups)), np.inf)
+    for gi, g in enumerate(groups):
+        parts = [p for p in _partitions(tuple(g)) if len(p) >= 2]
+        for v in range(n):
+            best = np.inf
+            for part in parts:
+                speed = 0.0
+                for rep in part:
+                    gmin = min(t[v, q] for q in rep)
+                    if not np.isfinite(gmin):
+                        break
+                    speed += len(rep) / gmin if gmin > 0 else np.inf
+                else:
+                    val = 1.0 / speed if speed > 0 else 0.0
+                    best = min(best, val)
+            h[v, gi] = best
+    return h
+
+
 class RelaxedDP:
     """The relaxation of ``problem`` (module docstring) with its per-block tables built once; :meth:`probe`
     answers "is there a mode sequence whose largest busy time is below ``limit``?".
@@ -134,13 +173,15 @@ class RelaxedDP:
         # Busy added by block v in mode m without transfers: t on p, or θ·t on q (spine) + (1-θ)·gmin/|G|.
         self.opened = np.where(single[None, :] | on_spine[:, None], np.isfinite(tq), np.isfinite(gmin))
         finite = np.isfinite(t)
-        self.opened[:, repl] = (finite.astype(int) @ member[repl].T.astype(int)) >= 2
         work_share = np.where(member, (1.0 / size)[:, None], 0.0)
         tq0, gmin0 = np.where(np.isfinite(tq), tq, 0.0), np.where(np.isfinite(gmin), gmin, 0.0)
         node = np.where(single[None, :, None], tq0[:, :, None] * member_q[None],
                         member[None] * np.where(on_spine[:, None], theta * tq0, 0.0)[:, :, None]
                         + (1 - theta) * gmin0[:, :, None] * work_share[None])
-        node[:, repl, :] = gmin0[:, repl, None] * work_share[None, repl]
+        if replicated:
+            h = _replicated_charge(t, [g for g, _ in modes[n_plain:]])  # (n, groups)
+            self.opened[:, repl] = np.isfinite(h)
+            node[:, repl, :] = np.where(np.isfinite(h), h, 0.0)[:, :, None] * member[None, repl, :]
         self.node = node  # (n, nm, k)
         # What a forced hand-off into a stage of mode m adds to each PU: the transfer on every PU of its group,
         # divided by |G| for an R-mode.

@@ -112,7 +112,8 @@ def _input_s(problem: MappingProblem, transfers, live: tuple) -> float:
 
 def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = None,
                      max_stages: Optional[int] = None, group_replicas: bool = True, max_labels: int = 0,
-                     max_cut_tensors: Optional[int] = None, deadline: Optional[float] = None
+                     max_cut_tensors: Optional[int] = None, deadline: Optional[float] = None,
+                     plain_kinds: Sequence[str] = STAGE_KINDS, coarse: bool = False
                      ) -> Optional[ReplicatedResult]:
     """Pareto front (period, latency, energy) of the replicated space (module docstring).
 
@@ -131,6 +132,12 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
         Stage boundaries only where at most this many producers are live (None: anywhere).
     deadline : float or None
         ``time.monotonic()`` after which :class:`ReplicatedDeadline` is raised.
+    plain_kinds : sequence of str
+        Stage kinds of the non-replicated stages (:data:`parapipe.search.stages.STAGE_KINDS`).
+    coarse : bool
+        Key states on the PUs of a replicated producer only, not its shares: the state keeps the shares of the
+        first transition that reached it, so later hand-offs from it are costed with those (not exact; every
+        mapping found is evaluated exactly by the caller). Cuts the states of large problems.
 
     Returns
     -------
@@ -140,6 +147,12 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
     n = problem.n_blocks
     cat = catalog if catalog is not None else StageCatalog(problem)
     live_sets = cat.live
+    if coarse:
+        def state_key(j, used, live, nst):
+            return (j, used, tuple(tuple(r for r, _ in t) if isinstance(t, tuple) else t for t in live), nst)
+    else:
+        def state_key(j, used, live, nst):
+            return (j, used, live, nst)
     cut_ok = [max_cut_tensors is None or j == n or len(live_sets[j]) <= max_cut_tensors for j in range(n + 1)]
     idle_static = float(problem.idle_power_w.sum()) + problem.static_power_w
     staged = max_stages is not None
@@ -164,11 +177,14 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
         backs.append([cands[t][1] for t in keep])
         return len(keys) - 1
 
-    def push(key: tuple, label: tuple, back: tuple) -> None:
+    state_live: Dict[tuple, tuple] = {}
+
+    def push(key: tuple, live: tuple, label: tuple, back: tuple) -> None:
         bucket = pending.get(key)
         if bucket is None:
             bucket = pending[key] = []
             by_pos.setdefault(key[0], []).append(key)
+            state_live[key] = live
         bucket.append((label, back))
 
     keys.append((0, 0, (), 0))
@@ -180,9 +196,14 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
             here = [finish(key, pending.pop(key)) for key in by_pos.pop(i, [])]
         if not here:
             continue
-        runs = [_Stops(problem, cat.runs[rid], ex) for kind in STAGE_KINDS for rid, ex in cat.exits(i, kind)]
-        runs = [r for r in runs if r.by_stop]
-        rep_runs = [r for r in runs if group_replicas or len(r.run.group) == 1]
+        kinds = STAGE_KINDS if group_replicas else ("single-pu",)
+        all_runs = [_Stops(problem, cat.runs[rid], ex) for kind in kinds for rid, ex in cat.exits(i, kind)]
+        all_runs = [r for r in all_runs if r.by_stop]
+        runs = [r for r in all_runs if r.run.kind in plain_kinds]
+        rep_runs = [r for r in all_runs if group_replicas or len(r.run.group) == 1]
+        if not group_replicas and "list-scheduled" in plain_kinds:
+            runs += [_Stops(problem, cat.runs[rid], ex) for rid, ex in cat.exits(i, "list-scheduled")]
+            runs = [r for r in runs if r.by_stop]
         combos = []  # sets of >= 2 runs with pairwise disjoint groups, with the stops valid for all
         for size in range(2, problem.n_pus + 1):
             for combo in combinations(range(len(rep_runs)), size):
@@ -199,7 +220,8 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
                 if stops:
                     combos.append((mask, tuple(rep_runs[c] for c in combo), stops))
         for sid in here:
-            _, used, live, n_st = keys[sid]
+            _, used, _, n_st = keys[sid]
+            live = state_live.pop(keys[sid], keys[sid][2])
             if staged and n_st >= max_stages:
                 continue
             rows = labels[sid]
@@ -212,10 +234,10 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
                         continue
                     t_s = _input_s(problem, transfers, live) + mk
                     new_live = tuple(live[x] if x >= 0 else -1 - x for x in tmpl)
-                    key = (j, used | r.mask, new_live, nst)
+                    key = state_key(j, used | r.mask, new_live, nst)
                     stage = (j, (r.run,))
                     for row, (p, lat, e) in enumerate(rows):
-                        push(key, (p if p > t_s else t_s, lat + t_s, e + dyn), (sid, row, stage))
+                        push(key, new_live, (p if p > t_s else t_s, lat + t_s, e + dyn), (sid, row, stage))
             for mask, reps, stops in combos:
                 if used & mask:
                     continue
@@ -230,10 +252,10 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
                     new_live = tuple(
                         live[x] if x >= 0 else tuple((r.run.assignment[u - start], w) for r, w in zip(reps, shares))
                         for x, u in zip(items[0][3], live_sets[j]))
-                    key = (j, used | mask, new_live, nst)
+                    key = state_key(j, used | mask, new_live, nst)
                     stage = (j, tuple(r.run for r in reps))
                     for row, (p, lat, e) in enumerate(rows):
-                        push(key, (p if p > p_s else p_s, lat + l_s, e + e_s), (sid, row, stage))
+                        push(key, new_live, (p if p > p_s else p_s, lat + l_s, e + e_s), (sid, row, stage))
         if deadline is not None and time.monotonic() > deadline:
             raise ReplicatedDeadline(f"replicated pass stopped at block {i + 1} of {n}")
     finals = by_pos.pop(n, [])
