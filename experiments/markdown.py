@@ -73,11 +73,13 @@ def efficiency_section(eff: Sequence[Dict[str, Any]]) -> List[str]:
     for r in eff + [T.average_row(eff)]:
         rows.append([r["model"], r["soc"], _f(r["parapipe_inf_per_j"], ".2f"),
                      _f(r["pipeline_inf_per_j"], ".2f"), _f(r["parallel_inf_per_j"], ".2f"),
-                     _f(r["single_inf_per_j"], ".2f"),
+                     _f(r["single_inf_per_j"], ".2f"), _f(r.get("replicated_inf_per_j"), ".2f"),
                      _pct(r["gain_vs_pipeline_pct"]), _pct(r["gain_vs_parallel_pct"]),
-                     _pct(r["gain_vs_single_pct"]), r["parapipe_shape"] or ""])
+                     _pct(r["gain_vs_single_pct"]), _pct(r.get("gain_vs_replicated_pct")),
+                     r["parapipe_shape"] or ""])
     out += _table(["model", "SoC", "parapipe inf/J", "pipeline inf/J", "parallel inf/J", "single inf/J",
-                   "gain vs pipeline", "gain vs parallel", "gain vs single", "shape"], rows, "llrrrrrrrl")
+                   "replicated inf/J", "gain vs pipeline", "gain vs parallel", "gain vs single",
+                   "gain vs replicated", "shape"], rows, "llrrrrrrrrrl")
     out += ["", "### Averages next to the paper", ""]
     avg_rows = [["Para-Pipe paper", _pct(T.PAPER_GAIN_VS_PIPELINE_PCT), _pct(T.PAPER_GAIN_VS_PARALLEL_PCT),
                  ""],

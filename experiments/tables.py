@@ -32,7 +32,7 @@ TARGET_GAIN_VS_PIPELINE_PCT = 15.0
 TARGET_GAIN_VS_PARALLEL_PCT = 30.0
 TARGET_SOCS = ("amlogic_a311d", "black_sesame_a1000")
 
-BASELINES = ("pipeline", "parallel", "single")
+BASELINES = ("pipeline", "parallel", "single", "replicated")
 
 POINT_COLUMNS = ["model", "soc", "strategy", "pareto", "throughput_per_s", "period_s", "latency_s",
                  "energy_j", "search_s", "point_id", "stages"]

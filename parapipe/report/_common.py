@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 #: Name used in error messages when the caller does not say which file the document came from.
 DEFAULT_SOURCE = "pareto.json"
 
-STRATEGIES = ("parapipe", "pipeline", "parallel", "single")
+STRATEGIES = ("parapipe", "pipeline", "parallel", "single", "replicated")
 
 #: Marker and colour per strategy (matplotlib's default "tab10" cycle colours C0..C3).
 STYLE: Dict[str, Dict[str, str]] = {
@@ -30,6 +30,7 @@ STYLE: Dict[str, Dict[str, str]] = {
     "pipeline": {"marker": "^", "color": "C1", "label": "pure pipeline"},
     "parallel": {"marker": "s", "color": "C2", "label": "parallel (1 stage)"},
     "single": {"marker": "D", "color": "C3", "label": "single PU"},
+    "replicated": {"marker": "v", "color": "C4", "label": "replicated (whole model per PU)"},
 }
 
 _FIX = "pass the pareto.json written by 'parapipe optimize'"
