@@ -272,8 +272,9 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
             if opts.polish and polisher.wants(m):
                 pm, pk = polisher.polish(m)
                 cand_points.append(Point("", "parapipe", pm, evaluate(problem, pm, terms), pk, origin="cp-sat"))
-    for b in points:
-        cand_points.append(Point("", "parapipe", b.mapping, b.evaluation, b.stage_schedules, origin="baseline"))
+    for b in points:  # baselines lie in the space (replicated ones only when replicated stages are searched)
+        if b.strategy != "replicated" or opts.replicate:
+            cand_points.append(Point("", "parapipe", b.mapping, b.evaluation, b.stage_schedules, origin="baseline"))
     # The least period of the PU-reuse space, exactly, guided by the bound's relaxation (which may already prove
     # the best period found optimal).
     full = terms is not None and not terms.is_default()
