@@ -213,15 +213,15 @@ def merge_same_pu_stages(mapping: Mapping) -> Mapping:
 
 
 
-def _relaxation(problem: MappingProblem, best_period_s: float, deadline: float, replicated: bool):
-    """The bound's relaxation (:class:`parapipe.search.relaxation.Relaxed`; with the modes of replicated stages
-    when ``replicated``: it then bounds every space searched, and guides the period pass less tightly), or None
-    beyond its PU count."""
+def _relaxation(problem: MappingProblem, best_period_s: float, deadline: float):
+    """The plain relaxation (:class:`parapipe.search.relaxation.Relaxed`: mappings without replicated stages,
+    which is the space the least-period pass searches), or None beyond its PU count. It guides that pass and
+    gives the bound of its space; :func:`parapipe.search.bounds.lower_bounds` adds the replicated space's."""
     from .relaxation import MAX_PUS, Relaxed
 
     if problem.n_pus > MAX_PUS:
         return None
-    return Relaxed(problem, best_period_s * (1 - PROOF_RTOL), deadline, replicated=replicated)
+    return Relaxed(problem, best_period_s * (1 - PROOF_RTOL), deadline)
 
 
 def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
@@ -284,7 +284,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
 
     best_period = plain_period_s(cand_points)
     t_b = time.monotonic()
-    relaxed = _relaxation(problem, best_period, t_b + opts.bound_time_limit_s, opts.replicate)
+    relaxed = _relaxation(problem, best_period, t_b + opts.bound_time_limit_s)
     if relaxed is not None and best_period > relaxed.bound_s * (1 + opts.period_gap):
         eps = 0.0 if problem.n_blocks * problem.n_pus <= opts.exact_max_cells else opts.period_epsilon
         m, spaces["period"] = period_pass(problem, best_period, catalog, relaxed.guide(), opts.period_time_limit_s,

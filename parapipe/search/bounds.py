@@ -32,6 +32,12 @@ PROOF_RTOL = 1e-9
 (the same sums taken in another order differ in the last bits)."""
 
 
+REPLICATED_RELAXATION_MAX_CELLS = 32
+"""Largest problem (blocks × PUs) on which the relaxation with replicated-stage modes runs. Measured on the zoo
+(8 models × A311D/A1000, 48 blocks): given 5 s it never rose above the LP bound, while it took the whole bound
+budget; on small problems it does (forced hand-offs) and is fast."""
+
+
 @dataclass
 class Bounds:
     """``period_s >= period_lb_s`` and ``latency_s >= latency_lb_s`` for every mapping of the problem.
@@ -100,37 +106,63 @@ def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
                  time_limit_s: Optional[float] = 5.0, relaxed=None, replicated: bool = True) -> Bounds:
     """Both bounds (module docstring).
 
+    With ``replicated`` the period bound is the lesser of two: the bound of mappings without replicated stages
+    (block, LP and the plain relaxation — the tight one) and the bound of mappings with at least one replicated
+    stage (``max_v 1 / Σ_p 1/t[v, p]``, LP, and the relaxation with replicated-stage modes, built only when the
+    first two leave it below the plain bound and the problem has at most :data:`REPLICATED_RELAXATION_MAX_CELLS`
+    blocks × PUs, within what remains of ``time_limit_s``).
+
     Parameters
     ----------
     problem : MappingProblem
     best_period_s : float, optional
         Best period a search found, seconds: the relaxed DP prunes at it and proves it optimal if it can.
     time_limit_s : float or None
-        Budget of the relaxed DP, seconds (None: unbounded); past it the other bounds stand.
+        Budget of the relaxed DPs, seconds (None: unbounded); past it the other bounds stand.
     relaxed : parapipe.search.relaxation.Relaxed, optional
-        The relaxation already built by the search (its Lagrangian bound is reused; ignored unless it was built
-        with the same ``replicated``).
+        The plain relaxation already built by the search (its Lagrangian bound is reused).
     replicated : bool
         Bound every mapping of the cost model including replicated stages (True), or only mappings without
-        them (False: the tighter bounds of the plain model).
+        them (False).
     """
+    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
+    if relaxed is not None and getattr(relaxed, "replicated", False):
+        relaxed = None
+    plain = _space_bound(problem, best_period_s, deadline, relaxed, replicated=False)
+    if replicated:
+        small = problem.n_blocks * problem.n_pus <= REPLICATED_RELAXATION_MAX_CELLS
+        rep = _space_bound(problem, best_period_s, deadline, None, replicated=True, stop_s=plain[1], relax=small)
+        if rep[1] < plain[1]:
+            method, lb, proved, note = rep
+            note = note or "a replicated stage may be faster than the plain bound"
+            return _finish(problem, best_period_s, f"{method} (replicated)", lb, proved, note)
+    return _finish(problem, best_period_s, *plain)
+
+
+def _space_bound(problem: MappingProblem, best_period_s: Optional[float], deadline: Optional[float], relaxed,
+                 replicated: bool, stop_s: float = np.inf, relax: bool = True):
+    """(method, bound_s, proved, note) over the mappings without (``replicated=False``) or with replicated
+    stages; the relaxation runs (if ``relax``) only while the closed-form bounds stay below ``stop_s`` (no need
+    beyond)."""
     from .relaxation import relaxed_period_bound
 
-    if relaxed is not None and getattr(relaxed, "replicated", False) != replicated:
-        relaxed = None
     candidates = {"block": block_period_bound(problem, replicated), "lp": lp_period_bound(problem)}
-    note = ""
-    proved = False
-    if best_period_s is not None:
+    note, proved = "", False
+    floor = max(candidates.values())
+    if relax and best_period_s is not None and floor < stop_s and (deadline is None or time.monotonic() < deadline):
+        top = min(best_period_s, stop_s)
         try:
-            deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
             candidates["relaxed-dp"], proved = relaxed_period_bound(
-                problem, best_period_s, max(candidates.values()), deadline=deadline, rtol=PROOF_RTOL,
-                relaxed=relaxed, replicated=replicated)
+                problem, top, floor, deadline=deadline, rtol=PROOF_RTOL, relaxed=relaxed, replicated=replicated)
+            proved = proved and top >= best_period_s
         except ValueError as exc:
             note = str(exc)
     method = max(candidates, key=lambda m: candidates[m])
-    lb = candidates[method]
+    return method, candidates[method], proved, note
+
+
+def _finish(problem: MappingProblem, best_period_s: Optional[float], method: str, lb: float, proved: bool,
+            note: str) -> Bounds:
     proved = proved or (best_period_s is not None and lb >= best_period_s * (1 - PROOF_RTOL))
     if proved:
         lb = best_period_s
