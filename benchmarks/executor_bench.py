@@ -15,9 +15,8 @@ Prints (stderr is left to logging):
    alternately) and parapipe's ``replicated`` mapping (:func:`parapipe.cost.replicated_baseline`: the whole
    model replicated on cpu0 and cpu1, frames dealt by the executor's dispatcher) run by the pipelined executor;
    and the best-throughput point of parapipe's search for ``--soc host`` (this machine measured with
-   :func:`parapipe.workflow.prepare`, searched with :func:`parapipe.search.api.search`). ``best`` is the one of
-   the two parapipe mappings with the higher predicted throughput: what the search picks once it offers
-   replicated stages. All ratios are to ORT with 2 threads, same run. parapipe runs go through the deploy
+   :func:`parapipe.workflow.prepare`, searched with :func:`parapipe.search.api.search`, replicated stages
+   included, so the replicated baseline is one of its candidates). All ratios are to ORT with 2 threads, same run. parapipe runs go through the deploy
    bundle's run-and-verify (every output and handed-over tensor compared with the unsplit model's).
 2. Measured / predicted throughput of the parapipe mappings, with the prediction from isolated block times
    (the host profile) and from stage-level times (each single-PU stage's sub-model timed as a whole,
@@ -79,11 +78,8 @@ def ort_throughput(model: onnx.ModelProto, frames: List[Dict[str, np.ndarray]], 
 
 
 def host_mappings(model: str, time_limit_s: float):
-    """Measure this host for ``model``, search, add the replicated baseline, and load the best-throughput search
-    point and the replicated point as LoadedMappings: ``(pp, rep, prep, seconds)``."""
-    from types import SimpleNamespace
-
-    from parapipe.cost.replicated_baseline import replicated_baseline
+    """Measure this host for ``model``, search (replicated stages included), and load the best-throughput point
+    and the ``replicated`` baseline (``replicated-0``) as LoadedMappings: ``(pp, rep, prep, seconds)``."""
     from parapipe.mapping import doc_from_result, write_pareto
     from parapipe.runtime.mapping import load_mapping
     from parapipe.search.api import SearchOptions, search
@@ -92,10 +88,7 @@ def host_mappings(model: str, time_limit_s: float):
 
     t0 = time.perf_counter()
     prep = prepare(model, "host")
-    result = search(prep.problem, SearchOptions(time_limit_s=time_limit_s, seed=0))
-    rep_mapping, rep_eval = replicated_baseline(prep.problem)
-    result.points.append(SimpleNamespace(id="rep", strategy="replicated", pareto=False, mapping=rep_mapping,
-                                         evaluation=rep_eval, stage_schedules=["single-pu"]))
+    result = search(prep.problem, SearchOptions(time_limit_s=time_limit_s, seed=0), terms=prep.terms)
     blocks = {b.name: list(b.ops) for b in prep.block_graph.blocks}
     doc = doc_from_result(result, prep.loaded.name, prep.loaded.sha256, soc_ref(prep.soc), blocks=blocks,
                           search={"max_blocks": prep.max_blocks, "seed": 0})
@@ -103,7 +96,7 @@ def host_mappings(model: str, time_limit_s: float):
         path = os.path.join(tmp, "pareto.json")
         write_pareto(doc, path)
         pp = load_mapping(model, path, "best-throughput")
-        rep = load_mapping(model, path, "rep")
+        rep = load_mapping(model, path, "replicated-0")
     return pp, rep, prep, time.perf_counter() - t0
 
 
@@ -271,10 +264,9 @@ def bench_model(model: str, args) -> dict:
     block_sum_s = float(prep.problem.time_s[:, 0].sum())
     predicted_blocks = {"pp": predicted["pp"], "rep": 2.0 / block_sum_s}
     predicted_stages = {"pp": stage_level_prediction(prep, pp), "rep": predicted["rep"]}
-    best = "rep" if predicted["rep"] > predicted["pp"] else "pp"
     return {"model": model, "med": med, "spread": {k: spread(v) for k, v in runs.items()}, "diff": diff,
             "scaled": scaled, "outputs_match": matched, "predicted": predicted, "predicted_blocks": predicted_blocks,
-            "predicted_stages": predicted_stages, "best": best, "point": pp.point.id, "stages": stages,
+            "predicted_stages": predicted_stages, "point": pp.point.id, "stages": stages,
             "prep_s": prep_s, "whole_s": whole_s, "block_sum_s": block_sum_s, "mapping": pp,
             "utilisation": {k: last[k].pu_utilisation for k in ("pp", "rep")},
             "cut": None if cut is None else {"k": cut[1], "of": len(pp.block_graph.blocks),
@@ -285,19 +277,17 @@ def bench_model(model: str, args) -> dict:
 def print_models(results: List[dict], frames: int, repeats: int) -> None:
     print(f"\n1. throughput, ratio to ORT with 2 threads ({frames} frames, median of {repeats} interleaved runs; "
           "copies = two pinned single-thread sessions, frames dealt alternately: by hand (loop) and as "
-          "parapipe's replicated mapping in the executor (rep); pp = the search's best-throughput point; best = "
-          "the parapipe mapping predicted faster)")
+          "parapipe's replicated baseline in the executor (rep); pp = the search's best-throughput point)")
     print(f"{'model':<13} {'ORT-1':>6} {'ORT-2 /s':>9} {'copies loop':>11} {'copies rep':>10} {'pp':>6} "
-          f"{'best':>6}   {'x ORT-2:':<8} {'ORT-1':>6} {'loop':>6} {'rep':>6} {'pp':>6} {'best':>6}  "
-          f"{'best/loop':>9}  spread 1/2/loop/rep/pp  outputs  pp stages")
+          f"  {'x ORT-2:':<8} {'ORT-1':>6} {'loop':>6} {'rep':>6} {'pp':>6}  "
+          f"{'pp/loop':>9}  spread 1/2/loop/rep/pp  outputs  pp stages")
     for r in results:
         m, sp = r["med"], r["spread"]
-        best = m[r["best"]]
         stages = " | ".join(st["pus"] for st in r["stages"])
         print(f"{r['model']:<13} {m['ort1']:6.1f} {m['ort2']:9.1f} {m['loop']:11.1f} {m['rep']:10.1f} "
-              f"{m['pp']:6.1f} {best:6.1f}   {'':<8} {m['ort1'] / m['ort2']:6.2f} {m['loop'] / m['ort2']:6.2f} "
-              f"{m['rep'] / m['ort2']:6.2f} {m['pp'] / m['ort2']:6.2f} {best / m['ort2']:6.2f}  "
-              f"{best / m['loop']:9.2f}  " + "/".join(f"{sp[k] * 100:.0f}%" for k in ("ort1", "ort2", "loop", "rep", "pp"))
+              f"{m['pp']:6.1f}   {'':<8} {m['ort1'] / m['ort2']:6.2f} {m['loop'] / m['ort2']:6.2f} "
+              f"{m['rep'] / m['ort2']:6.2f} {m['pp'] / m['ort2']:6.2f}  "
+              f"{m['pp'] / m['loop']:9.2f}  " + "/".join(f"{sp[k] * 100:.0f}%" for k in ("ort1", "ort2", "loop", "rep", "pp"))
               + f"  {'match' if r['outputs_match'] else 'DIFFER'} (|d| {r['diff']:.0e}, handed {r['scaled']:.0e})"
               + f"  {stages}")
     print("\n2. measured / predicted throughput (prediction from the host profile's isolated block times, and "
