@@ -10,7 +10,10 @@ Run from the repository root (about 10 minutes on the 2-core machine)::
    (:func:`parapipe.workflow.prepare`: one PU per core, every block timed), the search runs
    (:func:`parapipe.search.api.search`; its front and baselines bring multi-PU stages: intra-stage
    parallelism), and hand-made mappings are added: single core, two-stage cuts, a core serving two stages
-   (cpu0 | cpu1 | cpu0), four alternating stages. Every mapping runs for real with :func:`parapipe.runtime.run.
+   (cpu0 | cpu1 | cpu0), four alternating stages. Every single-PU stage's block range is timed alone as one
+   sub-model (:func:`parapipe.profiling.host.measure_ranges`: profiling, not a pipeline run; isolated block
+   times miss the fusions a stage's sub-model keeps) and written beside the block table
+   (``tables/<model>.ranges.csv``). Every mapping runs for real with :func:`parapipe.runtime.run.
    run_local` (about ``--run-s`` seconds each, outputs checked against the unsplit model) and is recorded in
    the runs table of ``WORK/fidelity.sqlite``; every mapping runs ``--repeats`` times, the rounds interleaved.
 2. Per mapping the least disturbed run is kept (the shortest period, and the shortest idle latency, of its
@@ -71,6 +74,23 @@ def searched_mappings(problem) -> List[Tuple[str, Mapping]]:
     return [(p.id, p.mapping) for p in res.points]
 
 
+def stage_level_times(prep, mappings: List[Mapping]) -> int:
+    """Time every single-PU stage's block range of ``mappings`` as one sub-model, alone on the first allowed
+    core (:func:`parapipe.profiling.host.measure_ranges`, the executor's session settings), into
+    ``prep.problem.range_time_s`` for every PU (this machine's cores are identical). This is profiling, not a
+    pipeline run: each range runs by itself, like a block. Returns the number of ranges."""
+    from parapipe.profiling.host import measure_ranges
+
+    pr = prep.problem
+    known = dict(pr.range_time_s or {})
+    ranges = sorted({(st.start, st.stop) for m in mappings for st in m.stages
+                     if len(st.pus) == 1 and not st.replicas and (st.start, st.stop, 0) not in known})
+    timed = measure_ranges(prep.block_graph, ranges)
+    known.update({(a, b, p): t for (a, b), t in timed.items() for p in range(pr.n_pus)})
+    pr.range_time_s = known
+    return len({(a, b) for a, b, _ in known})
+
+
 def make_doc(prep, named: List[Tuple[str, Mapping]]):
     """A pareto.json document holding ``named`` mappings as points (figures of the plain model)."""
     from parapipe.mapping import doc_from_result
@@ -104,20 +124,22 @@ def measure(models: List[str], work: Path, run_s: float, db: Path, repeats: int)
         prep = prepare(model, "host", db=str(db))
         if not plans:
             save_soc(prep.soc, work / "host.yaml")  # the hand-off cost measured now, reused by calibrate
-        write_block_table(work / "tables" / f"{prep.loaded.name}.blocks.csv", prep.problem)
         named, seen = [], set()
         for label, m in hand_mappings(prep.problem) + searched_mappings(prep.problem):
             key = tuple((st.start, st.stop, st.pus, st.assignment) for st in m.stages)
             if key not in seen:
                 seen.add(key)
                 named.append((label, m))
+        n_ranges = stage_level_times(prep, [m for _, m in named])
+        write_block_table(work / "tables" / f"{prep.loaded.name}.blocks.csv", prep.problem)
         doc = make_doc(prep, named)
         path = work / f"{prep.loaded.name}.pareto.json"
         write_pareto(doc, path)
         print(f"{model}: {prep.problem.n_blocks} blocks, {len(named)} mappings "
               f"({sum(any(len(st.pus) > 1 for st in m.stages) for _, m in named)} with a multi-PU stage, "
               f"{sum(len({p for st in m.stages for p in st.pus}) < sum(len(st.pus) for st in m.stages) for _, m in named)}"
-              f" with a core serving several stages); set-up {time.perf_counter() - t0:.1f} s")
+              f" with a core serving several stages; {n_ranges} single-PU stage ranges timed as sub-models); set-up "
+              f"{time.perf_counter() - t0:.1f} s")
         plans.append((model, path, doc, named))
     from parapipe.runtime.run import record_run, run_local
 

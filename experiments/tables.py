@@ -49,8 +49,10 @@ BREAK_EVEN_COLUMNS = ["model", "soc", "cost_s", "parapipe_period_s", "best_basel
 
 
 def stages_text(point: Dict[str, Any]) -> str:
-    """``"big | gpu+npu"``: each stage's PUs, stages separated by bars."""
-    return " | ".join("+".join(st["pus"]) for st in point["mapping"]["stages"])
+    """``"big | gpu+npu | {dsp0,dsp1}"`` (:func:`parapipe.mapping.stages_text`)."""
+    from parapipe.mapping import stages_text
+
+    return stages_text(point["mapping"]["stages"])
 
 
 def mapping_shape(point: Dict[str, Any]) -> str:

@@ -120,9 +120,12 @@ def cmd_inspect(args) -> int:
 def _front_table(doc) -> str:
     """The points of a :class:`parapipe.mapping.ParetoDoc` as a text table, one row per distinct mapping (a
     baseline that is also a front point is named in its ``same as`` column, not repeated)."""
+    from .mapping import stages_text
+
     rows, same = [], {}
     for p in doc.points:
-        key = json.dumps([[st.pus, st.blocks, st.assignment, st.order] for st in p.stages])
+        key = json.dumps([[st.pus, st.blocks, st.assignment, st.order,
+                           [[r.pus, r.assignment, r.order] for r in st.replicas or []]] for st in p.stages])
         if key in same:
             same[key].append(p.id)
         else:
@@ -132,11 +135,11 @@ def _front_table(doc) -> str:
     bound = doc.search.get("bound", {})
     how = "proved optimal" if bound.get("period_proved_optimal") else bound.get("period_method", "lp")
     lines = [f"gap = period / period lower bound - 1 (bound {b.period_lb_s * 1e3:.3f} ms, {how}); "
-             "* = Pareto-optimal among all points",
+             "* = Pareto-optimal among all points; stages: a+b operator-parallel, {a,b} replicated",
              f"{'id':<13} {'strategy':<9} {'pareto':<6} {'thr/s':>8} {'period ms':>9} {'gap':>6} "
              f"{'latency ms':>10} {'energy mJ':>9}  {'stages (PUs)':<34} same as"]
     for p, others in rows:
-        stages = " | ".join("+".join(st.pus) for st in p.stages)
+        stages = stages_text(p.stages)
         gap = p.period_gap
         also = ", ".join(others[:4]) + (f", +{len(others) - 4}" if len(others) > 4 else "")
         lines.append(f"{p.id:<13} {p.strategy:<9} {'*' if p.pareto else '':<6} "

@@ -203,6 +203,23 @@ def test_measure_transfer_names_an_unusable_cpu():
         measure_transfer(0, 0, frames=0)
 
 
+@pytest.mark.skipif(len(allowed_cpus()) < 2, reason="needs two allowed CPUs (the load runs on the others)")
+def test_loaded_stage_level_times_keep_every_other_core_running_the_range(squeezenet, monkeypatch):
+    from parapipe.profiling.host import measure_ranges
+
+    _, bg = squeezenet
+    spy = _Spy()
+    monkeypatch.setattr(host, "create_session", spy)
+    before = set(t.name for t in threading.enumerate())
+    times = measure_ranges(bg, [(0, 4)], repeats=3, warmup=1)  # the default: loaded
+    assert times[(0, 4)] > 0
+    cpus = allowed_cpus()
+    # one session timed on the first core, one spinning on each other core, each pinned to its own core
+    assert spy.calls == len(cpus)
+    assert sorted(spy.affinities, key=min) == [frozenset({c}) for c in cpus]
+    assert set(t.name for t in threading.enumerate()) <= before  # the load threads are gone
+
+
 def test_stage_level_times_run_each_range_as_one_pinned_sub_model(squeezenet, monkeypatch):
     from parapipe.profiling.host import measure_ranges
 
@@ -210,7 +227,7 @@ def test_stage_level_times_run_each_range_as_one_pinned_sub_model(squeezenet, mo
     n = len(bg.blocks)
     spy = _Spy()
     monkeypatch.setattr(host, "create_session", spy)
-    times = measure_ranges(bg, [(0, n), (0, 3), (0, n)], repeats=2, warmup=1)
+    times = measure_ranges(bg, [(0, n), (0, 3), (0, n)], repeats=2, warmup=1, loaded=False)
     assert list(times) == [(0, n), (0, 3)] and all(t > 0 for t in times.values())
     assert spy.calls == 2 and spy.affinities == [frozenset({allowed_cpus()[0]})] * 2
     for bad in [(3, 3), (-1, 2), (0, n + 1)]:

@@ -132,3 +132,49 @@ def test_import_times_are_in_seconds_in_the_problem(tmp_path, soc):
     (graph,) = read_long_csv(src, soc)
     assert np.isfinite(graph.problem.time_s).sum() == 1
     assert graph.problem.time_s[0, soc.pu_names.index("npu")] == 0.25
+
+
+def test_stage_level_times_travel_beside_the_block_table_and_set_the_stage_time(tmp_path, soc):
+    from parapipe.cost.blocktable import range_table_path, write_block_table
+    from parapipe.cost.evaluate import evaluate, mapping_from_pu_list
+
+    src = tmp_path / "long.csv"
+    src.write_text(LONG)
+    path = write_tables(read_long_csv(src, soc), str(tmp_path / "tables"), str(src))[0]
+    p = read_block_table(path, soc)
+    big = p.pu_names.index("big")
+    on_big = mapping_from_pu_list(p, [big] * 4)
+    block_sum = evaluate(p, on_big).period_s
+    assert block_sum == pytest.approx(0.013 + 0.002 + 0.0025 + 0.00025)
+    # the whole range measured as one sub-model on big: 14 ms instead of the 17.75 ms block sum
+    range_table_path(path).write_text("first,last,pu,time_s\nconv1,cat,big,0.014\n")
+    q = read_block_table(path, soc)
+    assert q.range_time_s == {(0, 4, big): 0.014}
+    assert evaluate(q, on_big).period_s == pytest.approx(0.014)
+    # written back with the table, and removed when the problem has none
+    out = tmp_path / "again.blocks.csv"
+    write_block_table(out, q)
+    assert read_block_table(out, soc).range_time_s == {(0, 4, big): 0.014}
+    write_block_table(out, p)
+    assert not range_table_path(out).exists() and read_block_table(out, soc).range_time_s is None
+
+
+@pytest.mark.parametrize("row, words", [
+    ("conv1,nope,big,0.01", "column 'last': unknown block 'nope'"),
+    ("cat,conv1,big,0.01", "block 'conv1' comes before 'cat'"),
+    ("conv1,cat,dsp,0.01", "column 'pu': unknown PU 'dsp'"),
+    ("conv1,cat,big,0", "time_s must be > 0"),
+    ("conv1,cat,big,fast", "'fast' is not a number"),
+])
+def test_bad_range_table_is_one_line_naming_file_row_and_field(tmp_path, soc, row, words):
+    from parapipe.cost.blocktable import range_table_path
+
+    src = tmp_path / "long.csv"
+    src.write_text(LONG)
+    path = write_tables(read_long_csv(src, soc), str(tmp_path / "tables"), str(src))[0]
+    ranges = range_table_path(path)
+    ranges.write_text("first,last,pu,time_s\n" + row + "\n")
+    with pytest.raises(InputError) as err:
+        read_block_table(path, soc)
+    msg = str(err.value)
+    assert "\n" not in msg and str(ranges) in msg and "row 2" in msg and words in msg

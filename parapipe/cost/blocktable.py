@@ -16,6 +16,17 @@ Format (one row per block, header required)::
 
 PU names must exist in the SoC profile given with ``--soc``; idle/static power and transfer costs come from it.
 Rows may come in any order; they are sorted topologically (ties in file order).
+
+**Stage-level times** (optional): ``<name>.ranges.csv`` beside ``<name>.blocks.csv``, one row per block range
+timed as one sub-model (:func:`parapipe.profiling.host.measure_ranges`; a stage's sub-model keeps the fusions
+its isolated blocks lose)::
+
+    first,last,pu,time_s
+    conv1,inc3a_cat,big,0.0131
+
+``first``..``last``: the range's first and last block in the table's (topological) order; ``time_s``: seconds
+on ``pu``. A single-PU stage over exactly that range takes this time instead of its block sum
+(:attr:`MappingProblem.range_time_s`). :func:`write_block_table` writes it when the problem has such times.
 """
 from __future__ import annotations
 
@@ -141,44 +152,118 @@ def read_block_table(path, soc, name: Optional[str] = None) -> MappingProblem:
 
             raise InfeasibleError(f"{src}: row {seen[b]}, block {b!r}: no PU can run it (every t_ cell is empty); "
                                   "give its time on at least one PU")
-    return MappingProblem(block_names=order, preds=preds, edge_nbytes=edges, pu_names=list(soc.pu_names),
-                          time_s=t, active_power_w=pw,
-                          idle_power_w=np.array([soc.pus[p].idle_power_w for p in soc.pu_names]),
-                          static_power_w=soc.static_power_w, alpha_s=soc.alpha_matrix(),
-                          beta_bytes_per_s=soc.beta_matrix(), name=name or Path(src).stem,
-                          block_nbytes=None if dram is None else np.outer(dram, np.ones(k)))
+    problem = MappingProblem(block_names=order, preds=preds, edge_nbytes=edges, pu_names=list(soc.pu_names),
+                             time_s=t, active_power_w=pw,
+                             idle_power_w=np.array([soc.pus[p].idle_power_w for p in soc.pu_names]),
+                             static_power_w=soc.static_power_w, alpha_s=soc.alpha_matrix(),
+                             beta_bytes_per_s=soc.beta_matrix(), name=name or Path(src).stem,
+                             block_nbytes=None if dram is None else np.outer(dram, np.ones(k)))
+    ranges = range_table_path(path)
+    if ranges.is_file():
+        problem.range_time_s = read_range_table(ranges, problem)
+    return problem
+
+
+def _table_stem(path: Path) -> str:
+    name = path.name
+    for suffix in (".blocks.csv", ".csv"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return path.stem
+
+
+def range_table_path(blocks_path) -> Path:
+    """``DIR/<name>.ranges.csv`` for ``DIR/<name>.blocks.csv`` (or ``DIR/<name>.csv``)."""
+    path = Path(blocks_path)
+    return path.with_name(_table_stem(path) + ".ranges.csv")
+
+
+def read_range_table(path, problem: MappingProblem) -> Dict[tuple, float]:
+    """Read a stage-level time table (module docstring) for ``problem``: ``{(start, stop, pu index): seconds}``.
+
+    Raises
+    ------
+    InputError
+        Unreadable file, a missing column, an unknown block or PU, ``last`` before ``first``, a time that is not
+        a finite number > 0 — naming the file, row and field.
+    """
+    src = str(path)
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            rows = list(csv.DictReader(fh))
+            header = list(rows[0].keys()) if rows else []
+    except OSError as exc:
+        raise input_error(src, None, f"cannot read range table ({exc.strerror or exc})", "check the path") from None
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise input_error(src, None, f"not a CSV file ({exc})", "write a comma-separated table with a header") from None
+    for col in ("first", "last", "pu", "time_s"):
+        if rows and col not in header:
+            raise input_error(src, f"column {col!r}", "missing", "header must be first,last,pu,time_s")
+    index = {b: i for i, b in enumerate(problem.block_names)}
+    out: Dict[tuple, float] = {}
+    for i, r in enumerate(rows, start=2):
+        where = f"row {i}"
+        ends = []
+        for col in ("first", "last"):
+            b = (r.get(col) or "").strip()
+            if b not in index:
+                raise input_error(src, f"{where}, column {col!r}", f"unknown block {b!r}",
+                                  "name blocks of the block table beside it")
+            ends.append(index[b])
+        if ends[1] < ends[0]:
+            raise input_error(src, where, f"block {r['last']!r} comes before {r['first']!r} in the table's order",
+                              "give the range's first block first")
+        pu = (r.get("pu") or "").strip()
+        if pu not in problem.pu_names:
+            raise input_error(src, f"{where}, column 'pu'", f"unknown PU {pu!r}",
+                              f"use PUs of the SoC: {', '.join(problem.pu_names)}")
+        v = _number(src, f"{where}, column 'time_s'", r.get("time_s") or "", "time_s", "give seconds > 0")
+        if v <= 0:
+            raise input_error(src, f"{where}, column 'time_s'", f"time_s must be > 0, got {r['time_s']!r}",
+                              "give seconds > 0")
+        out[(ends[0], ends[1] + 1, problem.pu_names.index(pu))] = v
+    return out
 
 
 def write_block_table(path, problem: MappingProblem, pus: Optional[Sequence[str]] = None) -> None:
-    """Write ``problem`` as a block table CSV (atomically: temporary file, then rename).
+    """Write ``problem`` as a block table CSV (atomically: temporary file, then rename), and its stage-level
+    times (:attr:`~parapipe.cost.problem.MappingProblem.range_time_s`, on ``pus``) as the range table beside it
+    (an old range table there is removed when the problem has none).
 
     ``out_bytes`` of a block is the largest of its outgoing edges; ``dram_nbytes`` (written when the problem
     has :attr:`~parapipe.cost.problem.MappingProblem.block_nbytes`) the largest over the PUs.
     """
-    import os
-    import tempfile
-
     pus = list(pus or problem.pu_names)
+    _write_rows(Path(path), _block_rows(problem, pus))
+    ranges = sorted((a, b, p, t) for (a, b, p), t in (problem.range_time_s or {}).items()
+                    if problem.pu_names[p] in pus)
+    if ranges:
+        _write_rows(range_table_path(path), [["first", "last", "pu", "time_s"]] + [
+            [problem.block_names[a], problem.block_names[b - 1], problem.pu_names[p], repr(float(t))]
+            for a, b, p, t in ranges])
+    else:  # a range table left from an earlier problem would be read with this one
+        range_table_path(path).unlink(missing_ok=True)
+
+
+def _write_rows(path: Path, rows: List[list]) -> None:
+    from ..files import atomic_path
+
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", newline="") as fh:
+            csv.writer(fh).writerows(rows)
+
+
+def _block_rows(problem: MappingProblem, pus: List[str]) -> List[list]:
     idx = [problem.pu_names.index(p) for p in pus]
     out = np.zeros(problem.n_blocks)
     for (u, _), nb in problem.edge_nbytes.items():
         out[u] = max(out[u], nb)
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            w = csv.writer(fh)
-            dram = problem.block_nbytes[:, idx].max(axis=1) if problem.block_nbytes is not None else None
-            w.writerow(["block", "deps", "out_bytes"] + [f"t_{p}" for p in pus] + [f"p_{p}" for p in pus]
-                       + (["dram_nbytes"] if dram is not None else []))
-            for j, b in enumerate(problem.block_names):
-                times = ["" if not np.isfinite(problem.time_s[j, i]) else repr(float(problem.time_s[j, i]))
-                         for i in idx]
-                powers = [repr(float(problem.active_power_w[j, i])) for i in idx]
-                w.writerow([b, ";".join(problem.block_names[d] for d in problem.preds[j]), repr(float(out[j]))]
-                           + times + powers + ([repr(float(dram[j]))] if dram is not None else []))
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    dram = problem.block_nbytes[:, idx].max(axis=1) if problem.block_nbytes is not None else None
+    rows = [["block", "deps", "out_bytes"] + [f"t_{p}" for p in pus] + [f"p_{p}" for p in pus]
+            + (["dram_nbytes"] if dram is not None else [])]
+    for j, b in enumerate(problem.block_names):
+        times = ["" if not np.isfinite(problem.time_s[j, i]) else repr(float(problem.time_s[j, i])) for i in idx]
+        powers = [repr(float(problem.active_power_w[j, i])) for i in idx]
+        rows.append([b, ";".join(problem.block_names[d] for d in problem.preds[j]), repr(float(out[j]))]
+                    + times + powers + ([repr(float(dram[j]))] if dram is not None else []))
+    return rows

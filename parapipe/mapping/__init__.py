@@ -5,8 +5,8 @@
 """
 from parapipe.mapping.io import check_model, doc_from_result, parse_pareto, read_pareto, select_point, write_pareto
 from parapipe.mapping.model import (SCHEMA_VERSION, SELECTORS, STRATEGIES, Bounds, ModelRef, ParetoDoc, Point,
-                                    PointMapping, PURef, Replica, SocRef, Stage)
+                                    PointMapping, PURef, Replica, SocRef, Stage, stages_text)
 
 __all__ = ["SCHEMA_VERSION", "SELECTORS", "STRATEGIES", "Bounds", "ModelRef", "ParetoDoc", "Point",
-           "PointMapping", "PURef", "Replica", "SocRef", "Stage", "check_model", "doc_from_result", "parse_pareto", "read_pareto",
+           "PointMapping", "PURef", "Replica", "SocRef", "Stage", "stages_text", "check_model", "doc_from_result", "parse_pareto", "read_pareto",
            "select_point", "write_pareto"]

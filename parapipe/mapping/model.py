@@ -131,6 +131,19 @@ class Replica(BaseModel):
         return self.assignment.get(block) or self.pus[0]
 
 
+def stages_text(stages) -> str:
+    """``"big | gpu+npu | {dsp0,dsp1}"``: each stage's PUs (``+``: operator-parallel over them; ``{a,b}``:
+    replicated, one replica per group, a group's PUs joined by ``+``), stages separated by bars. ``stages``:
+    :class:`Stage` objects or their JSON dicts."""
+    def one(st) -> str:
+        get = st.get if isinstance(st, dict) else lambda k: getattr(st, k)
+        reps = get("replicas")
+        if reps:
+            return "{" + ",".join("+".join(r["pus"] if isinstance(r, dict) else r.pus) for r in reps) + "}"
+        return "+".join(get("pus"))
+    return " | ".join(one(st) for st in stages)
+
+
 class Stage(BaseModel):
     """One pipeline stage of a point: its PUs, its blocks (a contiguous run of the document's block order),
     the PU of each block, the execution order and the modelled times (s; block times from the end of the stage's
