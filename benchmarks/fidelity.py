@@ -76,7 +76,8 @@ def searched_mappings(problem) -> List[Tuple[str, Mapping]]:
 
 def stage_level_times(prep, mappings: List[Mapping]) -> int:
     """Time every single-PU stage's block range of ``mappings`` as one sub-model, alone on the first allowed
-    core (:func:`parapipe.profiling.host.measure_ranges`, the executor's session settings), into
+    core with the other cores idle (:func:`parapipe.profiling.host.measure_ranges` with ``loaded=False``, the
+    executor's session settings; what co-running stages cost is the fitted contention term's), into
     ``prep.problem.range_time_s`` for every PU (this machine's cores are identical). This is profiling, not a
     pipeline run: each range runs by itself, like a block. Returns the number of ranges."""
     from parapipe.profiling.host import measure_ranges
@@ -85,7 +86,7 @@ def stage_level_times(prep, mappings: List[Mapping]) -> int:
     known = dict(pr.range_time_s or {})
     ranges = sorted({(st.start, st.stop) for m in mappings for st in m.stages
                      if len(st.pus) == 1 and not st.replicas and (st.start, st.stop, 0) not in known})
-    timed = measure_ranges(prep.block_graph, ranges)
+    timed = measure_ranges(prep.block_graph, ranges, loaded=False)  # co-running: the contention term's job
     known.update({(a, b, p): t for (a, b), t in timed.items() for p in range(pr.n_pus)})
     pr.range_time_s = known
     return len({(a, b) for a, b, _ in known})

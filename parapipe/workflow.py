@@ -86,7 +86,10 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
         else:
             hp = measure_host(bg, progress=measure_progress, feeds=frame)
         soc_obj, measured = hp.soc, hp.block_time_s
-        # the whole model as one sub-model, as the single and replicated mappings run it (issue 13)
+        # the whole model as one sub-model, as the single and replicated mappings run it (issue 13), timed with
+        # every other core running it too: a replicated mapping's replicas run at once (its measured throughput
+        # was 0.94-0.96x the prediction from the model timed alone; 0.99x so); a single mapping on an otherwise
+        # idle machine runs ~2 % faster than this
         whole_s = measure_ranges(bg, [(0, len(bg.blocks))], feeds=frame)
         timings["measure_s"] = time.perf_counter() - t1
     else:

@@ -127,6 +127,8 @@ class PipelineExecutor:
                 later.update(task.inputs)
         self._keep.reverse()  # _keep[s]: tensors stage s must pass on
         replicas = [len(plan.replica_shares.get(s) or [1]) for s in range(n)]
+        # Frames admitted and not yet yielded: enough to fill every queue and worker, and a bound on the outputs
+        # held back for reordering (a slow or stalled replica cannot make them pile up).
         self._limit = sum(r * (self.queue_depth + 2) for r in replicas) + 1
         self._dealers = [SmoothWeightedRoundRobin(plan.replica_shares.get(s) or [1.0]) for s in range(n)]
         # One lock per stage around dealing a frame into it: the last workers of two frames of a replicated
@@ -361,7 +363,7 @@ class PipelineExecutor:
         try:
             while True:
                 self._raise_if_failed()
-                if not exhausted and fed - received < self._limit:
+                if not exhausted and fed - yielded < self._limit:
                     try:
                         frame = next(it)
                     except StopIteration:
@@ -371,7 +373,7 @@ class PipelineExecutor:
                         fed += 1
                 if exhausted and received == fed:
                     break
-                blocking = exhausted or fed - received >= self._limit
+                blocking = exhausted or fed - yielded >= self._limit
                 try:
                     seq, out = run.out_q.get(timeout=self.poll_s) if blocking else run.out_q.get_nowait()
                 except queue.Empty:
