@@ -302,7 +302,8 @@ def cmd_evaluate(args) -> int:
     terms = terms_from_soc(soc)  # the profile's pipeline: section (calibrate --runs); defaults: the plain model
     if not terms.is_default() and not args.json:
         print(f"pipeline terms of {soc.name}: slowdown {terms.slowdown:.4g}, dispatch {terms.dispatch_s * 1e6:.1f} us"
-              f"/stage, hand-off {terms.handoff_s * 1e6:.1f} us, contention {terms.contention:.3g}, overlap "
+              f"/stage, hand-off {terms.handoff_s * 1e6:.1f} us, contention {terms.contention:.3g}, sharing "
+              f"{terms.sharing:.3g}, overlap "
               + (", ".join(f"{pu} {v:.2f}" for pu, v in terms.overlap.items()) or "none"))
     for label, m in mappings:
         ev = evaluate(problem, m, terms)

@@ -138,9 +138,7 @@ def refine(prep, options, out_dir: Path, rounds: int, model: str, frames: int = 
             terms = fit.terms
     prep.terms = terms
     doc.search["refine"] = {"rounds": steps[-1].round, "tolerance": tolerance, "converged": converged,
-                            "terms": {"overlap": dict(terms.overlap), "dispatch_s": terms.dispatch_s,
-                                      "handoff_s": terms.handoff_s, "contention": terms.contention,
-                                      "slowdown": terms.slowdown},
+                            "terms": terms.to_json(),
                             "trajectory": [asdict(s) for s in steps]}
     write_outputs(doc, out_dir, plot)
     calibrated = None

@@ -107,6 +107,21 @@ def test_handoff_costs_every_tensor_handed_inside_a_multi_pu_stage_and_reschedul
     assert ev.stage_results[1].makespan_s == pytest.approx(plain.stage_results[1].makespan_s + 0.5)
 
 
+def test_sharing_slows_only_the_stages_of_a_pu_that_serves_several():
+    pr = shared_pu_problem()
+    ev = reevaluate(pr, MAPPING, PipelineTerms(sharing=0.5))
+    # p0 serves stages 0 and 2 (x 1.5); p1 only stage 1
+    assert [r.time_s for r in ev.stage_results] == pytest.approx([3.0, 3.0, 6.0])
+    assert ev.busy_s.tolist() == pytest.approx([9.0, 3.0])
+    assert (ev.period_s, ev.latency_s) == pytest.approx((9.0, 12.0))
+    assert ev.energy_j == pytest.approx(2 * 1.9 * 1.5 + 3 * 1.8 + 4 * 1.9 * 1.5 + 1.3 * 9.0)
+    own = mapping_from_pu_list(pr, [0, 1, 1])  # p0 | p1 (merged): no PU serves two stages
+    assert figures(reevaluate(pr, own, PipelineTerms(sharing=0.5))) == pytest.approx(figures(evaluate(pr, own)))
+    with pytest.raises(ValueError, match="sharing"):
+        PipelineTerms(sharing=-0.1)
+    assert not PipelineTerms(sharing=0.1).is_default()
+
+
 def test_terms_validation():
     with pytest.raises(ValueError, match="overlap"):
         PipelineTerms(overlap={"p0": 1.5})

@@ -12,9 +12,13 @@ latency = ``Σ T_s``. :func:`apply_terms` turns that evaluation into the *full* 
    on the stage's critical path, which an idle-machine measurement of ``alpha`` misses); the stages' schedules
    are evaluated again with ``alpha + h`` (the list schedule may change). The hop into a stage is the dispatch
    ``d`` of step 1. ``T_s``, ``input_s`` and ``makespan_s`` below are those of this step.
-1. **Whole-run slowdown** ``κ`` (``slowdown``, > 0) and **dispatch** ``d`` (``dispatch_s``, s >= 0): every stage
-   pays ``d`` once per inference for the hop into it (the queue hand-off and the launch of its work, the first
-   stage's included) and its work is scaled by ``κ``: ``T̃_s = κ·T_s + d``.
+1. **Whole-run slowdown** ``κ`` (``slowdown``, > 0), **sharing** ``ψ`` (``sharing``, >= 0) and **dispatch** ``d``
+   (``dispatch_s``, s >= 0): every stage pays ``d`` once per inference for the hop into it (the queue hand-off
+   and the launch of its work, the first stage's included) and its work is scaled by ``κ``, and by ``1 + ψ`` when
+   one of its PUs serves another stage too (``shared_s``): the PU's caches then hold the other stage's weights
+   and activations when this stage starts, so it refills them. Measured on this 2-core x86 host with stage
+   sub-models timed alone (benchmarks/fidelity.py): stages on a core shared with another stage ran 5-17 % longer
+   in the pipeline than alone, stages with a core to themselves 0-6 %. ``T̃_s = κ·(1 + ψ·shared_s)·T_s + d``.
 2. **Memory contention** ``γ`` (``contention``, >= 0), after the HaX-CoNN model of concurrent DNN layers on a
    shared-memory SoC (Dagli & Belviranli, "Shared Memory-contention-aware Concurrent DNN Execution for Diversely
    Heterogeneous System-on-Chips", PPoPP 2024), whose slowdown is a function of the bandwidth the co-running
@@ -25,7 +29,7 @@ latency = ``Σ T_s``. :func:`apply_terms` turns that evaluation into the *full* 
    period ``P₀`` (the period of step 3 computed with the ``T̃``). Stage ``s`` is slowed by the share of the
    SoC's bandwidth ``B`` (``memory_bandwidth_bytes_per_s``, the profile's) its co-runners demand::
 
-       ρ_s = Σ_{r ≠ s, PUs(r) ∩ PUs(s) = ∅} M_r / (P₀ · B),     f_s = κ · (1 + γ · ρ_s)
+       ρ_s = Σ_{r ≠ s, PUs(r) ∩ PUs(s) = ∅} M_r / (P₀ · B),     f_s = κ · (1 + ψ·shared_s) · (1 + γ · ρ_s)
        T'_s = (input_s · f_s + d) + makespan_s · f_s
 
    (one step: the duty cycles come from the uncontended period, a first-order estimate). Block start/finish
@@ -38,10 +42,10 @@ latency = ``Σ T_s``. :func:`apply_terms` turns that evaluation into the *full* 
 
    With ``φ_p = 0`` it is the plain sum, added in stage order as :func:`evaluate` adds it.
 4. Period ``P = max_p busy_p``; latency (one frame through an idle pipeline: no co-runner, no contention)
-   ``L = Σ_s (κ·T_s + d)``; energy ``E = Σ_s f_s·E_dyn,s + (Σ_p P_idle + P_static)·P`` (the plain model's energy
+   ``L = Σ_s (κ·(1 + ψ·shared_s)·T_s + d)``; energy ``E = Σ_s f_s·E_dyn,s + (Σ_p P_idle + P_static)·P`` (the plain model's energy
    with the lengthened compute and period).
 
-With the defaults (``h = 0``, ``κ = 1``, ``d = 0``, ``γ = 0``, ``φ = 0``) every step multiplies by 1.0, adds 0.0 or sums in
+With the defaults (``h = 0``, ``κ = 1``, ``ψ = 0``, ``d = 0``, ``γ = 0``, ``φ = 0``) every step multiplies by 1.0, adds 0.0 or sums in
 the same order as :func:`evaluate`: the numbers are bit-identical (tested on the zoo models).
 
 The search uses the plain model in its labels; every point it reports must be re-evaluated with the full model
@@ -83,6 +87,8 @@ class PipelineTerms:
     memory_bandwidth_bytes_per_s : float or None
         ``B``, the SoC's DRAM bandwidth (:attr:`parapipe.soc.SoC.memory_bandwidth_bytes_per_s`); required when
         ``contention > 0``.
+    sharing : float
+        ``ψ`` (>= 0, dimensionless): relative slowdown of a stage whose PU serves another stage too (step 1).
 
     Raises
     ------
@@ -96,6 +102,7 @@ class PipelineTerms:
     slowdown: float = 1.0
     memory_bandwidth_bytes_per_s: Optional[float] = None
     handoff_s: float = 0.0
+    sharing: float = 0.0
 
     def __post_init__(self) -> None:
         for pu, phi in self.overlap.items():
@@ -105,8 +112,10 @@ class PipelineTerms:
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        if not (self.contention >= 0 and math.isfinite(self.contention)):
-            raise ValueError(f"contention must be a finite number >= 0, got {self.contention!r}")
+        for name in ("contention", "sharing"):
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if not (self.slowdown > 0 and math.isfinite(self.slowdown)):
             raise ValueError(f"slowdown must be a finite number > 0, got {self.slowdown!r}")
         bw = self.memory_bandwidth_bytes_per_s
@@ -118,7 +127,12 @@ class PipelineTerms:
     def is_default(self) -> bool:
         """True when the terms reproduce the plain model."""
         return (self.dispatch_s == 0.0 and self.handoff_s == 0.0 and self.contention == 0.0 and self.slowdown == 1.0
-                and all(v == 0.0 for v in self.overlap.values()))
+                and self.sharing == 0.0 and all(v == 0.0 for v in self.overlap.values()))
+
+    def to_json(self) -> Dict[str, object]:
+        """The fitted values, as pareto.json's ``search.cost_terms`` and ``search.refine.terms`` carry them."""
+        return {"overlap": dict(self.overlap), "dispatch_s": self.dispatch_s, "handoff_s": self.handoff_s,
+                "contention": self.contention, "slowdown": self.slowdown, "sharing": self.sharing}
 
     def replace(self, **changes) -> "PipelineTerms":
         """A copy with ``changes`` (field name -> value)."""
@@ -137,7 +151,8 @@ def terms_from_soc(soc) -> PipelineTerms:
     if spec is None:
         return PipelineTerms(memory_bandwidth_bytes_per_s=bw)
     return PipelineTerms(overlap=dict(spec.overlap), dispatch_s=spec.dispatch_s, contention=spec.contention,
-                         slowdown=spec.slowdown, memory_bandwidth_bytes_per_s=bw, handoff_s=spec.handoff_s)
+                         slowdown=spec.slowdown, memory_bandwidth_bytes_per_s=bw, handoff_s=spec.handoff_s,
+                         sharing=spec.sharing)
 
 
 def stage_traffic_nbytes(problem: MappingProblem, mapping) -> List[float]:
@@ -208,6 +223,12 @@ class MappingFacts:
         self.traffic_nbytes = stage_traffic_nbytes(problem, mapping)
         self.co_runners = [[r for r, other in enumerate(mapping.stages) if r != s and not set(other.pus) & set(st.pus)]
                            for s, st in enumerate(mapping.stages)]
+        served: Dict[int, int] = {}
+        for st in mapping.stages:
+            for p in st.pus:
+                served[p] = served.get(p, 0) + 1
+        #: per stage: one of its PUs serves another stage too (step 1)
+        self.shared = [any(served[p] > 1 for p in st.pus) for st in mapping.stages]
         k = problem.n_pus
         #: (stages, PUs): seconds each stage computes on each PU (block times only).
         self.compute_s = np.zeros((len(res), k))
@@ -240,17 +261,23 @@ class MappingFacts:
 
     def factors(self, terms: PipelineTerms) -> List[float]:
         """``f_s`` of every stage (step 2)."""
-        kappa, d, gamma = float(terms.slowdown), float(terms.dispatch_s), float(terms.contention)
+        d, gamma = float(terms.dispatch_s), float(terms.contention)
         res = self.stage_results(float(terms.handoff_s))
-        factors = [kappa] * len(res)
+        base = self.base_factors(terms)
+        factors = list(base)
         if gamma > 0.0 and len(factors) > 1:
-            first = [_stage_time(r.input_s, r.makespan_s, kappa, d) for r in res]
+            first = [_stage_time(r.input_s, r.makespan_s, f, d) for r, f in zip(res, base)]
             p0 = float(_busy(self.problem, self.mapping, first, terms.overlap).max())
             bw = float(terms.memory_bandwidth_bytes_per_s)
             for s, co in enumerate(self.co_runners):
                 rho = sum(self.traffic_nbytes[r] for r in co) / (p0 * bw) if p0 > 0 else 0.0
-                factors[s] = kappa * (1.0 + gamma * rho)
+                factors[s] = base[s] * (1.0 + gamma * rho)
         return factors
+
+    def base_factors(self, terms: PipelineTerms) -> List[float]:
+        """``κ·(1 + ψ·shared_s)`` of every stage (step 1): the factor without co-runners, as in the latency."""
+        kappa, psi = float(terms.slowdown), float(terms.sharing)
+        return [kappa * (1.0 + psi) if shared and psi != 0.0 else kappa for shared in self.shared]
 
     def figures(self, terms: PipelineTerms) -> Tuple[float, float, np.ndarray]:
         """``(period_s, latency_s, compute_s per PU)`` under ``terms``, without building stage results."""
@@ -259,10 +286,9 @@ class MappingFacts:
         d = float(terms.dispatch_s)
         times = [_stage_time(r.input_s, r.makespan_s, f, d) for r, f in zip(res, factors)]
         period = float(_busy(self.problem, self.mapping, times, terms.overlap).max())
-        kappa = float(terms.slowdown)
         latency = 0.0
-        for r in res:
-            latency += _stage_time(r.input_s, r.makespan_s, kappa, d)
+        for r, f in zip(res, self.base_factors(terms)):
+            latency += _stage_time(r.input_s, r.makespan_s, f, d)
         compute = (self.compute_s * np.asarray(factors)[:, None]).sum(axis=0)
         return period, latency, compute
 
@@ -291,12 +317,12 @@ def apply_terms(problem: MappingProblem, mapping, evaluation, terms: PipelineTer
 
     facts = facts or MappingFacts(problem, mapping, evaluation)
     factors = facts.factors(terms)
-    kappa, d = float(terms.slowdown), float(terms.dispatch_s)
+    d = float(terms.dispatch_s)
     new: List[StageResult] = []
     active = np.zeros(problem.n_pus)
     dyn = 0.0
     latency = 0.0
-    for res, f in zip(facts.stage_results(float(terms.handoff_s)), factors):
+    for res, f, f0 in zip(facts.stage_results(float(terms.handoff_s)), factors, facts.base_factors(terms)):
         input_s = res.input_s * f + d
         makespan = res.makespan_s * f
         sr = StageResult(time_s=input_s + makespan, input_s=input_s, makespan_s=makespan,
@@ -306,7 +332,7 @@ def apply_terms(problem: MappingProblem, mapping, evaluation, terms: PipelineTer
         new.append(sr)
         active += sr.active_s
         dyn += sr.dyn_energy_j
-        latency += _stage_time(res.input_s, res.makespan_s, kappa, d)
+        latency += _stage_time(res.input_s, res.makespan_s, f0, d)
     busy = _busy(problem, mapping, [r.time_s for r in new], terms.overlap)
     period = float(busy.max())
     energy = dyn + (float(problem.idle_power_w.sum()) + problem.static_power_w) * period

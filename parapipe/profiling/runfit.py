@@ -38,12 +38,12 @@ __all__ = ["MeasuredRun", "ParamEstimate", "Errors", "PowerFit", "RunsFit", "TER
            "fit_power", "calibrate_runs"]
 
 #: The terms ``--fit`` may name.
-TERM_NAMES = ("slowdown", "dispatch", "handoff", "contention", "overlap")
+TERM_NAMES = ("slowdown", "dispatch", "handoff", "contention", "sharing", "overlap")
 #: Bounds of each parameter (dispatch: up to the longest measured period). Parapipe's choices: a slowdown
 #: beyond ×5 either way means the block times describe another machine; a contention of 100 would slow a
-#: stage 100× at full co-runner bandwidth.
+#: stage 100× at full co-runner bandwidth; a sharing of 2 would triple a stage whose PU serves another.
 BOUNDS = {"slowdown": (0.2, 5.0), "dispatch_s": (0.0, math.inf), "handoff_s": (0.0, math.inf),
-          "contention": (0.0, 100.0),
+          "contention": (0.0, 100.0), "sharing": (0.0, 2.0),
           "overlap": (0.0, 1.0)}
 
 
@@ -205,6 +205,11 @@ class _Design:
                 self.skipped["contention"] = "no run has stages that run at once"
             else:
                 add("contention", *BOUNDS["contention"], 1.0)
+        if "sharing" in fit:
+            if not any(r.shared_pus() for r in runs):
+                self.skipped["sharing"] = "no run has a PU serve two stages"
+            else:
+                add("sharing", *BOUNDS["sharing"], 0.1)
         if "overlap" in fit:
             shared = sorted({pu for r in runs for pu in r.shared_pus()})
             for pu in shared:
@@ -217,7 +222,7 @@ class _Design:
     def start(self) -> np.ndarray:
         b = self.base
         values = {"slowdown": b.slowdown, "dispatch_s": b.dispatch_s, "handoff_s": b.handoff_s,
-                  "contention": b.contention}
+                  "contention": b.contention, "sharing": b.sharing}
         x = [values.get(n, b.overlap.get(n.partition(".")[2], 0.0)) for n in self.names]
         return np.clip(np.array(x, dtype=float), self.lower, self.upper)
 

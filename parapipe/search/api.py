@@ -324,9 +324,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
                       "stage_limit_s": opts.cpsat_stage_limit_s, "max_blocks": opts.cpsat_max_blocks},
             "bound": bounds.info()}
     if full:
-        info["cost_terms"] = {"overlap": dict(terms.overlap), "dispatch_s": terms.dispatch_s,
-                              "handoff_s": terms.handoff_s, "contention": terms.contention,
-                              "slowdown": terms.slowdown}
+        info["cost_terms"] = terms.to_json()
     log.info("search %s: %d blocks x %d PUs, front %d points, %.2fs (DP %.2fs, %d states), exact %s",
              problem.name, problem.n_blocks, problem.n_pus, len(front), stats["search_s"], t_dp, n_states,
              info["exact"])

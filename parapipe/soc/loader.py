@@ -239,7 +239,7 @@ def _plain_values(parsed: SocFile) -> tuple[dict, dict[str, dict]]:
 
 
 #: The scalar fields of a profile's ``pipeline:`` section (:class:`parapipe.soc.pipeline.PipelineParams`).
-_PIPELINE_SCALARS = ("dispatch_s", "handoff_s", "contention", "slowdown")
+_PIPELINE_SCALARS = ("dispatch_s", "handoff_s", "contention", "slowdown", "sharing")
 
 
 def soc_to_yaml_dict(soc: SoC) -> dict:

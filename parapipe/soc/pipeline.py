@@ -27,7 +27,8 @@ __all__ = ["PipelineParams", "PowerSensor", "POWER_SENSOR_KINDS"]
 
 class PipelineParams(BaseModel):
     """The ``pipeline:`` section: overlap per PU (``φ`` in [0, 1]), dispatch per stage (s), extra cost per
-    hand-off between the PUs of a multi-PU stage (s), memory contention (``γ``, dimensionless) and whole-run slowdown (``κ``); defaults
+    hand-off between the PUs of a multi-PU stage (s), memory contention (``γ``, dimensionless), whole-run slowdown (``κ``) and the slowdown of a stage on a shared PU
+    (``ψ``, dimensionless); defaults
     reproduce the plain cost model."""
 
     model_config = _CONFIG
@@ -36,6 +37,7 @@ class PipelineParams(BaseModel):
     handoff_s: float = Field(0.0, ge=0)
     contention: float = Field(0.0, ge=0)
     slowdown: float = Field(1.0, gt=0)
+    sharing: float = Field(0.0, ge=0)
 
     @field_validator("overlap")
     @classmethod

@@ -128,6 +128,7 @@ class PipelineEntry(BaseModel):
     handoff_s: Optional[Quantity] = None
     contention: Optional[Quantity] = None
     slowdown: Optional[Quantity] = None
+    sharing: Optional[Quantity] = None
 
 
 class PowerSensorEntry(BaseModel):
