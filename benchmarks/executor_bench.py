@@ -5,7 +5,7 @@ model into stages, the cost of a stage hop, and a long soak.
 Run from the repository root (about 10 minutes on the 2-core machine, plus the soak)::
 
     python benchmarks/executor_bench.py [--models inception_v1 squeezenet resnet50] [--frames 100]
-        [--repeats 3] [--soak 10000] [--trace out/inception_trace.json] [--measured-cut]
+        [--repeats 3] [--soak 10000] [--trace out/inception_trace.json] [--measured-cut] [--terms CAL.yaml]
 
 Prints (stderr is left to logging):
 
@@ -43,7 +43,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 import onnx
@@ -77,9 +77,11 @@ def ort_throughput(model: onnx.ModelProto, frames: List[Dict[str, np.ndarray]], 
     return len(frames) / (time.perf_counter() - t0)
 
 
-def host_mappings(model: str, time_limit_s: float):
+def host_mappings(model: str, time_limit_s: float, terms_from: Optional[str] = None):
     """Measure this host for ``model``, search (replicated stages included), and load the best-throughput point
-    and the ``replicated`` baseline (``replicated-0``) as LoadedMappings: ``(pp, rep, prep, seconds)``."""
+    and the ``replicated`` baseline (``replicated-0``) as LoadedMappings: ``(pp, rep, prep, seconds)``.
+    ``terms_from``: a calibrated host profile (``calibrate --runs``) whose pipeline terms the search uses, as
+    ``optimize --refine`` does once it has fitted them."""
     from parapipe.mapping import doc_from_result, write_pareto
     from parapipe.runtime.mapping import load_mapping
     from parapipe.search.api import SearchOptions, search
@@ -88,6 +90,11 @@ def host_mappings(model: str, time_limit_s: float):
 
     t0 = time.perf_counter()
     prep = prepare(model, "host")
+    if terms_from:
+        from parapipe.cost.pipeline_terms import terms_from_soc
+        from parapipe.soc.loader import load_soc
+
+        prep.terms = terms_from_soc(load_soc(terms_from))
     result = search(prep.problem, SearchOptions(time_limit_s=time_limit_s, seed=0), terms=prep.terms)
     blocks = {b.name: list(b.ops) for b in prep.block_graph.blocks}
     doc = doc_from_result(result, prep.loaded.name, prep.loaded.sha256, soc_ref(prep.soc), blocks=blocks,
@@ -214,7 +221,7 @@ def whole_alone_s(og, repeats: int = 20) -> float:
 
 
 def bench_model(model: str, args) -> dict:
-    pp, rep, prep, prep_s = host_mappings(model, args.time_limit)
+    pp, rep, prep, prep_s = host_mappings(model, args.time_limit, args.terms)
     og = pp.opgraph
     frames = make_frames(og, args.frames)
     cut = measured_best_cut(pp, args.cut_repeats) if args.measured_cut else None
@@ -405,6 +412,9 @@ def main(argv=None) -> int:
     parser.add_argument("--frames", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--time-limit", type=float, default=10.0, help="search time limit, s")
+    parser.add_argument("--terms", default=None,
+                        help="search with the pipeline terms of this calibrated host profile (e.g. "
+                        "benchmarks/fidelity.py's WORK/host-calibrated.yaml)")
     parser.add_argument("--measured-cut", action="store_true",
                         help="also run the two-stage cut chosen by timing candidate stages (the executor's reach "
                         "with exact stage costs; a few minutes per model)")
