@@ -13,13 +13,13 @@ is the exact Pareto front of the union of the spaces searched: pure pipelines in
 hierarchical mappings (contiguous stages, each on one PU or on a PU group list-scheduled by :mod:`.listsched`,
 PUs disjoint or shared between stages), hierarchical mappings with replicated stages (:mod:`.replicate`: a stage
 run whole by >= 2 replicas — PUs or list-scheduled PU groups — on disjoint PUs, frames dealt in proportion to
-speed; PUs disjoint between stages), plus CP-SAT-polished versions of their multi-PU stages.
+speed; PUs disjoint between stages), plus CP-SAT-polished versions of their multi-PU stages. Above it the
+passes are bounded (label grid, label cap, stage boundaries at narrow cuts, time limits) and
+``SearchResult.info["spaces"]`` says, per space, whether it was still exact and what bounded it.
 
 **Memory.** Mappings that do not fit ``MappingProblem.memory_bytes`` (``Evaluation.fits_memory``) are dropped
 from the parapipe front (kept, with a warning, only if no candidate fits); the replicated pass never places a
-run that exceeds a limit, so its front is exact over the mappings that fit. Above it the
-passes are bounded (label grid, label cap, stage boundaries at narrow cuts, time limits) and
-``SearchResult.info["spaces"]`` says, per space, whether it was still exact and what bounded it.
+run that exceeds a limit, so its front is exact over the mappings that fit.
 """
 from __future__ import annotations
 

@@ -1,17 +1,20 @@
 """Lower bounds on the period and the latency of any mapping (GUIDE §2), used to report optimality gaps.
 
-* **Period**, the largest of:
+* **Period** of mappings without replicated stages, the largest of:
 
-  - the slowest block on its fastest PU — with replicated stages in the model (``replicated=True``, the
-    default) the slowest block replicated over every PU that runs it, ``max_v 1 / Σ_p 1/t[v, p]`` (a fraction
-    ``x_p`` of the frames runs ``v`` on ``p``, ``Σ x_p = 1``, and ``x_p t[v, p] <= busy_p <= P``);
+  - the slowest block on its fastest PU, ``max_v min_p t[v, p]``;
   - the LP load balance: blocks split fractionally across the PUs that support them, no transfers
-    (``min P s.t. Σ_b x_bp t_bp <= P``, ``Σ_p x_bp = 1``, ``x >= 0``), solved with OR-Tools' GLOP (valid for
-    replicated stages too: ``x_bp`` is then the share of frames that run ``b`` on ``p``);
+    (``min P s.t. Σ_b x_bp t_bp <= P``, ``Σ_p x_bp = 1``, ``x >= 0``), solved with OR-Tools' GLOP;
   - the relaxed min-max DP of :mod:`.relaxation`: per-block PU choice with op support, the hand-offs that
     unsupported ops force, and what a multi-PU stage costs every PU of its group (longest spine path or
-    balanced work); exact for chains mapped one PU per stage. With ``replicated=True`` it also has the modes of
-    replicated stages (:mod:`.relaxation`), so it bounds those mappings too, less tightly.
+    balanced work); exact for chains mapped one PU per stage.
+
+  With replicated stages in the model (``replicated=True``, the default) the bound is the lesser of that one
+  and the bound of mappings with a replicated stage, the largest of: the slowest block replicated over every
+  PU that runs it, ``max_v 1 / Σ_p 1/t[v, p]`` (a fraction ``x_p`` of the frames runs ``v`` on ``p``,
+  ``Σ x_p = 1``, and ``x_p t[v, p] <= busy_p <= P``); the LP (valid for them too: ``x_bp`` is then the share
+  of frames that run ``b`` on ``p``); and, on small problems, the relaxation with replicated-stage modes
+  (:mod:`.relaxation`).
 
   When it reaches the best period a search found (within :data:`PROOF_RTOL`), that period is **proved optimal**:
   no mapping of the cost model is faster.
