@@ -52,6 +52,20 @@ def _number(src: str, where: str, text: str, what: str, fix: str) -> float:
     return v
 
 
+def _read_csv(path, what: str) -> tuple:
+    """``(rows as dicts, header)`` of a CSV table; InputError naming the file if it cannot be read."""
+    src = str(path)
+    try:
+        # utf-8-sig: spreadsheet programs start CSVs with a byte-order mark; newline="": CRLF rows read as rows
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            rows = list(csv.DictReader(fh))
+    except OSError as exc:
+        raise input_error(src, None, f"cannot read {what} ({exc.strerror or exc})", "check the path") from None
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise input_error(src, None, f"not a CSV file ({exc})", "write a comma-separated table with a header") from None
+    return rows, (list(rows[0].keys()) if rows else [])
+
+
 def read_block_table(path, soc, name: Optional[str] = None) -> MappingProblem:
     """Read a block table CSV into a :class:`MappingProblem` on ``soc`` (a ``parapipe.soc.SoC``).
 
@@ -65,15 +79,7 @@ def read_block_table(path, soc, name: Optional[str] = None) -> MappingProblem:
         A block that no PU can run (every ``t_`` cell empty).
     """
     src = str(path)
-    try:
-        # utf-8-sig: spreadsheet programs start CSVs with a byte-order mark; newline="": CRLF rows read as rows
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            rows = list(csv.DictReader(fh))
-            header = list(rows[0].keys()) if rows else []
-    except OSError as exc:
-        raise input_error(src, None, f"cannot read block table ({exc.strerror or exc})", "check the path") from None
-    except (csv.Error, UnicodeDecodeError) as exc:
-        raise input_error(src, None, f"not a CSV file ({exc})", "write a comma-separated table with a header") from None
+    rows, header = _read_csv(path, "block table")
     if not rows:
         raise input_error(src, None, "no rows", "add a header and one row per block")
     for col in ("block", "deps", "out_bytes"):
@@ -188,14 +194,7 @@ def read_range_table(path, problem: MappingProblem) -> Dict[tuple, float]:
         a finite number > 0 — naming the file, row and field.
     """
     src = str(path)
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            rows = list(csv.DictReader(fh))
-            header = list(rows[0].keys()) if rows else []
-    except OSError as exc:
-        raise input_error(src, None, f"cannot read range table ({exc.strerror or exc})", "check the path") from None
-    except (csv.Error, UnicodeDecodeError) as exc:
-        raise input_error(src, None, f"not a CSV file ({exc})", "write a comma-separated table with a header") from None
+    rows, header = _read_csv(path, "range table")
     for col in ("first", "last", "pu", "time_s"):
         if rows and col not in header:
             raise input_error(src, f"column {col!r}", "missing", "header must be first,last,pu,time_s")
