@@ -121,7 +121,7 @@ def reading(eff: Sequence[Dict[str, Any]]) -> List[str]:
     """Sentences saying what the numbers are made of (shapes of the parapipe points, zero/negative gains)."""
     n = len(eff)
     shapes = {s: sum(1 for r in eff if r["parapipe_shape"] == s) for s in ("single", "pipeline", "parallel",
-                                                                           "hybrid")}
+                                                                           "replicated", "hybrid")}
     lines = ["**Reading the numbers.** Of the throughput-optimal parapipe mappings, "
              + ", ".join(f"{v} of {n} are {k}" for k, v in shapes.items() if v) + "."]
     zero = [r for r in eff if r["gain_vs_pipeline_pct"] is not None

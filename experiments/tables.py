@@ -57,10 +57,12 @@ def stages_text(point: Dict[str, Any]) -> str:
 
 def mapping_shape(point: Dict[str, Any]) -> str:
     """What kind of mapping a point is: ``single`` (one stage, one PU), ``pipeline`` (several stages, one PU
-    each), ``parallel`` (one stage, several PUs) or ``hybrid`` (several stages, one or more with several
-    PUs)."""
+    each), ``parallel`` (one stage, several PUs), ``replicated`` (one stage run whole by several replicas) or
+    ``hybrid`` (several stages, one or more with several PUs or replicas)."""
     stages = point["mapping"]["stages"]
-    multi = any(len(st["pus"]) > 1 for st in stages)
+    if len(stages) == 1 and stages[0].get("replicas"):
+        return "replicated"
+    multi = any(len(st["pus"]) > 1 or st.get("replicas") for st in stages)
     if len(stages) == 1:
         return "parallel" if multi else "single"
     return "hybrid" if multi else "pipeline"

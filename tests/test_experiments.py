@@ -221,3 +221,17 @@ def test_a_job_that_fails_in_a_worker_leaves_nothing(tiny_config, tmp_path, caps
     assert reproduce.main(["--config", str(cfg), "--out", str(out), "--workers", "2"]) == 2
     assert "broken.onnx" in _one_line_error(capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.onnx", "c.yaml"]
+
+
+def test_shapes_and_stage_text_tell_replicated_stages_apart():
+    from parapipe.mapping import stages_text
+
+    rep = {"pus": ["dsp0"], "blocks": ["a", "b"], "replicas": [{"pus": ["dsp0"], "share": 0.5},
+                                                              {"pus": ["dsp1"], "share": 0.5}]}
+    par = {"pus": ["big", "gpu"], "blocks": ["c"]}
+    one = {"pus": ["dla"], "blocks": ["c"]}
+    assert tables.mapping_shape({"mapping": {"stages": [rep]}}) == "replicated"
+    assert tables.mapping_shape({"mapping": {"stages": [one, rep]}}) == "hybrid"
+    assert tables.mapping_shape({"mapping": {"stages": [one, one]}}) == "pipeline"
+    assert tables.mapping_shape({"mapping": {"stages": [par]}}) == "parallel"
+    assert stages_text([one, par, rep]) == "dla | big+gpu | {dsp0,dsp1}"
