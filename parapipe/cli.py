@@ -136,13 +136,13 @@ def _front_table(doc) -> str:
     how = "proved optimal" if bound.get("period_proved_optimal") else bound.get("period_method", "lp")
     lines = [f"gap = period / period lower bound - 1 (bound {b.period_lb_s * 1e3:.3f} ms, {how}); "
              "* = Pareto-optimal among all points; stages: a+b operator-parallel, {a,b} replicated",
-             f"{'id':<13} {'strategy':<9} {'pareto':<6} {'thr/s':>8} {'period ms':>9} {'gap':>6} "
+             f"{'id':<13} {'strategy':<10} {'pareto':<6} {'thr/s':>8} {'period ms':>9} {'gap':>6} "
              f"{'latency ms':>10} {'energy mJ':>9}  {'stages (PUs)':<34} same as"]
     for p, others in rows:
         stages = stages_text(p.stages)
         gap = p.period_gap
         also = ", ".join(others[:4]) + (f", +{len(others) - 4}" if len(others) > 4 else "")
-        lines.append(f"{p.id:<13} {p.strategy:<9} {'*' if p.pareto else '':<6} "
+        lines.append(f"{p.id:<13} {p.strategy:<10} {'*' if p.pareto else '':<6} "
                      f"{p.throughput_per_s:>8.4g} {p.period_s * 1e3:>9.4g} "
                      f"{(f'{gap * 100:.0f}%' if gap is not None else '-'):>6} {p.latency_s * 1e3:>10.4g} "
                      f"{p.energy_j * 1e3:>9.4g}  {stages:<34} {also}".rstrip())

@@ -216,9 +216,10 @@ def add_profiling_parsers(sub) -> None:
                    "energy) on measured runs: the runs table of --db, or a CSV model,soc,mapping,period_s,"
                    "latency_s[,energy_j] (or 'parapipe runs --csv' output)")
     s.add_argument("--blocks", default=None, metavar="DIR", help="with --runs: DIR/<model>.blocks.csv block tables "
-                   "of the runs' models (default: cost the models themselves)")
+                   "of the runs' models, with DIR/<model>.ranges.csv stage-level times where present (default: cost "
+                   "the models themselves)")
     s.add_argument("--fit", default=None, help="with --runs: terms to fit, comma-separated (default "
-                   "slowdown,dispatch,contention,overlap)")
+                   "slowdown,dispatch,handoff,contention,sharing,overlap: all)")
     s.add_argument("--model", action="append", default=None,
                    help="also time whole stages of this model (optimisation on) to validate against; with --runs: "
                    "only this model's runs; repeatable")

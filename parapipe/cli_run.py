@@ -83,7 +83,10 @@ def cmd_run(args) -> int:
     if args.json:
         print(json.dumps(rep.to_json()))
     else:
-        _print_report(f"point {rep.point}: {rep.stages} stage(s), {rep.frames} frames", rep)
+        from .mapping import stages_text
+
+        _print_report(f"point {rep.point}: {rep.stages} stage(s) ({stages_text(lm.point.stages)}), "
+                      f"{rep.frames} frames", rep)
     return 0 if rep.outputs_match else 1
 
 
@@ -110,12 +113,16 @@ def cmd_deploy(args) -> int:
     rep = deploy(args.model, args.mapping, args.point, spec, Path(args.out), options, on_event=show, binds=binds,
                  input_shapes=_input_shapes(args), feeds=args.feeds)
     doc = read_pareto(args.mapping)
-    record_run(args.db, doc, select_point(doc, args.point), rep.report, rep.host)
+    point = select_point(doc, args.point)
+    record_run(args.db, doc, point, rep.report, rep.host)
     r = rep.report
     if args.json:
         print(json.dumps(rep.to_json()))
     else:
-        _print_report(f"point {r.point} on {rep.host}: {r.stages} stage(s), {r.frames} frames", r)
+        from .mapping import stages_text
+
+        _print_report(f"point {r.point} on {rep.host}: {r.stages} stage(s) ({stages_text(point.stages)}), "
+                      f"{r.frames} frames", r)
         print(f"wrote {rep.report_path} and {rep.trace_path}"
               + (f"; bundle kept in {rep.remote_folder}" if rep.kept else ""))
     return 0 if r.outputs_match else 1

@@ -163,8 +163,13 @@ def test_stage_level_times_travel_beside_the_block_table_and_set_the_stage_time(
     ("conv1,nope,big,0.01", "column 'last': unknown block 'nope'"),
     ("cat,conv1,big,0.01", "block 'conv1' comes before 'cat'"),
     ("conv1,cat,dsp,0.01", "column 'pu': unknown PU 'dsp'"),
-    ("conv1,cat,big,0", "time_s must be > 0"),
-    ("conv1,cat,big,fast", "'fast' is not a number"),
+    ("conv1,cat,big,0", "must be a finite number of seconds > 0, got '0'"),
+    ("conv1,cat,big,-1", "must be a finite number of seconds > 0, got '-1'"),
+    ("conv1,cat,big,nan", "got 'nan'"),
+    ("conv1,cat,big,fast", "got 'fast'"),
+    ("conv1,cat,big,0.01,extra", "5 fields, the header has 4"),
+    ("conv1,cat,big,0.01\nconv1,cat,big,0.02", "already on row 2"),
+    ("conv1,cat,npu,0.01", "PU 'npu' cannot run block 'conv1'"),
 ])
 def test_bad_range_table_is_one_line_naming_file_row_and_field(tmp_path, soc, row, words):
     from parapipe.cost.blocktable import range_table_path
@@ -177,4 +182,15 @@ def test_bad_range_table_is_one_line_naming_file_row_and_field(tmp_path, soc, ro
     with pytest.raises(InputError) as err:
         read_block_table(path, soc)
     msg = str(err.value)
-    assert "\n" not in msg and str(ranges) in msg and "row 2" in msg and words in msg
+    assert "\n" not in msg and str(ranges) in msg and ("row 2" in msg or "row 3" in msg) and words in msg
+
+
+def test_empty_range_table_is_refused(tmp_path, soc):
+    from parapipe.cost.blocktable import range_table_path
+
+    src = tmp_path / "long.csv"
+    src.write_text(LONG)
+    path = write_tables(read_long_csv(src, soc), str(tmp_path / "tables"), str(src))[0]
+    range_table_path(path).write_text("")
+    with pytest.raises(InputError, match="no header"):
+        read_block_table(path, soc)

@@ -167,3 +167,23 @@ def test_forced_handoffs_raise_the_bound():
     # is replicated).
     rb = lower_bounds(pr, best_period_s=best, time_limit_s=None)
     assert lp_period_bound(pr) < rb.period_lb_s <= best
+
+
+def test_bounds_hold_when_stage_level_times_beat_the_block_sums():
+    # a -> b -> c, 4 ms each on p and q; the whole range measured as one sub-model on p: 6 ms (fusions)
+    from parapipe.cost.problem import MappingProblem
+
+    pr = MappingProblem(list("abc"), [(), (0,), (1,)], {(0, 1): 1.0, (1, 2): 1.0}, ["p", "q"],
+                        np.full((3, 2), 4e-3), np.full((3, 2), 2.0), [0.1, 0.1], 1.0, np.full((2, 2), 1e-4),
+                        np.full((2, 2), 1e9))
+    pr.range_time_s = {(0, 3, 0): 6e-3}
+    whole = Mapping((StageMapping(0, 3, (0,), (0, 0, 0)),))
+    ev = evaluate(pr, whole)
+    assert ev.period_s == pytest.approx(6e-3) and ev.latency_s == pytest.approx(6e-3)
+    everything = np.concatenate([all_mapping_objectives(pr, reuse=True)[:, :2], all_replicated_objectives(pr)[:, :2]])
+    best = float(everything[:, 0].min())
+    for replicated in (False, True):
+        b = lower_bounds(pr, best_period_s=best, time_limit_s=None, replicated=replicated)
+        assert b.latency_lb_s <= 6e-3 * (1 + 1e-9)  # the block critical path (12 ms) would be above it
+        assert (everything[:, 0] >= b.period_lb_s * (1 - 1e-9)).all()
+        assert (everything[:, 1] >= b.latency_lb_s * (1 - 1e-9)).all()

@@ -58,12 +58,14 @@ def _read_csv(path, what: str) -> tuple:
     try:
         # utf-8-sig: spreadsheet programs start CSVs with a byte-order mark; newline="": CRLF rows read as rows
         with open(path, newline="", encoding="utf-8-sig") as fh:
-            rows = list(csv.DictReader(fh))
+            reader = csv.DictReader(fh)
+            rows = list(reader)
+            header = list(reader.fieldnames or [])
     except OSError as exc:
         raise input_error(src, None, f"cannot read {what} ({exc.strerror or exc})", "check the path") from None
     except (csv.Error, UnicodeDecodeError) as exc:
         raise input_error(src, None, f"not a CSV file ({exc})", "write a comma-separated table with a header") from None
-    return rows, (list(rows[0].keys()) if rows else [])
+    return rows, header
 
 
 def read_block_table(path, soc, name: Optional[str] = None) -> MappingProblem:
@@ -195,13 +197,19 @@ def read_range_table(path, problem: MappingProblem) -> Dict[tuple, float]:
     """
     src = str(path)
     rows, header = _read_csv(path, "range table")
+    if not header:
+        raise input_error(src, None, "no header", "start the file with the line first,last,pu,time_s")
     for col in ("first", "last", "pu", "time_s"):
-        if rows and col not in header:
+        if col not in header:
             raise input_error(src, f"column {col!r}", "missing", "header must be first,last,pu,time_s")
     index = {b: i for i, b in enumerate(problem.block_names)}
     out: Dict[tuple, float] = {}
+    seen: Dict[tuple, int] = {}
     for i, r in enumerate(rows, start=2):
         where = f"row {i}"
+        if r.get(None):  # csv.DictReader keeps the fields beyond the header under None
+            raise input_error(src, where, f"{len(header) + len(r[None])} fields, the header has {len(header)}",
+                              "give first,last,pu,time_s on every row")
         ends = []
         for col in ("first", "last"):
             b = (r.get(col) or "").strip()
@@ -216,11 +224,25 @@ def read_range_table(path, problem: MappingProblem) -> Dict[tuple, float]:
         if pu not in problem.pu_names:
             raise input_error(src, f"{where}, column 'pu'", f"unknown PU {pu!r}",
                               f"use PUs of the SoC: {', '.join(problem.pu_names)}")
-        v = _number(src, f"{where}, column 'time_s'", r.get("time_s") or "", "time_s", "give seconds > 0")
-        if v <= 0:
-            raise input_error(src, f"{where}, column 'time_s'", f"time_s must be > 0, got {r['time_s']!r}",
-                              "give seconds > 0")
-        out[(ends[0], ends[1] + 1, problem.pu_names.index(pu))] = v
+        p = problem.pu_names.index(pu)
+        cannot = [problem.block_names[v] for v in range(ends[0], ends[1] + 1) if not np.isfinite(problem.time_s[v, p])]
+        if cannot:
+            raise input_error(src, f"{where}, column 'pu'", f"PU {pu!r} cannot run block {cannot[0]!r} of the range "
+                              "(no time for it in the block table)", "time the range on a PU that runs all its blocks")
+        text = (r.get("time_s") or "").strip()
+        try:
+            v = float(text)
+        except ValueError:
+            v = math.nan
+        if not (v > 0 and math.isfinite(v)):
+            raise input_error(src, f"{where}, column 'time_s'", f"must be a finite number of seconds > 0, got {text!r}",
+                              "give the range's measured time in seconds")
+        key = (ends[0], ends[1] + 1, p)
+        if key in seen:
+            raise input_error(src, where, f"range {r['first'].strip()}..{r['last'].strip()} on {pu} is already on row "
+                              f"{seen[key]}", "give each range and PU once")
+        seen[key] = i
+        out[key] = v
     return out
 
 

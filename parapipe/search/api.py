@@ -219,9 +219,13 @@ def _relaxation(problem: MappingProblem, best_period_s: float, deadline: float):
     gives the bound of its space; :func:`parapipe.search.bounds.lower_bounds` adds the replicated space's."""
     from .relaxation import MAX_PUS, Relaxed
 
+    from .bounds import optimistic_problem
+
     if problem.n_pus > MAX_PUS:
         return None
-    return Relaxed(problem, best_period_s * (1 - PROOF_RTOL), deadline)
+    # on the optimistic times (stage-level measurements may beat block sums): a bound, and a guide that never
+    # prunes a mapping the cost model could still reach
+    return Relaxed(optimistic_problem(problem), best_period_s * (1 - PROOF_RTOL), deadline)
 
 
 def search(problem: MappingProblem, options: Optional[SearchOptions] = None,

@@ -19,6 +19,10 @@
   When it reaches the best period a search found (within :data:`PROOF_RTOL`), that period is **proved optimal**:
   no mapping of the cost model is faster.
 * **Latency**: critical path with every block on its fastest PU and free transfers.
+
+Stage-level measurements (``MappingProblem.range_time_s``) may make a stage faster than its blocks' sum; every
+bound is then taken on :func:`optimistic_problem`, whose block times are scaled down as far as any measured range
+that contains them (a measured stage's blocks take ``t[v, p] · measured / block sum``).
 """
 from __future__ import annotations
 
@@ -86,6 +90,28 @@ def lp_period_bound(problem: MappingProblem) -> float:
     return float(balance) * (1 - 1e-9)  # GLOP's tolerance must not lift it above the true optimum
 
 
+def optimistic_problem(problem: MappingProblem) -> MappingProblem:
+    """``problem`` with ``t[v, p]`` scaled by the least ``measured / block sum`` ratio (at most 1) over the
+    measured ranges on ``p`` that contain ``v``: no mapping runs a block faster, so bounds on it hold for
+    ``problem`` (the problem itself when it has no range faster than its block sum)."""
+    if not problem.range_time_s:
+        return problem
+    scale = np.ones_like(problem.time_s)
+    for (a, b, p), t in problem.range_time_s.items():
+        block_sum = float(problem.time_s[a:b, p].sum())
+        if block_sum > 0 and np.isfinite(block_sum) and t < block_sum:
+            scale[a:b, p] = np.minimum(scale[a:b, p], t / block_sum)
+    if (scale == 1.0).all():
+        return problem
+    import copy
+
+    out = copy.copy(problem)
+    out.time_s = problem.time_s * scale
+    out.range_time_s = None
+    out._rows = None
+    return out
+
+
 def latency_lower_bound(problem: MappingProblem) -> float:
     """Critical path with every block on its fastest PU and free transfers, seconds."""
     fastest = np.min(problem.time_s, axis=1)
@@ -131,6 +157,11 @@ def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     if relaxed is not None and getattr(relaxed, "replicated", False):
         relaxed = None
+    optimistic = optimistic_problem(problem)
+    if optimistic is not problem:
+        built_on = getattr(relaxed, "problem", None)
+        same = built_on is not None and np.array_equal(built_on.time_s, optimistic.time_s)
+        problem, relaxed = optimistic, (relaxed if same else None)
     plain = _space_bound(problem, best_period_s, deadline, relaxed, replicated=False)
     if replicated:
         small = problem.n_blocks * problem.n_pus <= REPLICATED_RELAXATION_MAX_CELLS
