@@ -271,6 +271,25 @@ def test_gantt_bars_layout(doc):
     assert s2 > stages[0]["time_s"] + stages[1]["time_s"] + 1e-9
 
 
+def test_gantt_bars_of_a_replicated_stage_deal_frames_to_its_replicas(doc):
+    # stage 0 on the GPU, then stage 1 replicated: big takes 2/3 of the frames (6 ms each), little 1/3 (12 ms)
+    point = next(p for p in doc["points"] if p["id"] == "pipeline-0")
+    st0, st1 = point["mapping"]["stages"][:2]
+    st1 = dict(st1, replicas=[{"pus": ["big"], "share": 2 / 3, "time_s": 0.006},
+                              {"pus": ["little"], "share": 1 / 3, "time_s": 0.012}])
+    point["mapping"]["stages"] = [st0, st1]
+    point["period_s"] = max(st0["time_s"], 0.004)
+    bars = gantt_bars(doc, "pipeline-0", n_frames=6)
+    rep = [b for b in bars if b.stage == 1]
+    assert [(b.frame, b.pu) for b in rep] == [(0, "big"), (1, "little"), (2, "big"), (3, "big"), (4, "little"),
+                                              (5, "big")]
+    assert all(b.end_s - b.start_s == pytest.approx(0.006 if b.pu == "big" else 0.012) for b in rep)
+    # frame f enters the replicated stage when stage 0 is done with it, or later if its replica is still busy
+    assert all(b.start_s >= b.frame * point["period_s"] + st0["time_s"] - 1e-12 for b in rep)
+    assert rep[0].start_s == pytest.approx(st0["time_s"]) and _overlaps(bars) == []
+    assert {b.label for b in rep} == {"replica 0", "replica 1"}
+
+
 def test_gantt_bars_reject_bad_fields(doc):
     del doc["points"][0]["mapping"]["stages"][1]["block_start_s"]["inc4a"]
     field = r"points\[0\]\.mapping\.stages\[1\]\.block_start_s\.inc4a"

@@ -24,7 +24,10 @@ from matplotlib.patches import Patch
 
 from matplotlib.figure import Figure
 
+from ppexec.dispatch import SmoothWeightedRoundRobin
+
 from ..errors import input_error
+from ..mapping.model import stages_text
 from ._common import DEFAULT_SOURCE, find_point, number, save_figure, title_of
 
 log = logging.getLogger(__name__)
@@ -111,6 +114,21 @@ def stage_offsets_s(stage_time_s: Sequence[float], stage_pus: Sequence[Sequence[
     return offsets
 
 
+def _replicas(st: Mapping, where: str, source: Optional[str]) -> List[tuple]:
+    """``[(pus, share, time_s), ...]`` of a replicated stage's replicas (empty for a plain stage)."""
+    reps = st.get("replicas") or []
+    if not isinstance(reps, list):
+        raise input_error(source or DEFAULT_SOURCE, f"{where}.replicas", "not a list", _FIX)
+    out = []
+    for r, rep in enumerate(reps):
+        w = f"{where}.replicas[{r}]"
+        if not isinstance(rep, Mapping) or not isinstance(rep.get("pus"), list) or not rep["pus"]:
+            raise input_error(source or DEFAULT_SOURCE, f"{w}.pus", "missing, empty or not a list of PU names", _FIX)
+        out.append((list(rep["pus"]), number(rep, "share", w, source, positive=True),
+                    number(rep, "time_s", w, source)))
+    return out
+
+
 def _stages(point: Mapping, where: str, source: str) -> List[Mapping]:
     mapping = point.get("mapping")
     stages = mapping.get("stages") if isinstance(mapping, Mapping) else None
@@ -150,7 +168,10 @@ def gantt_bars(doc: Dict[str, Any], point_id: str, n_frames: int = 3, *,
     -------
     list of GanttBar
         Per frame and stage: one ``"input"`` bar per PU of the stage when ``input_s > 0``, one ``"block"`` bar
-        per block; times in seconds from frame 0 entering stage 0.
+        per block; for a replicated stage, one bar ``"replica r"`` per PU of the replica the frame is dealt to
+        (smooth weighted round robin by share, as the executor deals), as long as that replica's time, from when
+        the frame arrives or the replica is done with its previous frame. Times in
+        seconds from frame 0 entering stage 0.
 
     Raises
     ------
@@ -170,12 +191,26 @@ def gantt_bars(doc: Dict[str, Any], point_id: str, n_frames: int = 3, *,
         w = f"{where}.mapping.stages[{j}]"
         inputs.append(number(st, "input_s", w, source, default=0.0))
         times.append(number(st, "time_s", w, source))
-    offsets = stage_offsets_s(times, [st["pus"] for st in stages], period_s)
+    replicas = [_replicas(st, f"{where}.mapping.stages[{j}]", source) for j, st in enumerate(stages)]
+    if any(replicas):  # PUs are disjoint between stages: each stage starts when its slowest replica is done
+        spans = [max(r[2] for r in reps) if reps else t for reps, t in zip(replicas, times)]
+        offsets = [sum(spans[:j]) for j in range(len(stages))]
+    else:
+        offsets = stage_offsets_s(times, [st["pus"] for st in stages], period_s)
+    dealers = [SmoothWeightedRoundRobin([r[1] for r in reps]) if reps else None for reps in replicas]
+    free: Dict[tuple, float] = {}  # (stage, replica) -> when it is done with its last frame
     bars: List[GanttBar] = []
     for f in range(n_frames):
         for j, st in enumerate(stages):
             w = f"{where}.mapping.stages[{j}]"
             base = f * period_s + offsets[j]
+            if replicas[j]:  # the frame runs whole on the replica the dispatcher deals it to (one bar per PU)
+                r = dealers[j].pick()
+                pus, _, t_r = replicas[j][r]
+                start = max(base, free[(j, r)]) if (j, r) in free else base  # a busy replica queues the frame
+                free[(j, r)] = start + t_r
+                bars.extend(GanttBar(pu, start, start + t_r, j, f, f"replica {r}", "block") for pu in pus)
+                continue
             if inputs[j] > 0:
                 bars.extend(GanttBar(pu, base, base + inputs[j], j, f, "input", "input") for pu in st["pus"])
             assignment = st.get("assignment") if isinstance(st.get("assignment"), Mapping) else {}
@@ -286,11 +321,12 @@ def plot_gantt(doc: Dict[str, Any], point_id: str, path: Any, n_frames: int = 3,
     names = {}
     for j, st in enumerate(stages):
         n = len(st["blocks"])
-        names[j] = f"stage {j}: {'+'.join(st['pus'])} ({n} block{'s' if n != 1 else ''})"
+        names[j] = f"stage {j}: {stages_text([st])} ({n} block{'s' if n != 1 else ''})"
     period_s = float(point["period_s"])
     title = (f"{title_of(doc)}: point {point_id} ({point.get('strategy', '?')}), modelled schedule — "
              f"period {period_s * 1e3:.2f} ms, latency {float(point.get('latency_s', 0.0)) * 1e3:.2f} ms")
-    lanes = _lanes(bars, [pu for st in stages for pu in st["pus"]])
+    lanes = _lanes(bars, [pu for st in stages for pu in (
+        [q for rep in st.get("replicas") or [] for q in rep["pus"]] or st["pus"])])
     _draw(bars, lanes, title, path, names, [f * period_s for f in range(n_frames)])
 
 
