@@ -39,8 +39,8 @@ from parapipe.graph.extract import extract_submodel
 from parapipe.graph.opgraph import OpGraph
 from parapipe.profiling.db import ProfileDB
 from parapipe.profiling.records import Measurement, utc_now_iso
-from parapipe.profiling.machine import (_copy_bandwidth, _frequency_hz, _gemm_and_overhead, _on_cpu, _start_pinned, _timed,
-                                        allowed_cpus, measure_transfer)
+from parapipe.profiling.machine import (_copy_bandwidth, _frequency_hz, _gemm_and_overhead, _on_cpu, _start_pinned,
+                                        _timed, allowed_cpus, measure_transfer)
 from parapipe.soc.op_classes import OP_CLASSES
 from parapipe.soc.profile import PU, Provenance, SoC
 from parapipe.soc.resolve import HOST_SOC
@@ -324,11 +324,6 @@ def measure_host(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optiona
 
 
 @contextlib.contextmanager
-def _nothing():
-    yield
-
-
-@contextlib.contextmanager
 def _load_other_cores(og: OpGraph, ops: Sequence[str], name: str, cpu: int, given: Optional[dict]):
     """Keep every allowed core but ``cpu`` running the sub-model of ``ops`` (own session, one thread, pinned)
     until the block ends; enter once each has run it once."""
@@ -404,7 +399,7 @@ def measure_ranges(bg: BlockGraph, ranges: Sequence[tuple[int, int]], repeats: i
                               "give 0 <= start < stop <= the number of blocks")
         ops = sorted((op for b in bg.blocks[start:stop] for op in b.ops), key=topo.__getitem__)
         name = f"{bg.blocks[start].name}..{bg.blocks[stop - 1].name}"
-        with _load_other_cores(og, ops, name, cpu, given) if loaded else _nothing():
+        with _load_other_cores(og, ops, name, cpu, given) if loaded else contextlib.nullcontext():
             times = _on_cpu(cpu, lambda: _time_ops(og, ops, name, binding, repeats, warmup, given))
         out[(start, stop)] = float(np.median(times))
     logger.info("stage-level times of %s: %s", og.name,
