@@ -24,8 +24,9 @@ def parse_pu_list(problem: MappingProblem, text: str, source: str = "--mapping")
     names = [t.strip() for t in text.split(",") if t.strip()]
     if len(names) != problem.n_blocks:
         raise input_error(source, None, f"mapping has {len(names)} entries but the problem has {problem.n_blocks} "
-                          "blocks", "give one PU per block in topological order (list them with "
-                          "'parapipe inspect MODEL --max-blocks 48 --blocks')")
+                          f"blocks ({', '.join(problem.block_names[:3])}{', ...' if problem.n_blocks > 3 else ''})",
+                          "give one PU per block in topological order (a model's blocks: 'parapipe inspect MODEL "
+                          "--max-blocks 48 --blocks'; a block table's: its rows)")
     entries = []
     for i, n in enumerate(names):
         alts = [a.strip() for a in n.split("|")]
