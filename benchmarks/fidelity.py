@@ -10,8 +10,8 @@ Run from the repository root (about 10 minutes on the 2-core machine)::
    (:func:`parapipe.workflow.prepare`: one PU per core, every block timed), the search runs
    (:func:`parapipe.search.api.search`; its front and baselines bring multi-PU stages: intra-stage
    parallelism), and hand-made mappings are added: single core, two-stage cuts, a core serving two stages
-   (cpu0 | cpu1 | cpu0), four alternating stages. Every single-PU stage's block range is timed alone as one
-   sub-model (:func:`parapipe.profiling.host.measure_ranges`: profiling, not a pipeline run; isolated block
+   (cpu0 | cpu1 | cpu0), four alternating stages. Every single-PU stage's block range, and every task of a
+   multi-PU stage (the blocks the executor runs as one sub-model), is timed alone as one sub-model (:func:`parapipe.profiling.host.measure_ranges`: profiling, not a pipeline run; isolated block
    times miss the fusions a stage's sub-model keeps) and written beside the block table
    (``tables/<model>.ranges.csv``). Every mapping runs for real with :func:`parapipe.runtime.run.
    run_local` (about ``--run-s`` seconds each, outputs checked against the unsplit model) and is recorded in
@@ -75,12 +75,16 @@ def searched_mappings(problem) -> List[Tuple[str, Mapping]]:
 
 
 def stage_level_times(prep, mappings: List[Mapping]) -> int:
-    """Time every single-PU stage's block range of ``mappings`` as one sub-model, alone on the first allowed
+    """Time every single-PU stage's block range of ``mappings``, and every task of their multi-PU stages
+    (:func:`parapipe.cost.tasks.stage_tasks`, what the executor runs as one sub-model), as one sub-model, alone
+    on the first allowed
     core with the other cores idle (:func:`parapipe.profiling.host.measure_ranges` with ``loaded=False``, the
     executor's session settings; what co-running stages cost is the fitted contention term's), into
-    ``prep.problem.range_time_s`` for every PU (this machine's cores are identical). This is profiling, not a
-    pipeline run: each range runs by itself, like a block. Returns the number of ranges."""
-    from parapipe.profiling.host import measure_ranges
+    ``prep.problem.range_time_s`` / ``task_time_s`` for every PU (this machine's cores are identical). This is
+    profiling, not a pipeline run: each range runs by itself, like a block. Returns the number of ranges and
+    tasks."""
+    from parapipe.cost.tasks import stage_tasks
+    from parapipe.profiling.host import measure_block_sets, measure_ranges
 
     pr = prep.problem
     known = dict(pr.range_time_s or {})
@@ -89,7 +93,11 @@ def stage_level_times(prep, mappings: List[Mapping]) -> int:
     timed = measure_ranges(prep.block_graph, ranges, loaded=False)  # co-running: the contention term's job
     known.update({(a, b, p): t for (a, b), t in timed.items() for p in range(pr.n_pus)})
     pr.range_time_s = known
-    return len({(a, b) for a, b, _ in known})
+    tasks = sorted({tuple(sorted(blocks)) for m in mappings for st in m.stages
+                    if len(st.pus) > 1 and not st.replicas for _, blocks in stage_tasks(pr, st)})
+    timed_tasks = measure_block_sets(prep.block_graph, tasks)
+    pr.task_time_s = {(p, b): t for b, t in timed_tasks.items() for p in range(pr.n_pus)}
+    return len({(a, b) for a, b, _ in known}) + len(timed_tasks)
 
 
 def make_doc(prep, named: List[Tuple[str, Mapping]]):
@@ -139,7 +147,7 @@ def measure(models: List[str], work: Path, run_s: float, db: Path, repeats: int)
         print(f"{model}: {prep.problem.n_blocks} blocks, {len(named)} mappings "
               f"({sum(any(len(st.pus) > 1 for st in m.stages) for _, m in named)} with a multi-PU stage, "
               f"{sum(len({p for st in m.stages for p in st.pus}) < sum(len(st.pus) for st in m.stages) for _, m in named)}"
-              f" with a core serving several stages; {n_ranges} single-PU stage ranges timed as sub-models); set-up "
+              f" with a core serving several stages; {n_ranges} single-PU stage ranges and tasks timed as sub-models); set-up "
               f"{time.perf_counter() - t0:.1f} s")
         plans.append((model, path, doc, named))
     from parapipe.runtime.run import record_run, run_local

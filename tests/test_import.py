@@ -194,3 +194,27 @@ def test_empty_range_table_is_refused(tmp_path, soc):
     range_table_path(path).write_text("")
     with pytest.raises(InputError, match="no header"):
         read_block_table(path, soc)
+
+
+def test_task_times_travel_in_the_range_table(tmp_path, soc):
+    from parapipe.cost.blocktable import range_table_path, write_block_table
+
+    src = tmp_path / "long.csv"
+    src.write_text(LONG)
+    path = write_tables(read_long_csv(src, soc), str(tmp_path / "tables"), str(src))[0]
+    range_table_path(path).write_text("first,last,pu,time_s,blocks\nconv1,cat,big,0.014,\n"
+                                      ",,gpu,0.002,inc_a;conv1\n")
+    p = read_block_table(path, soc)
+    big, gpu = p.pu_names.index("big"), p.pu_names.index("gpu")
+    assert p.range_time_s == {(0, 4, big): 0.014}
+    assert p.task_time_s == {(gpu, (0, 1)): 0.002}  # sorted block indices of conv1, inc_a
+    out = tmp_path / "again.blocks.csv"
+    write_block_table(out, p)
+    q = read_block_table(out, soc)
+    assert (q.range_time_s, q.task_time_s) == (p.range_time_s, p.task_time_s)
+    range_table_path(path).write_text("first,last,pu,time_s,blocks\nconv1,,gpu,0.002,inc_a\n")
+    with pytest.raises(InputError, match="row 2: gives both first/last and blocks"):
+        read_block_table(path, soc)
+    range_table_path(path).write_text("first,last,pu,time_s,blocks\n,,gpu,0.002,inc_a;zz\n")
+    with pytest.raises(InputError, match="column 'blocks': unknown block 'zz'"):
+        read_block_table(path, soc)

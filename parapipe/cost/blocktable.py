@@ -26,7 +26,10 @@ its isolated blocks lose)::
 
 ``first``..``last``: the range's first and last block in the table's (topological) order; ``time_s``: seconds
 on ``pu``. A single-PU stage over exactly that range takes this time instead of its block sum
-(:attr:`MappingProblem.range_time_s`). :func:`write_block_table` writes it when the problem has such times.
+(:attr:`MappingProblem.range_time_s`). An optional ``blocks`` column (``;``-separated block names, ``first`` and
+``last`` left empty) gives a *task* instead: blocks a multi-PU stage runs as one sub-model on ``pu``
+(:func:`parapipe.cost.tasks.stage_tasks`, :attr:`MappingProblem.task_time_s`). :func:`write_block_table` writes
+the table when the problem has such times.
 """
 from __future__ import annotations
 
@@ -168,7 +171,7 @@ def read_block_table(path, soc, name: Optional[str] = None) -> MappingProblem:
                              block_nbytes=None if dram is None else np.outer(dram, np.ones(k)))
     ranges = range_table_path(path)
     if ranges.is_file():
-        problem.range_time_s = read_range_table(ranges, problem)
+        problem.range_time_s, problem.task_time_s = (d or None for d in read_range_table(ranges, problem))
     return problem
 
 
@@ -186,14 +189,16 @@ def range_table_path(blocks_path) -> Path:
     return path.with_name(_table_stem(path) + ".ranges.csv")
 
 
-def read_range_table(path, problem: MappingProblem) -> Dict[tuple, float]:
-    """Read a stage-level time table (module docstring) for ``problem``: ``{(start, stop, pu index): seconds}``.
+def read_range_table(path, problem: MappingProblem) -> tuple:
+    """Read a stage-level time table (module docstring) for ``problem``: ``(ranges, tasks)`` with ranges
+    ``{(start, stop, pu index): seconds}`` and tasks ``{(pu index, sorted block indices): seconds}``.
 
     Raises
     ------
     InputError
-        Unreadable file, a missing column, an unknown block or PU, ``last`` before ``first``, a time that is not
-        a finite number > 0 — naming the file, row and field.
+        Unreadable file, a missing column, an unknown block or PU, ``last`` before ``first``, a row with both or
+        neither of ``first``/``last`` and ``blocks``, a time that is not a finite number > 0, a repeated range —
+        naming the file, row and field.
     """
     src = str(path)
     rows, header = _read_csv(path, "range table")
@@ -201,31 +206,46 @@ def read_range_table(path, problem: MappingProblem) -> Dict[tuple, float]:
         raise input_error(src, None, "no header", "start the file with the line first,last,pu,time_s")
     for col in ("first", "last", "pu", "time_s"):
         if col not in header:
-            raise input_error(src, f"column {col!r}", "missing", "header must be first,last,pu,time_s")
+            raise input_error(src, f"column {col!r}", "missing", "header must be first,last,pu,time_s[,blocks]")
     index = {b: i for i, b in enumerate(problem.block_names)}
-    out: Dict[tuple, float] = {}
+    ranges: Dict[tuple, float] = {}
+    tasks: Dict[tuple, float] = {}
     seen: Dict[tuple, int] = {}
     for i, r in enumerate(rows, start=2):
         where = f"row {i}"
         if r.get(None):  # csv.DictReader keeps the fields beyond the header under None
             raise input_error(src, where, f"{len(header) + len(r[None])} fields, the header has {len(header)}",
-                              "give first,last,pu,time_s on every row")
-        ends = []
-        for col in ("first", "last"):
-            b = (r.get(col) or "").strip()
-            if b not in index:
-                raise input_error(src, f"{where}, column {col!r}", f"unknown block {b!r}",
-                                  "name blocks of the block table beside it")
-            ends.append(index[b])
-        if ends[1] < ends[0]:
-            raise input_error(src, where, f"block {r['last']!r} comes before {r['first']!r} in the table's order",
-                              "give the range's first block first")
+                              f"give {','.join(header)} on every row")
+        listed = [b.strip() for b in (r.get("blocks") or "").split(";") if b.strip()]
+        if listed:
+            if (r.get("first") or "").strip() or (r.get("last") or "").strip():
+                raise input_error(src, where, "gives both first/last and blocks",
+                                  "a row is a range (first,last) or a task (blocks), not both")
+            for b in listed:
+                if b not in index:
+                    raise input_error(src, f"{where}, column 'blocks'", f"unknown block {b!r}",
+                                      "name blocks of the block table beside it")
+            members = sorted({index[b] for b in listed})
+            what = "task " + ";".join(problem.block_names[v] for v in members)
+        else:
+            ends = []
+            for col in ("first", "last"):
+                b = (r.get(col) or "").strip()
+                if b not in index:
+                    raise input_error(src, f"{where}, column {col!r}", f"unknown block {b!r}",
+                                      "name blocks of the block table beside it")
+                ends.append(index[b])
+            if ends[1] < ends[0]:
+                raise input_error(src, where, f"block {r['last']!r} comes before {r['first']!r} in the table's "
+                                  "order", "give the range's first block first")
+            members = list(range(ends[0], ends[1] + 1))
+            what = f"range {r['first'].strip()}..{r['last'].strip()}"
         pu = (r.get("pu") or "").strip()
         if pu not in problem.pu_names:
             raise input_error(src, f"{where}, column 'pu'", f"unknown PU {pu!r}",
                               f"use PUs of the SoC: {', '.join(problem.pu_names)}")
         p = problem.pu_names.index(pu)
-        cannot = [problem.block_names[v] for v in range(ends[0], ends[1] + 1) if not np.isfinite(problem.time_s[v, p])]
+        cannot = [problem.block_names[v] for v in members if not np.isfinite(problem.time_s[v, p])]
         if cannot:
             raise input_error(src, f"{where}, column 'pu'", f"PU {pu!r} cannot run block {cannot[0]!r} of the range "
                               "(no time for it in the block table)", "time the range on a PU that runs all its blocks")
@@ -237,13 +257,13 @@ def read_range_table(path, problem: MappingProblem) -> Dict[tuple, float]:
         if not (v > 0 and math.isfinite(v)):
             raise input_error(src, f"{where}, column 'time_s'", f"must be a finite number of seconds > 0, got {text!r}",
                               "give the range's measured time in seconds")
-        key = (ends[0], ends[1] + 1, p)
-        if key in seen:
-            raise input_error(src, where, f"range {r['first'].strip()}..{r['last'].strip()} on {pu} is already on row "
-                              f"{seen[key]}", "give each range and PU once")
-        seen[key] = i
-        out[key] = v
-    return out
+        key = (p, tuple(members)) if listed else (members[0], members[-1] + 1, p)
+        if (bool(listed), key) in seen:
+            raise input_error(src, where, f"{what} on {pu} is already on row {seen[(bool(listed), key)]}",
+                              "give each range and PU once")
+        seen[(bool(listed), key)] = i
+        (tasks if listed else ranges)[key] = v
+    return ranges, tasks
 
 
 def write_block_table(path, problem: MappingProblem, pus: Optional[Sequence[str]] = None) -> None:
@@ -258,10 +278,14 @@ def write_block_table(path, problem: MappingProblem, pus: Optional[Sequence[str]
     _write_rows(Path(path), _block_rows(problem, pus))
     ranges = sorted((a, b, p, t) for (a, b, p), t in (problem.range_time_s or {}).items()
                     if problem.pu_names[p] in pus)
-    if ranges:
-        _write_rows(range_table_path(path), [["first", "last", "pu", "time_s"]] + [
+    tasks = sorted((p, blocks, t) for (p, blocks), t in (problem.task_time_s or {}).items()
+                   if problem.pu_names[p] in pus)
+    if ranges or tasks:
+        _write_rows(range_table_path(path), [["first", "last", "pu", "time_s"] + (["blocks"] if tasks else [])] + [
             [problem.block_names[a], problem.block_names[b - 1], problem.pu_names[p], repr(float(t))]
-            for a, b, p, t in ranges])
+            + ([""] if tasks else []) for a, b, p, t in ranges] + [
+            ["", "", problem.pu_names[p], repr(float(t)), ";".join(problem.block_names[v] for v in blocks)]
+            for p, blocks, t in tasks])
     else:  # a range table left from an earlier problem would be read with this one
         range_table_path(path).unlink(missing_ok=True)
 

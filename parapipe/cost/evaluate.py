@@ -20,7 +20,9 @@ The model, stated once (every search, baseline and report uses it through :func:
   Written as ``E = E_dyn + (Σ_pu P_idle + P_static)·P`` with ``E_dyn = Σ (p_active − P_idle)·t``, which is how the
   search accumulates it stage by stage.
 * A single-PU stage over a block range with a stage-level measurement (``MappingProblem.range_time_s``) takes
-  the measured time instead of its block sum (its blocks' times scaled to it).
+  the measured time instead of its block sum (its blocks' times scaled to it); in a multi-PU stage, the blocks
+  of a task (:func:`parapipe.cost.tasks.stage_tasks`: what the executor runs as one sub-model) with a
+  measurement (``MappingProblem.task_time_s``) are scaled to it alike.
 * **Replicated stages** (``StageMapping.replicas``): the block range runs whole on each replica (a PU or a PU
   group), frames dealt in proportion to speed; period contribution ``1 / Σ_r 1/T_r``, every replica PU busy
   that long per inference, latency the mean over dealt frames (worst replica in ``latency_worst_s``), dynamic
@@ -184,6 +186,20 @@ def stage_input_transfers(problem: MappingProblem, stage: StageMapping) -> Dict[
     return need
 
 
+def _task_scale(problem: MappingProblem, stage: StageMapping) -> Dict[int, float]:
+    """Block -> ``measured task time / its blocks' sum`` for the tasks of a multi-PU stage that have a
+    measurement (:attr:`MappingProblem.task_time_s`)."""
+    from .tasks import stage_tasks
+
+    scale: Dict[int, float] = {}
+    for p, blocks in stage_tasks(problem, stage):
+        measured = problem.task_time_s.get((p, tuple(sorted(blocks))))
+        total = float(sum(problem.time_s[v, p] for v in blocks))
+        if measured is not None and total > 0:
+            scale.update({v: float(measured) / total for v in blocks})
+    return scale
+
+
 def _schedule(problem: MappingProblem, stage: StageMapping, active: np.ndarray):
     """List schedule of the stage's blocks on its PUs: ``(start, finish, makespan, dyn_energy_j)``; adds each
     block's time to ``active``. Raises ValueError as :func:`evaluate_stage`."""
@@ -191,6 +207,7 @@ def _schedule(problem: MappingProblem, stage: StageMapping, active: np.ndarray):
     pu_free = {p: 0.0 for p in stage.pus}
     start: Dict[int, float] = {}
     finish: Dict[int, float] = {}
+    scale = _task_scale(problem, stage) if problem.task_time_s and len(stage.pus) > 1 else {}
     for v in stage.block_order():
         p = stage.pu_of(v)
         if p not in pu_free:
@@ -204,7 +221,7 @@ def _schedule(problem: MappingProblem, stage: StageMapping, active: np.ndarray):
                                      f"{problem.block_names[u]!r}")
                 ready = max(ready, finish[u] + problem.comm_s(stage.pu_of(u), p, problem.edge_nbytes.get((u, v), 0.0)))
         s = max(ready, pu_free[p])
-        t = float(problem.time_s[v, p])
+        t = float(problem.time_s[v, p]) * scale.get(v, 1.0)
         start[v], finish[v] = s, s + t
         pu_free[p] = s + t
         active[p] += t

@@ -63,6 +63,11 @@ class MappingProblem:
         measurement: it includes the fusions and layout changes ORT makes across the blocks, which isolated
         block times miss). A single-PU stage (or replica) over exactly that range on that PU takes this time
         instead of its block sum (:func:`parapipe.cost.evaluate.evaluate_stage`). Default none.
+    task_time_s : dict (pu, blocks) -> float, optional
+        Measured time of the blocks ``blocks`` (a sorted tuple of block indices) run as ONE sub-model on PU index
+        ``pu``: a task of a multi-PU stage (:func:`parapipe.cost.tasks.stage_tasks`). In such a stage, the blocks
+        of a task with a measurement take their block times scaled to it (the list schedule keeps their
+        proportions). Default none.
     block_nbytes : ndarray, shape (n, k), optional
         DRAM bytes each block reads and writes on each PU (operator inputs, outputs and weights at the PU's
         precision); the memory-contention term (:mod:`parapipe.cost.pipeline_terms`) uses them. None (block
@@ -84,6 +89,7 @@ class MappingProblem:
     memory_bytes: Optional[np.ndarray] = None
     range_time_s: Optional[Dict[Tuple[int, int, int], float]] = None
     block_nbytes: Optional[np.ndarray] = None
+    task_time_s: Optional[Dict[Tuple[int, Tuple[int, ...]], float]] = None
     succs: List[Tuple[int, ...]] = field(init=False, repr=False)
     _rows: Optional["ProblemRows"] = field(init=False, repr=False, default=None, compare=False)
 
@@ -154,7 +160,9 @@ class MappingProblem:
             weight_nbytes=self.weight_nbytes, memory_bytes=self.memory_bytes[keep],
             range_time_s={(a, b, keep.index(p)): t for (a, b, p), t in (self.range_time_s or {}).items()
                           if p in keep} or None,
-            block_nbytes=None if self.block_nbytes is None else self.block_nbytes[:, keep])
+            block_nbytes=None if self.block_nbytes is None else self.block_nbytes[:, keep],
+            task_time_s={(keep.index(p), b): t for (p, b), t in (self.task_time_s or {}).items()
+                         if p in keep} or None)
 
     def pu_index(self, name: str, source: Optional[str] = None) -> int:
         """Index of PU ``name``; raises InputError naming ``source`` if unknown."""

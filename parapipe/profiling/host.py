@@ -386,22 +386,60 @@ def measure_ranges(bg: BlockGraph, ranges: Sequence[tuple[int, int]], repeats: i
     ExecutionError
         A range's sub-model cannot be built or run (naming its first block).
     """
-    og = bg.opgraph
     n = len(bg.blocks)
-    cpu = allowed_cpus()[0] if cpu is None else int(cpu)
-    binding = PUBinding(cpus=(cpu,), threads=1)
-    given = _real_index_values(bg, feeds)
-    topo = {op: i for i, op in enumerate(og.topo_order)}
-    out: dict[tuple[int, int], float] = {}
+    sets = {}
     for start, stop in dict.fromkeys((int(a), int(b)) for a, b in ranges):
         if not 0 <= start < stop <= n:
             raise input_error("measure_ranges", f"range {start}:{stop}", f"not a block range of 0:{n}",
                               "give 0 <= start < stop <= the number of blocks")
-        ops = sorted((op for b in bg.blocks[start:stop] for op in b.ops), key=topo.__getitem__)
-        name = f"{bg.blocks[start].name}..{bg.blocks[stop - 1].name}"
+        sets[(start, stop)] = (range(start, stop), f"{bg.blocks[start].name}..{bg.blocks[stop - 1].name}")
+    return _time_block_sets(bg, sets, repeats, warmup, feeds, cpu, loaded)
+
+
+def measure_block_sets(bg: BlockGraph, block_sets: Sequence[Sequence[int]], repeats: int = 10, warmup: int = 3,
+                       feeds: Optional[dict] = None, cpu: Optional[int] = None,
+                       loaded: bool = False) -> dict[tuple[int, ...], float]:
+    """Task-level times: each set of block indices (a task of a multi-PU stage,
+    :func:`parapipe.cost.tasks.stage_tasks`: a convex operator set) run as ONE sub-model, timed as
+    :func:`measure_ranges` times a range (alone by default: the other cores run the stage's other tasks).
+
+    Returns
+    -------
+    dict of tuple to float
+        Seconds per set (key: its sorted block indices).
+
+    Raises
+    ------
+    InputError
+        An empty set or a block index out of range.
+    ExecutionError
+        A set's sub-model cannot be built or run (naming its first block).
+    """
+    n = len(bg.blocks)
+    sets = {}
+    for blocks in block_sets:
+        key = tuple(sorted({int(v) for v in blocks}))
+        if not key or key[0] < 0 or key[-1] >= n:
+            raise input_error("measure_block_sets", f"block set {list(blocks)}", f"empty or not blocks of 0:{n}",
+                              "give block indices 0 <= v < the number of blocks")
+        sets[key] = (key, ";".join(bg.blocks[v].name for v in key))
+    return _time_block_sets(bg, sets, repeats, warmup, feeds, cpu, loaded)
+
+
+def _time_block_sets(bg: BlockGraph, sets: dict, repeats: int, warmup: int, feeds: Optional[dict],
+                     cpu: Optional[int], loaded: bool) -> dict:
+    """``{key: median seconds}`` of each ``key -> (block indices, name)`` run as one sub-model on ``cpu``."""
+    og = bg.opgraph
+    cpu = allowed_cpus()[0] if cpu is None else int(cpu)
+    binding = PUBinding(cpus=(cpu,), threads=1)
+    given = _real_index_values(bg, feeds)
+    topo = {op: i for i, op in enumerate(og.topo_order)}
+    out: dict = {}
+    for key, (blocks, name) in sets.items():
+        ops = sorted((op for v in blocks for op in bg.blocks[v].ops), key=topo.__getitem__)
         with _load_other_cores(og, ops, name, cpu, given) if loaded else contextlib.nullcontext():
             times = _on_cpu(cpu, lambda: _time_ops(og, ops, name, binding, repeats, warmup, given))
-        out[(start, stop)] = float(np.median(times))
-    logger.info("stage-level times of %s: %s", og.name,
-                {f"{a}:{b}": round(t * 1e3, 3) for (a, b), t in out.items()})
+        out[key] = float(np.median(times))
+    logger.info("stage-level times of %s: %s", og.name, {name: round(out[k] * 1e3, 3)
+                                                         for k, (_, name) in sets.items()})
     return out

@@ -92,22 +92,24 @@ def lp_period_bound(problem: MappingProblem) -> float:
 
 def optimistic_problem(problem: MappingProblem) -> MappingProblem:
     """``problem`` with ``t[v, p]`` scaled by the least ``measured / block sum`` ratio (at most 1) over the
-    measured ranges on ``p`` that contain ``v``: no mapping runs a block faster, so bounds on it hold for
+    measured ranges and tasks on ``p`` that contain ``v``: no mapping runs a block faster, so bounds on it hold for
     ``problem`` (the problem itself when it has no range faster than its block sum)."""
-    if not problem.range_time_s:
+    if not problem.range_time_s and not problem.task_time_s:
         return problem
     scale = np.ones_like(problem.time_s)
-    for (a, b, p), t in problem.range_time_s.items():
-        block_sum = float(problem.time_s[a:b, p].sum())
+    sets = [(list(range(a, b)), p, t) for (a, b, p), t in (problem.range_time_s or {}).items()]
+    sets += [(list(blocks), p, t) for (p, blocks), t in (problem.task_time_s or {}).items()]
+    for blocks, p, t in sets:
+        block_sum = float(problem.time_s[blocks, p].sum())
         if block_sum > 0 and np.isfinite(block_sum) and t < block_sum:
-            scale[a:b, p] = np.minimum(scale[a:b, p], t / block_sum)
+            scale[blocks, p] = np.minimum(scale[blocks, p], t / block_sum)
     if (scale == 1.0).all():
         return problem
     import copy
 
     out = copy.copy(problem)
     out.time_s = problem.time_s * scale
-    out.range_time_s = None
+    out.range_time_s = out.task_time_s = None
     out._rows = None
     return out
 
