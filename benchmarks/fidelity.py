@@ -87,11 +87,10 @@ def stage_level_times(prep, mappings: List[Mapping]) -> int:
     from parapipe.profiling.host import measure_block_sets, measure_ranges
 
     pr = prep.problem
-    known = dict(pr.range_time_s or {})
-    ranges = sorted({(st.start, st.stop) for m in mappings for st in m.stages
-                     if len(st.pus) == 1 and not st.replicas and (st.start, st.stop, 0) not in known})
+    # every range alone, the whole model's too (--soc host times that one under load, for replicated mappings)
+    ranges = sorted({(st.start, st.stop) for m in mappings for st in m.stages if len(st.pus) == 1})
     timed = measure_ranges(prep.block_graph, ranges, loaded=False)  # co-running: the contention term's job
-    known.update({(a, b, p): t for (a, b), t in timed.items() for p in range(pr.n_pus)})
+    known = {(a, b, p): t for (a, b), t in timed.items() for p in range(pr.n_pus)}
     pr.range_time_s = known
     tasks = sorted({tuple(sorted(blocks)) for m in mappings for st in m.stages
                     if len(st.pus) > 1 and not st.replicas for _, blocks in stage_tasks(pr, st)})
