@@ -90,13 +90,12 @@ def stage_level_times(prep, mappings: List[Mapping]) -> int:
     # every range alone, the whole model's too (--soc host times that one under load, for replicated mappings)
     ranges = sorted({(st.start, st.stop) for m in mappings for st in m.stages if len(st.pus) == 1})
     timed = measure_ranges(prep.block_graph, ranges, loaded=False)  # co-running: the contention term's job
-    known = {(a, b, p): t for (a, b), t in timed.items() for p in range(pr.n_pus)}
-    pr.range_time_s = known
+    pr.range_time_s = {(a, b, p): t for (a, b), t in timed.items() for p in range(pr.n_pus)}
     tasks = sorted({tuple(sorted(blocks)) for m in mappings for st in m.stages
                     if len(st.pus) > 1 and not st.replicas for _, blocks in stage_tasks(pr, st)})
     timed_tasks = measure_block_sets(prep.block_graph, tasks)
     pr.task_time_s = {(p, b): t for b, t in timed_tasks.items() for p in range(pr.n_pus)}
-    return len({(a, b) for a, b, _ in known}) + len(timed_tasks)
+    return len(timed) + len(timed_tasks)
 
 
 def make_doc(prep, named: List[Tuple[str, Mapping]]):

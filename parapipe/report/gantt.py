@@ -207,7 +207,7 @@ def gantt_bars(doc: Dict[str, Any], point_id: str, n_frames: int = 3, *,
             if replicas[j]:  # the frame runs whole on the replica the dispatcher deals it to (one bar per PU)
                 r = dealers[j].pick()
                 pus, _, t_r = replicas[j][r]
-                start = max(base, free[(j, r)]) if (j, r) in free else base  # a busy replica queues the frame
+                start = max(base, free.get((j, r), base))  # a busy replica queues the frame
                 free[(j, r)] = start + t_r
                 bars.extend(GanttBar(pu, start, start + t_r, j, f, f"replica {r}", "block") for pu in pus)
                 continue

@@ -35,7 +35,7 @@ from ..cost.problem import MappingProblem
 from ..cost.replicated_baseline import replicated_mappings
 from ..errors import InfeasibleError, input_error
 from .baselines import parallel_mappings, single_pu_mappings
-from .bounds import PROOF_RTOL, Bounds, lower_bounds
+from .bounds import PROOF_RTOL, Bounds, lower_bounds, optimistic_problem
 from .cpsat import TIME_UNIT_S
 from .pareto import pareto_mask
 from .passes import period_pass, run_passes
@@ -219,13 +219,9 @@ def _relaxation(problem: MappingProblem, best_period_s: float, deadline: float):
     gives the bound of its space; :func:`parapipe.search.bounds.lower_bounds` adds the replicated space's."""
     from .relaxation import MAX_PUS, Relaxed
 
-    from .bounds import optimistic_problem
-
     if problem.n_pus > MAX_PUS:
         return None
-    # on the optimistic times (stage-level measurements may beat block sums): a bound, and a guide that never
-    # prunes a mapping the cost model could still reach
-    return Relaxed(optimistic_problem(problem), best_period_s * (1 - PROOF_RTOL), deadline)
+    return Relaxed(problem, best_period_s * (1 - PROOF_RTOL), deadline)
 
 
 def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
@@ -288,7 +284,10 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
 
     best_period = plain_period_s(cand_points)
     t_b = time.monotonic()
-    relaxed = _relaxation(problem, best_period, t_b + opts.bound_time_limit_s)
+    # the bounds' problem: stage-level measurements may beat block sums, so bound (and guide the period pass,
+    # which then never prunes a mapping the cost model could still reach) on the optimistic times
+    bound_problem = optimistic_problem(problem)
+    relaxed = _relaxation(bound_problem, best_period, t_b + opts.bound_time_limit_s)
     if relaxed is not None and best_period > relaxed.bound_s * (1 + opts.period_gap):
         eps = 0.0 if problem.n_blocks * problem.n_pus <= opts.exact_max_cells else opts.period_epsilon
         m, spaces["period"] = period_pass(problem, best_period, catalog, relaxed.guide(), opts.period_time_limit_s,
@@ -313,7 +312,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     on_front = {objs[j] for j in np.flatnonzero(pareto_mask(np.array(objs)))}
     for i, p in enumerate(all_points):
         p.pareto = objs[i] in on_front
-    bounds = lower_bounds(problem, best_period_s=plain_period_s(front),
+    bounds = lower_bounds(bound_problem, best_period_s=plain_period_s(front),
                           time_limit_s=max(0.0, opts.bound_time_limit_s - (time.monotonic() - t_b)),
                           relaxed=relaxed, replicated=opts.replicate)
     stats = {"search_s": time.monotonic() - t0, "dp_s": t_dp, "dp_states": n_states,

@@ -151,7 +151,8 @@ def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
     time_limit_s : float or None
         Budget of the relaxed DPs, seconds (None: unbounded); past it the other bounds stand.
     relaxed : parapipe.search.relaxation.Relaxed, optional
-        The plain relaxation already built by the search (its Lagrangian bound is reused).
+        The plain relaxation already built by the search on this ``problem`` (its Lagrangian bound is reused;
+        dropped when stage-level times make the bounds take :func:`optimistic_problem` of it).
     replicated : bool
         Bound every mapping of the cost model including replicated stages (True), or only mappings without
         them (False).
@@ -160,10 +161,8 @@ def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
     if relaxed is not None and getattr(relaxed, "replicated", False):
         relaxed = None
     optimistic = optimistic_problem(problem)
-    if optimistic is not problem:
-        built_on = getattr(relaxed, "problem", None)
-        same = built_on is not None and np.array_equal(built_on.time_s, optimistic.time_s)
-        problem, relaxed = optimistic, (relaxed if same else None)
+    if optimistic is not problem:  # a relaxation built on ``problem`` itself would not bound the faster ranges
+        problem, relaxed = optimistic, None
     plain = _space_bound(problem, best_period_s, deadline, relaxed, replicated=False)
     if replicated:
         small = problem.n_blocks * problem.n_pus <= REPLICATED_RELAXATION_MAX_CELLS

@@ -274,7 +274,7 @@ class Relaxed:
 
     def __init__(self, problem: MappingProblem, best_period_s: Optional[float] = None,
                  deadline: Optional[float] = None, replicated: bool = False):
-        self.problem, self.replicated = problem, replicated
+        self.replicated = replicated
         self.dp = RelaxedDP(problem, replicated=replicated)
         self.bound_s, self.lam = lagrangian_period_bound(self.dp, best_period_s, deadline=deadline)
         self.h = cost_to_go(self.dp, self.lam)
