@@ -15,12 +15,14 @@ Prints (stderr is left to logging):
    alternately) and parapipe's ``replicated`` mapping (:func:`parapipe.cost.replicated_baseline`: the whole
    model replicated on cpu0 and cpu1, frames dealt by the executor's dispatcher) run by the pipelined executor;
    and the best-throughput point of parapipe's search for ``--soc host`` (this machine measured with
-   :func:`parapipe.workflow.prepare`, searched with :func:`parapipe.search.api.search`, replicated stages
-   included, so the replicated baseline is one of its candidates). All ratios are to ORT with 2 threads, same run. parapipe runs go through the deploy
-   bundle's run-and-verify (every output and handed-over tensor compared with the unsplit model's).
+   :func:`parapipe.workflow.prepare`, searched with :func:`parapipe.workflow.search_prepared` as ``optimize``
+   does: replicated stages included, so the replicated baseline is one of its candidates, and the leading
+   points' stages timed as sub-models). All ratios are to ORT with 2 threads, same run. parapipe runs go
+   through the deploy bundle's run-and-verify (every output and handed-over tensor compared with the unsplit
+   model's).
 2. Measured / predicted throughput of the parapipe mappings, with the prediction from isolated block times
-   (the host profile) and from stage-level times (each single-PU stage's sub-model timed as a whole,
-   :func:`parapipe.profiling.host.measure_ranges`, as ``--soc host`` now does for the whole model); per stage
+   alone (the host profile) and the search's (its leading points' stages timed as sub-models,
+   :func:`parapipe.profiling.host.measure_stages`); per stage
    the predicted time, the sub-model alone on its core and its busy time in the pipeline; and the work ratios:
    the stages' sub-models timed alone, summed, over the whole model timed alone (the cost of splitting), and
    the sum of the block times over the whole model.
@@ -78,15 +80,21 @@ def ort_throughput(model: onnx.ModelProto, frames: List[Dict[str, np.ndarray]], 
 
 
 def host_mappings(model: str, time_limit_s: float, terms_from: Optional[str] = None):
-    """Measure this host for ``model``, search (replicated stages included), and load the best-throughput point
-    and the ``replicated`` baseline (``replicated-0``) as LoadedMappings: ``(pp, rep, prep, seconds)``.
-    ``terms_from``: a calibrated host profile (``calibrate --runs``) whose pipeline terms the search uses, as
-    ``optimize --refine`` does once it has fitted them."""
+    """Measure this host for ``model`` and search it as ``optimize --soc host`` does
+    (:func:`parapipe.workflow.search_prepared`: replicated stages included, the leading points' stages timed as
+    sub-models), and load the best-throughput point and the ``replicated`` baseline (``replicated-0``) as
+    LoadedMappings: ``(pp, rep, prep, seconds, block_prediction)``. ``block_prediction``: the two points'
+    predicted throughput from block sums alone (no stage-level time). ``terms_from``: a calibrated host profile
+    (``calibrate --runs``) whose pipeline terms the search uses, as ``optimize --refine`` does once it has
+    fitted them."""
+    import copy
+
+    from parapipe.cost.mapping_spec import mapping_from_point
     from parapipe.mapping import doc_from_result, write_pareto
     from parapipe.runtime.mapping import load_mapping
-    from parapipe.search.api import SearchOptions, search
+    from parapipe.search.api import SearchOptions
     from parapipe.soc.resolve import soc_ref
-    from parapipe.workflow import prepare
+    from parapipe.workflow import prepare, search_prepared
 
     t0 = time.perf_counter()
     prep = prepare(model, "host")
@@ -95,7 +103,7 @@ def host_mappings(model: str, time_limit_s: float, terms_from: Optional[str] = N
         from parapipe.soc.loader import load_soc
 
         prep.terms = terms_from_soc(load_soc(terms_from))
-    result = search(prep.problem, SearchOptions(time_limit_s=time_limit_s, seed=0), terms=prep.terms)
+    result = search_prepared(prep, SearchOptions(time_limit_s=time_limit_s, seed=0))
     blocks = {b.name: list(b.ops) for b in prep.block_graph.blocks}
     doc = doc_from_result(result, prep.loaded.name, prep.loaded.sha256, soc_ref(prep.soc), blocks=blocks,
                           search={"max_blocks": prep.max_blocks, "seed": 0})
@@ -104,26 +112,13 @@ def host_mappings(model: str, time_limit_s: float, terms_from: Optional[str] = N
         write_pareto(doc, path)
         pp = load_mapping(model, path, "best-throughput")
         rep = load_mapping(model, path, "replicated-0")
-    return pp, rep, prep, time.perf_counter() - t0
-
-
-def stage_level_prediction(prep, mapping) -> float:
-    """Predicted throughput of ``mapping`` (a LoadedMapping) with every single-PU stage's block range timed as
-    one sub-model (:func:`parapipe.profiling.host.measure_ranges`) instead of its block sum."""
-    import copy
-
     from parapipe.cost.evaluate import evaluate
-    from parapipe.cost.mapping_spec import mapping_from_point
-    from parapipe.profiling.host import measure_ranges
 
-    problem = copy.copy(prep.problem)
-    m = mapping_from_point(problem, mapping.point, "benchmark")
-    ranges = [(st.start, st.stop) for st in m.stages if len(st.pus) == 1 and not st.replicas]
-    known = dict(problem.range_time_s or {})
-    timed = measure_ranges(prep.block_graph, [r for r in ranges if (r[0], r[1], 0) not in known])
-    known.update({(a, b, p): t for (a, b), t in timed.items() for p in range(problem.n_pus)})
-    problem.range_time_s = known
-    return evaluate(problem, m).throughput_per_s
+    plain = copy.copy(prep.problem)
+    plain.range_time_s = plain.task_time_s = None
+    block_prediction = {key: evaluate(plain, mapping_from_point(plain, m.point, "benchmark"),
+                                      prep.terms).throughput_per_s for key, m in (("pp", pp), ("rep", rep))}
+    return pp, rep, prep, time.perf_counter() - t0, block_prediction
 
 
 def two_copies_loop(model: onnx.ModelProto, frames: List[Dict[str, np.ndarray]], warmup: int = 5) -> float:
@@ -221,7 +216,7 @@ def whole_alone_s(og, repeats: int = 20) -> float:
 
 
 def bench_model(model: str, args) -> dict:
-    pp, rep, prep, prep_s = host_mappings(model, args.time_limit, args.terms)
+    pp, rep, prep, prep_s, predicted_blocks = host_mappings(model, args.time_limit, args.terms)
     og = pp.opgraph
     frames = make_frames(og, args.frames)
     cut = measured_best_cut(pp, args.cut_repeats) if args.measured_cut else None
@@ -267,13 +262,10 @@ def bench_model(model: str, args) -> dict:
                        "predicted_s": st.time_s, "alone_s": alone, "busy_s": last["pp"].stage_busy_s[s]})
     whole_s = whole_alone_s(og)
     predicted = {"pp": pp.predicted_throughput_per_s, "rep": rep.predicted_throughput_per_s}
-    # block sums: the search's prediction for pp; for rep, what it was before the whole-model measurement
     block_sum_s = float(prep.problem.time_s[:, 0].sum())
-    predicted_blocks = {"pp": predicted["pp"], "rep": 2.0 / block_sum_s}
-    predicted_stages = {"pp": stage_level_prediction(prep, pp), "rep": predicted["rep"]}
     return {"model": model, "med": med, "spread": {k: spread(v) for k, v in runs.items()}, "diff": diff,
             "scaled": scaled, "outputs_match": matched, "predicted": predicted, "predicted_blocks": predicted_blocks,
-            "predicted_stages": predicted_stages, "point": pp.point.id, "stages": stages,
+            "point": pp.point.id, "stages": stages,
             "prep_s": prep_s, "whole_s": whole_s, "block_sum_s": block_sum_s, "mapping": pp,
             "utilisation": {k: last[k].pu_utilisation for k in ("pp", "rep")},
             "cut": None if cut is None else {"k": cut[1], "of": len(pp.block_graph.blocks),
@@ -297,13 +289,13 @@ def print_models(results: List[dict], frames: int, repeats: int) -> None:
               f"{m['pp'] / m['loop']:9.2f}  " + "/".join(f"{sp[k] * 100:.0f}%" for k in ("ort1", "ort2", "loop", "rep", "pp"))
               + f"  {'match' if r['outputs_match'] else 'DIFFER'} (|d| {r['diff']:.0e}, handed {r['scaled']:.0e})"
               + f"  {stages}")
-    print("\n2. measured / predicted throughput (prediction from the host profile's isolated block times, and "
-          "from stage-level times: every single-PU stage timed as one sub-model)")
+    print("\n2. measured / predicted throughput (pred blocks: from the host profile's isolated block times alone; "
+          "pred: the search's, with the leading points' stages timed as sub-models)")
     print(f"{'model':<13} {'mapping':<5} {'measured':>9} {'pred blocks':>11} {'meas/pred':>9} "
-          f"{'pred stages':>11} {'meas/pred':>9}   utilisation")
+          f"{'pred':>11} {'meas/pred':>9}   utilisation")
     for r in results:
         for key in ("rep", "pp"):
-            meas, pb, ps = r["med"][key], r["predicted_blocks"][key], r["predicted_stages"][key]
+            meas, pb, ps = r["med"][key], r["predicted_blocks"][key], r["predicted"][key]
             pb_text = f"{pb:11.1f} {meas / pb:9.2f}" if pb else f"{'-':>11} {'-':>9}"
             util = {pu: round(u, 2) for pu, u in r["utilisation"][key].items()}
             print(f"{r['model']:<13} {key:<5} {meas:9.1f} {pb_text} {ps:11.1f} {meas / ps:9.2f}   {util}")

@@ -83,16 +83,15 @@ def stage_level_times(prep, mappings: List[Mapping]) -> int:
     ``prep.problem.range_time_s`` / ``task_time_s`` for every PU (this machine's cores are identical). This is
     profiling, not a pipeline run: each range runs by itself, like a block. Returns the number of ranges and
     tasks."""
-    from parapipe.cost.tasks import stage_tasks
+    from parapipe.cost.tasks import stage_block_sets
     from parapipe.profiling.host import measure_block_sets, measure_ranges
 
     pr = prep.problem
-    # every range alone, the whole model's too (--soc host times that one under load, for replicated mappings)
-    ranges = sorted({(st.start, st.stop) for m in mappings for st in m.stages if len(st.pus) == 1})
-    timed = measure_ranges(prep.block_graph, ranges, loaded=False)  # co-running: the contention term's job
+    plain, replicated, tasks = stage_block_sets(pr, mappings)
+    # every range alone, the whole model's and the replicas' too (optimize --soc host times those under load:
+    # there the replicated model's throughput matters, here every point's fidelity)
+    timed = measure_ranges(prep.block_graph, plain + replicated, loaded=False)  # co-running: the terms' job
     pr.range_time_s = {(a, b, p): t for (a, b), t in timed.items() for p in range(pr.n_pus)}
-    tasks = sorted({tuple(sorted(blocks)) for m in mappings for st in m.stages
-                    if len(st.pus) > 1 and not st.replicas for _, blocks in stage_tasks(pr, st)})
     timed_tasks = measure_block_sets(prep.block_graph, tasks)
     pr.task_time_s = {(p, b): t for b, t in timed_tasks.items() for p in range(pr.n_pus)}
     return len(timed) + len(timed_tasks)

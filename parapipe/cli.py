@@ -156,7 +156,7 @@ def _front_table(doc) -> str:
 
 def cmd_optimize(args) -> int:
     from .search.api import SearchOptions
-    from .workflow import optimize, prepare
+    from .workflow import HOST_SOC, STAGE_TIMING_POINTS, optimize, prepare
 
     objectives = tuple(o.strip() for o in args.objectives.split(",") if o.strip())
     options = SearchOptions(objectives=objectives, max_stages=args.max_stages, time_limit_s=args.time_limit,
@@ -168,6 +168,13 @@ def cmd_optimize(args) -> int:
         raise input_error("--refine" if args.refine else "--host", None, "needs a model and --refine N"
                           if args.refine else "is only used with --refine", "give MODEL and --refine N (the loop "
                           "runs the model's points)" if args.refine else "add --refine N, or drop --host")
+    if args.time_stages is not None and (args.time_stages < 0 or args.soc != HOST_SOC or args.blocks or args.refine):
+        from .errors import input_error
+
+        raise input_error("--time-stages", None, f"must be >= 0, got {args.time_stages}" if args.time_stages < 0
+                          else "is only used with a model on --soc host (without --refine)",
+                          "give a count of front points, 0 to skip" if args.time_stages < 0
+                          else "drop --time-stages")
     if args.blocks or not args.model:
         problem, soc, _ = _problem_for(args)
         return _optimize_blocks(args, problem, soc, options)
@@ -186,7 +193,8 @@ def cmd_optimize(args) -> int:
     try:
         if args.refine:
             return _optimize_refine(args, prep, options, progress)
-        doc = optimize(prep, options, Path(args.out), progress=progress, plot=not args.no_plot)
+        doc = optimize(prep, options, Path(args.out), progress=progress, plot=not args.no_plot,
+                       time_stages=STAGE_TIMING_POINTS if args.time_stages is None else args.time_stages)
     finally:
         sbar.close()
     if args.json:
@@ -196,6 +204,11 @@ def cmd_optimize(args) -> int:
               f"({', '.join(prep.problem.pu_names)})")
         print(_front_table(doc))
         _print_model_notes(prep.opgraph)
+        timing = doc.search.get("stage_timing")
+        if timing and timing["rounds"]:
+            print(f"note: the stages of {timing['points_timed']} leading mapping(s) were timed as sub-models "
+                  f"({timing['ranges']} range(s), {timing['tasks']} task(s), {timing['rounds']} round(s), "
+                  f"{timing['seconds']:.1f} s); the table uses those times (--time-stages)")
         if prep.soc.name == "host" and prep.soc.power_sensor is None:
             print("note: host energy uses placeholder powers (5 W active, 1 W idle per core, 10 W static): no power "
                   "meter here; period and latency are measured")
@@ -455,6 +468,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "points (here, or on --host), fit the pipeline terms on the runs, search again; until measured "
                    "and predicted period agree within 5%% or N rounds")
     s.add_argument("--refine-points", type=int, default=3, help="points run per round (default 3)")
+    s.add_argument("--time-stages", type=int, default=None, metavar="K", help="--soc host: after the search, time "
+                   "the stages of the K front points of highest throughput (and of the replicated model) as the "
+                   "executor runs them, and search again with those times (default 3; 0: block times only)")
     s.add_argument("--frames", type=int, default=100, help="frames per run with --refine (default 100)")
     from .cli_profiling import _add_host_options
 

@@ -22,7 +22,19 @@ DEFAULT_MAX_BLOCKS = 48
 """Blocks the search works on by default: chains are merged further until at most this many remain
 (measured: DenseNet-121 on a 4-PU profile searches in ~2 s at 48 blocks, ~250 s at its natural 242 blocks)."""
 
-__all__ = ["DEFAULT_MAX_BLOCKS", "HOST_SOC", "Prepared", "prepare", "optimize"]
+STAGE_TIMING_POINTS = 3
+"""``--soc host``: the front points of highest throughput whose stages are timed as sub-models after the search
+(:func:`search_prepared`; ``optimize --time-stages``)."""
+STAGE_TIMING_MARGIN = 0.15
+"""Only points whose predicted throughput is within this fraction of the best are timed: a point further behind
+would need a larger error to lead than the host model makes (leave-one-out worst period error 12.7 %,
+benchmarks/fidelity.py, issue 10)."""
+STAGE_TIMING_ROUNDS = 3
+"""Most measure-and-search-again rounds of :func:`search_prepared` (each round times only what earlier rounds did
+not; on the zoo models the leading points were all timed after 1-2 rounds)."""
+
+__all__ = ["DEFAULT_MAX_BLOCKS", "HOST_SOC", "STAGE_TIMING_POINTS", "STAGE_TIMING_MARGIN", "STAGE_TIMING_ROUNDS", "Prepared", "prepare",
+           "search_prepared", "optimize"]
 
 
 @dataclass
@@ -40,6 +52,10 @@ class Prepared:
     #: ``pipeline:`` section, or what ``optimize --refine`` learnt; every reported point must be re-evaluated
     #: with them (:func:`parapipe.cost.pipeline_terms.reevaluate`).
     terms: Any = None
+    #: ``--soc host``: the blocks were timed on this machine, which can time stage sub-models too
+    #: (:func:`search_prepared`); ``host_feeds`` are the input values used (None: generated).
+    host: bool = False
+    host_feeds: Optional[Dict[str, Any]] = None
 
 
 def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_blocks: Optional[int] = DEFAULT_MAX_BLOCKS,
@@ -108,21 +124,102 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
         problem.range_time_s = {(a, b, p): t for (a, b), t in whole_s.items() for p in range(problem.n_pus)}
     from .cost.pipeline_terms import terms_from_soc
 
-    return Prepared(lm, og, bg, soc_obj, problem, max_blocks, timings, terms_from_soc(soc_obj))
+    return Prepared(lm, og, bg, soc_obj, problem, max_blocks, timings, terms_from_soc(soc_obj), host=is_host(soc),
+                    host_feeds=frame if is_host(soc) else None)
 
 
-def optimize(prep: Prepared, options, out_dir: Path, progress=None, plot: bool = True):
-    """Search ``prep`` and write ``out_dir/pareto.json`` and ``out_dir/pareto.png`` (both or neither).
+def search_prepared(prep: Prepared, options, progress=None, time_stages: int = STAGE_TIMING_POINTS,
+                    rounds: int = STAGE_TIMING_ROUNDS, passes: int = 3, measure=None):
+    """Search ``prep`` (:func:`parapipe.search.api.search`); on ``--soc host`` then time the stages of the
+    ``time_stages`` front points of highest throughput, and of the replicated baseline, those within
+    :data:`STAGE_TIMING_MARGIN` of the best, as the executor runs them (one sub-model per single-PU stage, replica or task, :func:`parapipe.cost.tasks.stage_block_sets`),
+    install those times in ``prep.problem`` (``range_time_s`` / ``task_time_s``, every core alike) and search
+    again, until the leading points' stages are all timed or ``rounds`` rounds have run.
+
+    Why: the search ranks by block sums, and isolated blocks mislead on stages (a stage sub-model ran 0.7-1.4×
+    its blocks' sum, issue 13); two candidates predicted within a few per cent of each other from measurements
+    taken at different moments were ranked wrongly on this shared 2-core VM (a shared-core pipeline predicted
+    62.7/s ran at 61.1/s, the replicated model predicted 62.0/s ran at 67.0/s). The leading candidates' stages
+    are timed in the same interleaved passes (:func:`parapipe.profiling.host.measure_stages`), so they are
+    compared on one footing. Plain stages are timed loaded unless ``prep.terms`` carry a co-running term of
+    their own (a fitted slowdown or contention).
+
+    ``measure(plain_ranges, replicated_ranges, tasks, plain_loaded) -> (range_s, task_s)`` replaces the host
+    measurement (default :func:`parapipe.profiling.host.measure_stages` with ``passes``). Returns the last
+    :class:`parapipe.search.api.SearchResult`; its ``info["stage_timing"]`` says what was timed (``points``
+    asked for, distinct mappings timed, rounds, ranges, tasks, seconds).
+
+    Raises
+    ------
+    parapipe.errors.InfeasibleError, parapipe.errors.ExecutionError
+        As the search and the host measurement.
+    """
+    from .cost.tasks import stage_block_sets
+    from .search.api import search
+
+    result = search(prep.problem, options, progress=progress, terms=prep.terms)
+    if not prep.host or time_stages <= 0:
+        return result
+    if measure is None:
+        from .profiling.host import measure_stages
+
+        def measure(plain, replicated, tasks, plain_loaded):
+            return measure_stages(prep.block_graph, plain, replicated, tasks, plain_loaded, passes=passes,
+                                  feeds=prep.host_feeds)
+    terms = prep.terms
+    plain_loaded = terms is None or (terms.slowdown == 1.0 and terms.contention == 0.0)
+    problem = prep.problem
+    timed_ranges: set = set()
+    timed_tasks: set = set()
+    timed_points: set = set()
+    done_rounds, t0 = 0, time.perf_counter()
+    for _ in range(rounds):
+        leading = _leading(result, time_stages)
+        plain, replicated, tasks = stage_block_sets(problem, [p.mapping for p in leading])
+        plain = [r for r in plain if r not in timed_ranges]
+        replicated = [r for r in replicated if r not in timed_ranges]
+        tasks = [t for t in tasks if t not in timed_tasks]
+        if not (plain or replicated or tasks):
+            break
+        log.info("timing %d stage range(s) and %d task(s) of %s's %d leading point(s)", len(plain) + len(replicated),
+                 len(tasks), problem.name, len(leading))
+        timed_points.update(p.mapping for p in leading)
+        range_s, task_s = measure(plain, replicated, tasks, plain_loaded)
+        timed_ranges.update(range_s)
+        timed_tasks.update(task_s)
+        problem.range_time_s = {**(problem.range_time_s or {}), **{
+            (a, b, p): t for (a, b), t in range_s.items() for p in range(problem.n_pus)}}
+        problem.task_time_s = {**(problem.task_time_s or {}), **{
+            (p, blocks): t for blocks, t in task_s.items() for p in range(problem.n_pus)}}
+        result = search(problem, options, progress=progress, terms=terms)
+        done_rounds += 1
+    result.info["stage_timing"] = {"points": time_stages, "points_timed": len(timed_points), "rounds": done_rounds, "ranges": len(timed_ranges),
+                                   "tasks": len(timed_tasks), "plain_loaded": plain_loaded,
+                                   "seconds": time.perf_counter() - t0}
+    return result
+
+
+def _leading(result, count: int) -> list:
+    """The ``count`` front points of highest throughput and the replicated baseline(s), those within
+    :data:`STAGE_TIMING_MARGIN` of the best predicted throughput."""
+    points = sorted(result.front(), key=lambda p: p.objectives())[:count] + result.front("replicated")
+    best_s = min(p.evaluation.period_s for p in points)
+    return [p for p in points if p.evaluation.period_s * (1.0 - STAGE_TIMING_MARGIN) <= best_s]
+
+
+def optimize(prep: Prepared, options, out_dir: Path, progress=None, plot: bool = True,
+             time_stages: int = STAGE_TIMING_POINTS):
+    """Search ``prep`` (:func:`search_prepared`, which times the leading points' stages on ``--soc host``) and
+    write ``out_dir/pareto.json`` and ``out_dir/pareto.png`` (both or neither).
 
     Returns the document (:class:`parapipe.mapping.ParetoDoc`).
     """
     from .mapping import doc_from_result
-    from .search.api import search
     from .soc.resolve import soc_ref
 
     out_dir = Path(out_dir)
     _check_out_dir(out_dir)
-    result = search(prep.problem, options, progress=progress, terms=prep.terms)
+    result = search_prepared(prep, options, progress=progress, time_stages=time_stages)
     blocks = {b.name: list(b.ops) for b in prep.block_graph.blocks}
     doc = doc_from_result(result, prep.loaded.name, prep.loaded.sha256, soc_ref(prep.soc), blocks=blocks,
                           search={"max_blocks": prep.max_blocks, "seed": options.seed, **prep.timings_s},

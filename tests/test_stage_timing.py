@@ -1,0 +1,139 @@
+"""Stage timing of the leading points (``optimize --soc host``, :func:`parapipe.workflow.search_prepared`).
+
+* :func:`parapipe.cost.tasks.stage_block_sets` lists what the executor runs as one sub-model, per kind;
+* the measure-and-search-again loop: on a two-core problem where a pessimistic whole-model time and optimistic
+  block sums make a two-stage pipeline look best, the stages' measured times make the replicated model the best
+  throughput point (the ranking error of issue 13's run E), and the times land in the problem for every PU;
+* plain stages are timed loaded with the plain model and alone with fitted co-running terms;
+* the real host measurement (:func:`parapipe.profiling.host.measure_stages`) on squeezenet.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from parapipe.cost.evaluate import Mapping, Replica, StageMapping, evaluate
+from parapipe.cost.pipeline_terms import PipelineTerms
+from parapipe.cost.problem import MappingProblem
+from parapipe.cost.tasks import stage_block_sets, stage_tasks
+from parapipe.search.api import SearchOptions
+from parapipe.workflow import STAGE_TIMING_ROUNDS, Prepared, search_prepared
+
+MS = 1e-3
+
+
+def _two_cores(n: int = 4, block_s: float = 1 * MS, k: int = 2) -> MappingProblem:
+    """A chain of ``n`` equal blocks on ``k`` identical cores, hand-offs free (as the host's cores)."""
+    return MappingProblem([f"b{i}" for i in range(n)], [()] + [(i,) for i in range(n - 1)],
+                          {(i, i + 1): 1e3 for i in range(n - 1)}, [f"cpu{p}" for p in range(k)],
+                          np.full((n, k), block_s), np.full((n, k), 5.0), np.full(k, 1.0), 10.0,
+                          np.zeros((k, k)), np.full((k, k), 1e12), name="chain")
+
+
+def test_stage_block_sets_lists_ranges_replicas_and_tasks():
+    pr = MappingProblem([f"b{i}" for i in range(6)], [(), (0,), (0,), (1, 2), (3,), (4,)],
+                        {(0, 1): 1e3, (0, 2): 1e3, (1, 3): 1e3, (2, 3): 1e3, (3, 4): 1e3, (4, 5): 1e3},
+                        ["a", "b", "c", "d"], np.full((6, 4), MS), np.full((6, 4), 2.0), np.ones(4), 1.0,
+                        np.zeros((4, 4)), np.full((4, 4), 1e9))
+    pipeline = Mapping((StageMapping(0, 4, (0, 1), (0, 0, 1, 0)), StageMapping(4, 6, (2,), (2, 2))))
+    replicated = Mapping((StageMapping(0, 4, (0,), (0,) * 4, replicas=(Replica((1,), (1,) * 4),)),
+                          StageMapping(4, 6, (2, 3), (2, 3), replicas=(Replica((0, 1), (0, 1)),))))
+    single = Mapping((StageMapping(0, 4, (3,), (3,) * 4), StageMapping(4, 6, (2,), (2, 2))))
+    plain, rep, tasks = stage_block_sets(pr, [pipeline, replicated, single])
+    # (0, 4) runs alone in `single` and replicated in `replicated`: listed once, as replicated
+    assert plain == [(4, 6)] and rep == [(0, 4)]
+    # the multi-PU stage 0:4 on a+b: block 0 feeds b's block 2 and block 3 needs it, so a runs three tasks
+    assert stage_tasks(pr, pipeline.stages[0]) == [(0, (0,)), (0, (1,)), (0, (3,)), (1, (2,))]
+    # the replicated group stage 4:6 splits at the hand-off 4 -> 5 on each replica
+    assert tasks == [(0,), (1,), (2,), (3,), (4,), (5,)]
+
+
+def test_measured_stages_turn_the_ranking_to_the_replicated_model():
+    """Block sums tie a balanced 2-stage pipeline with the replicated model; the whole model's one-shot time
+    (4.2 ms, 5 % slow) tips the search to the pipeline. The stages' sub-models run 15 % slower than their blocks
+    (lost fusions), the whole model at its block sum: measured, the replicated model is the best throughput."""
+    pr = _two_cores()
+    pr.range_time_s = {(0, 4, p): 4.2 * MS for p in range(2)}
+    prep = Prepared(None, None, None, None, pr, None, host=True)
+    calls = []
+
+    def measure(plain, replicated, tasks, plain_loaded):
+        calls.append((list(plain), list(replicated), list(tasks), plain_loaded))
+        ranges = {r: (r[1] - r[0]) * MS * (1.0 if r == (0, 4) else 1.15) for r in list(plain) + list(replicated)}
+        return ranges, {t: len(t) * MS * 1.15 for t in tasks}
+
+    opts = SearchOptions(time_limit_s=2.0)
+    before = search_prepared(prep, opts, time_stages=0)
+    assert before.best("throughput").mapping.replicated is False  # the search's choice from block sums
+    after = search_prepared(prep, opts, measure=measure)
+    best = after.best("throughput")
+    assert best.mapping.replicated and best.evaluation.period_s == pytest.approx(2.0 * MS)
+    assert best.evaluation.period_s < before.best("throughput").evaluation.period_s
+    assert calls and all(c[3] is True for c in calls)  # plain model: plain stages timed loaded
+    assert (0, 4) in calls[0][1] and "stage_timing" in after.info and after.info["stage_timing"]["rounds"] >= 1
+    assert pr.range_time_s[(0, 4, 1)] == pytest.approx(4.0 * MS)  # every core takes the measured time
+    assert not any(r in c[0] + c[1] for c in calls[1:] for r in calls[0][0] + calls[0][1])  # never timed twice
+    # converged: every sub-model of the leading front points and the replicated model has a measured time
+    assert after.info["stage_timing"]["rounds"] < STAGE_TIMING_ROUNDS
+    leading = sorted(after.front(), key=lambda p: p.objectives())[:3] + after.front("replicated")
+    plain, rep, tasks = stage_block_sets(pr, [p.mapping for p in leading])
+    assert all((a, b, 0) in pr.range_time_s for a, b in plain + rep)
+    assert all((0, t) in (pr.task_time_s or {}) for t in tasks)
+
+
+def test_fitted_co_running_terms_time_plain_stages_alone():
+    pr = _two_cores()
+    seen = []
+
+    def measure(plain, replicated, tasks, plain_loaded):
+        seen.append(plain_loaded)
+        return {r: (r[1] - r[0]) * MS for r in list(plain) + list(replicated)}, {t: len(t) * MS for t in tasks}
+
+    prep = Prepared(None, None, None, None, pr, None, terms=PipelineTerms(slowdown=1.03), host=True)
+    search_prepared(prep, SearchOptions(time_limit_s=1.0), measure=measure)
+    assert seen and not any(seen)
+    prep = Prepared(None, None, None, None, _two_cores(), None, terms=PipelineTerms(dispatch_s=1e-4), host=True)
+    seen.clear()
+    search_prepared(prep, SearchOptions(time_limit_s=1.0), measure=measure)
+    assert seen and all(seen)
+
+
+def test_no_stage_timing_off_the_host_or_when_disabled():
+    def measure(*args):
+        raise AssertionError("measured")
+
+    for prep, k in ((Prepared(None, None, None, None, _two_cores(), None), 3),
+                    (Prepared(None, None, None, None, _two_cores(), None, host=True), 0)):
+        res = search_prepared(prep, SearchOptions(time_limit_s=1.0), time_stages=k, measure=measure)
+        assert "stage_timing" not in res.info and prep.problem.range_time_s is None
+
+
+def test_measure_stages_on_squeezenet(zoo_opgraph, monkeypatch):
+    from parapipe.graph.coarsen import coarsen
+    from parapipe.profiling import host
+    from parapipe.profiling.host import allowed_cpus, measure_stages
+
+    bg = coarsen(zoo_opgraph("squeezenet"))
+    n = len(bg.blocks)
+    sessions = []
+    real = host.create_session
+
+    def spy(model, binding, provider):
+        sessions.append(threading.current_thread().name)
+        return real(model, binding, provider)
+
+    monkeypatch.setattr(host, "create_session", spy)
+    ranges, tasks = measure_stages(bg, [(0, 3), (3, n)], [(0, n)], [(0, 1)], plain_loaded=False, passes=2,
+                                   repeats=2, warmup=1, min_s=0.0)
+    assert set(ranges) == {(0, 3), (3, n), (0, n)} and set(tasks) == {(0, 1)}
+    assert all(t > 0 for t in list(ranges.values()) + list(tasks.values()))
+    # the whole model takes longer than its first three blocks, and its two halves take about as long as it
+    assert ranges[(0, n)] > ranges[(0, 3)]
+    assert 0.5 < (ranges[(0, 3)] + ranges[(3, n)]) / ranges[(0, n)] < 2.0
+    # per pass: the replicated range with a loaded core each other allowed core, the plain ranges and the task
+    # alone
+    assert len(sessions) == 2 * (len(allowed_cpus()) + 2 + 1)
+    with pytest.raises(Exception, match="passes: must be an integer >= 1"):
+        measure_stages(bg, [], [(0, n)], [], plain_loaded=True, passes=0)
