@@ -87,10 +87,8 @@ def stage_level_times(prep, mappings: List[Mapping]) -> int:
     from parapipe.profiling.host import measure_block_sets, measure_ranges
 
     pr = prep.problem
-    plain, replicated, tasks = stage_block_sets(pr, mappings)
-    # every range alone, the whole model's and the replicas' too (optimize --soc host times those under load:
-    # there the replicated model's throughput matters, here every point's fidelity)
-    timed = measure_ranges(prep.block_graph, plain + replicated, loaded=False)  # co-running: the terms' job
+    ranges, tasks = stage_block_sets(pr, mappings)
+    timed = measure_ranges(prep.block_graph, ranges, loaded=False)  # co-running: the terms' job
     pr.range_time_s = {(a, b, p): t for (a, b), t in timed.items() for p in range(pr.n_pus)}
     timed_tasks = measure_block_sets(prep.block_graph, tasks)
     pr.task_time_s = {(p, b): t for b, t in timed_tasks.items() for p in range(pr.n_pus)}

@@ -73,6 +73,7 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     operator no PU declares is refused before anything is measured
     (:func:`parapipe.graph.support.check_declared`).
     """
+    from .cost.pipeline_terms import terms_from_soc
     from .cost.roofline import problem_from_blocks
     from .graph.coarsen import coarsen
     from .graph.opgraph import import_onnx
@@ -102,11 +103,11 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
         else:
             hp = measure_host(bg, progress=measure_progress, feeds=frame)
         soc_obj, measured = hp.soc, hp.block_time_s
-        # the whole model as one sub-model, as the single and replicated mappings run it (issue 13), timed with
-        # every other core running it too: a replicated mapping's replicas run at once (its measured throughput
-        # was 0.94-0.96x the prediction from the model timed alone; 0.99x so); a single mapping on an otherwise
-        # idle machine runs ~2 % faster than this
-        whole_s = measure_ranges(bg, [(0, len(bg.blocks))], feeds=frame)
+        # the whole model as one sub-model, as the single and replicated mappings run it (issue 13); alone when
+        # the profile's pipeline terms model co-running (the host's prior does), else with every other core
+        # running it too, as a replicated mapping's replicas do (1.00-1.06x slower on this 2-core VM)
+        whole_s = measure_ranges(bg, [(0, len(bg.blocks))], feeds=frame,
+                                 loaded=not terms_from_soc(soc_obj).models_corunning())
         timings["measure_s"] = time.perf_counter() - t1
     else:
         from .soc.resolve import resolve_soc
@@ -122,8 +123,6 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     problem = problem_from_blocks(bg, soc_obj, measured_s=measured, name=lm.name)
     if is_host(soc):  # identical cores: the stage-level time holds on every PU
         problem.range_time_s = {(a, b, p): t for (a, b), t in whole_s.items() for p in range(problem.n_pus)}
-    from .cost.pipeline_terms import terms_from_soc
-
     return Prepared(lm, og, bg, soc_obj, problem, max_blocks, timings, terms_from_soc(soc_obj), host=is_host(soc),
                     host_feeds=frame if is_host(soc) else None)
 
@@ -132,19 +131,20 @@ def search_prepared(prep: Prepared, options, progress=None, time_stages: int = S
                     rounds: int = STAGE_TIMING_ROUNDS, passes: int = 3, measure=None):
     """Search ``prep`` (:func:`parapipe.search.api.search`); on ``--soc host`` then time the stages of the
     ``time_stages`` front points of highest throughput, and of the replicated baseline, those within
-    :data:`STAGE_TIMING_MARGIN` of the best, as the executor runs them (one sub-model per single-PU stage, replica or task, :func:`parapipe.cost.tasks.stage_block_sets`),
-    install those times in ``prep.problem`` (``range_time_s`` / ``task_time_s``, every core alike) and search
-    again, until the leading points' stages are all timed or ``rounds`` rounds have run.
+    :data:`STAGE_TIMING_MARGIN` of the best, as the executor runs them (one sub-model per single-PU stage,
+    replica or task, :func:`parapipe.cost.tasks.stage_block_sets`), install those times in ``prep.problem``
+    (``range_time_s`` / ``task_time_s``, every core alike) and search again, until the leading points' stages
+    are all timed or ``rounds`` rounds have run.
 
     Why: the search ranks by block sums, and isolated blocks mislead on stages (a stage sub-model ran 0.7-1.4×
     its blocks' sum, issue 13); two candidates predicted within a few per cent of each other from measurements
     taken at different moments were ranked wrongly on this shared 2-core VM (a shared-core pipeline predicted
     62.7/s ran at 61.1/s, the replicated model predicted 62.0/s ran at 67.0/s). The leading candidates' stages
     are timed in the same interleaved passes (:func:`parapipe.profiling.host.measure_stages`), so they are
-    compared on one footing. Plain stages are timed loaded unless ``prep.terms`` carry a co-running term of
-    their own (a fitted slowdown or contention).
+    compared on one footing. They are timed loaded unless ``prep.terms`` carry a co-running term of their own
+    (:meth:`parapipe.cost.pipeline_terms.PipelineTerms.models_corunning`).
 
-    ``measure(plain_ranges, replicated_ranges, tasks, plain_loaded) -> (range_s, task_s)`` replaces the host
+    ``measure(ranges, tasks, loaded) -> (range_s, task_s)`` replaces the host
     measurement (default :func:`parapipe.profiling.host.measure_stages` with ``passes``). Returns the last
     :class:`parapipe.search.api.SearchResult`; its ``info["stage_timing"]`` says what was timed (``points``
     asked for, distinct mappings timed, rounds, ranges, tasks, seconds).
@@ -163,11 +163,10 @@ def search_prepared(prep: Prepared, options, progress=None, time_stages: int = S
     if measure is None:
         from .profiling.host import measure_stages
 
-        def measure(plain, replicated, tasks, plain_loaded):
-            return measure_stages(prep.block_graph, plain, replicated, tasks, plain_loaded, passes=passes,
-                                  feeds=prep.host_feeds)
+        def measure(ranges, tasks, loaded):
+            return measure_stages(prep.block_graph, ranges, tasks, loaded, passes=passes, feeds=prep.host_feeds)
     terms = prep.terms
-    plain_loaded = terms is None or (terms.slowdown == 1.0 and terms.contention == 0.0)
+    loaded = terms is None or not terms.models_corunning()
     problem = prep.problem
     timed_ranges: set = set()
     timed_tasks: set = set()
@@ -175,16 +174,15 @@ def search_prepared(prep: Prepared, options, progress=None, time_stages: int = S
     done_rounds, t0 = 0, time.perf_counter()
     for _ in range(rounds):
         leading = _leading(result, time_stages)
-        plain, replicated, tasks = stage_block_sets(problem, [p.mapping for p in leading])
-        plain = [r for r in plain if r not in timed_ranges]
-        replicated = [r for r in replicated if r not in timed_ranges]
+        ranges, tasks = stage_block_sets(problem, [p.mapping for p in leading])
+        ranges = [r for r in ranges if r not in timed_ranges]
         tasks = [t for t in tasks if t not in timed_tasks]
-        if not (plain or replicated or tasks):
+        if not (ranges or tasks):
             break
-        log.info("timing %d stage range(s) and %d task(s) of %s's %d leading point(s)", len(plain) + len(replicated),
-                 len(tasks), problem.name, len(leading))
+        log.info("timing %d stage range(s) and %d task(s) of %s's %d leading point(s)", len(ranges), len(tasks),
+                 problem.name, len(leading))
         timed_points.update(p.mapping for p in leading)
-        range_s, task_s = measure(plain, replicated, tasks, plain_loaded)
+        range_s, task_s = measure(ranges, tasks, loaded)
         timed_ranges.update(range_s)
         timed_tasks.update(task_s)
         problem.range_time_s = {**(problem.range_time_s or {}), **{
@@ -194,7 +192,7 @@ def search_prepared(prep: Prepared, options, progress=None, time_stages: int = S
         result = search(problem, options, progress=progress, terms=terms)
         done_rounds += 1
     result.info["stage_timing"] = {"points": time_stages, "points_timed": len(timed_points), "rounds": done_rounds, "ranges": len(timed_ranges),
-                                   "tasks": len(timed_tasks), "plain_loaded": plain_loaded,
+                                   "tasks": len(timed_tasks), "loaded": loaded,
                                    "seconds": time.perf_counter() - t0}
     return result
 

@@ -324,6 +324,9 @@ RUN_KEYS = ("throughput_per_s", "latency_p50_s", "latency_p99_s", "idle_latency_
 def test_run_host_mapping_end_to_end(capsys, host_mapping, tmp_path):
     doc = json.loads(host_mapping.read_text())
     _check_schema(doc, "squeezenet", "host")
+    # the leading points' stages were timed as sub-models (the replicated model's whole range at least)
+    timing = doc["search"]["stage_timing"]
+    assert timing["rounds"] >= 1 and timing["points_timed"] >= 1 and timing["ranges"] >= 1
     db = tmp_path / "profile.sqlite"
     code, out, err = run_cli(capsys, "run", "squeezenet", "--mapping", host_mapping,
                              "--point", "best-throughput", "--frames", "20", "--json", "--db", db)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from parapipe.cost.evaluate import Mapping, Replica, StageMapping, evaluate
+from parapipe.cost.pipeline_terms import PipelineTerms
 from parapipe.cost.mapping_spec import mapping_from_point, parse_pu_list
 from parapipe.cost.problem import MappingProblem
 from parapipe.cost.replication import (mean_and_worst_input_s, memory_violations, pu_weight_nbytes,
@@ -74,6 +75,30 @@ def test_whole_model_replicated_on_two_pus():
     # The unreplicated mapping is unchanged by the new fields.
     plain = evaluate(pr, Mapping((StageMapping(0, 3, (0,), (0, 0, 0)),)))
     assert objectives(plain) == pytest.approx((6.0, 6.0, 18.7)) and plain.latency_worst_s == plain.latency_s
+
+
+def test_replicated_mapping_takes_slowdown_and_dispatch():
+    # chain3 replicated on p0 (6 s) and p1 (7 s) with κ = 1.5, d = 0.5 s: T = 9.5 s and 11 s;
+    # shares 11/20.5, 9.5/20.5; period 1 / (1/9.5 + 1/11) = 104.5/20.5; mean latency = 2 · period (each
+    # replica's w·T is the period); E_dyn = 1.5 · (11·10.9 + 9.5·24.1)/20.5; E = E_dyn + 1.3 · period.
+    # Sharing, hand-off and overlap do not arise (one stage, disjoint replicas): they change nothing.
+    pr = chain3()
+    m = Mapping((StageMapping(0, 3, (0,), (0, 0, 0), replicas=(Replica((1,), (1, 1, 1)),)),))
+    period = 104.5 / 20.5
+    e_dyn = 1.5 * (11 * 10.9 + 9.5 * 24.1) / 20.5
+    for extra in ({}, {"sharing": 0.3, "handoff_s": 2.0, "overlap": {"p0": 0.5}}):
+        ev = evaluate(pr, m, PipelineTerms(slowdown=1.5, dispatch_s=0.5, **extra))
+        assert objectives(ev) == pytest.approx((period, 2 * period, e_dyn + 1.3 * period))
+        assert [r.time_s for r in ev.stage_results[0].replicas] == pytest.approx([9.5, 11.0])
+    # A replicated stage feeding a plain one (the next test's case) with d = 0.25 s: replicas 1.25 s and 2.25 s,
+    # shares 9/14, 5/14, period contribution 1.25·2.25/3.5; stage B: mean input 9/14 · 1.5 + 0.25, makespan 5.
+    m2 = Mapping((StageMapping(0, 1, (0,), (0,), replicas=(Replica((1,), (1,)),)), StageMapping(1, 3, (1,), (1, 1))))
+    ev = evaluate(pr, m2, PipelineTerms(dispatch_s=0.25))
+    t_b = 9 / 14 * 1.5 + 0.25 + 5
+    assert ev.period_s == pytest.approx(1.25 * 2.25 / 3.5 + t_b)
+    assert ev.latency_s == pytest.approx(2 * 1.25 * 2.25 / 3.5 + t_b)
+    # default terms: the plain model, bit for bit
+    assert objectives(evaluate(pr, m2, PipelineTerms())) == objectives(evaluate(pr, m2))
 
 
 def test_replicated_stage_feeding_a_plain_stage():

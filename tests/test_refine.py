@@ -33,7 +33,7 @@ def test_refine_converges_on_a_board_with_unknown_terms(tmp_path, monkeypatch):
         return SimpleNamespace(throughput_per_s=1.0 / ev.period_s, idle_latency_s=ev.latency_s, energy_j=None), "fake"
 
     monkeypatch.setattr(refine_mod, "_run_point", fake_run)
-    # replicate=False: the pipeline-level terms model plain pipelines (replicated mappings keep the plain model)
+    # replicate=False: the pipeline-level terms are fitted on plain pipelines (replicated mappings take only κ and d)
     options = SearchOptions(time_limit_s=1.0, reuse_time_limit_s=1.0, replicate=False)
     res = refine_mod.refine(prep, options, tmp_path, rounds=5, model="squeezenet", points=3, plot=False)
     first = [s for s in res.steps if s.round == 1]

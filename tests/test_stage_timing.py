@@ -4,7 +4,7 @@
 * the measure-and-search-again loop: on a two-core problem where a pessimistic whole-model time and optimistic
   block sums make a two-stage pipeline look best, the stages' measured times make the replicated model the best
   throughput point (the ranking error of issue 13's run E), and the times land in the problem for every PU;
-* plain stages are timed loaded with the plain model and alone with fitted co-running terms;
+* stages are timed loaded with the plain model and alone with a fitted co-running term;
 * the real host measurement (:func:`parapipe.profiling.host.measure_stages`) on squeezenet.
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ from parapipe.cost.evaluate import Mapping, Replica, StageMapping, evaluate
 from parapipe.cost.pipeline_terms import PipelineTerms
 from parapipe.cost.problem import MappingProblem
 from parapipe.cost.tasks import stage_block_sets, stage_tasks
+from parapipe.errors import InputError
 from parapipe.search.api import SearchOptions
 from parapipe.workflow import STAGE_TIMING_ROUNDS, Prepared, search_prepared
 
@@ -41,9 +42,9 @@ def test_stage_block_sets_lists_ranges_replicas_and_tasks():
     replicated = Mapping((StageMapping(0, 4, (0,), (0,) * 4, replicas=(Replica((1,), (1,) * 4),)),
                           StageMapping(4, 6, (2, 3), (2, 3), replicas=(Replica((0, 1), (0, 1)),))))
     single = Mapping((StageMapping(0, 4, (3,), (3,) * 4), StageMapping(4, 6, (2,), (2, 2))))
-    plain, rep, tasks = stage_block_sets(pr, [pipeline, replicated, single])
-    # (0, 4) runs alone in `single` and replicated in `replicated`: listed once, as replicated
-    assert plain == [(4, 6)] and rep == [(0, 4)]
+    ranges, tasks = stage_block_sets(pr, [pipeline, replicated, single])
+    # (0, 4) runs on one PU in `single` and on each replica in `replicated`: listed once
+    assert ranges == [(0, 4), (4, 6)]
     # the multi-PU stage 0:4 on a+b: block 0 feeds b's block 2 and block 3 needs it, so a runs three tasks
     assert stage_tasks(pr, pipeline.stages[0]) == [(0, (0,)), (0, (1,)), (0, (3,)), (1, (2,))]
     # the replicated group stage 4:6 splits at the hand-off 4 -> 5 on each replica
@@ -59,10 +60,10 @@ def test_measured_stages_turn_the_ranking_to_the_replicated_model():
     prep = Prepared(None, None, None, None, pr, None, host=True)
     calls = []
 
-    def measure(plain, replicated, tasks, plain_loaded):
-        calls.append((list(plain), list(replicated), list(tasks), plain_loaded))
-        ranges = {r: (r[1] - r[0]) * MS * (1.0 if r == (0, 4) else 1.15) for r in list(plain) + list(replicated)}
-        return ranges, {t: len(t) * MS * 1.15 for t in tasks}
+    def measure(ranges, tasks, loaded):
+        calls.append((list(ranges), list(tasks), loaded))
+        times = {r: (r[1] - r[0]) * MS * (1.0 if r == (0, 4) else 1.15) for r in ranges}
+        return times, {t: len(t) * MS * 1.15 for t in tasks}
 
     opts = SearchOptions(time_limit_s=2.0)
     before = search_prepared(prep, opts, time_stages=0)
@@ -71,25 +72,25 @@ def test_measured_stages_turn_the_ranking_to_the_replicated_model():
     best = after.best("throughput")
     assert best.mapping.replicated and best.evaluation.period_s == pytest.approx(2.0 * MS)
     assert best.evaluation.period_s < before.best("throughput").evaluation.period_s
-    assert calls and all(c[3] is True for c in calls)  # plain model: plain stages timed loaded
-    assert (0, 4) in calls[0][1] and "stage_timing" in after.info and after.info["stage_timing"]["rounds"] >= 1
+    assert calls and all(c[2] is True for c in calls)  # plain model: stages timed loaded
+    assert (0, 4) in calls[0][0] and "stage_timing" in after.info and after.info["stage_timing"]["rounds"] >= 1
     assert pr.range_time_s[(0, 4, 1)] == pytest.approx(4.0 * MS)  # every core takes the measured time
-    assert not any(r in c[0] + c[1] for c in calls[1:] for r in calls[0][0] + calls[0][1])  # never timed twice
+    assert not any(r in c[0] for c in calls[1:] for r in calls[0][0])  # never timed twice
     # converged: every sub-model of the leading front points and the replicated model has a measured time
     assert after.info["stage_timing"]["rounds"] < STAGE_TIMING_ROUNDS
     leading = sorted(after.front(), key=lambda p: p.objectives())[:3] + after.front("replicated")
-    plain, rep, tasks = stage_block_sets(pr, [p.mapping for p in leading])
-    assert all((a, b, 0) in pr.range_time_s for a, b in plain + rep)
+    ranges, tasks = stage_block_sets(pr, [p.mapping for p in leading])
+    assert all((a, b, 0) in pr.range_time_s for a, b in ranges)
     assert all((0, t) in (pr.task_time_s or {}) for t in tasks)
 
 
-def test_fitted_co_running_terms_time_plain_stages_alone():
+def test_fitted_co_running_terms_time_stages_alone():
     pr = _two_cores()
     seen = []
 
-    def measure(plain, replicated, tasks, plain_loaded):
-        seen.append(plain_loaded)
-        return {r: (r[1] - r[0]) * MS for r in list(plain) + list(replicated)}, {t: len(t) * MS for t in tasks}
+    def measure(ranges, tasks, loaded):
+        seen.append(loaded)
+        return {r: (r[1] - r[0]) * MS for r in ranges}, {t: len(t) * MS for t in tasks}
 
     prep = Prepared(None, None, None, None, pr, None, terms=PipelineTerms(slowdown=1.03), host=True)
     search_prepared(prep, SearchOptions(time_limit_s=1.0), measure=measure)
@@ -125,15 +126,28 @@ def test_measure_stages_on_squeezenet(zoo_opgraph, monkeypatch):
         return real(model, binding, provider)
 
     monkeypatch.setattr(host, "create_session", spy)
-    ranges, tasks = measure_stages(bg, [(0, 3), (3, n)], [(0, n)], [(0, 1)], plain_loaded=False, passes=2,
-                                   repeats=2, warmup=1, min_s=0.0)
+    ranges, tasks = measure_stages(bg, [(0, 3), (3, n), (0, n)], [(0, 1)], loaded=False, passes=2, repeats=2,
+                                   warmup=1, min_s=0.0)
     assert set(ranges) == {(0, 3), (3, n), (0, n)} and set(tasks) == {(0, 1)}
     assert all(t > 0 for t in list(ranges.values()) + list(tasks.values()))
     # the whole model takes longer than its first three blocks, and its two halves take about as long as it
     assert ranges[(0, n)] > ranges[(0, 3)]
     assert 0.5 < (ranges[(0, 3)] + ranges[(3, n)]) / ranges[(0, n)] < 2.0
-    # per pass: the replicated range with a loaded core each other allowed core, the plain ranges and the task
-    # alone
-    assert len(sessions) == 2 * (len(allowed_cpus()) + 2 + 1)
-    with pytest.raises(Exception, match="passes: must be an integer >= 1"):
-        measure_stages(bg, [], [(0, n)], [], plain_loaded=True, passes=0)
+    assert len(sessions) == 2 * 4  # alone: one session per range and task per pass, nothing on the other cores
+    loaded, _ = measure_stages(bg, [(0, 3)], [], loaded=True, passes=1, repeats=2, warmup=1, min_s=0.0)
+    assert len(sessions) == 8 + len(allowed_cpus())  # loaded: every other allowed core runs it too
+    with pytest.raises(InputError, match="passes: must be an integer >= 1"):
+        measure_stages(bg, [(0, n)], [], loaded=True, passes=0)
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--soc", "host", "--time-stages", "-1"], "--time-stages: must be >= 0, got -1"),
+    (["--soc", "amlogic_a311d", "--time-stages", "2"], "--time-stages: is only used with a model on --soc host"),
+])
+def test_time_stages_refused_where_it_means_nothing(capsys, tmp_path, extra, says):
+    from parapipe.cli import main
+
+    assert main(["optimize", "squeezenet", "--out", str(tmp_path / "o"), *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0] and ("drop --time-stages" in err[0] or "give a count" in err[0])
+    assert not (tmp_path / "o").exists()

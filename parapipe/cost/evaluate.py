@@ -28,9 +28,15 @@ The model, stated once (every search, baseline and report uses it through :func:
   that long per inference, latency the mean over dealt frames (worst replica in ``latency_worst_s``), dynamic
   energy ``Σ_r w_r E_dyn,r``, weights held once per replica. Formulas and their derivation:
   :mod:`parapipe.cost.replication`. A mapping without replicas is evaluated exactly as before.
+* **Pipeline terms** (:mod:`parapipe.cost.pipeline_terms`, optional): a plain mapping gets all of them
+  (:func:`parapipe.cost.pipeline_terms.apply_terms`); a mapping with replicated stages gets the slowdown ``κ``
+  (every block, range and task time × ``κ``) and the dispatch ``d`` (added to every stage's and every replica's
+  time ``T_r``: each frame dealt to a replica hops into it as into any stage). Its stages' PUs are disjoint, so
+  sharing and overlap do not arise; memory contention is not modelled for it.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -264,10 +270,11 @@ def evaluate_stage(problem: MappingProblem, stage: StageMapping, producer_pu: Di
 Producer = Tuple[int, Tuple[float, ...], Tuple[int, ...]]
 
 
-def _replica_result(problem: MappingProblem, stage: StageMapping,
-                    producers: Dict[int, Producer]) -> Tuple[StageResult, float]:
+def _replica_result(problem: MappingProblem, stage: StageMapping, producers: Dict[int, Producer],
+                    dispatch_s: float = 0.0) -> Tuple[StageResult, float]:
     """One replica (a plain stage) whose producers may be replicated: its result with the mean input, and its
-    worst-case time (:func:`parapipe.cost.replication.mean_and_worst_input_s`)."""
+    worst-case time (:func:`parapipe.cost.replication.mean_and_worst_input_s`); ``dispatch_s`` is added to the
+    input hand-off (the hop into the replica)."""
     active = np.zeros(problem.n_pus)
     terms = []
     for (u, q), nb in stage_input_transfers(problem, stage).items():
@@ -276,6 +283,7 @@ def _replica_result(problem: MappingProblem, stage: StageMapping,
         terms.append((src_stage, shares, seconds))
         active[q] += sum(w * t for w, t in zip(shares, seconds))
     input_s, worst_input_s = mean_and_worst_input_s(terms)
+    input_s, worst_input_s = input_s + dispatch_s, worst_input_s + dispatch_s
     start, finish, makespan, dyn = _schedule(problem, stage, active)
     res = StageResult(time_s=input_s + makespan, input_s=input_s, makespan_s=makespan, start_s=start,
                       finish_s=finish, active_s=active, dyn_energy_j=dyn)
@@ -283,7 +291,7 @@ def _replica_result(problem: MappingProblem, stage: StageMapping,
 
 
 def evaluate_replicated_stage(problem: MappingProblem, stage: StageMapping,
-                              producers: Dict[int, Producer]) -> StageResult:
+                              producers: Dict[int, Producer], dispatch_s: float = 0.0) -> StageResult:
     """A stage with or without replicas, whose producers may be replicated (model in the module docstring).
 
     Parameters
@@ -292,6 +300,8 @@ def evaluate_replicated_stage(problem: MappingProblem, stage: StageMapping,
     stage : StageMapping
     producers : dict of int to Producer
         For every block of an earlier stage: ``(stage index, replica shares, PU of the block on each replica)``.
+    dispatch_s : float
+        Seconds added to every replica's time (the dispatch term ``d``; 0 in the plain model).
 
     Returns
     -------
@@ -311,7 +321,7 @@ def evaluate_replicated_stage(problem: MappingProblem, stage: StageMapping,
             raise ValueError(f"stage {stage.start}:{stage.stop}: PU(s) "
                              f"{[problem.pu_names[p] for p in sorted(seen & set(view.pus))]} in two replicas")
         seen |= set(view.pus)
-    results, worst = zip(*(_replica_result(problem, view, producers) for view in views))
+    results, worst = zip(*(_replica_result(problem, view, producers, dispatch_s) for view in views))
     times = [r.time_s for r in results]
     shares = replica_shares(times)
     if len(views) == 1:
@@ -334,7 +344,7 @@ def evaluate(problem: MappingProblem, mapping: Mapping, terms=None) -> Evaluatio
 
     ``terms`` (a :class:`parapipe.cost.pipeline_terms.PipelineTerms`, optional) adds the pipeline-level terms
     learnt from measured runs (:func:`parapipe.cost.pipeline_terms.apply_terms`); None or default terms give the
-    plain model. A mapping with replicated stages keeps the plain model: the terms model plain pipelines.
+    plain model. A mapping with replicated stages takes the slowdown and the dispatch only (module docstring).
 
     Raises
     ------
@@ -342,6 +352,30 @@ def evaluate(problem: MappingProblem, mapping: Mapping, terms=None) -> Evaluatio
         If the stages do not cover blocks ``0..n-1`` contiguously in order, a block's PU is outside its stage's
         group (or replica's), a dependency points to a later stage, or two replicas of a stage share a PU.
     """
+    plain = _evaluate(problem, mapping)
+    if terms is None or terms.is_default():
+        return plain
+    if mapping.replicated:  # slowdown and dispatch; the other terms do not arise or are not modelled here
+        return _evaluate(_slowed(problem, float(terms.slowdown)), mapping, float(terms.dispatch_s))
+    from .pipeline_terms import apply_terms  # the one hook of the pipeline-level terms
+
+    return apply_terms(problem, mapping, plain, terms)
+
+
+def _slowed(problem: MappingProblem, factor: float) -> MappingProblem:
+    """``problem`` with every block, range and task time × ``factor``."""
+    if factor == 1.0:
+        return problem
+    return dataclasses.replace(
+        problem, time_s=problem.time_s * factor,
+        range_time_s=None if problem.range_time_s is None else {
+            k: t * factor for k, t in problem.range_time_s.items()},
+        task_time_s=None if problem.task_time_s is None else {k: t * factor for k, t in problem.task_time_s.items()})
+
+
+def _evaluate(problem: MappingProblem, mapping: Mapping, dispatch_s: Optional[float] = None) -> Evaluation:
+    """The plain model (``dispatch_s`` None), or, for a mapping with replicated stages, the plain model with
+    ``dispatch_s`` added to every stage's and replica's time."""
     k = problem.n_pus
     expect = 0
     producer_pu: Dict[int, int] = {}
@@ -359,12 +393,12 @@ def evaluate(problem: MappingProblem, mapping: Mapping, terms=None) -> Evaluatio
             raise ValueError(f"stages must cover the blocks contiguously in order; stage at {st.start}:{st.stop} "
                              f"expected to start at {expect}")
         replicated = replicated or bool(st.replicas)
-        if not replicated:  # the plain model, exactly as before replication existed
+        if not replicated and dispatch_s is None:  # the plain model, exactly as before replication existed
             res = evaluate_stage(problem, st, producer_pu)
             for p in st.pus:
                 busy[p] += res.time_s
         else:
-            res = evaluate_replicated_stage(problem, st, producers)
+            res = evaluate_replicated_stage(problem, st, producers, dispatch_s or 0.0)
             for view, w in zip(st.replica_stages(), res.shares):
                 for p in view.pus:
                     busy[p] += res.period_s if w > 0 else 0.0
@@ -384,17 +418,9 @@ def evaluate(problem: MappingProblem, mapping: Mapping, terms=None) -> Evaluatio
     period = float(busy.max())
     energy = dyn + (float(problem.idle_power_w.sum()) + problem.static_power_w) * period
     held = pu_weight_nbytes(problem.weight_nbytes, placements, k)
-    plain = Evaluation(period_s=period, latency_s=latency, energy_j=energy, stage_results=results, busy_s=busy,
-                       active_s=active, latency_worst_s=worst if replicated else latency, weight_nbytes=held,
-                       memory_exceeded=tuple(memory_violations(held, problem.memory_bytes)))
-    if terms is None or terms.is_default():
-        return plain
-    if replicated:  # the terms were fitted on (and model) plain pipelines only
-        log.debug("pipeline terms not applied to a mapping with replicated stages")
-        return plain
-    from .pipeline_terms import apply_terms  # the one hook of the pipeline-level terms
-
-    return apply_terms(problem, mapping, plain, terms)
+    return Evaluation(period_s=period, latency_s=latency, energy_j=energy, stage_results=results, busy_s=busy,
+                      active_s=active, latency_worst_s=worst if replicated else latency, weight_nbytes=held,
+                      memory_exceeded=tuple(memory_violations(held, problem.memory_bytes)))
 
 
 def mapping_from_pu_list(problem: MappingProblem, pus: Sequence[int]) -> Mapping:

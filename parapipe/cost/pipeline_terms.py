@@ -48,6 +48,10 @@ latency = ``Σ T_s``. :func:`apply_terms` turns that evaluation into the *full* 
 With the defaults (``h = 0``, ``κ = 1``, ``ψ = 0``, ``d = 0``, ``γ = 0``, ``φ = 0``) every step multiplies by 1.0, adds 0.0 or sums in
 the same order as :func:`evaluate`: the numbers are bit-identical (tested on the zoo models).
 
+A mapping with replicated stages takes step 1's ``κ`` and ``d`` only (:func:`parapipe.cost.evaluate.evaluate`:
+every replica's time ``κ·T_r + d``); the terms are fitted on plain pipelines (``calibrate --runs`` skips
+replicated runs).
+
 The search uses the plain model in its labels; every point it reports must be re-evaluated with the full model
 (:func:`reevaluate`) so that the front it shows is the front of the model the user calibrated.
 """
@@ -128,6 +132,13 @@ class PipelineTerms:
         """True when the terms reproduce the plain model."""
         return (self.dispatch_s == 0.0 and self.handoff_s == 0.0 and self.contention == 0.0 and self.slowdown == 1.0
                 and self.sharing == 0.0 and all(v == 0.0 for v in self.overlap.values()))
+
+    def models_corunning(self) -> bool:
+        """True when the terms slow a stage for running beside others (``slowdown`` ≠ 1 or ``contention`` > 0).
+        Stage-level times are then measured alone (the terms were fitted so, benchmarks/fidelity.py); without
+        such a term they are measured with the other cores loaded, so that the times carry it
+        (:func:`parapipe.profiling.host.measure_stages`)."""
+        return self.slowdown != 1.0 or self.contention > 0.0
 
     def to_json(self) -> Dict[str, object]:
         """The fitted values, as pareto.json's ``search.cost_terms`` and ``search.refine.terms`` carry them."""

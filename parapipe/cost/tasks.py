@@ -38,23 +38,16 @@ def stage_tasks(problem: MappingProblem, stage) -> List[Tuple[int, Tuple[int, ..
     return [(pu, tuple(blocks)) for pu, blocks in tasks]
 
 
-def stage_block_sets(problem: MappingProblem, mappings) -> Tuple[List[Tuple[int, int]], List[Tuple[int, int]],
-                                                                  List[Tuple[int, ...]]]:
+def stage_block_sets(problem: MappingProblem, mappings) -> Tuple[List[Tuple[int, int]], List[Tuple[int, ...]]]:
     """What the executor runs as one sub-model in ``mappings`` (:class:`parapipe.cost.evaluate.Mapping`):
-    ``(plain_ranges, replicated_ranges, tasks)``, each sorted and without repeats.
-
-    ``plain_ranges``: ``(start, stop)`` of every non-replicated single-PU stage; ``replicated_ranges``: of every
-    replicated stage whose replicas are single PUs (each replica runs the range as one sub-model while the others
-    run it too); ``tasks``: the sorted block indices of every task (:func:`stage_tasks`) of a multi-PU stage,
-    a replicated stage's replicas included. A range needed both ways is listed in ``replicated_ranges`` only
-    (its time then carries the co-running replicas; a single-PU stage over the same blocks on an idle PU runs
-    a little faster: 1.00-1.06× on this 2-core host, :func:`parapipe.profiling.host.measure_ranges`)."""
-    plain, replicated, tasks = set(), set(), set()
+    ``(ranges, tasks)``, each sorted and without repeats: ``(start, stop)`` of every single-PU stage or replica,
+    and the sorted block indices of every task (:func:`stage_tasks`) of a multi-PU stage or replica."""
+    ranges, tasks = set(), set()
     for mapping in mappings:
         for st in mapping.stages:
             for view in st.replica_stages():
                 if len(view.pus) > 1:
                     tasks.update(tuple(sorted(blocks)) for _, blocks in stage_tasks(problem, view))
                 else:
-                    (replicated if st.replicas else plain).add((st.start, st.stop))
-    return sorted(plain - replicated), sorted(replicated), sorted(tasks)
+                    ranges.add((st.start, st.stop))
+    return sorted(ranges), sorted(tasks)

@@ -26,7 +26,8 @@ Schema (``schema_version`` 2)::
 ``*_gap`` is ``value / lower_bound - 1`` (None when the bound is 0; 0 for a period proved optimal:
 ``search.bound.period_proved_optimal``). ``search.exact`` is true when the front is exact for every space
 searched; ``search.spaces`` says, per space, what bounded it otherwise
-(:class:`parapipe.search.passes.SpaceReport`); ``search.cpsat.time_unit_s`` is CP-SAT's time tick. Times are seconds, energies joules. Documents
+(:class:`parapipe.search.passes.SpaceReport`); ``search.cpsat.time_unit_s`` is CP-SAT's time tick;
+``search.stage_timing`` (``--soc host``) what :func:`parapipe.workflow.search_prepared` timed as sub-models. Times are seconds, energies joules. Documents
 of a model (not a block table) also carry ``"input_shapes": {input: [dims]}`` (checked by ``run``) and
 ``"cost_notes": {"input_dims_chosen", "ops_without_flop_formula", "data_dependent_ops"}``
 (:func:`parapipe.workflow.model_notes`).

@@ -452,22 +452,20 @@ def measure_block_sets(bg: BlockGraph, block_sets: Sequence[Sequence[int]], repe
     return _time_block_sets(bg, sets, repeats, warmup, feeds, cpu, loaded, min_s)
 
 
-def measure_stages(bg: BlockGraph, plain_ranges: Sequence[tuple[int, int]],
-                   replicated_ranges: Sequence[tuple[int, int]], tasks: Sequence[Sequence[int]], plain_loaded: bool,
+def measure_stages(bg: BlockGraph, ranges: Sequence[tuple[int, int]], tasks: Sequence[Sequence[int]], loaded: bool,
                    passes: int = 3, repeats: int = 10, warmup: int = 3, feeds: Optional[dict] = None,
                    min_s: float = STAGE_MIN_S) -> tuple[dict[tuple[int, int], float], dict[tuple[int, ...], float]]:
     """Stage-level times of what mappings run as one sub-model (:func:`parapipe.cost.tasks.stage_block_sets`),
-    measured so that they compare with each other: ``passes`` passes, each timing every set once
+    measured so that they compare with each other: ``passes`` passes, each timing every range and task once
     (:func:`measure_ranges` / :func:`measure_block_sets`, ``repeats`` runs after ``warmup`` and at least
     ``min_s`` seconds of runs), and per set the median of its passes' medians. A disturbance of this shared
-    machine then lands on one pass of a few sets, not
-    on all measurements of one candidate (on this 2-core VM one 10-run median of inception_v1 came out 8 % slow,
-    enough to rank a shared-core pipeline above the replicated model it ran 9 % slower than; issue 13).
+    machine then lands on one pass of a few sets, not on all measurements of one candidate (on this 2-core VM
+    one 10-run median of inception_v1 came out 8 % slow, enough to rank a shared-core pipeline above the
+    replicated model it ran 9 % slower than; issue 13).
 
-    ``replicated_ranges`` are timed loaded (every other core runs the same sub-model, as the replicas do);
-    ``plain_ranges`` and ``tasks`` loaded when ``plain_loaded``, i.e. when the cost model has no co-running
-    term of its own (a fitted ``slowdown`` or ``contention``, :mod:`parapipe.cost.pipeline_terms`), alone
-    otherwise (the terms were fitted on stages timed alone, ``benchmarks/fidelity.py``).
+    ``loaded``: every other allowed core runs the same sub-model meanwhile, for a cost model without a
+    co-running term of its own (:meth:`parapipe.cost.pipeline_terms.PipelineTerms.models_corunning`); alone
+    otherwise.
 
     Returns
     -------
@@ -483,18 +481,16 @@ def measure_stages(bg: BlockGraph, plain_ranges: Sequence[tuple[int, int]],
     """
     if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
         raise input_error("measure_stages", "passes", f"must be an integer >= 1, got {passes!r}", "use 3")
-    ranges: dict = {}
+    range_s: dict = {}
     task_s: dict = {}
     for _ in range(passes):
-        for group, loaded in ((replicated_ranges, True), (plain_ranges, plain_loaded)):
-            if group:
-                for key, t in measure_ranges(bg, group, repeats, warmup, feeds, loaded=loaded, min_s=min_s).items():
-                    ranges.setdefault(key, []).append(t)
+        if ranges:
+            for key, t in measure_ranges(bg, ranges, repeats, warmup, feeds, loaded=loaded, min_s=min_s).items():
+                range_s.setdefault(key, []).append(t)
         if tasks:
-            for key, t in measure_block_sets(bg, tasks, repeats, warmup, feeds, loaded=plain_loaded,
-                                             min_s=min_s).items():
+            for key, t in measure_block_sets(bg, tasks, repeats, warmup, feeds, loaded=loaded, min_s=min_s).items():
                 task_s.setdefault(key, []).append(t)
-    return ({k: float(np.median(v)) for k, v in ranges.items()}, {k: float(np.median(v)) for k, v in task_s.items()})
+    return ({k: float(np.median(v)) for k, v in range_s.items()}, {k: float(np.median(v)) for k, v in task_s.items()})
 
 
 def _time_block_sets(bg: BlockGraph, sets: dict, repeats: int, warmup: int, feeds: Optional[dict],
