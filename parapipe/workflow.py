@@ -33,8 +33,8 @@ STAGE_TIMING_ROUNDS = 3
 """Most measure-and-search-again rounds of :func:`search_prepared` (each round times only what earlier rounds did
 not; on the zoo models the leading points were all timed after 1-2 rounds)."""
 
-__all__ = ["DEFAULT_MAX_BLOCKS", "HOST_SOC", "STAGE_TIMING_POINTS", "STAGE_TIMING_MARGIN", "STAGE_TIMING_ROUNDS", "Prepared", "prepare",
-           "search_prepared", "optimize"]
+__all__ = ["DEFAULT_MAX_BLOCKS", "HOST_SOC", "STAGE_TIMING_POINTS", "STAGE_TIMING_MARGIN", "STAGE_TIMING_ROUNDS",
+           "Prepared", "prepare", "search_prepared", "optimize"]
 
 
 @dataclass
@@ -144,8 +144,8 @@ def search_prepared(prep: Prepared, options, progress=None, time_stages: int = S
     compared on one footing. They are timed loaded unless ``prep.terms`` carry a co-running term of their own
     (:meth:`parapipe.cost.pipeline_terms.PipelineTerms.models_corunning`).
 
-    ``measure(ranges, tasks, loaded) -> (range_s, task_s)`` replaces the host
-    measurement (default :func:`parapipe.profiling.host.measure_stages` with ``passes``). Returns the last
+    ``measure(ranges, tasks, loaded) -> (range_s, task_s)`` replaces the host measurement (default
+    :func:`parapipe.profiling.host.measure_stages` with ``passes``). Returns the last
     :class:`parapipe.search.api.SearchResult`; its ``info["stage_timing"]`` says what was timed (``points``
     asked for, distinct mappings timed, rounds, ranges, tasks, seconds).
 
@@ -191,8 +191,8 @@ def search_prepared(prep: Prepared, options, progress=None, time_stages: int = S
             (p, blocks): t for blocks, t in task_s.items() for p in range(problem.n_pus)}}
         result = search(problem, options, progress=progress, terms=terms)
         done_rounds += 1
-    result.info["stage_timing"] = {"points": time_stages, "points_timed": len(timed_points), "rounds": done_rounds, "ranges": len(timed_ranges),
-                                   "tasks": len(timed_tasks), "loaded": loaded,
+    result.info["stage_timing"] = {"points": time_stages, "points_timed": len(timed_points), "rounds": done_rounds,
+                                   "ranges": len(timed_ranges), "tasks": len(timed_tasks), "loaded": loaded,
                                    "seconds": time.perf_counter() - t0}
     return result
 
