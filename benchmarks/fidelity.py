@@ -21,7 +21,8 @@ Run from the repository root (about 10 minutes on the 2-core machine)::
    --csv`` does; each model's host problem is written as a block table and the host profile (with the hand-off
    cost measured at step 1) as ``WORK/host.yaml``; ``parapipe calibrate --runs RUNS.csv --blocks DIR --soc
    WORK/host.yaml`` (the CLI, in process) fits the pipeline terms.
-3. Prints the fitted parameters, the period/latency MAPE and worst error before (the plain model) and after
+3. Prints the fitted parameters, the period/latency MAPE and worst error before (the host profile as built:
+   its prior pipeline terms, :data:`parapipe.profiling.host.HOST_PRIOR_TERMS`) and after
    (in sample, leave-one-out), per model, and one line per run.
 
 ``--reuse`` skips step 1 when ``WORK/fidelity.sqlite`` already holds runs. The machine is shared with other
@@ -220,7 +221,7 @@ def main(argv=None) -> int:
     for r in all_runs:
         periods.setdefault((r.model, r.point), []).append(r.period_s)
     print(f"\n{'model':<14} {'point':<6} {'stages':>6} {'shared':>6} {'multi':>5} {'measured ms':>11} {'spread':>7} "
-          f"{'plain':>8} {'fitted':>8} {'LOO':>8}   (period; spread = slowest / fastest repeat - 1; errors in %)")
+          f"{'before':>8} {'fitted':>8} {'LOO':>8}   (period; spread = slowest / fastest repeat - 1; errors in %)")
     for r, p in zip(res.runs, res.predictions):
         shared = bool(r.shared_pus())
         multi = any(len(st.pus) > 1 for st in r.mapping.stages)

@@ -168,13 +168,14 @@ def cmd_optimize(args) -> int:
         raise input_error("--refine" if args.refine else "--host", None, "needs a model and --refine N"
                           if args.refine else "is only used with --refine", "give MODEL and --refine N (the loop "
                           "runs the model's points)" if args.refine else "add --refine N, or drop --host")
-    if args.time_stages is not None and (args.time_stages < 0 or args.soc != HOST_SOC or args.blocks or args.refine):
+    if args.time_stages is not None and (args.time_stages < 0 or args.time_stages > 0 and (
+            args.soc != HOST_SOC or args.blocks or args.refine)):
         from .errors import input_error
 
         raise input_error("--time-stages", None, f"must be >= 0, got {args.time_stages}" if args.time_stages < 0
                           else "is only used with a model on --soc host (without --refine)",
                           "give a count of front points, 0 to skip" if args.time_stages < 0
-                          else "drop --time-stages")
+                          else "drop --time-stages or give 0")
     if args.blocks or not args.model:
         problem, soc, _ = _problem_for(args)
         return _optimize_blocks(args, problem, soc, options)
@@ -211,7 +212,7 @@ def cmd_optimize(args) -> int:
                   f"{timing['seconds']:.1f} s); the table uses those times (--time-stages)")
         if prep.soc.name == "host" and prep.soc.power_sensor is None:
             print("note: host energy uses placeholder powers (5 W active, 1 W idle per core, 10 W static): no power "
-                  "meter here; period and latency are measured")
+                  "meter here; period and latency are predicted from times measured here")
         elif prep.soc.name == "host":
             print(f"note: host energy uses placeholder powers; 'run' measures energy with the {prep.soc.power_sensor.kind}"
                   " sensor and 'calibrate --runs' fits the powers from it")

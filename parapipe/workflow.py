@@ -130,8 +130,8 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
 def search_prepared(prep: Prepared, options, progress=None, time_stages: int = STAGE_TIMING_POINTS,
                     rounds: int = STAGE_TIMING_ROUNDS, passes: int = 3, measure=None):
     """Search ``prep`` (:func:`parapipe.search.api.search`); on ``--soc host`` then time the stages of the
-    ``time_stages`` front points of highest throughput, and of the replicated baseline, those within
-    :data:`STAGE_TIMING_MARGIN` of the best, as the executor runs them (one sub-model per single-PU stage,
+    ``time_stages`` front points of highest throughput (those within :data:`STAGE_TIMING_MARGIN` of the best)
+    and of the replicated baseline, as the executor runs them (one sub-model per single-PU stage,
     replica or task, :func:`parapipe.cost.tasks.stage_block_sets`), install those times in ``prep.problem``
     (``range_time_s`` / ``task_time_s``, every core alike) and search again, until the leading points' stages
     are all timed or ``rounds`` rounds have run.
@@ -198,11 +198,14 @@ def search_prepared(prep: Prepared, options, progress=None, time_stages: int = S
 
 
 def _leading(result, count: int) -> list:
-    """The ``count`` front points of highest throughput and the replicated baseline(s), those within
-    :data:`STAGE_TIMING_MARGIN` of the best predicted throughput."""
-    points = sorted(result.front(), key=lambda p: p.objectives())[:count] + result.front("replicated")
-    best_s = min(p.evaluation.period_s for p in points)
-    return [p for p in points if p.evaluation.period_s * (1.0 - STAGE_TIMING_MARGIN) <= best_s]
+    """The ``count`` front points of highest throughput within :data:`STAGE_TIMING_MARGIN` of the best
+    predicted throughput, and the replicated baseline(s) wherever they stand: their whole-model time, taken once
+    when the blocks were measured, can come out slow enough to push them out of the margin (shufflenet on this
+    2-core VM: 2.26-3.15 ms over five runs), and they are what a pipeline has to beat."""
+    front = sorted(result.front(), key=lambda p: p.objectives())[:count]
+    best_s = min(p.evaluation.period_s for p in front)
+    return [p for p in front if p.evaluation.period_s * (1.0 - STAGE_TIMING_MARGIN) <= best_s] + result.front(
+        "replicated")
 
 
 def optimize(prep: Prepared, options, out_dir: Path, progress=None, plot: bool = True,

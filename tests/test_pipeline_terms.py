@@ -196,3 +196,29 @@ def test_search_reports_every_point_under_the_full_model():
     # default terms: the same front as no terms at all
     same = search(pr, opts, terms=DEFAULT_TERMS)
     assert [q.objectives() for q in same.points] == [q.objectives() for q in plain.points]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_search_bounds_hold_under_the_terms(seed):
+    """The reported bounds are the plain model's × κ when no PU has an overlap term, and every point found
+    (pipelines, replicated, baselines) under the terms lies above them; with an overlap term they stay the plain
+    model's."""
+    from parapipe.search.api import SearchOptions, search
+    from search_cases import random_problem
+
+    pr = random_problem(6, 3, 7300 + seed, "dag")
+    pr.time_s = np.where(np.isfinite(pr.time_s), pr.time_s, 5e-3)  # every PU runs the whole model: replicas
+    opts = SearchOptions(time_limit_s=1.0)
+    plain = search(pr, opts)
+    terms = PipelineTerms(slowdown=1.2, dispatch_s=1e-3, sharing=0.1, handoff_s=2e-4)
+    res = search(pr, opts, terms=terms)
+    assert res.bounds.period_lb_s == pytest.approx(1.2 * plain.bounds.period_lb_s)
+    assert res.bounds.latency_lb_s == pytest.approx(1.2 * plain.bounds.latency_lb_s)
+    assert any(p.mapping.replicated for p in res.points)
+    for p in res.points:
+        assert p.evaluation.period_s >= res.bounds.period_lb_s * (1 - 1e-9)
+        assert p.evaluation.latency_s >= res.bounds.latency_lb_s * (1 - 1e-9)
+    best = min(p.evaluation.period_s for p in res.front())
+    assert res.bounds.period_proved_optimal == (res.bounds.period_lb_s >= best * (1 - 1e-9))
+    overlapped = search(pr, opts, terms=terms.replace(overlap={"p0": 0.5}))
+    assert overlapped.bounds.period_lb_s == pytest.approx(plain.bounds.period_lb_s)

@@ -14,7 +14,7 @@ import threading
 import numpy as np
 import pytest
 
-from parapipe.cost.evaluate import Mapping, Replica, StageMapping, evaluate
+from parapipe.cost.evaluate import Mapping, Replica, StageMapping
 from parapipe.cost.pipeline_terms import PipelineTerms
 from parapipe.cost.problem import MappingProblem
 from parapipe.cost.tasks import stage_block_sets, stage_tasks
@@ -143,6 +143,7 @@ def test_measure_stages_on_squeezenet(zoo_opgraph, monkeypatch):
 @pytest.mark.parametrize("extra, says", [
     (["--soc", "host", "--time-stages", "-1"], "--time-stages: must be >= 0, got -1"),
     (["--soc", "amlogic_a311d", "--time-stages", "2"], "--time-stages: is only used with a model on --soc host"),
+    (["--soc", "host", "--time-stages", "2", "--refine", "1"], "--time-stages: is only used with a model on --soc"),
 ])
 def test_time_stages_refused_where_it_means_nothing(capsys, tmp_path, extra, says):
     from parapipe.cli import main
@@ -151,3 +152,11 @@ def test_time_stages_refused_where_it_means_nothing(capsys, tmp_path, extra, say
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0] and ("drop --time-stages" in err[0] or "give a count" in err[0])
     assert not (tmp_path / "o").exists()
+
+
+def test_time_stages_zero_is_accepted_off_the_host(capsys, tmp_path):
+    from parapipe.cli import main
+
+    assert main(["optimize", "squeezenet", "--soc", "amlogic_a311d", "--time-stages", "0", "--no-plot",
+                 "--time-limit", "1", "--out", str(tmp_path / "o")]) == 0
+    assert (tmp_path / "o" / "pareto.json").exists()

@@ -37,7 +37,6 @@ The model, stated once (every search, baseline and report uses it through :func:
 from __future__ import annotations
 
 import dataclasses
-import logging
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -47,7 +46,6 @@ from .problem import MappingProblem
 from .replication import (mean_and_worst_input_s, memory_violations, pu_weight_nbytes, replica_shares,
                           replicated_energy_j, replicated_period_s)
 
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -55,10 +55,6 @@ HOST_SOC_NAME = HOST_SOC
 #: Placeholder powers, W: no power meter can be read on this machine. 5 W per busy core, 1 W idle and 10 W for
 #: the rest of the system are parapipe's round guesses for a server core, not measurements.
 PLACEHOLDER_ACTIVE_POWER_W = 5.0
-#: Seconds of runs per set and pass in :func:`measure_stages`: ten runs of a 3 ms sub-model span 30 ms, short
-#: enough for one transient on this shared VM to move their median (squeezenet's whole model: one 10-run median
-#: 4.49 ms, the next ones 3.10-3.14 ms; measured with /tmp/sq_exp.py, issue 13).
-STAGE_MIN_S = 0.15
 PLACEHOLDER_IDLE_POWER_W = 1.0
 PLACEHOLDER_STATIC_POWER_W = 10.0
 _SOURCES = {
@@ -79,6 +75,10 @@ _SOURCES = {
 #: per PU and left out.
 HOST_PRIOR_TERMS = {"dispatch_s": 122e-6, "handoff_s": 140e-6, "slowdown": 1.031, "sharing": 0.047}
 _PLACEHOLDER = Provenance(confidence="low", note="placeholder: no power meter on this machine")
+#: Seconds of runs per set and pass in :func:`measure_stages`: ten runs of a 3 ms sub-model span 30 ms, short
+#: enough for one transient on this shared VM to move their median (squeezenet's whole model timed loaded, three
+#: times in a row on the 2-core VM: one 10-run median 4.49 ms, then 3.10 and 3.14 ms; issue 13).
+STAGE_MIN_S = 0.15
 
 
 @dataclass

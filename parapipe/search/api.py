@@ -224,6 +224,18 @@ def _relaxation(problem: MappingProblem, best_period_s: float, deadline: float):
     return Relaxed(problem, best_period_s * (1 - PROOF_RTOL), deadline)
 
 
+def _bounds_with_terms(plain: Bounds, terms, best_period_s: float) -> Bounds:
+    """The plain model's bounds carried to the full model of ``terms`` without overlap: every stage's (and
+    replica's) work is × ``κ`` and the other terms only add time (hand-off, dispatch, sharing, contention), so
+    ``κ ×`` each plain bound holds for every mapping under ``terms`` (a replicated stage's ``1 / Σ 1/(κT_r + d)``
+    is at least ``κ / Σ 1/T_r``). Proved optimal only when the best period found under ``terms`` reaches it."""
+    kappa = float(terms.slowdown)
+    lb = plain.period_lb_s * kappa
+    proved = lb >= best_period_s * (1 - PROOF_RTOL)
+    note = "; ".join(filter(None, [plain.note, f"the plain model's bounds x the terms' slowdown {kappa:.4g}"]))
+    return Bounds(lb, plain.latency_lb_s * kappa, plain.period_method, proved, note)
+
+
 def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
            progress: Optional[Callable[[int], None]] = None, terms=None) -> SearchResult:
     """Search hierarchical mappings of ``problem`` and return the front next to the baselines.
@@ -232,7 +244,8 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     or what ``calibrate --runs`` fitted) are the pipeline-level terms of the cost model. The DP passes rank
     candidates with the plain model; every candidate and baseline is then evaluated with the full model before
     the Pareto filter, so the front reported is the front of the full model among the candidates (exact for the
-    plain model only; ``info["cost_terms"]`` records the terms, and the period bound stays the plain model's).
+    plain model only; ``info["cost_terms"]`` records the terms). The bounds are the plain model's, × the terms'
+    slowdown when no PU has an overlap term (which could shorten a period below it).
 
     Raises
     ------
@@ -315,6 +328,8 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     bounds = lower_bounds(bound_problem, best_period_s=plain_period_s(front),
                           time_limit_s=max(0.0, opts.bound_time_limit_s - (time.monotonic() - t_b)),
                           relaxed=relaxed, replicated=opts.replicate)
+    if full and not any(terms.overlap.values()):
+        bounds = _bounds_with_terms(bounds, terms, min(p.evaluation.period_s for p in front))
     stats = {"search_s": time.monotonic() - t0, "dp_s": t_dp, "dp_states": n_states,
              "bound_s": time.monotonic() - t_b}
     cells = problem.n_blocks * problem.n_pus
