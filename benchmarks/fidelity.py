@@ -131,7 +131,7 @@ def measure(models: List[str], work: Path, run_s: float, db: Path, repeats: int)
             save_soc(prep.soc, work / "host.yaml")  # the hand-off cost measured now, reused by calibrate
         named, seen = [], set()
         for label, m in hand_mappings(prep.problem) + searched_mappings(prep.problem):
-            key = tuple((st.start, st.stop, st.pus, st.assignment) for st in m.stages)
+            key = tuple((st.start, st.stop, st.pus, st.assignment, st.replicas) for st in m.stages)
             if key not in seen:
                 seen.add(key)
                 named.append((label, m))

@@ -271,3 +271,34 @@ def test_missing_column_and_no_runs(tmp_path, capsys):
     assert "--runs: no runs given" in capsys.readouterr().err
     assert main(["calibrate", "--soc", SOC, "--runs", str(bad), "--fit", "slowdown,nope"]) == 2
     assert "--fit: unknown term(s) nope" in capsys.readouterr().err
+
+
+def test_replicated_runs_are_fitted_with_slowdown_and_dispatch(tmp_path):
+    """Runs of mappings with replicated stages (``big|gpu``: a stage replicated over big and gpu) are calibrated,
+    not skipped: drawn from κ = 1.1, d = 0.4 ms next to plain pipelines, the fit recovers both, and its
+    replicated predictions are the cost model's under the fitted terms."""
+    from parapipe.cost.evaluate import evaluate
+    from parapipe.profiling.runfit import calibrate_runs
+
+    rng = np.random.default_rng(11)
+    write_tables(tmp_path, rng)
+    soc = load_soc(SOC)
+    truth = PipelineTerms(dispatch_s=4e-4, slowdown=1.1, memory_bandwidth_bytes_per_s=soc.memory_bandwidth_bytes_per_s)
+    runs = []
+    for model in ("m0", "m1", "m2"):
+        problem = read_block_table(tmp_path / f"{model}.blocks.csv", soc, name=model)
+        texts = ["big|gpu," * 4 + "little," * 3 + "little", "big|little," * 8, "gpu|little," * 5 + "big,big,big",
+                 ",".join(["big"] * 4 + ["gpu"] * 4), ",".join(["little"] * 3 + ["gpu"] * 5)]
+        for text in texts:
+            mapping = parse_pu_list(problem, text.rstrip(","))
+            ev = evaluate(problem, mapping, truth)
+            runs.append(MeasuredRun(model, text, problem, mapping, ev.period_s * float(np.exp(rng.normal(0, 0.002))),
+                                    ev.latency_s * float(np.exp(rng.normal(0, 0.002)))))
+    assert sum(r.mapping.replicated for r in runs) == 9
+    res = calibrate_runs(runs, PipelineTerms(memory_bandwidth_bytes_per_s=soc.memory_bandwidth_bytes_per_s),
+                         fit=["slowdown", "dispatch"], soc=soc, loo=False)
+    est = {p.name: p for p in res.params}
+    for name, true in (("slowdown", 1.1), ("dispatch_s", 4e-4)):  # within 3 sigma of the fit's own uncertainty
+        assert est[name].fitted and abs(est[name].value - true) <= 3 * est[name].stderr, (name, est[name])
+    assert res.terms.slowdown == pytest.approx(1.1, rel=0.02) and res.terms.dispatch_s == pytest.approx(4e-4, rel=0.25)
+    assert res.overall["after"].period_mape < 1.0 < res.overall["before"].period_mape

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -247,25 +248,36 @@ def test_ctrl_c_while_the_caller_waits_on_outputs():
     m, plan = _two_stage_chain()
     endless = itertools.cycle(frames(4))  # the run only ends by the interrupt
     seen = threading.Event()
+    deadline = time.monotonic() + 60.0
 
-    def press_ctrl_c() -> None:  # again every 0.5 s, at most 20 times: CPython drops a KeyboardInterrupt that
-        # lands inside a finalizer the main thread happens to run ("Exception ignored in ..."), as a user
-        # would press Ctrl-C again; the executor must stop on whichever one it sees
-        for i in range(20):
-            if seen.wait(0.3 if i == 0 else 0.5) or ex._closed:  # seen: the executor closes at once
+    def press_ctrl_c() -> None:  # again every 0.25 s until seen: CPython drops a KeyboardInterrupt that lands
+        # inside a finalizer the main thread happens to run ("Exception ignored in ..."), as a user would press
+        # Ctrl-C again; the executor must stop on whichever one it sees. After 60 s the last press is the
+        # test's own failure: the run must not go on for ever (it once ran 45 minutes, into the OOM killer)
+        first = True
+        while not seen.wait(0.3 if first else 0.25) and not ex._closed:
+            first = False
+            if time.monotonic() > deadline:
+                failed.append("no KeyboardInterrupt stopped the run within 60 s")
+                stop_feeding.set()
                 return
             _thread.interrupt_main()
+
+    failed: list = []
+    stop_feeding = threading.Event()
+    endless = itertools.takewhile(lambda _: not stop_feeding.is_set(), endless)
 
     with PipelineExecutor(plan) as ex:
         presser = threading.Thread(target=press_ctrl_c, daemon=True)
         presser.start()
         try:
             with pytest.raises(KeyboardInterrupt):
-                # consumed in C: no caller bytecode runs between outputs, so the interrupt lands inside run()
+                # consumed in C: only the feed's check runs between outputs, so the interrupt lands inside run()
                 collections.deque(ex.run(endless), maxlen=0)
         finally:
             seen.set()
             presser.join()
+        assert not failed, failed
         assert parapipe_threads() == []
         with pytest.raises(ExecutionError, match="not running"):
             ex.run(frames(1))
@@ -301,3 +313,22 @@ def test_a_pu_spanning_two_cores_with_two_ort_threads():
         assert ex.affinity == {(0, "big"): frozenset({0, 1})}
         outs = list(ex.run(fs))
     assert max_abs_diff(outs, reference_outputs(m, fs)) <= 1e-5
+
+
+def test_a_long_run_keeps_the_records_of_its_last_frames_only(monkeypatch):
+    """An endless stream must not grow the run's trace and exit times without bound: the metrics cover the last
+    MAX_RECORDED_FRAMES frames (here 10 of 40), every output still arrives, in order."""
+    from ppexec import executor as executor_mod
+
+    monkeypatch.setattr(executor_mod, "MAX_RECORDED_FRAMES", 10)
+    m, plan = _two_stage_chain()
+    fs = frames(40, seed=3)
+    with PipelineExecutor(plan) as ex:
+        outs = list(ex.run(fs))
+        met = ex.metrics
+    assert len(outs) == 40
+    ref = reference_outputs(m, fs)
+    assert max_abs_diff(outs, ref) == 0.0
+    assert met.frames == 10 and len(met.latency_s) == 10
+    assert len(met.trace) <= 2 * 10 * 2 and {e.frame for e in met.trace} >= set(range(30, 40))
+    assert met.throughput_per_s > 0

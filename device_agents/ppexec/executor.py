@@ -47,6 +47,11 @@ from .runtimes import get_adapter
 from .session import provider_problem
 from .worker import STOP, Frame, Run, Stopped, Worker
 
+MAX_RECORDED_FRAMES = 100_000
+"""A run's metrics and trace cover its last this many frames: a run over an endless stream would otherwise grow
+without bound (a two-stage chain at ~10,000 frames/s filled 24 GB in 45 minutes; each task execution costs
+~200 bytes, so 100,000 frames of a few tasks hold tens of MB)."""
+
 __all__ = ["PipelineExecutor", "run_pipeline", "write_chrome_trace", "RunMetrics", "TraceEvent"]
 
 logger = logging.getLogger(__name__)
@@ -302,7 +307,7 @@ class PipelineExecutor:
             self._deal(run, frame.seq, s + 1, {k: v for k, v in frame.tensors.items() if k in keep}, self._put)
         else:
             out = {k: frame.tensors[k] for k in self.plan.model_outputs}
-            run.exit_s[frame.seq] = time.perf_counter() - run.t0
+            run.exit_s.append((frame.seq, time.perf_counter() - run.t0))
             run.out_q.put((frame.seq, out))
 
     # ----------------------------------------------------------------------------------------- running
@@ -356,7 +361,9 @@ class PipelineExecutor:
     def _stream(self, it: Iterator) -> Iterator[Dict[str, np.ndarray]]:
         if self._active is not None:  # checked on the first next(): an unstarted generator holds nothing
             raise self.errors.execution("PipelineExecutor.run: another run is still active; finish it first")
-        self._active = run = Run()
+        per_frame = sum(max(sum(len(w.tasks) for w in replica) for replica in stage)
+                        for stage in self._replica_workers)
+        self._active = run = Run(MAX_RECORDED_FRAMES, per_frame)
         pending: Dict[int, Dict[str, np.ndarray]] = {}
         fed = received = yielded = 0
         exhausted = False
@@ -392,7 +399,7 @@ class PipelineExecutor:
             raise
         finally:
             self._active = None
-        self._metrics = compute_metrics(run.trace, run.exit_s, len(self._workers), self.plan.pus())
+        self._metrics = compute_metrics(list(run.trace), dict(run.exit_s), len(self._workers), self.plan.pus())
 
     def _drain(self, run: Run, in_flight: int) -> None:
         """Wait for frames still in flight after the caller left a run early (closes on failure)."""

@@ -80,14 +80,13 @@ def compute_metrics(trace: Sequence[TraceEvent], exit_s: Dict[int, float], n_sta
     trace : sequence of TraceEvent
         Task executions of the measured frames.
     exit_s : dict of int to float
-        Frame number -> time its last stage finished.
+        Frame number -> time its last stage finished. Frames with an exit time but no stage-0 task in ``trace``
+        (records bounded by :data:`ppexec.executor.MAX_RECORDED_FRAMES`) are left out.
     n_stages : int
         Number of stages of the plan.
     pus : sequence of str
         PUs of the plan (all get an entry in the busy and utilisation dicts, idle ones 0).
     """
-    frames = sorted(exit_s)
-    n = len(frames)
     enter_s: Dict[int, float] = {}
     span: Dict[tuple, List[float]] = {}
     pu_total = {pu: 0.0 for pu in pus}
@@ -99,9 +98,11 @@ def compute_metrics(trace: Sequence[TraceEvent], exit_s: Dict[int, float], n_sta
         lo_hi[0] = min(lo_hi[0], ev.start_s)
         lo_hi[1] = max(lo_hi[1], ev.end_s)
         pu_total[ev.pu] = pu_total.get(ev.pu, 0.0) + (ev.end_s - ev.start_s)
+    frames = sorted(f for f in exit_s if f in enter_s)  # a bounded record may have dropped one end of a frame
+    n = len(frames)
     latency = np.array([exit_s[f] - enter_s[f] for f in frames], dtype=np.float64)
     if n:
-        wall_s = max(exit_s.values()) - min(enter_s[f] for f in frames)
+        wall_s = max(exit_s[f] for f in frames) - min(enter_s[f] for f in frames)
         p50, p90, p99 = (float(v) for v in np.percentile(latency, [50, 90, 99]))
     else:
         wall_s, p50, p90, p99 = 0.0, float("nan"), float("nan"), float("nan")

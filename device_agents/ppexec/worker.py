@@ -9,6 +9,7 @@ Condition for same-stage dependencies. The worker that finishes a frame last han
 """
 from __future__ import annotations
 
+import collections
 import queue
 import threading
 import time
@@ -31,12 +32,19 @@ class Stopped(Exception):
 
 
 class Run:
-    """Book-keeping of one ``run()`` call: time origin, trace, exit times and the output queue."""
+    """Book-keeping of one ``run()`` call: time origin, trace, exit times and the output queue.
 
-    def __init__(self) -> None:
+    ``exit_s`` (``(frame, seconds)`` when each frame left the last stage) keeps the last ``max_frames`` frames
+    and ``trace`` (task executions) twice as many frames' ``events_per_frame`` events (early stages run ahead
+    of the last one, so the exiting frames' first tasks lie further back), so that a
+    run over an endless stream (a camera) holds bounded memory; appending to a bounded deque is thread-safe.
+    """
+
+    def __init__(self, max_frames: Optional[int] = None, events_per_frame: int = 1) -> None:
         self.t0 = time.perf_counter()
-        self.trace: List[TraceEvent] = []
-        self.exit_s: Dict[int, float] = {}
+        self.trace: "collections.deque[TraceEvent]" = collections.deque(
+            maxlen=None if max_frames is None else 2 * max_frames * max(1, events_per_frame))
+        self.exit_s: "collections.deque[Tuple[int, float]]" = collections.deque(maxlen=max_frames)
         self.out_q: "queue.Queue[Tuple[int, Dict[str, np.ndarray]]]" = queue.Queue()
 
 
@@ -47,7 +55,8 @@ class Frame:
 
     def __init__(self, run: Run, seq: int, stage: int, tensors: Dict[str, np.ndarray], n_workers: int):
         self.run, self.seq, self.stage, self.tensors = run, seq, stage, tensors
-        self.cond = threading.Condition()
+        # one worker runs its tasks in order: nothing to wait for, no Condition to build per frame
+        self.cond = threading.Condition() if n_workers > 1 else None
         self.done: Set[str] = set()
         self.remaining = n_workers
 
@@ -95,7 +104,10 @@ class Worker(threading.Thread):
                 return
 
     def _process(self, frame: Frame) -> None:
+        if frame.cond is None:
+            return self._process_alone(frame)
         ex, run = self.ex, frame.run
+        pu_lock = ex._pu_locks.get(self.pu)
         for task, runner in zip(self.tasks, self.runners):
             self._current = task.name
             with frame.cond:
@@ -104,16 +116,7 @@ class Worker(threading.Thread):
                         raise Stopped()
                     frame.cond.wait(ex.poll_s)
                 feeds = {name: frame.tensors[name] for name in task.inputs}
-            pu_lock = ex._pu_locks.get(self.pu)
-            if pu_lock is None:
-                start = time.perf_counter()
-                outs = runner.run(task.outputs, feeds)
-                end = time.perf_counter()
-            else:
-                with pu_lock:  # one task at a time on a PU that serves several stages
-                    start = time.perf_counter()
-                    outs = runner.run(task.outputs, feeds)
-                    end = time.perf_counter()
+            outs, start, end = _timed_run(runner, task, feeds, pu_lock)
             with frame.cond:
                 frame.tensors.update(zip(task.outputs, outs))
                 frame.done.add(task.name)
@@ -126,3 +129,29 @@ class Worker(threading.Thread):
             last = frame.remaining == 0
         if last:
             ex._forward(frame)
+
+    def _process_alone(self, frame: Frame) -> None:
+        """:meth:`_process` for the only worker of its stage (or replica): its tasks run in schedule order, so
+        every dependency is met when a task starts."""
+        ex, run, tensors = self.ex, frame.run, frame.tensors
+        pu_lock = ex._pu_locks.get(self.pu)
+        for task, runner in zip(self.tasks, self.runners):
+            self._current = task.name
+            feeds = {name: tensors[name] for name in task.inputs}
+            outs, start, end = _timed_run(runner, task, feeds, pu_lock)
+            tensors.update(zip(task.outputs, outs))
+            frame.done.add(task.name)
+            run.trace.append(TraceEvent(self.stage, self.pu, task.name, frame.seq, start - run.t0, end - run.t0))
+        self._current = None
+        ex._forward(frame)
+
+
+def _timed_run(runner, task: Task, feeds: Dict[str, np.ndarray], pu_lock: Optional[threading.Lock]):
+    """Run ``task`` once: ``(outputs, start, end)`` (perf_counter seconds), holding ``pu_lock`` if the PU serves
+    several stages (one task at a time on it)."""
+    if pu_lock is None:
+        start = time.perf_counter()
+        return runner.run(task.outputs, feeds), start, time.perf_counter()
+    with pu_lock:
+        start = time.perf_counter()
+        return runner.run(task.outputs, feeds), start, time.perf_counter()

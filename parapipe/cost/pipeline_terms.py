@@ -49,8 +49,7 @@ With the defaults (``h = 0``, ``κ = 1``, ``ψ = 0``, ``d = 0``, ``γ = 0``, ``�
 the same order as :func:`evaluate`: the numbers are bit-identical (tested on the zoo models).
 
 A mapping with replicated stages takes step 1's ``κ`` and ``d`` only (:func:`parapipe.cost.evaluate.evaluate`:
-every replica's time ``κ·T_r + d``); the terms are fitted on plain pipelines (``calibrate --runs`` skips
-replicated runs).
+every replica's time ``κ·T_r + d``); ``calibrate --runs`` fits on its runs too (:class:`ReplicatedFacts`).
 
 The search uses the plain model in its labels; every point it reports must be re-evaluated with the full model
 (:func:`reevaluate`) so that the front it shows is the front of the model the user calibrated.
@@ -66,7 +65,7 @@ import numpy as np
 
 from .problem import MappingProblem
 
-__all__ = ["PipelineTerms", "DEFAULT_TERMS", "MappingFacts", "apply_terms", "reevaluate", "stage_traffic_nbytes", "terms_from_soc"]
+__all__ = ["PipelineTerms", "DEFAULT_TERMS", "MappingFacts", "ReplicatedFacts", "mapping_facts", "apply_terms", "reevaluate", "stage_traffic_nbytes", "terms_from_soc"]
 
 
 @dataclass(frozen=True)
@@ -302,6 +301,30 @@ class MappingFacts:
             latency += _stage_time(r.input_s, r.makespan_s, f, d)
         compute = (self.compute_s * np.asarray(factors)[:, None]).sum(axis=0)
         return period, latency, compute
+
+
+class ReplicatedFacts:
+    """:class:`MappingFacts`' interface for a mapping with replicated stages, which takes ``κ`` and ``d`` only
+    (:func:`parapipe.cost.evaluate.evaluate`): its figures are evaluated afresh for each ``terms`` (no
+    co-runner traffic: contention is not modelled for it), so that calibration can fit on replicated runs."""
+
+    def __init__(self, problem: MappingProblem, mapping, evaluation):
+        self.problem, self.mapping, self.evaluation = problem, mapping, evaluation
+        self.traffic_nbytes = [0.0] * len(mapping.stages)
+        self.co_runners: List[List[int]] = [[] for _ in mapping.stages]
+        self.shared = [False] * len(mapping.stages)
+
+    def figures(self, terms: PipelineTerms) -> Tuple[float, float, np.ndarray]:
+        """``(period_s, latency_s, active_s per PU)`` under ``terms``."""
+        from .evaluate import evaluate
+
+        ev = evaluate(self.problem, self.mapping, terms)
+        return ev.period_s, ev.latency_s, np.asarray(ev.active_s, dtype=float)
+
+
+def mapping_facts(problem: MappingProblem, mapping, evaluation):
+    """:class:`ReplicatedFacts` for a mapping with replicated stages, :class:`MappingFacts` otherwise."""
+    return (ReplicatedFacts if mapping.replicated else MappingFacts)(problem, mapping, evaluation)
 
 
 def apply_terms(problem: MappingProblem, mapping, evaluation, terms: PipelineTerms, facts: Optional[MappingFacts] = None):

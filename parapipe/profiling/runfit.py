@@ -29,7 +29,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from parapipe.cost.evaluate import Mapping, evaluate
-from parapipe.cost.pipeline_terms import MappingFacts, PipelineTerms
+from parapipe.cost.pipeline_terms import MappingFacts, PipelineTerms, mapping_facts
 from parapipe.cost.problem import MappingProblem
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class MeasuredRun:
     facts: MappingFacts = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.facts = MappingFacts(self.problem, self.mapping, evaluate(self.problem, self.mapping))
+        self.facts = mapping_facts(self.problem, self.mapping, evaluate(self.problem, self.mapping))
 
     def shared_pus(self) -> List[str]:
         """PUs serving two or more stages."""

@@ -143,9 +143,6 @@ def read_runs_csv(path, soc, problems: _Problems) -> List[MeasuredRun]:
         if export:
             label = (row.get("point") or "").strip() or row["pu_list"]
             mapping = _stage_mapping(problem, row.get("mapping") or "", label, f"{src}: {where}")
-            if mapping.replicated:
-                log.info("%s: %s skipped (replicated stages: the pipeline terms are fitted on plain pipelines)", src, where)
-                continue
         else:
             from parapipe.cost.mapping_spec import parse_pu_list
 
@@ -189,10 +186,6 @@ def runs_from_db(db_path: str, soc, problems: _Problems, models: Sequence[str] =
         source = f"{db_path}: run {rec.id}"
         problem = problems.get(rec.model, source)
         mapping = _stage_mapping(problem, rec.mapping, rec.point, source)
-        if mapping.replicated:
-            log.info("%s: run %s skipped (replicated stages: the pipeline terms are fitted on plain pipelines)", db_path,
-                     rec.id)
-            continue
         out.append(MeasuredRun(rec.model, rec.point, problem, mapping, rec.period_s, rec.idle_latency_s or None,
                                rec.energy_j, source))
     if not out:
