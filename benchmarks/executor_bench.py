@@ -90,11 +90,10 @@ def host_mappings(model: str, time_limit_s: float, terms_from: Optional[str] = N
     import copy
 
     from parapipe.cost.mapping_spec import mapping_from_point
-    from parapipe.mapping import doc_from_result, write_pareto
+    from parapipe.mapping import write_pareto
     from parapipe.runtime.mapping import load_mapping
     from parapipe.search.api import SearchOptions
-    from parapipe.soc.resolve import soc_ref
-    from parapipe.workflow import prepare, search_prepared
+    from parapipe.workflow import prepare, result_doc, search_prepared
 
     t0 = time.perf_counter()
     prep = prepare(model, "host")
@@ -103,10 +102,7 @@ def host_mappings(model: str, time_limit_s: float, terms_from: Optional[str] = N
         from parapipe.soc.loader import load_soc
 
         prep.terms = terms_from_soc(load_soc(terms_from))
-    result = search_prepared(prep, SearchOptions(time_limit_s=time_limit_s, seed=0))
-    blocks = {b.name: list(b.ops) for b in prep.block_graph.blocks}
-    doc = doc_from_result(result, prep.loaded.name, prep.loaded.sha256, soc_ref(prep.soc), blocks=blocks,
-                          search={"max_blocks": prep.max_blocks, "seed": 0})
+    doc = result_doc(prep, search_prepared(prep, SearchOptions(time_limit_s=time_limit_s, seed=0)), 0)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "pareto.json")
         write_pareto(doc, path)

@@ -117,138 +117,6 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def _front_table(doc) -> str:
-    """The points of a :class:`parapipe.mapping.ParetoDoc` as a text table, one row per distinct mapping (a
-    baseline that is also a front point is named in its ``same as`` column, not repeated)."""
-    from .mapping import stages_text
-
-    rows, same = [], {}
-    for p in doc.points:
-        key = json.dumps([[st.pus, st.blocks, st.assignment, st.order,
-                           [[r.pus, r.assignment, r.order] for r in st.replicas or []]] for st in p.stages])
-        if key in same:
-            same[key].append(p.id)
-        else:
-            same[key] = []
-            rows.append((p, same[key]))
-    b = doc.bounds
-    bound = doc.search.get("bound", {})
-    how = "proved optimal" if bound.get("period_proved_optimal") else bound.get("period_method", "lp")
-    lines = [f"gap = period / period lower bound - 1 (bound {b.period_lb_s * 1e3:.3f} ms, {how}); "
-             "* = Pareto-optimal among all points; stages: a+b operator-parallel, {a,b} replicated",
-             f"{'id':<13} {'strategy':<10} {'pareto':<6} {'thr/s':>8} {'period ms':>9} {'gap':>6} "
-             f"{'latency ms':>10} {'energy mJ':>9}  {'stages (PUs)':<34} same as"]
-    for p, others in rows:
-        stages = stages_text(p.stages)
-        gap = p.period_gap
-        also = ", ".join(others[:4]) + (f", +{len(others) - 4}" if len(others) > 4 else "")
-        lines.append(f"{p.id:<13} {p.strategy:<10} {'*' if p.pareto else '':<6} "
-                     f"{p.throughput_per_s:>8.4g} {p.period_s * 1e3:>9.4g} "
-                     f"{(f'{gap * 100:.0f}%' if gap is not None else '-'):>6} {p.latency_s * 1e3:>10.4g} "
-                     f"{p.energy_j * 1e3:>9.4g}  {stages:<34} {also}".rstrip())
-    exact = doc.search.get("exact")
-    lines.append(f"lower bounds: period {b.period_lb_s * 1e3:.2f} ms, latency {b.latency_lb_s * 1e3:.2f} ms;"
-                 f" search {doc.search.get('search_s', 0):.2f} s"
-                 + ("" if exact is None else ", exact front" if exact else
-                    ", front approximate above the exact size (pareto.json search.spaces)"))
-    return "\n".join(lines)
-
-
-def cmd_optimize(args) -> int:
-    from .search.api import SearchOptions
-    from .workflow import HOST_SOC, STAGE_TIMING_POINTS, optimize, prepare
-
-    objectives = tuple(o.strip() for o in args.objectives.split(",") if o.strip())
-    options = SearchOptions(objectives=objectives, max_stages=args.max_stages, time_limit_s=args.time_limit,
-                            seed=args.seed)
-    pus = [p.strip() for p in args.pus.split(",")] if args.pus else None
-    if (args.host or args.refine) and (args.blocks or not args.model or not args.refine):
-        from .errors import input_error
-
-        raise input_error("--refine" if args.refine else "--host", None, "needs a model and --refine N"
-                          if args.refine else "is only used with --refine", "give MODEL and --refine N (the loop "
-                          "runs the model's points)" if args.refine else "add --refine N, or drop --host")
-    if args.time_stages is not None and (args.time_stages < 0 or args.time_stages > 0 and (
-            args.soc != HOST_SOC or args.blocks or args.refine)):
-        from .errors import input_error
-
-        raise input_error("--time-stages", None, f"must be >= 0, got {args.time_stages}" if args.time_stages < 0
-                          else "is only used with a model on --soc host (without --refine)",
-                          "give a count of front points, 0 to skip" if args.time_stages < 0
-                          else "drop --time-stages or give 0")
-    if args.blocks or not args.model:
-        problem, soc, _ = _problem_for(args)
-        return _optimize_blocks(args, problem, soc, options)
-    bar = _Bar("measuring blocks")
-    try:
-        prep = prepare(args.model, args.soc, pus=pus, max_blocks=args.max_blocks, measure_progress=bar,
-                       db=args.db, input_shapes=_input_shapes(args), feeds=args.feeds)
-    finally:
-        bar.close()
-    sbar = _progress_bar(prep.problem.n_blocks, "searching")
-
-    def progress(done):
-        sbar.n = done
-        sbar.refresh()
-
-    try:
-        if args.refine:
-            return _optimize_refine(args, prep, options, progress)
-        doc = optimize(prep, options, Path(args.out), progress=progress, plot=not args.no_plot,
-                       time_stages=STAGE_TIMING_POINTS if args.time_stages is None else args.time_stages)
-    finally:
-        sbar.close()
-    if args.json:
-        print(json.dumps(doc.model_dump(mode="json")))
-    else:
-        print(f"{prep.loaded.name} on {prep.soc.name}: {prep.problem.n_blocks} blocks x {prep.problem.n_pus} PUs "
-              f"({', '.join(prep.problem.pu_names)})")
-        print(_front_table(doc))
-        _print_model_notes(prep.opgraph)
-        timing = doc.search.get("stage_timing")
-        if timing and timing["rounds"]:
-            print(f"note: the stages of {timing['points_timed']} leading mapping(s) were timed as sub-models "
-                  f"({timing['ranges']} range(s), {timing['tasks']} task(s), {timing['rounds']} round(s), "
-                  f"{timing['seconds']:.1f} s); the table uses those times (--time-stages)")
-        if prep.soc.name == "host" and prep.soc.power_sensor is None:
-            print("note: host energy uses placeholder powers (5 W active, 1 W idle per core, 10 W static): no power "
-                  "meter here; period and latency are predicted from times measured here")
-        elif prep.soc.name == "host":
-            print(f"note: host energy uses placeholder powers; 'run' measures energy with the {prep.soc.power_sensor.kind}"
-                  " sensor and 'calibrate --runs' fits the powers from it")
-        print(f"wrote {Path(args.out) / 'pareto.json'}" + ("" if args.no_plot else f" and {Path(args.out) / 'pareto.png'}"))
-    return 0
-
-
-def _optimize_refine(args, prep, options, progress) -> int:
-    """optimize --refine N: search, run the most promising points, re-calibrate, search again (parapipe.refine)."""
-    from .refine import refine, trajectory_table
-
-    host = None
-    if args.host:
-        from .deploy.hostspec import HostSpec
-
-        host = HostSpec.parse(args.host, identity=args.identity, known_hosts=args.known_hosts,
-                              trust_new_host=args.trust_new_host)
-
-    def show(step) -> None:
-        print(f"parapipe: refine round {step.round}: {step.point} predicted {step.predicted_period_s * 1e3:.3f} ms, "
-              f"measured {step.measured_period_s * 1e3:.3f} ms ({step.error * 100:+.1f}%)", file=sys.stderr, flush=True)
-
-    res = refine(prep, options, Path(args.out), args.refine, args.model, frames=args.frames, points=args.refine_points,
-                 db=args.db or "profile.sqlite", host=host, python=args.python or "python3", plot=not args.no_plot,
-                 progress=progress, on_step=show, input_shapes=_input_shapes(args), feeds=args.feeds)
-    if args.json:
-        print(json.dumps(res.doc.model_dump(mode="json")))
-        return 0
-    print(_front_table(res.doc))
-    print(trajectory_table(res.steps))
-    print(("converged: measured and predicted period within " if res.converged else "not converged within ")
-          + f"{res.doc.search['refine']['tolerance'] * 100:.0f}%" + ("" if res.converged else f" in {args.refine} round(s)"))
-    print(f"wrote {Path(args.out) / 'pareto.json'}" + (f" and {res.calibrated}" if res.calibrated else ""))
-    return 0
-
-
 def _problem_for(args, input_shapes=None):
     """(problem, SoC, Prepared or None) from ``MODEL`` or ``--blocks FILE`` and ``--soc``."""
     from .workflow import prepare
@@ -338,31 +206,6 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
-def _optimize_blocks(args, problem, soc, options) -> int:
-    """optimize --blocks FILE: search a block table and write pareto.json/pareto.png like for a model."""
-    import hashlib
-
-    from .cost.pipeline_terms import terms_from_soc
-    from .mapping import doc_from_result
-    from .search.api import search
-    from .soc.resolve import soc_ref
-    from .workflow import _check_out_dir, write_outputs
-
-    out = Path(args.out)
-    _check_out_dir(out)
-    sha = hashlib.sha256(Path(args.blocks).read_bytes()).hexdigest()
-    result = search(problem, options, terms=terms_from_soc(soc))
-    doc = doc_from_result(result, problem.name, sha, soc_ref(soc), blocks={b: [] for b in problem.block_names},
-                          search={"seed": options.seed, "blocks_file": str(args.blocks)})
-    write_outputs(doc, out, plot=not args.no_plot)
-    if args.json:
-        print(json.dumps(doc.model_dump(mode="json")))
-    else:
-        print(f"{problem.name} on {soc.name}: {problem.n_blocks} blocks x {problem.n_pus} PUs")
-        print(_front_table(doc))
-    return 0
-
-
 def _frames_window(text):
     """``--frames-window A:B`` -> (A, B) (frames A <= f < B; ``A:`` to the end, ``:B`` from 0), or None."""
     if text is None:
@@ -424,7 +267,6 @@ class _Bar:
             self.bar.close()
 
 
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="parapipe", description="Map ONNX inference onto heterogeneous SoCs: "
                                 "pipelined stages x intra-stage parallelism, Pareto fronts of throughput, latency "
@@ -477,6 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_host_options(s)
     add_input_options(s, feeds=True)
+    from .cli_optimize import cmd_optimize
+
     s.set_defaults(func=cmd_optimize)
 
     s = sub.add_parser("evaluate", help="period, latency and energy of given mappings")

@@ -34,7 +34,7 @@ STAGE_TIMING_ROUNDS = 3
 not; on the zoo models the leading points were all timed after 1-2 rounds)."""
 
 __all__ = ["DEFAULT_MAX_BLOCKS", "HOST_SOC", "STAGE_TIMING_POINTS", "STAGE_TIMING_MARGIN", "STAGE_TIMING_ROUNDS",
-           "Prepared", "prepare", "search_prepared", "optimize"]
+           "Prepared", "prepare", "search_prepared", "result_doc", "optimize"]
 
 
 @dataclass
@@ -215,18 +215,23 @@ def optimize(prep: Prepared, options, out_dir: Path, progress=None, plot: bool =
 
     Returns the document (:class:`parapipe.mapping.ParetoDoc`).
     """
+    out_dir = Path(out_dir)
+    _check_out_dir(out_dir)
+    doc = result_doc(prep, search_prepared(prep, options, progress=progress, time_stages=time_stages), options.seed)
+    write_outputs(doc, out_dir, plot)
+    return doc
+
+
+def result_doc(prep: Prepared, result, seed: int):
+    """The pareto.json document (:class:`parapipe.mapping.ParetoDoc`) of ``result``, a search of ``prep``: its
+    blocks' operators, the search settings and timings, the model notes."""
     from .mapping import doc_from_result
     from .soc.resolve import soc_ref
 
-    out_dir = Path(out_dir)
-    _check_out_dir(out_dir)
-    result = search_prepared(prep, options, progress=progress, time_stages=time_stages)
     blocks = {b.name: list(b.ops) for b in prep.block_graph.blocks}
-    doc = doc_from_result(result, prep.loaded.name, prep.loaded.sha256, soc_ref(prep.soc), blocks=blocks,
-                          search={"max_blocks": prep.max_blocks, "seed": options.seed, **prep.timings_s},
-                          **model_notes(prep.opgraph))
-    write_outputs(doc, out_dir, plot)
-    return doc
+    return doc_from_result(result, prep.loaded.name, prep.loaded.sha256, soc_ref(prep.soc), blocks=blocks,
+                           search={"max_blocks": prep.max_blocks, "seed": seed, **prep.timings_s},
+                           **model_notes(prep.opgraph))
 
 
 def model_notes(og) -> Dict[str, Any]:

@@ -366,7 +366,7 @@ def test_run_host_mapping_errors(capsys, tmp_path, monkeypatch, host_mapping):
 
 
 def test_front_table_lists_each_mapping_once_and_explains_gap():
-    from parapipe.cli import _front_table
+    from parapipe.cli_optimize import _front_table
     from parapipe.mapping import ParetoDoc
 
     def pt(pid, strategy, pus):

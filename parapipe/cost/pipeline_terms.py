@@ -312,7 +312,6 @@ class ReplicatedFacts:
         self.problem, self.mapping, self.evaluation = problem, mapping, evaluation
         self.traffic_nbytes = [0.0] * len(mapping.stages)
         self.co_runners: List[List[int]] = [[] for _ in mapping.stages]
-        self.shared = [False] * len(mapping.stages)
 
     def figures(self, terms: PipelineTerms) -> Tuple[float, float, np.ndarray]:
         """``(period_s, latency_s, active_s per PU)`` under ``terms``."""
