@@ -35,6 +35,35 @@ def chain_model(n_layers: int = 4, width: int = 16) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=OPSET)
 
 
+def slow_chain_model(n_layers: int = 4, width: int = 16, busy_rows: int = 128, busy_width: int = 512,
+                     busy_layers: int = 3) -> onnx.ModelProto:
+    """:func:`chain_model` with the same ``y``, slower: a branch of ``busy_layers`` MatMuls of
+    ``[busy_rows, busy_width] x [busy_width, busy_width]`` on a tiled ``x`` is reduced, multiplied by 0 and added
+    to ``y`` (ONNX Runtime does not fold a product with 0 that depends on an input)."""
+    base = chain_model(n_layers, width)
+    graph = base.graph
+    graph.node[-1].output[0] = "y_fast"
+    reps = numpy_helper.from_array(np.array([busy_rows, busy_width // width], dtype=np.int64),
+                                   "busy_reps")
+    zero = numpy_helper.from_array(np.zeros((), np.float32), "busy_zero")
+    graph.initializer.extend([reps, zero])
+    nodes = [helper.make_node("Tile", ["x", "busy_reps"], ["busy_in"], name="busy_tile")]
+    prev = "busy_in"
+    for i in range(busy_layers):
+        w = numpy_helper.from_array((np.random.default_rng(100 + i).standard_normal((busy_width, busy_width))
+                                     / np.sqrt(busy_width)).astype(np.float32), f"busy_w{i}")
+        graph.initializer.append(w)
+        nodes.append(helper.make_node("MatMul", [prev, f"busy_w{i}"], [f"busy_m{i}"], name=f"busy_mm{i}"))
+        nodes.append(helper.make_node("Relu", [f"busy_m{i}"], [f"busy_h{i}"], name=f"busy_relu{i}"))
+        prev = f"busy_h{i}"
+    nodes += [helper.make_node("ReduceSum", [prev], ["busy_sum"], name="busy_reduce", keepdims=1),
+              helper.make_node("Mul", ["busy_sum", "busy_zero"], ["busy_nil"], name="busy_nil"),
+              helper.make_node("Add", ["y_fast", "busy_nil"], ["y"], name="busy_add")]
+    graph.node.extend(nodes)
+    onnx.checker.check_model(base)
+    return base
+
+
 def diamond_model(width: int = 16) -> onnx.ModelProto:
     """x -> A(MatMul+Relu) -> a; a -> B(MatMul+Relu) -> b; a -> C(MatMul+Sigmoid) -> c; Add(b, c) -> d;
     d -> E(MatMul) -> y."""

@@ -1,5 +1,5 @@
-"""Replicated stages in the executor (ppexec): frames dealt by share to the replicas, outputs in order, the plan
-checks and plan.json; real ORT sessions on the host's cores 0 and 1."""
+"""Replicated stages in the executor (ppexec): replicas pull frames as they become free (or take them dealt by
+share), outputs in order, the plan checks and plan.json; real ORT sessions on the host's cores 0 and 1."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,7 @@ from ppexec import (ExecutionPlan, PipelineExecutor, PUBinding, max_abs_diff, pl
                     reference_outputs, run_pipeline, validate_plan)
 from ppexec import PlanError as InputError
 from ppexec.dispatch import SmoothWeightedRoundRobin
-from runtime_models import CPU_BINDINGS, chain_model, diamond_model, frames, parapipe_threads, task
+from runtime_models import CPU_BINDINGS, chain_model, diamond_model, frames, parapipe_threads, slow_chain_model, task
 
 pytestmark = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1")
 
@@ -39,7 +39,7 @@ def test_replicated_stage_deals_alternately_and_outputs_come_back_in_order():
     plan = _replicated_whole(m)
     fs = frames(40)
     ref = reference_outputs(m, fs)
-    outs, metrics = run_pipeline(plan, fs, warmup=0)
+    outs, metrics = run_pipeline(plan, fs, warmup=0, dispatch="shares")
     assert max_abs_diff(outs, ref) <= 1e-5
     assert max_abs_diff(outs[1:], ref[:-1]) > 1e-3  # in order: not shifted by a frame
     lane = {e.frame: e.pu for e in metrics.trace}
@@ -52,7 +52,7 @@ def test_shares_two_to_one_and_sessions_pinned_per_replica():
     m = chain_model(4)
     plan = _replicated_whole(m, shares=(2.0, 1.0))
     fs = frames(30, seed=2)
-    with PipelineExecutor(plan) as ex:
+    with PipelineExecutor(plan, dispatch="shares") as ex:
         assert ex.affinity == {(0, "cpu0"): frozenset({0}), (0, "cpu1"): frozenset({1})}
         outs = list(ex.run(fs))
         trace = ex.metrics.trace
@@ -60,6 +60,33 @@ def test_shares_two_to_one_and_sessions_pinned_per_replica():
     per_pu = {pu: sorted(e.frame for e in trace if e.pu == pu) for pu in ("cpu0", "cpu1")}
     assert len(per_pu["cpu0"]) == 20 and len(per_pu["cpu1"]) == 10
     assert per_pu["cpu1"] == list(range(1, 30, 3))
+
+
+def test_replicas_pull_frames_in_proportion_to_their_speed():
+    # Replica 1 computes the same y some 100x slower (a branch multiplied by 0): pulled, the frames go mostly to
+    # the fast replica; dealt by the plan's equal shares, half of them wait for the slow one.
+    m = chain_model(4)
+    slow = task(slow_chain_model(4), "s0.cpu1.t0", 0, "cpu1", ["x"], ["y"])
+    slow.replica = 1
+    fs = frames(60, seed=4)
+    ref = reference_outputs(m, fs)
+    taken = {}
+    for dispatch in ("pull", "shares"):
+        plan = _replicated_whole(m)
+        plan.stages[0][1] = slow
+        outs, metrics = run_pipeline(plan, fs, warmup=2, dispatch=dispatch)
+        assert max_abs_diff(outs, ref) <= 1e-5
+        lanes = [e.pu for e in sorted(metrics.trace, key=lambda e: e.frame)]
+        assert len(lanes) == 60
+        taken[dispatch] = lanes.count("cpu0")
+    assert taken["shares"] == 30
+    assert taken["pull"] >= 45, taken  # ~100x faster: all but a few frames
+    assert parapipe_threads() == []
+
+
+def test_unknown_dispatch_is_refused():
+    with pytest.raises(InputError, match="dispatch.*unknown policy 'random'"):
+        PipelineExecutor(_replicated_whole(chain_model(2)), dispatch="random")
 
 
 def test_two_stages_one_replicated_then_plain():
@@ -79,9 +106,10 @@ def test_two_stages_one_replicated_then_plain():
     assert sorted(e.frame for e in metrics.trace if e.stage == 1) == list(range(50))
 
 
-def test_replicas_that_are_pu_groups():
+@pytest.mark.parametrize("dispatch", ["pull", "shares"])
+def test_replicas_that_are_pu_groups(dispatch):
     # The diamond's branch stage on two replicas of two PUs each (four PU names on the two cores): B and DE on
-    # a0 / b0, C on a1 / b1; deps stay inside a replica.
+    # a0 / b0, C on a1 / b1; deps stay inside a replica, and all three tasks of a frame run in one replica.
     m = diamond_model()
     bindings = {"cpu0": PUBinding(cpus=(0,)), "a0": PUBinding(cpus=(0,)), "a1": PUBinding(cpus=(1,)),
                 "b0": PUBinding(cpus=(1,)), "b1": PUBinding(cpus=(0,))}
@@ -95,11 +123,16 @@ def test_replicas_that_are_pu_groups():
     plan = ExecutionPlan([[task(m, "A", 0, "cpu0", ["x"], ["a"])], stage1], ["x"], ["y"], bindings,
                          {1: [1.0, 1.0]})
     fs = frames(30, seed=1)
-    outs, metrics = run_pipeline(plan, fs, warmup=0)
+    outs, metrics = run_pipeline(plan, fs, warmup=0, dispatch=dispatch)
     assert max_abs_diff(outs, reference_outputs(m, fs)) <= 1e-5
+    replica_of = {}
     for e in metrics.trace:
         if e.stage == 1:
-            assert e.task[-1] == str(e.frame % 2)
+            replica_of.setdefault(e.frame, []).append(e.task[-1])
+    assert sorted(replica_of) == list(range(30))
+    assert all(len(rs) == 3 and len(set(rs)) == 1 for rs in replica_of.values()), replica_of
+    if dispatch == "shares":
+        assert all(rs[0] == str(f % 2) for f, rs in replica_of.items())
 
 
 def _plan_with(m, **change):

@@ -26,7 +26,8 @@ def test_two_pinned_copies_of_the_whole_model(model, tmp_path):
     assert rep.outputs_match and rep.stages == 1
     assert rep.pu_busy_s["cpu0"] > 0 and rep.pu_busy_s["cpu1"] > 0
     events = read_chrome_trace(str(trace))
-    assert {e.frame: e.pu for e in events} == {f: f"cpu{f % 2}" for f in range(12)}  # one lane per replica
+    assert sorted(e.frame for e in events) == list(range(12))  # each frame ran once, on one replica
+    assert {e.pu for e in events} == {"cpu0", "cpu1"}  # one lane per replica, both took frames
     assert rep.predicted["throughput_per_s"] == pytest.approx(100.0)
 
 

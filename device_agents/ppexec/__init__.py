@@ -13,8 +13,8 @@ optional runtime (``openvino``) is imported lazily inside its adapter.
 - :mod:`.runtimes`: runtime adapters (``onnxruntime``, ``openvino``): :data:`ADAPTERS`,
   :func:`get_adapter`, :func:`probe_all`.
 - :mod:`.session`: ONNX Runtime provider resolution, pinning, session options.
-- :mod:`.executor`: :class:`PipelineExecutor`, :func:`run_pipeline` (workers in :mod:`.worker`; frames dealt
-  to the replicas of a replicated stage by :mod:`.dispatch`).
+- :mod:`.executor`: :class:`PipelineExecutor`, :func:`run_pipeline` (workers in :mod:`.worker`; the replicas of
+  a replicated stage pull frames from one queue, or take them as :mod:`.dispatch` deals them).
 - :mod:`.metrics`: :class:`RunMetrics`, :class:`TraceEvent`, :func:`compute_metrics`, Chrome traces.
 - :mod:`.reference`: :func:`reference_outputs`, :func:`max_abs_diff`, :func:`within_tolerance`.
 - :mod:`.report`: :class:`RunReport`, the one report of a verified run.

@@ -101,7 +101,8 @@ class ExecutionPlan:
         Binding of every PU named by a task.
     replica_shares : dict of int to list of float
         For each replicated stage, the share of the frames each of its replicas gets (replica 0 first; > 0
-        each, normalised when dealt): the executor deals frames by smooth weighted round robin with them.
+        each, normalised when dealt): the cost model's shares, by which the executor deals frames when asked to
+        (``PipelineExecutor(dispatch="shares")``); by default its replicas pull frames as they become free.
         Stages not listed have one replica (every task ``replica`` 0).
     """
 

@@ -73,6 +73,7 @@ class Worker(threading.Thread):
         self.ready = threading.Event()
         self.affinity: frozenset = frozenset()
         self.runners: list = []
+        self.siblings: List["Worker"] = []  # a pulling lead's replica mates (``dispatch="pull"``)
         self._current: Optional[str] = None
 
     def run(self) -> None:
@@ -96,12 +97,21 @@ class Worker(threading.Thread):
             if item is STOP:
                 return
             try:
+                if type(item) is tuple:  # pulled from a replicated stage's queue
+                    item = self._pulled(*item)
                 self._process(item)
             except Stopped:
                 return
             except BaseException as exc:
                 self.ex._fail(self.stage, self.pu, self._current, f"running frame {item.seq}", exc)
                 return
+
+    def _pulled(self, run: Run, seq: int, tensors: Dict[str, np.ndarray]) -> Frame:
+        """A frame this lead took for its replica: handed to the replica's other workers too."""
+        frame = Frame(run, seq, self.stage, tensors, 1 + len(self.siblings))
+        for w in self.siblings:
+            self.ex._put(w.in_q, frame)
+        return frame
 
     def _process(self, frame: Frame) -> None:
         if frame.cond is None:
