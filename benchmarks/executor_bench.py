@@ -13,7 +13,8 @@ Prints (stderr is left to logging):
    (max - min) / median): one ORT session with 1 and with 2 intra-op threads (unpinned); **two pinned copies**
    twice: a plain loop (two threads, each pinned to one core with its own single-thread session, frames dealt
    alternately) and parapipe's ``replicated`` mapping (:func:`parapipe.cost.replicated_baseline`: the whole
-   model replicated on cpu0 and cpu1, frames dealt by the executor's dispatcher) run by the pipelined executor;
+   model replicated on cpu0 and cpu1, each replica pulling the next frame when it is free) run by the pipelined
+   executor;
    and the best-throughput point of parapipe's search for ``--soc host`` (this machine measured with
    :func:`parapipe.workflow.prepare`, searched with :func:`parapipe.workflow.search_prepared` as ``optimize``
    does: replicated stages included, so the replicated baseline is one of its candidates, and the leading
@@ -251,10 +252,12 @@ def bench_model(model: str, args) -> dict:
     folders.cleanup()
     med = {k: statistics.median(v) for k, v in runs.items()}
     stages = []
-    for s, (st, tasks) in enumerate(zip(pp.point.stages, pp.plan.stages)):
+    for s, st in enumerate(pp.point.stages):
+        tasks = pp.plan.replicas(s)[0]  # a replicated stage: its first replica (each runs the same sub-models)
         alone = (standalone_task_s(tasks[0], og, pp.plan.bindings[tasks[0].pu].cpus[0])
                  if len(tasks) == 1 else float("nan"))
-        stages.append({"pus": "+".join(st.pus), "blocks": len(st.blocks), "tasks": len(tasks),
+        pus = "|".join("+".join(r.pus) for r in st.replicas) if st.replicas else "+".join(st.pus)
+        stages.append({"pus": pus, "blocks": len(st.blocks), "tasks": len(tasks),
                        "predicted_s": st.time_s, "alone_s": alone, "busy_s": last["pp"].stage_busy_s[s]})
     whole_s = whole_alone_s(og)
     predicted = {"pp": pp.predicted_throughput_per_s, "rep": rep.predicted_throughput_per_s}
@@ -271,8 +274,9 @@ def bench_model(model: str, args) -> dict:
 
 def print_models(results: List[dict], frames: int, repeats: int) -> None:
     print(f"\n1. throughput, ratio to ORT with 2 threads ({frames} frames, median of {repeats} interleaved runs; "
-          "copies = two pinned single-thread sessions, frames dealt alternately: by hand (loop) and as "
-          "parapipe's replicated baseline in the executor (rep); pp = the search's best-throughput point)")
+          "copies = two pinned single-thread sessions: by hand, frames dealt alternately (loop), and as "
+          "parapipe's replicated baseline in the executor, each replica pulling the next frame (rep); "
+          "pp = the search's best-throughput point)")
     print(f"{'model':<13} {'ORT-1':>6} {'ORT-2 /s':>9} {'copies loop':>11} {'copies rep':>10} {'pp':>6} "
           f"  {'x ORT-2:':<8} {'ORT-1':>6} {'loop':>6} {'rep':>6} {'pp':>6}  "
           f"{'pp/loop':>9}  spread 1/2/loop/rep/pp  outputs  pp stages")
@@ -295,7 +299,7 @@ def print_models(results: List[dict], frames: int, repeats: int) -> None:
             pb_text = f"{pb:11.1f} {meas / pb:9.2f}" if pb else f"{'-':>11} {'-':>9}"
             util = {pu: round(u, 2) for pu, u in r["utilisation"][key].items()}
             print(f"{r['model']:<13} {key:<5} {meas:9.1f} {pb_text} {ps:11.1f} {meas / ps:9.2f}   {util}")
-    print("\n   per stage of pp (ms per frame): predicted = cost model on the host profile; alone = the stage's "
+    print("\n   per stage of pp (ms per frame; a replicated stage: its first replica): predicted = cost model on the host profile; alone = the stage's "
           "sub-model on its core by itself; busy = inside the pipeline")
     print(f"{'model':<13} {'stage':<10} {'blocks':>6} {'tasks':>5} {'predicted':>9} {'alone':>7} {'busy':>7}")
     for r in results:

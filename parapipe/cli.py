@@ -179,6 +179,12 @@ def cmd_evaluate(args) -> int:
                 mappings.append((line.strip(), parse_pu_list(problem, line, f"{text}: line {i}")))
     else:
         mappings.append((text, parse_pu_list(problem, text)))
+    if prep is not None and prep.host:  # time the stages as optimize --soc host does, so the figures compare
+        from .workflow import time_mapping_stages
+
+        ranges, tasks = time_mapping_stages(prep, [m for _, m in mappings])
+        if not args.json:
+            print(f"stage times measured here: {len(ranges)} stage range(s), {len(tasks)} task(s)")
     from .cost.pipeline_terms import terms_from_soc
 
     terms = terms_from_soc(soc)  # the profile's pipeline: section (calibrate --runs); defaults: the plain model

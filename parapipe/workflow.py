@@ -11,7 +11,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .errors import input_error
 from .soc.resolve import HOST_SOC, is_host
@@ -154,47 +154,73 @@ def search_prepared(prep: Prepared, options, progress=None, time_stages: int = S
     parapipe.errors.InfeasibleError, parapipe.errors.ExecutionError
         As the search and the host measurement.
     """
-    from .cost.tasks import stage_block_sets
     from .search.api import search
 
     result = search(prep.problem, options, progress=progress, terms=prep.terms)
     if not prep.host or time_stages <= 0:
         return result
-    if measure is None:
-        from .profiling.host import measure_stages
-
-        def measure(ranges, tasks, loaded):
-            return measure_stages(prep.block_graph, ranges, tasks, loaded, passes=passes, feeds=prep.host_feeds)
-    terms = prep.terms
-    loaded = terms is None or not terms.models_corunning()
-    problem = prep.problem
     timed_ranges: set = set()
     timed_tasks: set = set()
     timed_points: set = set()
     done_rounds, t0 = 0, time.perf_counter()
     for _ in range(rounds):
         leading = _leading(result, time_stages)
-        ranges, tasks = stage_block_sets(problem, [p.mapping for p in leading])
-        ranges = [r for r in ranges if r not in timed_ranges]
-        tasks = [t for t in tasks if t not in timed_tasks]
+        ranges, tasks = time_mapping_stages(prep, [p.mapping for p in leading], passes, measure,
+                                            skip=(timed_ranges, timed_tasks))
         if not (ranges or tasks):
             break
-        log.info("timing %d stage range(s) and %d task(s) of %s's %d leading point(s)", len(ranges), len(tasks),
-                 problem.name, len(leading))
         timed_points.update(p.mapping for p in leading)
-        range_s, task_s = measure(ranges, tasks, loaded)
-        timed_ranges.update(range_s)
-        timed_tasks.update(task_s)
-        problem.range_time_s = {**(problem.range_time_s or {}), **{
-            (a, b, p): t for (a, b), t in range_s.items() for p in range(problem.n_pus)}}
-        problem.task_time_s = {**(problem.task_time_s or {}), **{
-            (p, blocks): t for blocks, t in task_s.items() for p in range(problem.n_pus)}}
-        result = search(problem, options, progress=progress, terms=terms)
+        timed_ranges.update(ranges)
+        timed_tasks.update(tasks)
+        result = search(prep.problem, options, progress=progress, terms=prep.terms)
         done_rounds += 1
+    loaded = prep.terms is None or not prep.terms.models_corunning()
     result.info["stage_timing"] = {"points": time_stages, "points_timed": len(timed_points), "rounds": done_rounds,
                                    "ranges": len(timed_ranges), "tasks": len(timed_tasks), "loaded": loaded,
                                    "seconds": time.perf_counter() - t0}
     return result
+
+
+def time_mapping_stages(prep: Prepared, mappings: Sequence, passes: int = 3, measure=None,
+                        skip=((), ())) -> Tuple[List[tuple], List[tuple]]:
+    """Time the stages of ``mappings`` on this host as the executor runs them (one sub-model per single-PU stage,
+    replica or task, :func:`parapipe.cost.tasks.stage_block_sets`) and install the times in ``prep.problem``
+    (``range_time_s`` / ``task_time_s``, every core alike), so that :func:`parapipe.cost.evaluate.evaluate`
+    predicts what :func:`search_prepared` predicts for them. Ranges and tasks in ``skip`` (two collections) are
+    not timed again. Timed loaded unless ``prep.terms`` model co-running
+    (:meth:`parapipe.cost.pipeline_terms.PipelineTerms.models_corunning`).
+
+    ``measure(ranges, tasks, loaded) -> (range_s, task_s)`` replaces the host measurement (default
+    :func:`parapipe.profiling.host.measure_stages` with ``passes``). Returns the ranges and tasks timed (empty
+    when ``prep`` is not ``--soc host``).
+
+    Raises
+    ------
+    parapipe.errors.ExecutionError
+        A sub-model cannot be built or run.
+    """
+    from .cost.tasks import stage_block_sets
+
+    if not prep.host:
+        return [], []
+    if measure is None:
+        from .profiling.host import measure_stages
+
+        def measure(ranges, tasks, loaded):
+            return measure_stages(prep.block_graph, ranges, tasks, loaded, passes=passes, feeds=prep.host_feeds)
+    problem = prep.problem
+    ranges, tasks = stage_block_sets(problem, list(mappings))
+    ranges = [r for r in ranges if r not in skip[0]]
+    tasks = [t for t in tasks if t not in skip[1]]
+    if not (ranges or tasks):
+        return [], []
+    log.info("timing %d stage range(s) and %d task(s) of %s", len(ranges), len(tasks), problem.name)
+    range_s, task_s = measure(ranges, tasks, prep.terms is None or not prep.terms.models_corunning())
+    problem.range_time_s = {**(problem.range_time_s or {}), **{
+        (a, b, p): t for (a, b), t in range_s.items() for p in range(problem.n_pus)}}
+    problem.task_time_s = {**(problem.task_time_s or {}), **{
+        (p, blocks): t for blocks, t in task_s.items() for p in range(problem.n_pus)}}
+    return list(range_s), list(task_s)
 
 
 def _leading(result, count: int) -> list:

@@ -5,7 +5,8 @@
   block sums make a two-stage pipeline look best, the stages' measured times make the replicated model the best
   throughput point (the ranking error of issue 13's run E), and the times land in the problem for every PU;
 * stages are timed loaded with the plain model and alone with a fitted co-running term;
-* the real host measurement (:func:`parapipe.profiling.host.measure_stages`) on squeezenet.
+* the real host measurement (:func:`parapipe.profiling.host.measure_stages`) on squeezenet;
+* :func:`parapipe.workflow.time_mapping_stages`, which ``evaluate --soc host`` uses for the mappings it is given.
 """
 from __future__ import annotations
 
@@ -160,3 +161,51 @@ def test_time_stages_zero_is_accepted_off_the_host(capsys, tmp_path):
     assert main(["optimize", "squeezenet", "--soc", "amlogic_a311d", "--time-stages", "0", "--no-plot",
                  "--time-limit", "1", "--out", str(tmp_path / "o")]) == 0
     assert (tmp_path / "o" / "pareto.json").exists()
+
+
+def test_time_mapping_stages_installs_the_times_evaluate_uses():
+    """``evaluate --soc host`` times the given mappings' stages as the search does: the measured time replaces
+    the block sum of every stage it covers (on every core), ranges in ``skip`` are not timed again, and a profile
+    that is not the host measures nothing."""
+    from parapipe.cost.evaluate import evaluate
+    from parapipe.workflow import time_mapping_stages
+
+    pr = _two_cores()
+    prep = Prepared(None, None, None, None, pr, None, host=True)
+    pipeline = Mapping((StageMapping(0, 2, (0,), (0, 0)), StageMapping(2, 4, (1,), (1, 1))))
+    calls = []
+
+    def measure(ranges, tasks, loaded):
+        calls.append(list(ranges))
+        return {r: 3.0 * MS if r == (0, 2) else 1.5 * MS for r in ranges}, {}
+
+    assert evaluate(pr, pipeline).period_s == pytest.approx(2.0 * MS)  # block sums
+    ranges, tasks = time_mapping_stages(prep, [pipeline], measure=measure)
+    assert sorted(ranges) == [(0, 2), (2, 4)] and tasks == []
+    assert evaluate(pr, pipeline).period_s == pytest.approx(3.0 * MS)
+    assert pr.range_time_s[(0, 2, 1)] == pytest.approx(3.0 * MS)
+    assert time_mapping_stages(prep, [pipeline], measure=measure, skip=(set(ranges), set())) == ([], [])
+    assert len(calls) == 1
+    off_host = Prepared(None, None, None, None, _two_cores(), None, host=False)
+    assert time_mapping_stages(off_host, [pipeline], measure=measure) == ([], []) and len(calls) == 1
+
+
+def test_evaluate_on_the_host_times_the_stages(capsys):
+    """The CLI on a real model measured here: both stages of a two-stage pipeline over the two cores are timed
+    as sub-models (the line says so), and ``--json`` output stays one JSON object per line."""
+    import json
+
+    from parapipe.cli import main
+    from parapipe.graph.coarsen import coarsen
+    from parapipe.graph.opgraph import import_onnx
+    from parapipe.graph.zoo import load_model
+
+    n = len(coarsen(import_onnx(load_model("squeezenet").model), max_blocks=48).blocks)
+    half = n // 2
+    pus = ",".join(["cpu0"] * half + ["cpu1"] * (n - half))
+    assert main(["evaluate", "squeezenet", "--soc", "host", "--mapping", pus]) == 0
+    out = capsys.readouterr().out
+    assert "stage times measured here: 2 stage range(s), 0 task(s)" in out
+    assert main(["evaluate", "squeezenet", "--soc", "host", "--mapping", pus, "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+    assert len(rows) == 1 and rows[0]["stages"] == 2 and rows[0]["period_s"] > 0
