@@ -9,7 +9,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from . import __version__
 from .errors import ParapipeError
@@ -151,38 +151,57 @@ def cmd_evaluate(args) -> int:
         from .mapping import read_pareto
 
         doc = read_pareto(text)
+        if args.model:  # before the stored input shapes are applied to it: another model's names would not fit
+            from .graph.zoo import load_model
+            from .mapping import check_model
+
+            check_model(doc, load_model(args.model), text)
+    elif args.point:
+        from .errors import input_error
+
+        raise input_error("--point", None, "applies to a pareto.json mapping only",
+                          "drop --point, or pass --mapping out/pareto.json")
     stored = doc.input_shapes if doc is not None and args.model and not _input_shapes(args) else None
     problem, soc, prep = _problem_for(args, stored)  # at the shapes the mapping was computed for
     soc_name = soc.name
     mappings = []
+    lines_of: Dict[int, int] = {}  # mapping -> its line in a mappings file
     if doc is not None:
-        from .mapping import check_model, select_point
+        from .mapping import select_point
 
         if doc.soc.name != soc_name:
             from .errors import input_error
 
             raise input_error(text, "soc.name", f"mapping was computed for SoC {doc.soc.name!r}, not {soc_name!r}",
                               f"pass --soc {doc.soc.name} or a mapping computed for {soc_name}")
-        if prep is not None:
-            check_model(doc, prep.loaded, text)
         if prep is not None and doc.input_shapes not in (None, prep.opgraph.input_shapes):
             from .errors import input_error
 
             raise input_error(text, "input_shapes", f"mapping was computed for inputs {doc.input_shapes}, "
                               f"not {prep.opgraph.input_shapes}",
                               "evaluate it without --input-shape, or optimize again with these shapes")
-        pt = select_point(doc, args.point or "best-throughput")
+        pt = select_point(doc, args.point or "best-throughput", path=text)
         mappings.append((pt.id, mapping_from_point(problem, pt, text)))
     elif "," not in text and Path(text).is_file():
-        for i, line in enumerate(Path(text).read_text(encoding="utf-8-sig").splitlines(), start=1):
+        try:
+            lines = Path(text).read_text(encoding="utf-8-sig").splitlines()
+        except UnicodeDecodeError:
+            from .errors import input_error
+
+            raise input_error(text, None, "is not a text file (not UTF-8)", "give a pareto.json, a file with one "
+                              "PU list per line, or a PU list such as 'big,big,gpu'") from None
+        for i, line in enumerate(lines, start=1):
             if line.strip() and not line.lstrip().startswith("#"):
                 mappings.append((line.strip(), parse_pu_list(problem, line, f"{text}: line {i}")))
+                lines_of[len(mappings) - 1] = i
     else:
         mappings.append((text, parse_pu_list(problem, text)))
+    timed = None
     if prep is not None and prep.host:  # time the stages as optimize --soc host does, so the figures compare
         from .workflow import time_mapping_stages
 
         ranges, tasks = time_mapping_stages(prep, [m for _, m in mappings])
+        timed = {"ranges": len(ranges), "tasks": len(tasks)}
         if not args.json:
             print(f"stage times measured here: {len(ranges)} stage range(s), {len(tasks)} task(s)")
     from .cost.pipeline_terms import terms_from_soc
@@ -193,10 +212,15 @@ def cmd_evaluate(args) -> int:
               f"/stage, hand-off {terms.handoff_s * 1e6:.1f} us, contention {terms.contention:.3g}, sharing "
               f"{terms.sharing:.3g}, overlap "
               + (", ".join(f"{pu} {v:.2f}" for pu, v in terms.overlap.items()) or "none"))
-    for label, m in mappings:
+    for k, (label, m) in enumerate(mappings):
         ev = evaluate(problem, m, terms)
         row = {"mapping": label, "period_s": ev.period_s, "throughput_per_s": ev.throughput_per_s,
                "latency_s": ev.latency_s, "energy_j": ev.energy_j, "stages": len(m.stages)}
+        if k in lines_of:
+            row["line"] = lines_of[k]
+            label = f"line {lines_of[k]}: {label}"
+        if timed is not None:  # stage sub-models timed on this machine (all the mappings' together)
+            row["stage_timing"] = timed
         if m.replicated:  # latency is the mean over the frames dealt to the replicas; the worst next to it
             row["latency_worst_s"] = ev.latency_worst_s
         if not ev.fits_memory:
@@ -206,7 +230,8 @@ def cmd_evaluate(args) -> int:
         else:
             print(f"period {ev.period_s * 1e3:.3f} ms ({ev.throughput_per_s:.2f}/s)  latency {ev.latency_s * 1e3:.3f} ms"
                   + (f" (worst replica {ev.latency_worst_s * 1e3:.3f} ms)" if m.replicated else "")
-                  + f"  energy {ev.energy_j * 1e3:.3f} mJ  stages {len(m.stages)}  {label[:60]}"
+                  + f"  energy {ev.energy_j * 1e3:.3f} mJ  stages {len(m.stages)}  "
+                  + (label if len(label) <= 60 else label[:57] + "...")
                   + (f"  weights exceed the memory of {', '.join(row['memory_exceeded'])}"
                      if not ev.fits_memory else ""))
     return 0
@@ -242,7 +267,7 @@ def cmd_plot(args) -> int:
         if not args.mapping:
             raise input_error("--mapping", None, "is required with --gantt", "pass the pareto.json to draw")
         doc = read_pareto(args.mapping)
-        point = select_point(doc, args.point)
+        point = select_point(doc, args.point, path=args.mapping)
         plot_gantt(doc.model_dump(mode="json"), point.id, args.out, n_frames=args.frames, source=args.mapping)
     else:
         from .report import gantt_from_trace
@@ -338,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--point", default=None, help="point of a pareto.json (default best-throughput)")
     s.add_argument("--pus", default=None, help="comma-separated PUs to keep (default: all)")
     s.add_argument("--max-blocks", type=int, default=48, help="block granularity, as for optimize (default 48)")
-    s.add_argument("--json", action="store_true", help="one JSON object per mapping")
+    s.add_argument("--json", action="store_true", help="one JSON object per mapping, one per line (JSON Lines)")
     add_input_options(s)
     s.set_defaults(func=cmd_evaluate)
 

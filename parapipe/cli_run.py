@@ -113,7 +113,7 @@ def cmd_deploy(args) -> int:
     rep = deploy(args.model, args.mapping, args.point, spec, Path(args.out), options, on_event=show, binds=binds,
                  input_shapes=_input_shapes(args), feeds=args.feeds)
     doc = read_pareto(args.mapping)
-    point = select_point(doc, args.point)
+    point = select_point(doc, args.point, path=args.mapping)
     record_run(args.db, doc, point, rep.report, rep.host)
     r = rep.report
     if args.json:

@@ -157,7 +157,7 @@ def test_unknown_model_name(capsys, tmp_path):
 
 
 def test_unknown_soc_name(capsys, tmp_path):
-    _optimize_fails(capsys, tmp_path, "squeezenet", "exynos9", "'exynos9'", "amlogic_a311d")
+    _optimize_fails(capsys, tmp_path, "squeezenet", "exynos9", "'exynos9'", "amlogic_a311d", "'host'")
 
 
 def _edit(*keys, value=None, delete=False):
@@ -276,7 +276,7 @@ def test_run_unknown_point(capsys, tmp_path, monkeypatch, squeezenet_a311d_doc):
     path = _write(tmp_path, squeezenet_a311d_doc)
     _run_fails(capsys, tmp_path, monkeypatch,
                ["squeezenet", "--mapping", path, "--point", "p999", "--frames", "5"],
-               "--point", "'p999'", "best-throughput")
+               "--point", "'p999'", str(path), "best-throughput")
 
 
 @pytest.mark.parametrize("content, names", [
@@ -285,12 +285,42 @@ def test_run_unknown_point(capsys, tmp_path, monkeypatch, squeezenet_a311d_doc):
     (json.dumps({"schema_version": 7}), ["schema_version"]),
     (json.dumps({"schema_version": 2, "model": {"name": "m", "sha256": "0" * 64}, "soc": {"name": "host"},
                  "blocks": {}, "bounds": {"period_lb_s": 0, "latency_lb_s": 0}}), ["points"]),
-], ids=["missing", "not-json", "schema-version", "no-points"])
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", ["not a text file"]),
+], ids=["missing", "not-json", "schema-version", "no-points", "binary"])
 def test_run_bad_mapping_file(capsys, tmp_path, monkeypatch, content, names):
     path = tmp_path / "pareto.json"
-    if content is not None:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
         path.write_text(content)
     _run_fails(capsys, tmp_path, monkeypatch, ["squeezenet", "--mapping", path], str(path), *names)
+
+
+def _evaluate_fails(capsys, argv, *names):
+    code, out, err = run_cli(capsys, "evaluate", *argv)
+    assert_user_error(code, out, err, *names)
+
+
+def test_evaluate_mapping_of_another_model_is_named_as_such(capsys, tmp_path, squeezenet_a311d_doc):
+    # shufflenet's input is not squeezenet's: the stored input shapes must not be applied (and fail) before the
+    # model check says what is wrong
+    path = _write(tmp_path, squeezenet_a311d_doc)
+    _evaluate_fails(capsys, ["shufflenet", "--soc", "amlogic_a311d", "--mapping", path], str(path),
+                    "model.sha256", "'squeezenet'")
+
+
+def test_evaluate_bad_mapping_arguments(capsys, tmp_path, squeezenet_a311d_doc):
+    png = tmp_path / "pareto.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    _evaluate_fails(capsys, ["squeezenet", "--soc", "amlogic_a311d", "--mapping", png], str(png), "not a text file")
+    path = _write(tmp_path, squeezenet_a311d_doc)
+    _evaluate_fails(capsys, ["squeezenet", "--soc", "amlogic_a311d", "--mapping", path, "--point", "p999"],
+                    str(path), "'p999'")
+    n = len(squeezenet_a311d_doc["blocks"])
+    _evaluate_fails(capsys, ["squeezenet", "--soc", "amlogic_a311d", "--mapping", ",".join(["big"] * n),
+                             "--point", "p1"], "--point", "pareto.json mapping only")
+    _evaluate_fails(capsys, ["squeezenet", "--soc", "amlogic_a311d", "--mapping",
+                             ",".join(["big"] * (n - 1) + ["big|"])], f"entry {n}", "empty PU name in 'big|'")
 
 
 def test_error_line_from_a_real_process(tmp_path, light_file):

@@ -29,8 +29,9 @@ Here:
 run truly in parallel (design guide §6).
 
 This module is the one implementation of the executor: it lives in ``device_agents/ppexec`` so that it ships
-to boards in deploy bundles (standard library, numpy and onnxruntime only; Python >= 3.8), and
-:mod:`parapipe.runtime.executor` loads it with parapipe's error classes (:class:`.errors.ErrorKinds`).
+to boards in deploy bundles (standard library, numpy and onnxruntime only; Python >= 3.8). It raises
+:class:`.errors.PlanError` and :class:`.errors.PipelineError` by default; :mod:`parapipe.runtime` passes
+parapipe's error classes instead (``errors=``, :class:`.errors.ErrorKinds`).
 """
 from __future__ import annotations
 
@@ -103,11 +104,10 @@ class PipelineExecutor:
 
     Raises
     ------
-    InputError (PlanError on a board)
-        Invalid plan, ``queue_depth`` or ``dispatch``.
-    InputError (PlanError on a board)
-        On entry: a PU bound to a runtime this ppexec has no adapter for.
-    ExecutionError (PipelineError on a board)
+    PlanError (InputError with parapipe's errors; so below)
+        Invalid plan, ``queue_depth`` or ``dispatch``; on entry, a PU bound to a runtime this ppexec has no
+        adapter for.
+    PipelineError (ExecutionError with parapipe's errors; so below)
         On entry: a binding its runtime refuses here (``adapter.check``: a missing provider, device or
         runtime), bad CPU ids, a sub-model that cannot be loaded. In :meth:`run`: a task
         failed (the message names stage, PU and task; the runtime's error is chained as ``__cause__``).

@@ -31,6 +31,9 @@ def parse_pu_list(problem: MappingProblem, text: str, source: str = "--mapping")
     for i, n in enumerate(names):
         alts = [a.strip() for a in n.split("|")]
         for a in alts:
+            if not a:
+                raise input_error(source, f"entry {i + 1}", f"empty PU name in {n.strip()!r}",
+                                  "separate the replicas of a stage with '|' between PU names, e.g. 'big|gpu'")
             if a not in problem.pu_names:
                 raise input_error(source, f"entry {i + 1}", f"unknown PU {a!r}",
                                   f"choose from {', '.join(problem.pu_names)}")

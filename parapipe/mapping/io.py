@@ -118,13 +118,16 @@ def read_pareto(path: str) -> ParetoDoc:
     Raises
     ------
     InputError
-        Missing/unreadable file, not JSON, or :func:`parse_pareto`'s errors (naming the file and field).
+        Missing/unreadable file, not text, not JSON, or :func:`parse_pareto`'s errors (naming the file and
+        field).
     """
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise input_error(str(p), None, f"cannot read mapping file ({exc.strerror or exc})", _FIX) from None
+    except UnicodeDecodeError:
+        raise input_error(str(p), None, "is not a text file (not UTF-8), so not a pareto.json", _FIX) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -132,9 +135,10 @@ def read_pareto(path: str) -> ParetoDoc:
     return parse_pareto(data, str(p))
 
 
-def select_point(doc: ParetoDoc, selector: str, source: str = "--point") -> Point:
+def select_point(doc: ParetoDoc, selector: str, source: str = "--point", path: Optional[str] = None) -> Point:
     """The point named by id, or by ``best-throughput`` | ``best-latency`` | ``best-energy`` among the
-    ``parapipe`` points (all points when there are none).
+    ``parapipe`` points (all points when there are none). ``source`` names the option in errors, ``path`` the
+    file.
 
     Raises
     ------
@@ -152,7 +156,7 @@ def select_point(doc: ParetoDoc, selector: str, source: str = "--point") -> Poin
         if p.id == selector:
             return p
     ids = ", ".join(p.id for p in pts[:12]) + (", ..." if len(pts) > 12 else "")
-    raise input_error(source, None, f"no point {selector!r} in the mapping file",
+    raise input_error(source, None, f"no point {selector!r} in {path or 'the mapping file'}",
                       f"use one of {', '.join(SELECTORS)} or a point id ({ids})")
 
 

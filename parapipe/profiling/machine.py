@@ -142,7 +142,7 @@ def _frequency_hz(cpu: int) -> tuple[float, Optional[str]]:
 def measure_transfer(src_cpu: int, dst_cpu: int, frames: int = TRANSFER_FRAMES) -> tuple[float, float]:
     """Fit the hand-off cost ``alpha_s + nbytes / beta_bytes_per_s`` between two pinned threads.
 
-    Replicates the executor's hand-off (:mod:`parapipe.runtime.executor`): a producer thread pinned to
+    Replicates the executor's hand-off (:mod:`ppexec.executor`): a producer thread pinned to
     ``src_cpu`` writes a tensor (as a stage's last operator would), stamps the time and puts it in a
     ``queue.Queue``; a consumer pinned to ``dst_cpu`` takes it and reads every byte (``np.copyto`` into a
     buffer of its own), as the next stage's first operator would. The cost of one frame is the time from the

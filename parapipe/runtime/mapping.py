@@ -196,7 +196,7 @@ def load_mapping(model: str, mapping_path: str, point: str,
     doc = read_pareto(mapping_path)
     lm = load_model(model)
     check_model(doc, lm, mapping_path)
-    pt = select_point(doc, point)
+    pt = select_point(doc, point, path=mapping_path)
     stored = doc.input_shapes
     for name, shape in (input_shapes or {}).items():
         if stored is not None and [int(d) for d in shape] != stored.get(name):

@@ -5,7 +5,7 @@ them. :func:`build_plan` splits every stage into *tasks*: maximal runs of one PU
 execution order) that need nothing from another PU of the same stage except at their start and give nothing
 to another PU except at their end. Each task is a convex operator set, so it can be cut out as a
 self-contained ONNX model whose cross-PU inputs all arrive before it starts; the executor
-(:mod:`parapipe.runtime.executor`) runs one thread per (stage, PU) over these tasks.
+(:mod:`ppexec.executor`) runs one thread per (stage, PU) over these tasks.
 
 :class:`ppexec.PUBinding`, :class:`ppexec.Task` and :class:`ppexec.ExecutionPlan` are the executor's classes
 (``device_agents/ppexec/plan.py``), so plans built here run unchanged on boards.

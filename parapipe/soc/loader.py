@@ -356,7 +356,9 @@ def load_soc(spec: Union[str, os.PathLike]) -> SoC:
         display = f"soc_profiles/{text}.yaml"
         if not text or not path.is_file():
             raise input_error(None, None, f"unknown SoC profile '{text}'",
-                              f"choose from {', '.join(list_socs())} or give a path to a .yaml file")
+                              f"choose from {', '.join(list_socs())}"
+                              + (", 'host' (this machine's cores)" if text != "host" else "")
+                              + " or give a path to a .yaml file")
     if path.is_dir():
         raise input_error(display, None, "is a directory, not a profile file", "give the path of a .yaml file")
     return soc_from_yaml_dict(read_yaml(path, display), display, path.resolve())
