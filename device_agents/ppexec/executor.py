@@ -40,6 +40,7 @@ import logging
 import queue
 import threading
 import time
+from collections import abc
 from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
 
 import numpy as np
@@ -367,7 +368,7 @@ class PipelineExecutor:
         return self._stream(iter(frames))
 
     def _admit(self, run: Run, seq: int, frame: Mapping[str, np.ndarray]) -> None:
-        if not isinstance(frame, Mapping):
+        if type(frame) is not dict and not isinstance(frame, abc.Mapping):  # a dict: the fast path
             raise self.errors.input("frames", f"frame {seq}", f"is a {type(frame).__name__}, not a mapping",
                                     f"give each frame as a dict {{name: numpy array}} for "
                                     f"{self.plan.model_inputs}")

@@ -45,7 +45,7 @@ class Run:
         self.trace: "collections.deque[TraceEvent]" = collections.deque(
             maxlen=None if max_frames is None else 2 * max_frames * max(1, events_per_frame))
         self.exit_s: "collections.deque[Tuple[int, float]]" = collections.deque(maxlen=max_frames)
-        self.out_q: "queue.Queue[Tuple[int, Dict[str, np.ndarray]]]" = queue.Queue()
+        self.out_q: "queue.SimpleQueue[Tuple[int, Dict[str, np.ndarray]]]" = queue.SimpleQueue()  # unbounded; C
 
 
 class Frame:
