@@ -15,6 +15,7 @@ optional runtime (``openvino``) is imported lazily inside its adapter.
 - :mod:`.session`: ONNX Runtime provider resolution, pinning, session options.
 - :mod:`.executor`: :class:`PipelineExecutor`, :func:`run_pipeline` (workers in :mod:`.worker`; the replicas of
   a replicated stage pull frames from one queue, or take them as :mod:`.dispatch` deals them).
+- :mod:`.queues`: :class:`~.queues.BoundedQueue`, the stage queues.
 - :mod:`.metrics`: :class:`RunMetrics`, :class:`TraceEvent`, :func:`compute_metrics`, Chrome traces.
 - :mod:`.reference`: :func:`reference_outputs`, :func:`max_abs_diff`, :func:`within_tolerance`.
 - :mod:`.report`: :class:`RunReport`, the one report of a verified run.

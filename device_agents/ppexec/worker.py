@@ -19,6 +19,7 @@ import numpy as np
 
 from .metrics import TraceEvent
 from .plan import PUBinding, Task
+from .queues import BoundedQueue
 from .session import pin_current_thread
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -69,7 +70,7 @@ class Worker(threading.Thread):
         super().__init__(name=f"parapipe-s{stage}-{pu}", daemon=True)
         self.ex, self.stage, self.pu, self.tasks = ex, stage, pu, tasks
         self.adapter, self.binding = adapter, binding
-        self.in_q: "queue.Queue" = queue.Queue(maxsize=ex.queue_depth)
+        self.in_q = BoundedQueue(ex.queue_depth)
         self.ready = threading.Event()
         self.affinity: frozenset = frozenset()
         self.runners: list = []
