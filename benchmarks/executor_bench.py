@@ -299,8 +299,8 @@ def print_models(results: List[dict], frames: int, repeats: int) -> None:
             pb_text = f"{pb:11.1f} {meas / pb:9.2f}" if pb else f"{'-':>11} {'-':>9}"
             util = {pu: round(u, 2) for pu, u in r["utilisation"][key].items()}
             print(f"{r['model']:<13} {key:<5} {meas:9.1f} {pb_text} {ps:11.1f} {meas / ps:9.2f}   {util}")
-    print("\n   per stage of pp (ms per frame; a replicated stage: its first replica): predicted = cost model on the host profile; alone = the stage's "
-          "sub-model on its core by itself; busy = inside the pipeline")
+    print("\n   per stage of pp (ms per frame; a replicated stage: its first replica): predicted = cost model on "
+          "the host profile; alone = the stage's sub-model on its core by itself; busy = inside the pipeline")
     print(f"{'model':<13} {'stage':<10} {'blocks':>6} {'tasks':>5} {'predicted':>9} {'alone':>7} {'busy':>7}")
     for r in results:
         for s, st in enumerate(r["stages"]):

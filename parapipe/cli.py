@@ -117,8 +117,9 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def _problem_for(args, input_shapes=None):
-    """(problem, SoC, Prepared or None) from ``MODEL`` or ``--blocks FILE`` and ``--soc``."""
+def _problem_for(args, input_shapes=None, loaded=None):
+    """(problem, SoC, Prepared or None) from ``MODEL`` (``loaded``: already loaded) or ``--blocks FILE`` and
+    ``--soc``."""
     from .workflow import prepare
 
     pus = [p.strip() for p in args.pus.split(",")] if getattr(args, "pus", None) else None
@@ -137,7 +138,7 @@ def _problem_for(args, input_shapes=None):
 
         raise input_error("MODEL", None, "missing", "give a model name/path or --blocks FILE")
     prep = prepare(args.model, args.soc, pus=pus, max_blocks=args.max_blocks,
-                   input_shapes=input_shapes or _input_shapes(args))
+                   input_shapes=input_shapes or _input_shapes(args), loaded=loaded)
     return prep.problem, prep.soc, prep
 
 
@@ -146,7 +147,7 @@ def cmd_evaluate(args) -> int:
     from .cost.mapping_spec import mapping_from_point, parse_pu_list
 
     text = args.mapping
-    doc = None
+    doc = lm = None
     if text.endswith(".json"):
         from .mapping import read_pareto
 
@@ -155,14 +156,15 @@ def cmd_evaluate(args) -> int:
             from .graph.zoo import load_model
             from .mapping import check_model
 
-            check_model(doc, load_model(args.model), text)
+            lm = load_model(args.model)
+            check_model(doc, lm, text)
     elif args.point:
         from .errors import input_error
 
         raise input_error("--point", None, "applies to a pareto.json mapping only",
                           "drop --point, or pass --mapping out/pareto.json")
     stored = doc.input_shapes if doc is not None and args.model and not _input_shapes(args) else None
-    problem, soc, prep = _problem_for(args, stored)  # at the shapes the mapping was computed for
+    problem, soc, prep = _problem_for(args, stored, lm)  # at the shapes the mapping was computed for
     soc_name = soc.name
     mappings = []
     lines_of: Dict[int, int] = {}  # mapping -> its line in a mappings file

@@ -60,8 +60,10 @@ class Prepared:
 
 def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_blocks: Optional[int] = DEFAULT_MAX_BLOCKS,
             measure_progress: Optional[Callable[[int, int], None]] = None, db: Optional[str] = None,
-            input_shapes: Optional[Dict[str, Sequence[int]]] = None, feeds: Optional[str] = None) -> Prepared:
+            input_shapes: Optional[Dict[str, Sequence[int]]] = None, feeds: Optional[str] = None,
+            loaded=None) -> Prepared:
     """Load ``model`` (registry name or .onnx path), coarsen it, and build its problem on ``soc``.
+    ``loaded``: ``model`` already loaded (:func:`parapipe.graph.zoo.load_model`), so it is not read again.
 
     ``soc`` is a bundled profile name, a YAML path, or ``"host"``: this machine, each core a PU, with every block
     measured for real with ONNX Runtime (:func:`parapipe.profiling.host.measure_host`). ``db``, a profile database:
@@ -82,7 +84,7 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     t0 = time.perf_counter()
     from .graph.support import check_declared
 
-    lm = load_model(model)
+    lm = loaded if loaded is not None else load_model(model)
     source = str(lm.path or model)
     og = import_onnx(lm.model, name=lm.name, source=source, input_shapes=input_shapes)
     bg = coarsen(og, max_blocks=max_blocks)
@@ -107,7 +109,7 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
         # the profile's pipeline terms model co-running (the host's prior does), else with every other core
         # running it too, as a replicated mapping's replicas do (1.00-1.06x slower on this 2-core VM)
         whole_s = measure_ranges(bg, [(0, len(bg.blocks))], feeds=frame,
-                                 loaded=not terms_from_soc(soc_obj).models_corunning())
+                                 loaded=timed_loaded(terms_from_soc(soc_obj)))
         timings["measure_s"] = time.perf_counter() - t1
     else:
         from .soc.resolve import resolve_soc
@@ -174,9 +176,9 @@ def search_prepared(prep: Prepared, options, progress=None, time_stages: int = S
         timed_tasks.update(tasks)
         result = search(prep.problem, options, progress=progress, terms=prep.terms)
         done_rounds += 1
-    loaded = prep.terms is None or not prep.terms.models_corunning()
     result.info["stage_timing"] = {"points": time_stages, "points_timed": len(timed_points), "rounds": done_rounds,
-                                   "ranges": len(timed_ranges), "tasks": len(timed_tasks), "loaded": loaded,
+                                   "ranges": len(timed_ranges), "tasks": len(timed_tasks),
+                                   "loaded": timed_loaded(prep.terms),
                                    "seconds": time.perf_counter() - t0}
     return result
 
@@ -215,12 +217,19 @@ def time_mapping_stages(prep: Prepared, mappings: Sequence, passes: int = 3, mea
     if not (ranges or tasks):
         return [], []
     log.info("timing %d stage range(s) and %d task(s) of %s", len(ranges), len(tasks), problem.name)
-    range_s, task_s = measure(ranges, tasks, prep.terms is None or not prep.terms.models_corunning())
+    range_s, task_s = measure(ranges, tasks, timed_loaded(prep.terms))
     problem.range_time_s = {**(problem.range_time_s or {}), **{
         (a, b, p): t for (a, b), t in range_s.items() for p in range(problem.n_pus)}}
     problem.task_time_s = {**(problem.task_time_s or {}), **{
         (p, blocks): t for blocks, t in task_s.items() for p in range(problem.n_pus)}}
     return list(range_s), list(task_s)
+
+
+def timed_loaded(terms) -> bool:
+    """Whether stage-level times are taken loaded (every other core running the same sub-model) under the
+    pipeline terms ``terms`` (None: the plain model): unless the terms slow co-running stages themselves
+    (:meth:`parapipe.cost.pipeline_terms.PipelineTerms.models_corunning`), which needs times taken alone."""
+    return terms is None or not terms.models_corunning()
 
 
 def _leading(result, count: int) -> list:

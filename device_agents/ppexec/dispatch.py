@@ -2,8 +2,9 @@
 
 The cost model gives each replica ``r`` a share ``w_r = (1/T_r) / Σ_j 1/T_j`` of the frames (parapipe's
 ``parapipe/cost/replication.py``). With ``PipelineExecutor(dispatch="shares")`` the executor deals frames in
-that proportion with the smooth weighted round robin of nginx (``ngx_http_upstream_get_peer``, src/http/ngx_http_upstream_round_robin.c): on every pick each
-replica's current weight grows by its share, the largest current weight wins and gives back the total. Over any
+that proportion with the smooth weighted round robin of nginx (``ngx_http_upstream_get_peer``,
+src/http/ngx_http_upstream_round_robin.c): on every pick each replica's current weight grows by its share, the
+largest current weight wins and gives back the total. Over any
 ``n`` consecutive picks replica ``r`` gets ``n · w_r`` frames give or take one, and the picks are spread out
 (shares 2:1 deal ``0, 1, 0, 0, 1, 0``, not ``0, 0, 1``), so no replica idles while another has a burst queued.
 Deterministic: the same shares deal the same sequence. (By default the replicas pull frames from one queue

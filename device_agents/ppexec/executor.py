@@ -156,14 +156,16 @@ class PipelineExecutor:
         # Frames admitted and not yet yielded: enough to fill every queue and worker, and a bound on the outputs
         # held back for reordering (a slow or stalled replica cannot make them pile up).
         self._limit = sum(r * (self.queue_depth + 2) for r in replicas) + 1
-        self._dealers = [SmoothWeightedRoundRobin(plan.replica_shares.get(s) or [1.0]) for s in range(n)]
         # One lock per stage around dealing a frame into it: the last workers of two frames of a replicated
         # stage may forward at once, and every worker of the next stage must see the frames in one order.
         self._deal_locks = [threading.Lock() for _ in range(n)]
-        # "pull": one queue per replicated stage that every replica's lead worker takes frames from
+        # "pull": one queue per replicated stage that every replica's lead worker takes frames from; the other
+        # stages' frames are dealt (to their only replica, or by share)
         self._pull_q: Dict[int, BoundedQueue] = {
             s: BoundedQueue(self.queue_depth * r) for s, r in enumerate(replicas)
             if r > 1 and dispatch == "pull"}
+        self._dealers = [None if s in self._pull_q else SmoothWeightedRoundRobin(plan.replica_shares.get(s) or [1.0])
+                         for s in range(n)]
         self._replica_workers: List[List[List[Worker]]] = []  # stage -> replica -> workers
         self.serialise_shared_pus = bool(serialise_shared_pus)
         self._pu_locks: Dict[str, threading.Lock] = {}  # PU -> lock, for PUs serving several stages
