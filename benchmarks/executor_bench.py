@@ -9,12 +9,13 @@ Run from the repository root (about 10 minutes on the 2-core machine, plus the s
 
 Prints (stderr is left to logging):
 
-1. Per model (the onnx wheel's light zoo models), run interleaved ``--repeats`` times (median; spread =
-   (max - min) / median): one ORT session with 1 and with 2 intra-op threads (unpinned); **two pinned copies**
-   twice: a plain loop (two threads, each pinned to one core with its own single-thread session, frames dealt
-   alternately) and parapipe's ``replicated`` mapping (:func:`parapipe.cost.replicated_baseline`: the whole
-   model replicated on cpu0 and cpu1, each replica pulling the next frame when it is free) run by the pipelined
-   executor;
+1. Per model (the onnx wheel's light zoo models), run interleaved ``--repeats`` times, every other repeat in reverse
+   order (median; spread = (max - min) / median; parapipe against the loop: the median of the per-repeat ratios,
+   which cancels the load drift between repeats that a ratio of medians keeps): one ORT session with 1 and with 2
+   intra-op threads (unpinned); **two pinned copies** twice: a plain loop (two threads, each pinned to one core with
+   its own single-thread session, frames dealt alternately) and parapipe's ``replicated`` mapping
+   (:func:`parapipe.cost.replicated_baseline`: the whole model replicated on cpu0 and cpu1, each replica pulling the
+   next frame when it is free) run by the pipelined executor;
    and the best-throughput point of parapipe's search for ``--soc host`` (this machine measured with
    :func:`parapipe.workflow.prepare`, searched with :func:`parapipe.workflow.search_prepared` as ``optimize``
    does: replicated stages included, so the replicated baseline is one of its candidates, and the leading
@@ -229,16 +230,23 @@ def bench_model(model: str, args) -> dict:
     diff = scaled = 0.0
     matched = True
     last = {}
-    for _ in range(args.repeats):  # interleaved, so that load changes hit every configuration alike
-        runs["ort1"].append(ort_throughput(og.model, frames, 1))
-        runs["ort2"].append(ort_throughput(og.model, frames, 2))
-        runs["loop"].append(two_copies_loop(og.model, frames))
-        for key, bundle in bundles.items():
-            r = run_bundle(str(bundle.folder), frames=len(frames), warmup=5, verify=False, idle_frames=0)
-            runs[key].append(r.throughput_per_s)
-            diff, scaled = max(diff, r.max_abs_diff), max(scaled, r.max_scaled_diff)
-            matched = matched and r.outputs_match
-            last[key] = r
+
+    def run_parapipe(key: str) -> float:
+        nonlocal diff, scaled, matched
+        r = run_bundle(str(bundles[key].folder), frames=len(frames), warmup=5, verify=False, idle_frames=0)
+        diff, scaled = max(diff, r.max_abs_diff), max(scaled, r.max_scaled_diff)
+        matched = matched and r.outputs_match
+        last[key] = r
+        return r.throughput_per_s
+
+    configs = {"ort1": lambda: ort_throughput(og.model, frames, 1),
+               "ort2": lambda: ort_throughput(og.model, frames, 2),
+               "loop": lambda: two_copies_loop(og.model, frames),
+               "rep": lambda: run_parapipe("rep"), "pp": lambda: run_parapipe("pp")}
+    order = list(configs)
+    for i in range(args.repeats):  # interleaved, so that load changes hit every configuration alike; every
+        for key in (order if i % 2 == 0 else order[::-1]):  # other repeat in reverse, so order effects cancel
+            runs[key].append(configs[key]())
         if cut is not None:
             outs, last["cut"] = run_pipeline(extra["cut"], frames, warmup=5)
             runs["cut"].append(last["cut"].throughput_per_s)
@@ -251,6 +259,7 @@ def bench_model(model: str, args) -> dict:
         shutil.copyfile(bundles["pp"].folder / last["pp"].trace_file, args.trace)
     folders.cleanup()
     med = {k: statistics.median(v) for k, v in runs.items()}
+    paired = {k: statistics.median(a / b for a, b in zip(runs[k], runs["loop"])) for k in ("rep", "pp")}
     stages = []
     for s, st in enumerate(pp.point.stages):
         tasks = pp.plan.replicas(s)[0]  # a replicated stage: its first replica (each runs the same sub-models)
@@ -262,7 +271,8 @@ def bench_model(model: str, args) -> dict:
     whole_s = whole_alone_s(og)
     predicted = {"pp": pp.predicted_throughput_per_s, "rep": rep.predicted_throughput_per_s}
     block_sum_s = float(prep.problem.time_s[:, 0].sum())
-    return {"model": model, "med": med, "spread": {k: spread(v) for k, v in runs.items()}, "diff": diff,
+    return {"model": model, "med": med, "paired": paired, "spread": {k: spread(v) for k, v in runs.items()},
+            "diff": diff,
             "scaled": scaled, "outputs_match": matched, "predicted": predicted, "predicted_blocks": predicted_blocks,
             "point": pp.point.id, "stages": stages,
             "prep_s": prep_s, "whole_s": whole_s, "block_sum_s": block_sum_s, "mapping": pp,
@@ -276,17 +286,19 @@ def print_models(results: List[dict], frames: int, repeats: int) -> None:
     print(f"\n1. throughput, ratio to ORT with 2 threads ({frames} frames, median of {repeats} interleaved runs; "
           "copies = two pinned single-thread sessions: by hand, frames dealt alternately (loop), and as "
           "parapipe's replicated baseline in the executor, each replica pulling the next frame (rep); "
-          "pp = the search's best-throughput point)")
+          "pp = the search's best-throughput point; rep/loop and pp/loop: the median of the per-repeat ratios, "
+          "each repeat running every configuration back to back, in reverse order every other repeat)")
     print(f"{'model':<13} {'ORT-1':>6} {'ORT-2 /s':>9} {'copies loop':>11} {'copies rep':>10} {'pp':>6} "
           f"  {'x ORT-2:':<8} {'ORT-1':>6} {'loop':>6} {'rep':>6} {'pp':>6}  "
-          f"{'pp/loop':>9}  spread 1/2/loop/rep/pp  outputs  pp stages")
+          f"{'rep/loop':>8} {'pp/loop':>8}  spread 1/2/loop/rep/pp  outputs  pp stages")
     for r in results:
         m, sp = r["med"], r["spread"]
         stages = " | ".join(st["pus"] for st in r["stages"])
         print(f"{r['model']:<13} {m['ort1']:6.1f} {m['ort2']:9.1f} {m['loop']:11.1f} {m['rep']:10.1f} "
               f"{m['pp']:6.1f}   {'':<8} {m['ort1'] / m['ort2']:6.2f} {m['loop'] / m['ort2']:6.2f} "
               f"{m['rep'] / m['ort2']:6.2f} {m['pp'] / m['ort2']:6.2f}  "
-              f"{m['pp'] / m['loop']:9.2f}  " + "/".join(f"{sp[k] * 100:.0f}%" for k in ("ort1", "ort2", "loop", "rep", "pp"))
+              f"{r['paired']['rep']:8.3f} {r['paired']['pp']:8.3f}  "
+              + "/".join(f"{sp[k] * 100:.0f}%" for k in ("ort1", "ort2", "loop", "rep", "pp"))
               + f"  {'match' if r['outputs_match'] else 'DIFFER'} (|d| {r['diff']:.0e}, handed {r['scaled']:.0e})"
               + f"  {stages}")
     print("\n2. measured / predicted throughput (pred blocks: from the host profile's isolated block times alone; "
