@@ -646,7 +646,8 @@ def op_run_pipeline(request):
     Fields: ``bundle`` (folder, required); ``frames`` (200); ``warmup`` (5); ``seed`` (0); ``distinct_frames``
     (8); ``atol``, ``rtol`` (1e-5 each: a tensor matches when ``max|out - ref| <= atol + rtol * max|ref|``,
     widened per dtype); ``idle_frames`` (10); ``progress_interval_s`` (0.5); ``verify`` (true); ``lock_wait_s``
-    (30). Sends
+    (30); ``dispatch`` (``"pull"``: each replica of a replicated stage takes the next frame when it is free;
+    ``"shares"``: frames dealt by the plan's shares). Sends
     ``progress`` events (``phase``, ``frames_done``, ``frames``, ``elapsed_s``, ``throughput_per_s``) while it
     runs. Returns the report (``ppexec.RunReport`` as JSON), also written to ``out/report.json`` with the
     Chrome trace in ``out/trace.json``. A failing stage is a ``RunError`` naming stage, PU and task; a bad or
@@ -665,7 +666,8 @@ def op_run_pipeline(request):
                   idle_frames=_int_field(request, "idle_frames", 10, 0),
                   rtol=float(rtol),
                   progress_interval_s=float(interval), verify=bool(_field(request, "verify", bool, True)),
-                  lock_wait_s=float(lock_wait), emit=lambda event: _emit(request, event))
+                  lock_wait_s=float(lock_wait), emit=lambda event: _emit(request, event),
+                  dispatch=_field(request, "dispatch", str, "pull"))
     if not os.path.isdir(folder):
         raise AgentError("BadRequest", "bundle folder %s does not exist on this host" % folder)
     return {"report": _core_call(core, lambda: bundle_run.run_bundle(folder, **kwargs).to_json())}

@@ -300,8 +300,15 @@ class _Bar:
             self.bar.close()
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (what is wrong and where help is) instead of the usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="parapipe", description="Map ONNX inference onto heterogeneous SoCs: "
+    p = _Parser(prog="parapipe", description="Map ONNX inference onto heterogeneous SoCs: "
                                 "pipelined stages x intra-stage parallelism, Pareto fronts of throughput, latency "
                                 "and energy.")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-v info, -vv debug)")

@@ -76,7 +76,7 @@ def cmd_run(args) -> int:
     try:
         lm, rep = run_local(args.model, args.mapping, args.point, frames=args.frames, seed=args.seed, binds=binds,
                             trace=args.trace, on_event=progress, input_shapes=_input_shapes(args),
-                            feeds=args.feeds)
+                            feeds=args.feeds, dispatch=args.replica_dispatch)
     finally:
         progress.close()
     record_run(args.db, lm.doc, lm.point, rep, "local")
@@ -102,7 +102,8 @@ def cmd_deploy(args) -> int:
     timeouts = {} if args.ssh_timeout is None else {"connect_timeout_s": args.ssh_timeout,
                                                      "command_timeout_s": args.ssh_timeout}
     options = DeployOptions(frames=args.frames, warmup=args.warmup, seed=args.seed, keep=args.keep,
-                            remote_dir=args.remote_dir, python=args.python, **timeouts)
+                            remote_dir=args.remote_dir, python=args.python, dispatch=args.replica_dispatch,
+                            **timeouts)
     binds = parse_binds(args.bind)
 
     def show(event) -> None:
@@ -164,11 +165,15 @@ def cmd_runs(args) -> int:
     return 0
 
 
-def _add_run_recording(s) -> None:
-    """``--bind`` and ``--db`` of ``run`` and ``deploy``."""
+def _add_run_options(s) -> None:
+    """``--bind``, ``--replica-dispatch`` and ``--db`` of ``run`` and ``deploy``."""
     s.add_argument("--bind", action="append", default=[], metavar="PU=CPUS",
                    help="run PU on these CPUs (0, 0-3, 0,2) with ONNX Runtime's CPU provider instead of its profile "
                    "binding; repeatable. The report names substituted PUs (their prediction does not apply)")
+    s.add_argument("--replica-dispatch", default="pull", metavar="POLICY",
+                   help="how a replicated stage's frames reach its replicas: pull (default; each replica takes the "
+                   "next frame when it is free, so each gets frames in proportion to its speed as it runs) or "
+                   "shares (dealt in the proportions the cost model predicted, the same sequence every run)")
     s.add_argument("--db", default="profile.sqlite", help="profile database whose 'runs' table keeps the run "
                    "(default profile.sqlite, as 'parapipe profile'); '' keeps nothing")
 
@@ -184,7 +189,7 @@ def add_run_parsers(sub) -> None:
     s.add_argument("--frames", type=int, default=200, help="frames to push through the pipeline (default 200)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--trace", default=None, help="write a Chrome trace (Perfetto) of the run to this file")
-    _add_run_recording(s)
+    _add_run_options(s)
     add_input_options(s, feeds=True)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_run)
@@ -214,7 +219,7 @@ def add_run_parsers(sub) -> None:
                    "120 s a command)")
     s.add_argument("--out", default="out/deploy", help="local folder for report.json and trace.json "
                    "(default out/deploy)")
-    _add_run_recording(s)
+    _add_run_options(s)
     add_input_options(s, feeds=True)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_deploy)

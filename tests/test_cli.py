@@ -395,6 +395,57 @@ def test_run_host_mapping_errors(capsys, tmp_path, monkeypatch, host_mapping):
                "--frames")
 
 
+@pytest.mark.slow
+def test_run_replica_dispatch_shares_deals_frames_by_the_mapping_shares(capsys, host_mapping, tmp_path):
+    # replicated-0 of the host mapping, its shares edited to 3:1: dealt by shares, 40 consecutive frames of the
+    # smooth weighted round robin (period 4) give cpu0 exactly 30 and cpu1 10, which pulling on two equal
+    # cores would not; the report says which policy ran
+    from ppexec.metrics import trace_events_from_chrome
+
+    doc = json.loads(host_mapping.read_text())
+    (stage,) = next(p for p in doc["points"] if p["id"] == "replicated-0")["mapping"]["stages"]
+    replicas = stage["replicas"]
+    assert [r["pus"] for r in replicas] == [["cpu0"], ["cpu1"]]
+    replicas[0]["share"], replicas[1]["share"] = 0.75, 0.25
+    path = _write(tmp_path, doc)
+    counts = {}
+    for policy in ("shares", "pull"):
+        trace = tmp_path / f"{policy}.json"
+        code, out, err = run_cli(capsys, "run", "squeezenet", "--mapping", path, "--point", "replicated-0",
+                                 "--frames", "40", "--json", "--db", "", "--trace", trace,
+                                 "--replica-dispatch", policy)
+        assert code == 0, err
+        rep = json.loads(out)
+        assert rep["dispatch"] == policy and rep["outputs_match"] is True
+        events = trace_events_from_chrome(json.loads(trace.read_text()))
+        assert sorted(e.frame for e in events) == list(range(40))
+        counts[policy] = {pu: sum(e.pu == pu for e in events) for pu in ("cpu0", "cpu1")}
+    assert counts["shares"] == {"cpu0": 30, "cpu1": 10}, counts
+    assert sum(counts["pull"].values()) == 40
+
+
+def test_a_bad_option_value_is_one_line_naming_the_option(capsys, tmp_path, monkeypatch):
+    # argparse's own errors (a non-integer count, an unknown command) are one line too, not the usage block
+    monkeypatch.chdir(tmp_path)
+    for argv, names in ((["run", "squeezenet", "--mapping", "m.json", "--frames", "ten"], ("--frames", "ten")),
+                        (["optimize", "squeezenet", "--soc", "host", "--time-stages", "x"], ("--time-stages",)),
+                        (["frobnicate"], ("frobnicate", "optimize")),
+                        (["run", "squeezenet", "--mapping", "m.json", "--replica-dispatch", "random"],
+                         ("--replica-dispatch", "random", "pull", "shares"))):
+        capsys.readouterr()
+        try:
+            code = main(argv)  # parapipe's own input errors return 2
+        except SystemExit as exc:  # argparse's exit
+            code = exc.code
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "", (argv, out, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("parapipe") and " error: " in lines[0], (argv, err)
+        for name in names:
+            assert name in lines[0], (name, lines[0])
+    assert files_under(tmp_path) == []
+
+
 def test_front_table_lists_each_mapping_once_and_explains_gap():
     from parapipe.cli_optimize import _front_table
     from parapipe.mapping import ParetoDoc

@@ -78,11 +78,12 @@ def test_deploy_two_stage_inception_v1_outputs_match_and_leaves_nothing(sshd_ser
     rc = main(["deploy", "--python", sys.executable, "--db", "", "inception_v1", "--mapping", str(inception_mapping), "--point", "p0",
                "--host", sshd_server.host, "--identity", str(sshd_server.client_key),
                "--known-hosts", str(sshd_server.known_hosts), "--frames", FRAMES, "--remote-dir", str(remote),
-               "--out", str(out), "--json"])
+               "--out", str(out), "--replica-dispatch", "shares", "--json"])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     doc = json.loads(captured.out)
     assert doc["outputs_match"] is True and doc["max_abs_diff"] <= 1e-5
+    assert doc["dispatch"] == "shares"  # the option reached the host's executor (its report says so)
     assert doc["frames"] == int(FRAMES) and doc["stages"] == 2 and doc["point"] == "p0"
     assert doc["throughput_per_s"] > 0 and doc["latency_p50_s"] > 0
     assert doc["predicted"]["throughput_per_s"] == pytest.approx(50.0) and doc["idle_latency_s"] > 0

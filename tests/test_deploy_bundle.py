@@ -100,6 +100,19 @@ def test_the_bundles_agent_runs_it_with_progress_events_and_matching_outputs(bun
                          warmup=0)["report"]["outputs_match"] is True
 
 
+def test_the_agent_takes_the_replica_dispatch_and_refuses_an_unknown_one(bundle, agent):
+    report = agent.request("run_pipeline", timeout_s=60, bundle=str(bundle.folder), frames=3, warmup=0,
+                           idle_frames=0, dispatch="shares")["report"]
+    assert report["dispatch"] == "shares" and report["outputs_match"] is True
+    with pytest.raises(AgentRequestError) as info:
+        agent.request("run_pipeline", timeout_s=60, bundle=str(bundle.folder), frames=3, dispatch="random")
+    assert info.value.error_type == "BadRequest"
+    assert "dispatch" in str(info.value) and "'random'" in str(info.value) and "\n" not in str(info.value)
+    # the refused request left the agent serving, and the bundle unlocked
+    assert agent.request("run_pipeline", timeout_s=60, bundle=str(bundle.folder), frames=2,
+                         warmup=0)["report"]["dispatch"] == "pull"
+
+
 def test_a_tampered_file_is_refused_naming_it(mapping_file, tmp_path):
     b = build_bundle(load_mapping("squeezenet", str(mapping_file), "p0"), tmp_path / "b")
     model = b.folder / "models" / "s1.cpu1.t0.onnx"

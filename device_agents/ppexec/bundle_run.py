@@ -41,7 +41,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 import numpy as np
 
 from .errors import DEFAULT_ERRORS, PlanError
-from .executor import PipelineExecutor
+from .executor import DISPATCH_POLICIES, PipelineExecutor
 from .files import write_json_atomic
 from .metrics import chrome_trace
 from .plan import PUBinding, plan_from_doc
@@ -245,7 +245,8 @@ def _idle_latency_s(ex: PipelineExecutor, pool: List[Dict[str, np.ndarray]], cou
 def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, distinct_frames: int = 8,
                atol: float = 1e-5, rtol: float = 1e-5, progress_interval_s: float = 0.5,
                emit: Optional[Callable[[Dict[str, Any]], None]] = None, verify: bool = True,
-               lock_wait_s: float = 30.0, idle_frames: int = 10, errors=DEFAULT_ERRORS) -> RunReport:
+               lock_wait_s: float = 30.0, idle_frames: int = 10, dispatch: str = "pull",
+               errors=DEFAULT_ERRORS) -> RunReport:
     """Run the bundle in ``folder``: ``warmup`` + ``frames`` frames through its plan, outputs checked.
 
     Parameters
@@ -279,6 +280,10 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
     idle_frames : int
         Frames sent one at a time through the empty pipeline after the measured run, for ``idle_latency_s``
         (0 to skip; at most ``frames``).
+    dispatch : str
+        How a replicated stage's frames reach its replicas (:data:`.executor.DISPATCH_POLICIES`): ``"pull"``
+        (default: each replica takes the next frame when it is free) or ``"shares"`` (dealt by the plan's
+        ``replica_shares``); recorded in the report.
     errors : ErrorKinds
 
     Returns
@@ -297,6 +302,9 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
         if int(value) < low:
             raise errors.input("run_pipeline", name, "must be >= %d, got %r" % (low, value),
                                "pass a valid count")
+    if dispatch not in DISPATCH_POLICIES:
+        raise errors.input("run_pipeline", "dispatch", "unknown policy %r" % (dispatch,),
+                           "use one of %s" % ", ".join(DISPATCH_POLICIES))
     folder = os.path.abspath(folder)
     started = time.perf_counter()
     last = [float("-inf")]
@@ -338,7 +346,7 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
         matched = True
         check = FrameCheck(reference, outputs, checked, atol, rtol)
         meter = PowerMeter(doc["power_sensor"], errors=errors) if doc.get("power_sensor") else None
-        with PipelineExecutor(plan, errors=errors) as ex:
+        with PipelineExecutor(plan, errors=errors, dispatch=dispatch) as ex:
             progress("start", 0, force=True)
             if warmup:
                 for _ in ex.run(pool[i % len(pool)] for i in range(warmup)):
@@ -368,7 +376,8 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
             pu_utilisation=dict(metrics.pu_utilisation), outputs_match=bool(matched), max_abs_diff=worst,
             checked_tensors=len(checked), max_scaled_diff=scaled, atol=float(atol), rtol=float(rtol),
             predicted=predicted, substituted=substituted, bindings=doc.get("bindings") or {},
-            host=_host_info(), energy_j=energy_j, bundle_id=manifest.get("bundle_id"), report_file=REPORT,
+            host=_host_info(), energy_j=energy_j, bundle_id=manifest.get("bundle_id"), dispatch=dispatch,
+            report_file=REPORT,
             trace_file=TRACE)
         info = {"model": report.model.get("name"), "point": report.point, "frames": report.frames,
                 "throughput_per_s": report.throughput_per_s, "predicted": predicted,

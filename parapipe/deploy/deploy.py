@@ -40,6 +40,7 @@ from parapipe.deploy.remote_agent import check_python
 from parapipe.deploy.upload import fetch, remote_abs, remote_files, remove_strays, upload_bundle
 from parapipe.errors import ExecutionError, HostError, input_error
 from parapipe.runtime.facts import check_board, facts_from_probe, facts_probe
+from parapipe.runtime.run import check_dispatch
 from ppexec import RunReport, bundle_run
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,9 @@ class DeployOptions:
         Interpreter on the host.
     idle_frames : int
         Frames sent one at a time through the empty pipeline after the run, for the idle latency.
+    dispatch : str
+        How a replicated stage's frames reach its replicas on the host: ``"pull"`` (each replica takes the next
+        frame when it is free) or ``"shares"`` (dealt by the plan's shares).
     progress_interval_s : float
         Least seconds between two progress events from the host.
     silence_timeout_s : float
@@ -104,6 +108,7 @@ class DeployOptions:
     remote_dir: str = DEFAULT_REMOTE_DIR
     python: str = "python3"
     idle_frames: int = 10
+    dispatch: str = "pull"
     progress_interval_s: float = 0.5
     silence_timeout_s: float = 120.0
     clean_wait_s: float = 10.0
@@ -164,6 +169,7 @@ def _check_options(options: DeployOptions) -> None:
         if not isinstance(value, int) or value < low:
             raise input_error(f"--{name.replace('_', '-')}", None,
                               f"must be an integer >= {low}, got {value!r}", "give a valid count")
+    check_dispatch(options.dispatch)
     if not options.remote_dir.strip():
         raise input_error("--remote-dir", None, "is empty", "give a folder on the host, e.g. ~/parapipe")
 
@@ -290,7 +296,7 @@ def deploy_bundle(host: RemoteHost, bundle: Bundle, out_dir: Path, options: Opti
                               bundle=folder, frames=options.frames, warmup=options.warmup, seed=options.seed,
                               distinct_frames=options.distinct_frames, atol=float(options.atol),
                               rtol=float(options.rtol), idle_frames=options.idle_frames,
-                              progress_interval_s=float(options.progress_interval_s))
+                              progress_interval_s=float(options.progress_interval_s), dispatch=options.dispatch)
         try:
             report = RunReport.from_json(reply["report"])
         except ValueError as exc:

@@ -19,14 +19,25 @@ from parapipe.errors import input_error
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_local", "record_run"]
+__all__ = ["run_local", "record_run", "check_dispatch"]
+
+
+def check_dispatch(dispatch: str) -> None:
+    """Refuse a replica dispatch policy the executor does not know (InputError naming
+    ``--replica-dispatch``)."""
+    from ppexec.executor import DISPATCH_POLICIES
+
+    if dispatch not in DISPATCH_POLICIES:
+        raise input_error("--replica-dispatch", None, f"unknown policy {dispatch!r}",
+                          f"use one of {', '.join(DISPATCH_POLICIES)}")
 
 
 def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warmup: int = 5, seed: int = 0,
               binds: Optional[Mapping[str, Sequence[int]]] = None, atol: float = 1e-5, rtol: float = 1e-5,
               idle_frames: int = 10, trace: Optional[str] = None,
               on_event: Optional[Callable[[Dict[str, Any]], None]] = None,
-              input_shapes: Optional[Mapping[str, Sequence[int]]] = None, feeds: Optional[str] = None):
+              input_shapes: Optional[Mapping[str, Sequence[int]]] = None, feeds: Optional[str] = None,
+              dispatch: str = "pull"):
     """Run one point of a pareto.json on this machine with the pipelined executor and check its outputs.
 
     Every model output and every tensor handed from one task to another is compared with the unsplit model on
@@ -54,6 +65,9 @@ def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warm
     feeds : str, optional
         An .npz of input frames (``--feeds``) used instead of generated frames (seeded; integer inputs drawn
         from the range the graph allows, :func:`parapipe.graph.feeds.integer_input_ranges`).
+    dispatch : str
+        How a replicated stage's frames reach its replicas (``--replica-dispatch``): ``"pull"`` (default) or
+        ``"shares"`` (:data:`ppexec.executor.DISPATCH_POLICIES`).
 
     Returns
     -------
@@ -62,7 +76,7 @@ def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warm
     Raises
     ------
     InputError
-        Bad mapping, point, ``--bind``, counts, feeds; a PU this machine cannot run as bound (CPUs, runtime,
+        Bad mapping, point, ``--bind``, counts, feeds, dispatch policy; a PU this machine cannot run as bound (CPUs, runtime,
         provider); inputs the unsplit model fails on (a feed error naming the input).
     ppexec.PipelineError
         A stage failed (naming stage, PU and task).
@@ -73,6 +87,7 @@ def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warm
 
     if frames < 1:
         raise input_error("--frames", None, f"must be >= 1, got {frames}", "give a positive frame count")
+    check_dispatch(dispatch)
     lm = load_mapping(model, mapping_path, point, binds, input_shapes)
     lm.feeds = feeds
     check_board(lm.plan.bindings, local_facts(), "this machine")
@@ -80,7 +95,8 @@ def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warm
         bundle = build_bundle(lm, Path(tmp) / "bundle")
         try:
             report = run_bundle(str(bundle.folder), frames=frames, warmup=warmup, seed=seed, atol=atol,
-                                rtol=rtol, idle_frames=idle_frames, emit=on_event, verify=False)
+                                rtol=rtol, idle_frames=idle_frames, emit=on_event, verify=False,
+                                dispatch=dispatch)
         except ReferenceRunError as exc:  # the unsplit model fails on these inputs: a feed error
             from parapipe.graph.feeds import feed_error
 
