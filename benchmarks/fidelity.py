@@ -11,8 +11,9 @@ Run from the repository root (about 10 minutes on the 2-core machine)::
    (:func:`parapipe.search.api.search`; its front and baselines bring multi-PU stages: intra-stage
    parallelism), and hand-made mappings are added: single core, two-stage cuts, a core serving two stages
    (cpu0 | cpu1 | cpu0), four alternating stages. Every single-PU stage's block range, and every task of a
-   multi-PU stage (the blocks the executor runs as one sub-model), is timed alone as one sub-model (:func:`parapipe.profiling.host.measure_ranges`: profiling, not a pipeline run; isolated block
-   times miss the fusions a stage's sub-model keeps) and written beside the block table
+   multi-PU stage (the blocks the executor runs as one sub-model), is timed as one sub-model as ``optimize``
+   times its leading points (:func:`parapipe.workflow.time_mapping_stages`: profiling, not a pipeline run;
+   isolated block times miss the fusions a stage's sub-model keeps) and written beside the block table
    (``tables/<model>.ranges.csv``). Every mapping runs for real with :func:`parapipe.runtime.run.
    run_local` (about ``--run-s`` seconds each, outputs checked against the unsplit model) and is recorded in
    the runs table of ``WORK/fidelity.sqlite``; every mapping runs ``--repeats`` times, the rounds interleaved.
@@ -76,24 +77,19 @@ def searched_mappings(problem) -> List[Tuple[str, Mapping]]:
 
 
 def stage_level_times(prep, mappings: List[Mapping]) -> int:
-    """Time every single-PU stage's block range of ``mappings``, and every task of their multi-PU stages
-    (:func:`parapipe.cost.tasks.stage_tasks`, what the executor runs as one sub-model), as one sub-model, alone
-    on the first allowed
-    core with the other cores idle (:func:`parapipe.profiling.host.measure_ranges` with ``loaded=False``, the
-    executor's session settings; what co-running stages cost is the fitted contention term's), into
-    ``prep.problem.range_time_s`` / ``task_time_s`` for every PU (this machine's cores are identical). This is
-    profiling, not a pipeline run: each range runs by itself, like a block. Returns the number of ranges and
-    tasks."""
-    from parapipe.cost.tasks import stage_block_sets
-    from parapipe.profiling.host import measure_block_sets, measure_ranges
+    """Time every single-PU stage's block range of ``mappings``, every replica and every task of their multi-PU
+    stages (:func:`parapipe.cost.tasks.stage_block_sets`, what the executor runs as one sub-model), as one
+    sub-model each, as ``optimize --soc host`` times its leading points (:func:`parapipe.workflow.
+    time_mapping_stages`: interleaved passes, the median of the passes' medians, each at least
+    :data:`parapipe.profiling.host.STAGE_MIN_S` of runs; alone while the host prior's pipeline terms model
+    co-running, as they do), into ``prep.problem.range_time_s`` / ``task_time_s`` for every PU (this machine's
+    cores are identical). This is profiling, not a pipeline run: each sub-model runs by itself, like a block
+    (a single one-shot timing let one disturbance through: shufflenet's whole model came out at 5.85 ms where
+    every run measured 4.2-4.6 ms). Returns the number of ranges and tasks."""
+    from parapipe.workflow import time_mapping_stages
 
-    pr = prep.problem
-    ranges, tasks = stage_block_sets(pr, mappings)
-    timed = measure_ranges(prep.block_graph, ranges, loaded=False)  # co-running: the terms' job
-    pr.range_time_s = {(a, b, p): t for (a, b), t in timed.items() for p in range(pr.n_pus)}
-    timed_tasks = measure_block_sets(prep.block_graph, tasks)
-    pr.task_time_s = {(p, b): t for b, t in timed_tasks.items() for p in range(pr.n_pus)}
-    return len(timed) + len(timed_tasks)
+    ranges, tasks = time_mapping_stages(prep, mappings, passes=3)
+    return len(ranges) + len(tasks)
 
 
 def make_doc(prep, named: List[Tuple[str, Mapping]]):

@@ -99,9 +99,12 @@ def cmd_optimize(args) -> int:
         _print_model_notes(prep.opgraph)
         timing = doc.search.get("stage_timing")
         if timing and timing["rounds"]:
+            ids = timing.get("timed_point_ids") or []
+            shown = ", ".join(ids[:8]) + (f", +{len(ids) - 8}" if len(ids) > 8 else "")
             print(f"note: the stages of {timing['points_timed']} leading mapping(s) were timed as sub-models "
                   f"({timing['ranges']} range(s), {timing['tasks']} task(s), {timing['rounds']} round(s), "
-                  f"{timing['seconds']:.1f} s); the table uses those times (--time-stages)")
+                  f"{timing['seconds']:.1f} s); the table uses those times (--time-stages)"
+                  + (f"; every stage measured: {shown}" if ids else ""))
         if prep.soc.name == "host" and prep.soc.power_sensor is None:
             print("note: host energy uses placeholder powers (5 W active, 1 W idle per core, 10 W static): no power "
                   "meter here; period and latency are predicted from times measured here")

@@ -149,7 +149,8 @@ def search_prepared(prep: Prepared, options, progress=None, time_stages: int = S
     ``measure(ranges, tasks, loaded) -> (range_s, task_s)`` replaces the host measurement (default
     :func:`parapipe.profiling.host.measure_stages` with ``passes``). Returns the last
     :class:`parapipe.search.api.SearchResult`; its ``info["stage_timing"]`` says what was timed (``points``
-    asked for, distinct mappings timed, rounds, ranges, tasks, seconds).
+    asked for, distinct mappings timed, rounds, ranges, tasks, ``timed_point_ids``: the points whose every
+    stage has a measured time, seconds).
 
     Raises
     ------
@@ -179,8 +180,25 @@ def search_prepared(prep: Prepared, options, progress=None, time_stages: int = S
     result.info["stage_timing"] = {"points": time_stages, "points_timed": len(timed_points), "rounds": done_rounds,
                                    "ranges": len(timed_ranges), "tasks": len(timed_tasks),
                                    "loaded": timed_loaded(prep.terms),
+                                   "timed_point_ids": stage_timed_ids(prep.problem, result.points),
                                    "seconds": time.perf_counter() - t0}
     return result
+
+
+def stage_timed_ids(problem, points) -> List[str]:
+    """Ids of ``points`` whose every sub-model (:func:`parapipe.cost.tasks.stage_block_sets`) has a stage-level
+    time in ``problem`` (``range_time_s`` / ``task_time_s``): their figures come from stages timed as the
+    executor runs them, the others' from block sums."""
+    from .cost.tasks import stage_block_sets
+
+    have_ranges = {(a, b) for a, b, _ in (problem.range_time_s or {})}
+    have_tasks = {blocks for _, blocks in (problem.task_time_s or {})}
+    out = []
+    for p in points:
+        ranges, tasks = stage_block_sets(problem, [p.mapping])
+        if all(r in have_ranges for r in ranges) and all(t in have_tasks for t in tasks):
+            out.append(p.id)
+    return out
 
 
 def time_mapping_stages(prep: Prepared, mappings: Sequence, passes: int = 3, measure=None,

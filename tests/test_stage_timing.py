@@ -83,6 +83,12 @@ def test_measured_stages_turn_the_ranking_to_the_replicated_model():
     ranges, tasks = stage_block_sets(pr, [p.mapping for p in leading])
     assert all((a, b, 0) in pr.range_time_s for a, b in ranges)
     assert all((0, t) in (pr.task_time_s or {}) for t in tasks)
+    # the document names the points predicted from measured stages: the leading ones, not a cut never timed
+    ids = after.info["stage_timing"]["timed_point_ids"]
+    assert {p.id for p in leading} <= set(ids)
+    untimed = [p for p in after.points if any((a, b, 0) not in pr.range_time_s
+                                              for a, b in stage_block_sets(pr, [p.mapping])[0])]
+    assert untimed and not any(p.id in ids for p in untimed)
 
 
 def test_fitted_co_running_terms_time_stages_alone():
