@@ -86,9 +86,27 @@ def test_measured_stages_turn_the_ranking_to_the_replicated_model():
     # the document names the points predicted from measured stages: the leading ones, not a cut never timed
     ids = after.info["stage_timing"]["timed_point_ids"]
     assert {p.id for p in leading} <= set(ids)
-    untimed = [p for p in after.points if any((a, b, 0) not in pr.range_time_s
-                                              for a, b in stage_block_sets(pr, [p.mapping])[0])]
-    assert untimed and not any(p.id in ids for p in untimed)
+
+
+def test_stage_timed_ids_needs_every_range_and_task_of_a_point():
+    from types import SimpleNamespace
+
+    from parapipe.workflow import stage_timed_ids
+
+    pr = _two_cores()
+    whole = Mapping((StageMapping(0, 4, (0,), (0,) * 4, replicas=(Replica((1,), (1,) * 4),)),))
+    cut = Mapping((StageMapping(0, 2, (0,), (0, 0)), StageMapping(2, 4, (1,), (1, 1))))
+    group = Mapping((StageMapping(0, 4, (0, 1), (0, 0, 1, 1)),))
+    points = [SimpleNamespace(id=name, mapping=m) for name, m in (("whole", whole), ("cut", cut), ("group", group))]
+    assert stage_timed_ids(pr, points) == []  # block sums only
+    pr.range_time_s = {(0, 4, p): 4 * MS for p in range(2)} | {(0, 2, 0): 2 * MS}
+    assert stage_timed_ids(pr, points) == ["whole"]  # the cut's second stage (2, 4) has no time
+    pr.range_time_s[(2, 4, 0)] = 2 * MS
+    (_, first), (_, second) = stage_tasks(pr, group.stages[0])
+    pr.task_time_s = {(0, tuple(sorted(first))): 2 * MS}
+    assert stage_timed_ids(pr, points) == ["whole", "cut"]  # one of the group's two tasks is timed
+    pr.task_time_s[(0, tuple(sorted(second)))] = 2 * MS
+    assert stage_timed_ids(pr, points) == ["whole", "cut", "group"]
 
 
 def test_fitted_co_running_terms_time_stages_alone():
