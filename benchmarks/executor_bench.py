@@ -4,16 +4,17 @@ model into stages, the cost of a stage hop, and a long soak.
 
 Run from the repository root (about 10 minutes on the 2-core machine, plus the soak)::
 
-    python benchmarks/executor_bench.py [--models inception_v1 squeezenet resnet50] [--frames 100]
+    python benchmarks/executor_bench.py [--models inception_v1 squeezenet resnet50] [--frames 100] [--min-run-s 2]
         [--repeats 3] [--soak 10000] [--trace out/inception_trace.json] [--measured-cut] [--terms CAL.yaml]
 
 Prints (stderr is left to logging):
 
 1. Per model (the onnx wheel's light zoo models), run interleaved ``--repeats`` times, every other repeat in reverse
-   order (median; spread = (max - min) / median; parapipe against the loop: the median of the per-repeat ratios,
-   which cancels the load drift between repeats that a ratio of medians keeps): one ORT session with 1 and with 2
-   intra-op threads (unpinned); **two pinned copies** twice: a plain loop (two threads, each pinned to one core with
-   its own single-thread session, frames dealt alternately) and parapipe's ``replicated`` mapping
+   order, each run at least ``--frames`` frames and about ``--min-run-s`` seconds at the predicted rate (median;
+   spread = (max - min) / median; parapipe against the loop: the median of the per-repeat ratios, which cancels the
+   load drift between repeats that a ratio of medians keeps): one ORT session with 1 and with 2 intra-op threads
+   (unpinned); **two pinned copies** twice: a plain loop (two threads, each pinned to one core with its own single-
+   thread session, frames dealt alternately) and parapipe's ``replicated`` mapping
    (:func:`parapipe.cost.replicated_baseline`: the whole model replicated on cpu0 and cpu1, each replica pulling the
    next frame when it is free) run by the pipelined executor;
    and the best-throughput point of parapipe's search for ``--soc host`` (this machine measured with
@@ -39,6 +40,7 @@ Prints (stderr is left to logging):
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import statistics
@@ -216,7 +218,9 @@ def whole_alone_s(og, repeats: int = 20) -> float:
 def bench_model(model: str, args) -> dict:
     pp, rep, prep, prep_s, predicted_blocks = host_mappings(model, args.time_limit, args.terms)
     og = pp.opgraph
-    frames = make_frames(og, args.frames)
+    # every run lasts about --min-run-s at the predicted rate: 200 frames of squeezenet took 0.7 s, short enough
+    # for one scheduling hiccup of this shared VM to move a run's throughput by several per cent
+    frames = make_frames(og, max(args.frames, int(math.ceil(args.min_run_s * pp.predicted_throughput_per_s))))
     cut = measured_best_cut(pp, args.cut_repeats) if args.measured_cut else None
     folders = tempfile.TemporaryDirectory(prefix="parapipe-bench-")
     bundles = {key: build_bundle(m, Path(folders.name) / key) for key, m in (("pp", pp), ("rep", rep))}
@@ -271,7 +275,8 @@ def bench_model(model: str, args) -> dict:
     whole_s = whole_alone_s(og)
     predicted = {"pp": pp.predicted_throughput_per_s, "rep": rep.predicted_throughput_per_s}
     block_sum_s = float(prep.problem.time_s[:, 0].sum())
-    return {"model": model, "med": med, "paired": paired, "spread": {k: spread(v) for k, v in runs.items()},
+    return {"model": model, "frames": len(frames), "med": med, "paired": paired,
+            "spread": {k: spread(v) for k, v in runs.items()},
             "diff": diff,
             "scaled": scaled, "outputs_match": matched, "predicted": predicted, "predicted_blocks": predicted_blocks,
             "point": pp.point.id, "stages": stages,
@@ -282,15 +287,16 @@ def bench_model(model: str, args) -> dict:
                                               "busy_s": list(last["cut"].stage_busy_s)}}
 
 
-def print_models(results: List[dict], frames: int, repeats: int) -> None:
-    print(f"\n1. throughput, ratio to ORT with 2 threads ({frames} frames, median of {repeats} interleaved runs; "
+def print_models(results: List[dict], frames: int, repeats: int, min_run_s: float) -> None:
+    print(f"\n1. throughput, ratio to ORT with 2 threads (at least {frames} frames and about {min_run_s:g} s per run, "
+          f"frames per model in the last column; median of {repeats} interleaved runs; "
           "copies = two pinned single-thread sessions: by hand, frames dealt alternately (loop), and as "
           "parapipe's replicated baseline in the executor, each replica pulling the next frame (rep); "
           "pp = the search's best-throughput point; rep/loop and pp/loop: the median of the per-repeat ratios, "
           "each repeat running every configuration back to back, in reverse order every other repeat)")
     print(f"{'model':<13} {'ORT-1':>6} {'ORT-2 /s':>9} {'copies loop':>11} {'copies rep':>10} {'pp':>6} "
           f"  {'x ORT-2:':<8} {'ORT-1':>6} {'loop':>6} {'rep':>6} {'pp':>6}  "
-          f"{'rep/loop':>8} {'pp/loop':>8}  spread 1/2/loop/rep/pp  outputs  pp stages")
+          f"{'rep/loop':>8} {'pp/loop':>8}  spread 1/2/loop/rep/pp  outputs  pp stages  frames")
     for r in results:
         m, sp = r["med"], r["spread"]
         stages = " | ".join(st["pus"] for st in r["stages"])
@@ -300,7 +306,7 @@ def print_models(results: List[dict], frames: int, repeats: int) -> None:
               f"{r['paired']['rep']:8.3f} {r['paired']['pp']:8.3f}  "
               + "/".join(f"{sp[k] * 100:.0f}%" for k in ("ort1", "ort2", "loop", "rep", "pp"))
               + f"  {'match' if r['outputs_match'] else 'DIFFER'} (|d| {r['diff']:.0e}, handed {r['scaled']:.0e})"
-              + f"  {stages}")
+              + f"  {stages}  {r['frames']}")
     print("\n2. measured / predicted throughput (pred blocks: from the host profile's isolated block times alone; "
           "pred: the search's, with the leading points' stages timed as sub-models)")
     print(f"{'model':<13} {'mapping':<5} {'measured':>9} {'pred blocks':>11} {'meas/pred':>9} "
@@ -413,7 +419,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["inception_v1", "squeezenet", "resnet50"],
                         help="models to compare (the soak runs the first)")
-    parser.add_argument("--frames", type=int, default=100)
+    parser.add_argument("--frames", type=int, default=100, help="frames per run, at least (default 100)")
+    parser.add_argument("--min-run-s", type=float, default=2.0,
+                        help="more frames for fast models: each run about this long at the predicted rate (default "
+                        "2 s; 0 for exactly --frames)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--time-limit", type=float, default=10.0, help="search time limit, s")
     parser.add_argument("--terms", default=None,
@@ -442,7 +451,7 @@ def main(argv=None) -> int:
             results.append(bench_model(model, args))
             print(f"# {model}: measured the host and searched in {results[-1]['prep_s']:.1f} s, benchmarked "
                   f"in {time.perf_counter() - t0:.1f} s", flush=True)
-        print_models(results, args.frames, args.repeats)
+        print_models(results, args.frames, args.repeats, args.min_run_s)
     print_hops(args.hops, args.hop_frames, args.idle_frames)
     if args.soak:
         r = soak(results[0]["mapping"], args.soak, args.soak_chunk)
