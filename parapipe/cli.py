@@ -308,9 +308,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="parapipe", description="Map ONNX inference onto heterogeneous SoCs: "
-                                "pipelined stages x intra-stage parallelism, Pareto fronts of throughput, latency "
-                                "and energy.")
+    p = _Parser(prog="parapipe", description="Map ONNX inference onto heterogeneous SoCs: pipelined stages x "
+                "intra-stage parallelism, Pareto fronts of throughput, latency and energy.")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-v info, -vv debug)")
     p.add_argument("--version", action="version", version=f"parapipe {__version__}")
     sub = p.add_subparsers(dest="command", required=True)

@@ -76,8 +76,8 @@ def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warm
     Raises
     ------
     InputError
-        Bad mapping, point, ``--bind``, counts, feeds, dispatch policy; a PU this machine cannot run as bound (CPUs, runtime,
-        provider); inputs the unsplit model fails on (a feed error naming the input).
+        Bad mapping, point, ``--bind``, counts, feeds, dispatch policy; a PU this machine cannot run as bound
+        (CPUs, runtime, provider); inputs the unsplit model fails on (a feed error naming the input).
     ppexec.PipelineError
         A stage failed (naming stage, PU and task).
     """
