@@ -385,3 +385,28 @@ def test_point_labels_name_front_points_and_merge_coinciding_ones():
           "pipeline": [{"id": "pipeline-0", "x": 9.0, "y": 9.0}]}
     labels = sorted(text for _, _, text, _ in point_labels(by, "x", "y"))
     assert labels == ["dsp0/dsp1", "p0/dla", "p1"]
+
+
+def test_place_labels_keeps_a_crowded_cluster_readable():
+    # six markers within 12 px of each other (the A311D front's corner), one label each, a legend beside them:
+    # every label lies inside the axes and covers no other label, no marker and not the legend
+    from parapipe.report.plots import _overlap, place_labels
+
+    anchors = [(200.0 + 4 * i, 300.0 + (i % 3) * 4, 8.0) for i in range(6)]
+    sizes = [(14.0, 9.0)] * 6
+    legend = (240.0, 280.0, 400.0, 400.0)
+    bounds = (0.0, 0.0, 800.0, 600.0)
+    placed = place_labels(anchors, sizes, [legend], bounds)
+    boxes = [box for box, _ in placed]
+    markers = [(x - r, y - r, x + r, y + r) for x, y, r in anchors]
+    for i, box in enumerate(boxes):
+        assert bounds[0] <= box[0] and box[2] <= bounds[2] and bounds[1] <= box[1] and box[3] <= bounds[3]
+        assert (box[2] - box[0], box[3] - box[1]) == sizes[i]
+        assert all(_overlap(box, other) == 0 for other in boxes[:i] + boxes[i + 1:] + markers + [legend])
+    # the first label sits beside its marker, on the left (its right is the cluster); crowding pushed some
+    # out to a farther ring, with a leader line
+    assert placed[0] == ((176.0, 295.5, 190.0, 304.5), False)
+    assert any(leader for _, leader in placed)
+    # at an edge of the axes, a label goes to the side that stays inside
+    ((box, _),) = place_labels([(795.0, 300.0, 4.0)], [(30.0, 10.0)], [], bounds)
+    assert box[2] <= 800.0 and box[0] < 795.0

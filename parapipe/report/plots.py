@@ -6,7 +6,8 @@ subset in each panel (a point on the three-objective front need not be non-domin
 projection); baselines get one marker per strategy; points flagged ``pareto: true`` (non-dominated among all
 strategies on the document's objectives) get a black ring; the lower bounds of the document, when present, are
 dashed lines. Parapipe points carry their ids (``p0``… as in pareto.json and the CLI's table) and single-PU
-baselines their PU; coinciding points share one label (``dsp0/dsp1``).
+baselines their PU; coinciding points share one label (``dsp0/dsp1``); labels are placed around their markers
+where they cover no other marker, label or the legend (:func:`place_labels`).
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ log = logging.getLogger(__name__)
 #: front would otherwise squeeze the front into a corner). Chosen for readability, not from a source.
 LOG_SCALE_RATIO = 5.0
 
-__all__ = ["plot_pareto", "plot_gantt", "plot_utilisation", "gantt_from_trace", "staircase", "point_labels"]
+__all__ = ["plot_pareto", "plot_gantt", "plot_utilisation", "gantt_from_trace", "staircase", "point_labels",
+           "place_labels"]
 
 
 def staircase(xs: Sequence[float], ys: Sequence[float], maximise_y: bool) -> Tuple[List[float], List[float]]:
@@ -82,11 +84,115 @@ def point_labels(by_strategy: Dict[str, List[Dict[str, Any]]], xk: str, yk: str
     return [(x, y, "/".join(names), strategy) for x, y, names, strategy in spots.values()]
 
 
-def _label_points(ax, by_strategy, xk: str, yk: str) -> None:
-    for i, (x, y, text, strategy) in enumerate(point_labels(by_strategy, xk, yk)):
-        dy = 7 if i % 2 == 0 else -13  # alternate above/below: neighbours on a staircase do not collide
-        ax.annotate(text, (x, y), textcoords="offset points", xytext=(7, dy), fontsize=8 if strategy ==
-                    "parapipe" else 10, color=STYLE[strategy]["color"], zorder=5)
+Box = Tuple[float, float, float, float]  # x0, y0, x1, y1 in display pixels
+
+#: Where a label may go around its marker, tried in this order: right, up-right, left, up, down-right, down,
+#: up-left, down-left (unit directions; the label's near corner or edge touches the marker's ring), then the
+#: same farther out (``LABEL_RINGS``), joined to the point by a leader line.
+LABEL_DIRECTIONS = ((1, 0), (1, 1), (-1, 0), (0, 1), (1, -1), (0, -1), (-1, 1), (-1, -1))
+LABEL_RINGS = (1.0, 2.2, 3.6)
+
+
+def _overlap(a: Box, b: Box) -> float:
+    """Area shared by two boxes (0 when apart)."""
+    w = min(a[2], b[2]) - max(a[0], b[0])
+    h = min(a[3], b[3]) - max(a[1], b[1])
+    return w * h if w > 0 and h > 0 else 0.0
+
+
+def place_labels(anchors: Sequence[Tuple[float, float, float]], sizes: Sequence[Tuple[float, float]],
+                 obstacles: Sequence[Box], bounds: Box, gap: float = 2.0) -> List[Tuple[Box, bool]]:
+    """Greedy label placement in display space: each label, in order, takes the first position around its
+    marker (:data:`LABEL_DIRECTIONS` on the rings :data:`LABEL_RINGS`) that stays inside ``bounds`` and
+    overlaps no marker, obstacle (the legend) or label placed before it; where every position overlaps, the
+    one with the least overlap.
+
+    Parameters
+    ----------
+    anchors : sequence of (x, y, r)
+        Marker centre and radius of each label's point, pixels; every marker is also an obstacle.
+    sizes : sequence of (width, height)
+        Each label's extent, pixels.
+    obstacles : sequence of boxes
+        Further areas to keep clear, ``(x0, y0, x1, y1)`` pixels.
+    bounds : box
+        The axes area labels must stay inside.
+    gap : float
+        Pixels between a marker's edge and its label.
+
+    Returns
+    -------
+    list of (box, leader)
+        Each label's box, and whether it sits beyond the first ring (draw a leader line to its point).
+    """
+    markers = [(x - r, y - r, x + r, y + r) for x, y, r in anchors]
+    placed: List[Box] = []
+    out: List[Tuple[Box, bool]] = []
+    for (x, y, r), (w, h) in zip(anchors, sizes):
+        best = None
+        for ring_i, ring in enumerate(LABEL_RINGS):
+            d = r * ring + gap
+            for dx, dy in LABEL_DIRECTIONS:
+                x0 = x + d if dx > 0 else x - d - w if dx < 0 else x - w / 2
+                y0 = y + d if dy > 0 else y - d - h if dy < 0 else y - h / 2
+                box = (x0, y0, x0 + w, y0 + h)
+                outside = (max(0.0, bounds[0] - box[0]) + max(0.0, box[2] - bounds[2])
+                           + max(0.0, bounds[1] - box[1]) + max(0.0, box[3] - bounds[3]))
+                cost = sum(_overlap(box, o) for o in list(markers) + list(obstacles) + placed) + outside * h * 10
+                if best is None or cost < best[0]:
+                    best = (cost, box, ring_i > 0)
+                if cost == 0:
+                    break
+            if best[0] == 0:
+                break
+        placed.append(best[1])
+        out.append((best[1], best[2]))
+    return out
+
+
+def _label_points(ax, by_strategy, xk: str, yk: str) -> list:
+    """Draw the labels of :func:`point_labels` at their points; returns ``(Text, x, y)`` for
+    :func:`_place_panel_labels`, which moves them once the layout and scales are final."""
+    return [(ax.text(x, y, text, fontsize=8 if strategy == "parapipe" else 10, color=STYLE[strategy]["color"],
+                     zorder=5, ha="left", va="bottom"), x, y)
+            for x, y, text, strategy in point_labels(by_strategy, xk, yk)]
+
+
+def _place_panel_labels(fig: Figure, ax, labels: list, markers: Sequence[Tuple[float, float, float]],
+                        legend=None) -> None:
+    """Move each label of ``labels`` (from :func:`_label_points`) next to its marker where it covers no other
+    marker, label or the legend (:func:`place_labels`), with a leader line when it had to go farther out.
+    ``markers``: (x, y, radius in points) of every point drawn."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    if not labels:
+        return
+    if not isinstance(fig.canvas, FigureCanvasAgg):
+        FigureCanvasAgg(fig)
+    fig.canvas.draw()  # constrained layout and the log scales fix where everything lands
+    renderer = fig.canvas.get_renderer()
+    px = fig.dpi / 72.0
+    to_px = ax.transData.transform
+    radius = {}
+    for x, y, r_pt in markers:  # a label's marker: the largest drawn at its point
+        key = (round(float(x), 12), round(float(y), 12))
+        radius[key] = max(radius.get(key, 0.0), r_pt * px)
+    others = [(*to_px((x, y)), r) for (x, y), r in radius.items()]
+    anchors = [(*to_px((x, y)), radius.get((round(float(x), 12), round(float(y), 12)), 4.0)) for _, x, y in labels]
+    sizes = [(t.get_window_extent(renderer).width, t.get_window_extent(renderer).height) for t, _, _ in labels]
+    b = ax.get_window_extent(renderer)
+    obstacles = [(cx - r, cy - r, cx + r, cy + r) for cx, cy, r in others]
+    if legend is not None:
+        e = legend.get_window_extent(renderer)
+        obstacles.append((e.x0, e.y0, e.x1, e.y1))
+    inverse = ax.transData.inverted().transform
+    placed = place_labels(anchors, sizes, obstacles, (b.x0, b.y0, b.x1, b.y1))
+    for (text, x, y), (box, leader) in zip(labels, placed):
+        text.set_position(inverse((box[0], box[1])))
+        if leader:
+            cx, cy = to_px((x, y))
+            nx, ny = min(max(cx, box[0]), box[2]), min(max(cy, box[1]), box[3])  # the box's nearest point
+            ax.plot(*zip((x, y), inverse((nx, ny))), color="0.45", lw=0.6, zorder=4.5)
 
 
 def _figures(doc: Any, source: Optional[str]) -> Dict[str, List[Dict[str, Any]]]:
@@ -150,6 +256,7 @@ def plot_pareto(doc: Dict[str, Any], path: Any, *, source: Optional[str] = None)
         (ax_e, "energy_mj", "latency_ms", False, "(b) latency vs energy",
          "energy per inference (mJ", "latency per inference (ms"),
     )
+    labels_of: Dict[Any, tuple] = {}
     for ax, xk, yk, maximise_y, title, xlabel, ylabel in panels:
         front = by_strategy["parapipe"]
         if front:
@@ -167,7 +274,11 @@ def plot_pareto(doc: Dict[str, Any], path: Any, *, source: Optional[str] = None)
             ax.scatter([p[xk] for p in pts], [p[yk] for p in pts], marker=st["marker"], color=st["color"],
                        s=60 if front_pt else 110, alpha=0.95 if front_pt else 0.8, label=st["label"],
                        zorder=3.5 if front_pt else 3)
-        _label_points(ax, by_strategy, xk, yk)
+        # marker radii in points: sqrt(s) / 2 of the scatter sizes below (the ring's for Pareto-optimal points),
+        # x 1.4 for the baselines' diamonds and triangles, whose corners reach past that circle
+        labels_of[ax] = (_label_points(ax, by_strategy, xk, yk),
+                         [(p[xk], p[yk], 260 ** 0.5 / 2 if p["pareto"] else 60 ** 0.5 / 2 if s == "parapipe"
+                           else 1.4 * 110 ** 0.5 / 2) for s in STRATEGIES for p in by_strategy[s]])
         ring = [p for s in STRATEGIES for p in by_strategy[s] if p["pareto"]]
         if ring:
             ax.scatter([p[xk] for p in ring], [p[yk] for p in ring], marker="o", s=260, facecolors="none",
@@ -192,10 +303,12 @@ def plot_pareto(doc: Dict[str, Any], path: Any, *, source: Optional[str] = None)
         ax.grid(True, which="both", alpha=0.25)
         ax.margins(0.08)
     handles, labels = ax_t.get_legend_handles_labels()
-    ax_t.legend(handles, labels, loc="best", fontsize=10, framealpha=0.9)
+    legend = ax_t.legend(handles, labels, loc="best", fontsize=10, framealpha=0.9)
     objectives = doc.get("objectives")
     obj = ""
     if isinstance(objectives, list) and objectives:
         obj = f" (front on {', '.join(map(str, objectives))})"
     fig.suptitle(f"Pareto front: {title_of(doc)}{obj}", fontsize=15)
+    for ax, (texts, markers) in labels_of.items():
+        _place_panel_labels(fig, ax, texts, markers, legend if ax is ax_t else None)
     save_figure(fig, path)
