@@ -457,3 +457,53 @@ def test_agent_starts_on_a_host_without_sftp(bare_host):
         assert agent.request("hello", timeout_s=60)["ok"]
     finally:
         assert agent.close() == 0
+
+
+@pytest.mark.parametrize("behaviour", ["garbage", "close", "silent"])
+def test_a_port_that_is_not_ssh_is_one_line_without_paramiko_tracebacks(tmp_path, behaviour):
+    # a TCP peer that sends something else, closes at once, or says nothing: deploy ends with one error line
+    # naming the port (paramiko's transport logged "Error reading SSH protocol banner" with two tracebacks)
+    import socket
+    import subprocess
+
+    from deploy_mappings import two_stage_doc, write_doc
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.settimeout(30)
+    port = listener.getsockname()[1]
+    held = []
+
+    def serve():
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        if behaviour == "garbage":
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n" * 20)
+            conn.close()
+        elif behaviour == "close":
+            conn.close()
+        else:
+            held.append(conn)  # silent: keep it open until the test ends
+
+    threading.Thread(target=serve, daemon=True).start()
+    mapping = write_doc(two_stage_doc("squeezenet"), tmp_path / "pareto.json")
+    key = tmp_path / "id"
+    key.write_text("not used: the connection fails before authentication\n")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "parapipe", "deploy", "squeezenet", "--mapping", str(mapping),
+                               "--host", f"nobody@127.0.0.1:{port}", "--identity", str(key), "--known-hosts",
+                               str(tmp_path / "known_hosts"), "--ssh-timeout", "2", "--db", "",
+                               "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
+                              cwd=tmp_path)
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "paramiko" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("parapipe: error: ") and f"port {port} did not answer as an SSH server" in last, last
+    assert [line for line in proc.stderr.strip().splitlines() if not line.startswith("parapipe: ")] == []

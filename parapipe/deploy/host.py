@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 #: Logger of the connections' paramiko transports. paramiko's transport thread logs a reset socket at ERROR;
 #: parapipe reports it as one HostError line, so these records show only when parapipe logs at DEBUG (-vv).
 PARAMIKO_LOG = "parapipe.deploy.paramiko"
+#: paramiko's own transport logger: a transport logs there until connected (when parapipe moves it to
+#: PARAMIKO_LOG), e.g. a port that answers but not as an SSH server ("Error reading SSH protocol banner", with
+#: two tracebacks, at ERROR), which parapipe reports as one HostError line too.
+PARAMIKO_HANDSHAKE_LOG = "paramiko.transport"
 
 
 class _DebugOnly(logging.Filter):
@@ -43,7 +47,7 @@ class _DebugOnly(logging.Filter):
         return logging.getLogger("parapipe").isEnabledFor(logging.DEBUG)
 
 
-for _name in (PARAMIKO_LOG, PARAMIKO_LOG + ".sftp"):
+for _name in (PARAMIKO_LOG, PARAMIKO_LOG + ".sftp", PARAMIKO_HANDSHAKE_LOG):
     logging.getLogger(_name).addFilter(_DebugOnly())
 
 #: TCP, banner and authentication deadline when neither the caller nor ``HostSpec.timeout_s`` sets one, s.
@@ -269,5 +273,10 @@ def _connect_error(exc: BaseException, spec: HostSpec, known_hosts: Path, timeou
     if isinstance(exc, socket.gaierror):
         return HostError(f"{name}: cannot resolve {spec.address!r} ({exc.strerror}); check the host name")
     reason = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, paramiko.SSHException) and ("protocol banner" in reason or "No existing session" in reason):
+        # a TCP peer that closed, sent something else, or said nothing: paramiko's "No existing session"
+        # follows a banner that did not come within the timeout
+        return HostError(f"{name}: port {spec.port} did not answer as an SSH server within {timeout:g} s "
+                         f"({reason}); check the port and that sshd listens on it")
     return HostError(f"{name}: cannot connect ({reason}); check the address and that sshd listens on port "
                      f"{spec.port}")
