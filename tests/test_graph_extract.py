@@ -170,3 +170,26 @@ def test_random_convex_non_contiguous_split_inception_v1(zoo_opgraph):
     spans = [max(pos[n] for n in s) - min(pos[n] for n in s) + 1 for s in stages]
     assert any(span > len(s) for span, s in zip(spans, stages)), "the split should not be contiguous"
     check_split(og, stages)
+
+
+def test_a_scikit_learn_classifier_with_a_zipmap_output_extracts_with_its_types():
+    # onnxruntime's own logreg_iris.onnx (skl2onnx: LinearClassifier -> Normalizer -> ZipMap): its
+    # 'probabilities' output is a sequence of maps, which stage models used to declare as seq(tensor(string))
+    # (ORT refused the sub-model; onnx.checker raised a traceback in 'parapipe run')
+    from pathlib import Path
+
+    path = Path(ort.__file__).parent / "datasets" / "logreg_iris.onnx"
+    model = onnx.load(str(path))
+    og = import_onnx(model, "logreg_iris", str(path))
+    zipmap = next(n for n in og.topo_order if og.node(n).op_type == "ZipMap")
+    for ops in (og.topo_order, [zipmap]):
+        sub = extract_submodel(og, ops, name="stage", check=True)
+        (probabilities,) = [vi.type for vi in sub.model.graph.output if vi.name == "probabilities"]
+        pairs = probabilities.sequence_type.elem_type.map_type  # seq(map(int64, tensor(float)))
+        assert pairs.key_type == TensorProto.INT64 and pairs.value_type.tensor_type.elem_type == TensorProto.FLOAT
+    whole = extract_submodel(og, og.topo_order, name="whole", check=True)
+    feeds = {"float_input": np.array([[5.1, 3.5], [6.7, 3.0], [5.9, 3.0]], dtype=np.float32)}  # [3, 2]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = ort.InferenceSession(whole.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds)
+    assert list(got[0]) == list(want[0]) and got[1] == want[1]

@@ -102,7 +102,8 @@ class OpGraph:
 
     def __init__(self, model: onnx.ModelProto, graph: nx.DiGraph, tensors: dict[str, TensorInfo],
                  inputs: list[str], outputs: list[str], constants: set[str], topo_order: list[str],
-                 name: str, elem_types: dict[str, int], input_notes: Sequence[str] = ()) -> None:
+                 name: str, elem_types: dict[str, int], input_notes: Sequence[str] = (),
+                 value_types: Optional[dict[str, onnx.TypeProto]] = None) -> None:
         self.model = model
         self.graph = graph
         self.tensors = tensors
@@ -112,6 +113,7 @@ class OpGraph:
         self.topo_order = topo_order
         self.name = name
         self._elem_types = elem_types
+        self._value_types = dict(value_types or {})
         self.input_notes = list(input_notes)
         self._node_index = {n.name: i for i, n in enumerate(model.graph.node)}
         self._init_index: Optional[dict[str, int]] = None
@@ -161,8 +163,8 @@ class OpGraph:
 
     def value_info(self, tensor: str) -> onnx.ValueInfoProto:
         """A ValueInfoProto with the type and shape of activation tensor ``tensor`` (data-dependent axes as
-        symbolic dims, sequences as sequence types)."""
-        return _value_info(tensor, self._elem_types, self.tensors)
+        symbolic dims, sequences as sequence types, a map or a sequence of maps with its inferred type)."""
+        return _value_info(tensor, self._elem_types, self.tensors, self._value_types)
 
     def __repr__(self) -> str:
         return (f"OpGraph(name={self.name!r}, ops={self.graph.number_of_nodes()}, "
@@ -192,7 +194,12 @@ def _signature(node: onnx.NodeProto, in_types: list[Optional[tuple[tuple[int, ..
     return f"{op}({';'.join(parts)}){{{attrs}}}"
 
 
-def _value_info(name: str, elem_types: dict[str, int], tensors: dict[str, TensorInfo]) -> onnx.ValueInfoProto:
+def _value_info(name: str, elem_types: dict[str, int], tensors: dict[str, TensorInfo],
+                value_types: Optional[dict[str, onnx.TypeProto]] = None) -> onnx.ValueInfoProto:
+    if value_types and name in value_types:  # not a tensor nor a sequence of tensors: its type as inferred
+        vi = onnx.ValueInfoProto(name=name)
+        vi.type.CopyFrom(value_types[name])
+        return vi
     info = tensors[name]
     if info.sequence:
         return helper.make_tensor_sequence_value_info(name, elem_types[name], None)
@@ -270,10 +277,10 @@ def _import(model: onnx.ModelProto, name: str, source: str,
             if o:
                 producer[o] = node.name
                 if o not in graph_outputs:
-                    g.value_info.append(_value_info(o, elem_types, tensors))
+                    g.value_info.append(_value_info(o, elem_types, tensors, found.value_types))
     for vi in g.output:
         if vi.name in tensors:
-            vi.CopyFrom(_value_info(vi.name, elem_types, tensors))
+            vi.CopyFrom(_value_info(vi.name, elem_types, tensors, found.value_types))
 
     dg = nx.DiGraph()
     edge_tensors: dict[tuple[str, str], set[str]] = defaultdict(set)
@@ -310,6 +317,6 @@ def _import(model: onnx.ModelProto, name: str, source: str,
     topo = list(nx.lexicographical_topological_sort(dg, key=index.__getitem__))
     data_inputs = [n for n in graph_inputs if n not in constants]
     og = OpGraph(norm, dg, tensors, data_inputs, graph_outputs, constants, topo, name, elem_types,
-                 resolved.notes)
+                 resolved.notes, found.value_types)
     logger.debug("imported %s: %d operators, %.3f GFLOPs", name, dg.number_of_nodes(), og.flops / 1e9)
     return og

@@ -75,12 +75,16 @@ class TensorTypes:
         ...): ONNX shape inference cannot give them from the static input shapes. Stage models keep them
         symbolic.
     sequences : set of str
-        Sequence-typed values (``seq(tensor)``): never handed between stages.
+        Values that are not plain tensors (``seq(tensor)``; a map, or a sequence of maps as ZipMap gives in
+        converted scikit-learn classifiers): never handed between stages.
+    value_types : dict of str to onnx.TypeProto
+        The inferred ONNX type of every such value that is not ``seq(tensor)`` (stage models declare it as is).
     """
 
     types: TypeMap = field(default_factory=dict)
     data_dependent: dict[str, tuple[int, ...]] = field(default_factory=dict)
     sequences: set[str] = field(default_factory=set)
+    value_types: dict[str, onnx.TypeProto] = field(default_factory=dict)
 
 
 def _infer(model: onnx.ModelProto, source: str, strict: bool) -> dict[str, onnx.ValueInfoProto]:
@@ -150,9 +154,13 @@ def infer_tensor_types(model: onnx.ModelProto, source: str, *, strict: bool = Tr
     missing: list[str] = []
     for name in wanted:
         vi = found.get(name)
-        if vi is not None and vi.type.HasField("sequence_type"):
+        if vi is not None and vi.type.WhichOneof("value") not in ("tensor_type", None):
             result.sequences.add(name)
             missing.append(name)
+            seq = vi.type.sequence_type.elem_type if vi.type.HasField("sequence_type") else None
+            if seq is None or not seq.HasField("tensor_type"):  # a map, a sequence of maps, an optional ...
+                result.value_types[name] = onnx.TypeProto()
+                result.value_types[name].CopyFrom(vi.type)
             continue
         shape, elem = value_info_shape(vi) if vi is not None else (None, 0)
         if shape is None or any(d is None for d in shape) or elem == 0:
