@@ -27,6 +27,10 @@ def _print_report(head: str, rep) -> None:
               "profile's power sensor)")
     else:
         print(f"{'energy mJ':<20} {'-':>10} {fmt(predicted_j, 1e3)}  (estimate: the profile names no power sensor)")
+    if rep.dispatch:
+        how = ("each replica took the next frame when free" if rep.dispatch == "pull"
+               else "dealt in the predicted shares")
+        print(f"replicated stages: {how} (--replica-dispatch {rep.dispatch})")
     print(f"outputs_match: {str(rep.outputs_match).lower()}  (max abs diff {rep.max_abs_diff:.3g}; "
           f"{rep.checked_tensors} handed-over tensors, max relative diff {rep.max_scaled_diff:.3g})")
     if rep.substituted:

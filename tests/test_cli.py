@@ -422,6 +422,13 @@ def test_run_replica_dispatch_shares_deals_frames_by_the_mapping_shares(capsys, 
         counts[policy] = {pu: sum(e.pu == pu for e in events) for pu in ("cpu0", "cpu1")}
     assert counts["shares"] == {"cpu0": 30, "cpu1": 10}, counts
     assert sum(counts["pull"].values()) == 40
+    # the table says how the replicas got their frames; a point without replicated stages records no policy
+    code, out, err = run_cli(capsys, "run", "squeezenet", "--mapping", path, "--point", "replicated-0",
+                             "--frames", "8", "--db", "", "--replica-dispatch", "shares")
+    assert code == 0 and "replicated stages: dealt in the predicted shares (--replica-dispatch shares)" in out
+    code, out, err = run_cli(capsys, "run", "squeezenet", "--mapping", path, "--point", "single-cpu0",
+                             "--frames", "8", "--db", "", "--replica-dispatch", "shares", "--json")
+    assert code == 0 and json.loads(out)["dispatch"] is None
 
 
 def test_a_bad_option_value_is_one_line_naming_the_option(capsys, tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 
 import sshd
 from ssh_faults import StallingServer
-from deploy_mappings import two_stage_doc, write_doc
+from deploy_mappings import replicated_doc, two_stage_doc, write_doc
 from parapipe.cli import main
 from parapipe.deploy.bundle import build_bundle
 from parapipe.deploy.deploy import DeployOptions, deploy_bundle, deploy_mapping, remote_files, upload_bundle
@@ -78,12 +78,12 @@ def test_deploy_two_stage_inception_v1_outputs_match_and_leaves_nothing(sshd_ser
     rc = main(["deploy", "--python", sys.executable, "--db", "", "inception_v1", "--mapping", str(inception_mapping), "--point", "p0",
                "--host", sshd_server.host, "--identity", str(sshd_server.client_key),
                "--known-hosts", str(sshd_server.known_hosts), "--frames", FRAMES, "--remote-dir", str(remote),
-               "--out", str(out), "--replica-dispatch", "shares", "--json"])
+               "--out", str(out), "--json"])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     doc = json.loads(captured.out)
     assert doc["outputs_match"] is True and doc["max_abs_diff"] <= 1e-5
-    assert doc["dispatch"] == "shares"  # the option reached the host's executor (its report says so)
+    assert doc["dispatch"] is None  # no replicated stage
     assert doc["frames"] == int(FRAMES) and doc["stages"] == 2 and doc["point"] == "p0"
     assert doc["throughput_per_s"] > 0 and doc["latency_p50_s"] > 0
     assert doc["predicted"]["throughput_per_s"] == pytest.approx(50.0) and doc["idle_latency_s"] > 0
@@ -99,6 +99,18 @@ def test_deploy_two_stage_inception_v1_outputs_match_and_leaves_nothing(sshd_ser
     # the bundle folder is gone from the host, and no agent runs on
     assert os.listdir(remote) == []
     assert wait_for_no_agents(str(remote)) == []
+
+
+def test_deploy_passes_the_replica_dispatch_to_the_host(sshd_server, tmp_path, capsys):
+    mapping = write_doc(replicated_doc("squeezenet"), tmp_path / "pareto.json")
+    rc = main(["deploy", "--python", sys.executable, "--db", "", "squeezenet", "--mapping", str(mapping), "--point",
+               "r0", "--host", sshd_server.host, "--identity", str(sshd_server.client_key), "--known-hosts",
+               str(sshd_server.known_hosts), "--frames", "8", "--remote-dir", str(tmp_path / "remote"),
+               "--out", str(tmp_path / "out"), "--replica-dispatch", "shares", "--json"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    doc = json.loads(captured.out)
+    assert doc["dispatch"] == "shares" and doc["outputs_match"] is True  # the host's executor dealt by shares
 
 
 def test_unknown_host_key_is_refused_before_anything_is_sent(sshd_server, inception_mapping, tmp_path,

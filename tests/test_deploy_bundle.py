@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
-from deploy_mappings import two_stage_doc, write_doc
+from deploy_mappings import replicated_doc, two_stage_doc, write_doc
 from parapipe._paths import data_dir
 from parapipe.deploy.agent_client import AgentClient, AgentRequestError
 from parapipe.deploy.bundle import build_bundle
@@ -100,17 +100,23 @@ def test_the_bundles_agent_runs_it_with_progress_events_and_matching_outputs(bun
                          warmup=0)["report"]["outputs_match"] is True
 
 
-def test_the_agent_takes_the_replica_dispatch_and_refuses_an_unknown_one(bundle, agent):
-    report = agent.request("run_pipeline", timeout_s=60, bundle=str(bundle.folder), frames=3, warmup=0,
-                           idle_frames=0, dispatch="shares")["report"]
+def test_the_agent_takes_the_replica_dispatch_and_refuses_an_unknown_one(bundle, agent, tmp_path):
+    doc = write_doc(replicated_doc("squeezenet"), tmp_path / "replicated.json")
+    replicated = build_bundle(load_mapping("squeezenet", str(doc), "r1"), tmp_path / "r")
+    with AgentClient.local(agent=replicated.folder / "agent.py") as own:
+        report = own.request("run_pipeline", timeout_s=60, bundle=str(replicated.folder), frames=4, warmup=0,
+                             idle_frames=0, dispatch="shares")["report"]
     assert report["dispatch"] == "shares" and report["outputs_match"] is True
+    # a plan without replicated stages records no policy
+    assert agent.request("run_pipeline", timeout_s=60, bundle=str(bundle.folder), frames=2, warmup=0,
+                         dispatch="shares")["report"]["dispatch"] is None
     with pytest.raises(AgentRequestError) as info:
         agent.request("run_pipeline", timeout_s=60, bundle=str(bundle.folder), frames=3, dispatch="random")
     assert info.value.error_type == "BadRequest"
     assert "dispatch" in str(info.value) and "'random'" in str(info.value) and "\n" not in str(info.value)
     # the refused request left the agent serving, and the bundle unlocked
     assert agent.request("run_pipeline", timeout_s=60, bundle=str(bundle.folder), frames=2,
-                         warmup=0)["report"]["dispatch"] == "pull"
+                         warmup=0)["report"]["outputs_match"] is True
 
 
 def test_a_tampered_file_is_refused_naming_it(mapping_file, tmp_path):

@@ -283,7 +283,7 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
     dispatch : str
         How a replicated stage's frames reach its replicas (:data:`.executor.DISPATCH_POLICIES`): ``"pull"``
         (default: each replica takes the next frame when it is free) or ``"shares"`` (dealt by the plan's
-        ``replica_shares``); recorded in the report.
+        ``replica_shares``); recorded in the report (None there for a plan without replicated stages).
     errors : ErrorKinds
 
     Returns
@@ -376,7 +376,8 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
             pu_utilisation=dict(metrics.pu_utilisation), outputs_match=bool(matched), max_abs_diff=worst,
             checked_tensors=len(checked), max_scaled_diff=scaled, atol=float(atol), rtol=float(rtol),
             predicted=predicted, substituted=substituted, bindings=doc.get("bindings") or {},
-            host=_host_info(), energy_j=energy_j, bundle_id=manifest.get("bundle_id"), dispatch=dispatch,
+            host=_host_info(), energy_j=energy_j, bundle_id=manifest.get("bundle_id"),
+            dispatch=dispatch if any(len(w or ()) > 1 for w in plan.replica_shares.values()) else None,
             report_file=REPORT,
             trace_file=TRACE)
         info = {"model": report.model.get("name"), "point": report.point, "frames": report.frames,

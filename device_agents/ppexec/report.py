@@ -62,9 +62,10 @@ class RunReport:
         Facts of the machine that ran it (hostname, machine, Python, onnxruntime, ...).
     energy_j : float or None
         Measured energy per inference where a sensor was read; None otherwise (energies are estimates).
-    dispatch : str
+    dispatch : str or None
         How replicated stages got their frames: ``"pull"`` (each replica takes the next frame when it is free)
-        or ``"shares"`` (dealt by the plan's shares); reports of boards older than the field read ``"pull"``.
+        or ``"shares"`` (dealt by the plan's shares); None for a plan without replicated stages. Reports of
+        boards older than the field read ``"pull"``.
     report_file, trace_file : str
         Paths relative to the bundle.
     """
@@ -96,7 +97,7 @@ class RunReport:
     host: Dict[str, Any] = field(default_factory=dict)
     energy_j: Optional[float] = None
     bundle_id: Optional[str] = None
-    dispatch: str = "pull"
+    dispatch: Optional[str] = "pull"
     report_file: str = "out/report.json"
     trace_file: str = "out/trace.json"
     schema_version: int = REPORT_SCHEMA_VERSION
