@@ -377,7 +377,7 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
             checked_tensors=len(checked), max_scaled_diff=scaled, atol=float(atol), rtol=float(rtol),
             predicted=predicted, substituted=substituted, bindings=doc.get("bindings") or {},
             host=_host_info(), energy_j=energy_j, bundle_id=manifest.get("bundle_id"),
-            dispatch=dispatch if any(len(w or ()) > 1 for w in plan.replica_shares.values()) else None,
+            dispatch=dispatch if plan.replicated() else None,
             report_file=REPORT,
             trace_file=TRACE)
         info = {"model": report.model.get("name"), "point": report.point, "frames": report.frames,

@@ -152,7 +152,7 @@ class PipelineExecutor:
             for task in plan.stages[s]:
                 later.update(task.inputs)
         self._keep.reverse()  # _keep[s]: tensors stage s must pass on
-        replicas = [len(plan.replica_shares.get(s) or [1]) for s in range(n)]
+        replicas = [plan.replica_count(s) for s in range(n)]
         # Frames admitted and not yet yielded: enough to fill every queue and worker, and a bound on the outputs
         # held back for reordering (a slow or stalled replica cannot make them pile up).
         self._limit = sum(r * (self.queue_depth + 2) for r in replicas) + 1
@@ -164,8 +164,8 @@ class PipelineExecutor:
         self._pull_q: Dict[int, BoundedQueue] = {
             s: BoundedQueue(self.queue_depth * r) for s, r in enumerate(replicas)
             if r > 1 and dispatch == "pull"}
-        self._dealers = [None if s in self._pull_q else SmoothWeightedRoundRobin(plan.replica_shares.get(s) or [1.0])
-                         for s in range(n)]
+        self._dealers = [None if s in self._pull_q
+                         else SmoothWeightedRoundRobin(plan.replica_shares.get(s) or [1.0]) for s in range(n)]
         self._replica_workers: List[List[List[Worker]]] = []  # stage -> replica -> workers
         self.serialise_shared_pus = bool(serialise_shared_pus)
         self._pu_locks: Dict[str, threading.Lock] = {}  # PU -> lock, for PUs serving several stages

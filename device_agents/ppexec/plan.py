@@ -112,10 +112,17 @@ class ExecutionPlan:
     bindings: Dict[str, PUBinding]
     replica_shares: Dict[int, List[float]] = field(default_factory=dict)
 
+    def replica_count(self, stage: int) -> int:
+        """How many replicas take ``stage``'s frames (1 for a stage without replicas)."""
+        return len(self.replica_shares.get(stage) or [1])
+
+    def replicated(self) -> bool:
+        """Whether some stage is replicated."""
+        return any(self.replica_count(s) > 1 for s in range(len(self.stages)))
+
     def replicas(self, stage: int) -> List[List[Task]]:
         """The tasks of ``stage`` per replica (one list for a stage without replicas), in plan order."""
-        count = len(self.replica_shares.get(stage) or [1])
-        out: List[List[Task]] = [[] for _ in range(count)]
+        out: List[List[Task]] = [[] for _ in range(self.replica_count(stage))]
         for task in self.stages[stage]:
             out[task.replica].append(task)
         return out
@@ -216,7 +223,7 @@ def _check_replica_shares(plan: ExecutionPlan, errors) -> None:
             raise errors.input(source, "replica_shares[%r]" % s, "needs a stage of the plan and a share > 0 per "
                                "replica, got %r" % (shares,), "give each replica its fraction of the frames")
     for s, tasks in enumerate(plan.stages):
-        count = len(plan.replica_shares.get(s) or [1])
+        count = plan.replica_count(s)
         pu_replica: Dict[str, int] = {}
         for task in tasks:
             if not 0 <= task.replica < count:

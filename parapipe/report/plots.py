@@ -179,7 +179,8 @@ def _place_panel_labels(fig: Figure, ax, labels: list, markers: Sequence[Tuple[f
         radius[key] = max(radius.get(key, 0.0), r_pt * px)
     others = [(*to_px((x, y)), r) for (x, y), r in radius.items()]
     anchors = [(*to_px((x, y)), radius.get((round(float(x), 12), round(float(y), 12)), 4.0)) for _, x, y in labels]
-    sizes = [(t.get_window_extent(renderer).width, t.get_window_extent(renderer).height) for t, _, _ in labels]
+    extents = [t.get_window_extent(renderer) for t, _, _ in labels]
+    sizes = [(e.width, e.height) for e in extents]
     b = ax.get_window_extent(renderer)
     obstacles = [(cx - r, cy - r, cx + r, cy + r) for cx, cy, r in others]
     if legend is not None:
