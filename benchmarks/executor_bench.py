@@ -64,7 +64,7 @@ from ppexec.reference import handed_over_tensors, max_scaled_diff, with_outputs 
 from ppexec.session import create_session, pin_current_thread  # noqa: E402
 
 from parapipe.deploy.bundle import build_bundle  # noqa: E402
-from parapipe.runtime.reference import reference_with_outputs  # noqa: E402
+from parapipe.execution.reference import reference_with_outputs  # noqa: E402
 
 BINDINGS = {"cpu0": PUBinding(cpus=(0,)), "cpu1": PUBinding(cpus=(1,))}
 DISTINCT_FRAMES = 8  # distinct inputs, fed cyclically (the reference runs once on each)
@@ -93,9 +93,9 @@ def host_mappings(model: str, time_limit_s: float, terms_from: Optional[str] = N
     fitted them."""
     import copy
 
-    from parapipe.cost.mapping_spec import mapping_from_point
+    from parapipe.mapping.index import mapping_from_point
     from parapipe.mapping import write_pareto
-    from parapipe.runtime.mapping import load_mapping
+    from parapipe.app.run import load_mapping
     from parapipe.search.api import SearchOptions
     from parapipe.workflow import prepare, result_doc, search_prepared
 
@@ -185,7 +185,8 @@ def measured_best_cut(mapping, repeats: int, lo: float = 0.2, hi: float = 0.8):
     Candidates are the prefixes of the blocks' topological order holding ``lo``..``hi`` of the FLOPs. Returns
     ``(plan, k, stage0_s, stage1_s)``: the plan, blocks in stage 0, and the two stages' times alone.
     """
-    from parapipe.runtime import StageSpec, build_plan
+    from parapipe.execution import build_plan
+    from parapipe.mapping import Stage
 
     og, bg = mapping.opgraph, mapping.block_graph
     names = [b.name for b in bg.blocks]
@@ -195,8 +196,7 @@ def measured_best_cut(mapping, repeats: int, lo: float = 0.2, hi: float = 0.8):
         prefix += block.flops
         if not lo <= prefix / total <= hi:
             continue
-        specs = [StageSpec(["cpu0"], {b: "cpu0" for b in names[:k]}, names[:k]),
-                 StageSpec(["cpu1"], {b: "cpu1" for b in names[k:]}, names[k:])]
+        specs = [Stage(pus=["cpu0"], blocks=names[:k], time_s=0.0), Stage(pus=["cpu1"], blocks=names[k:], time_s=0.0)]
         plan = build_plan(og, bg, specs, bindings)
         t0 = standalone_task_s(plan.stages[0][0], og, 0, repeats)
         t1 = standalone_task_s(plan.stages[1][0], og, 1, repeats)

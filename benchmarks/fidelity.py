@@ -14,7 +14,7 @@ Run from the repository root (about 10 minutes on the 2-core machine)::
    multi-PU stage (the blocks the executor runs as one sub-model), is timed as one sub-model as ``optimize``
    times its leading points (:func:`parapipe.workflow.time_mapping_stages`: profiling, not a pipeline run;
    isolated block times miss the fusions a stage's sub-model keeps) and written beside the block table
-   (``tables/<model>.ranges.csv``). Every mapping runs for real with :func:`parapipe.runtime.run.
+   (``tables/<model>.ranges.csv``). Every mapping runs for real with :func:`parapipe.app.run.
    run_local` (about ``--run-s`` seconds each, outputs checked against the unsplit model) and is recorded in
    the runs table of ``WORK/fidelity.sqlite``; every mapping runs ``--repeats`` times, the rounds interleaved.
 2. Per mapping the least disturbed run is kept (the shortest period, and the shortest idle latency, of its
@@ -41,7 +41,8 @@ from typing import List, Tuple
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [_REPO, os.path.join(_REPO, "device_agents")]  # this checkout (parapipe, ppexec), not installed
 
-from parapipe.cost.evaluate import Mapping, evaluate, mapping_from_pu_list  # noqa: E402
+from parapipe.cost.evaluate import evaluate  # noqa: E402
+from parapipe.cost.mapping import Mapping, mapping_from_pu_list
 
 
 def hand_mappings(problem) -> List[Tuple[str, Mapping]]:
@@ -142,7 +143,7 @@ def measure(models: List[str], work: Path, run_s: float, db: Path, repeats: int)
               f" with a core serving several stages; {n_ranges} single-PU stage ranges and tasks timed as sub-models); set-up "
               f"{time.perf_counter() - t0:.1f} s")
         plans.append((model, path, doc, named))
-    from parapipe.runtime.run import record_run, run_local
+    from parapipe.app.run import record_run, run_local
 
     for r in range(repeats):
         print(f"round {r + 1} of {repeats}: load average {os.getloadavg()}", flush=True)

@@ -7,7 +7,7 @@ Run from the repository root (about 1 minute per model on the 2-core machine)::
 
 Each model (the onnx wheel's light zoo models, whose constant weights blow activations up to 1e10, and the
 generated mobilenet_v2 with seeded weights) is cut into ``--stages`` stages of about equal block counts
-(:func:`parapipe.runtime.build_plan`, one PU); every stage sub-model gets the input tensors the unsplit
+(:func:`parapipe.execution.build_plan`, one PU); every stage sub-model gets the input tensors the unsplit
 model's earlier stages produce (run with ONNX Runtime) and runs once through each adapter of
 ``device_agents/ppexec/runtimes.py``, both on one thread pinned to ``--cpu``. Printed per stage:
 
@@ -34,7 +34,8 @@ sys.path.insert(0, os.path.join(ROOT, "device_agents"))  # the board-side packag
 from parapipe.graph.coarsen import coarsen  # noqa: E402
 from parapipe.graph.opgraph import import_onnx  # noqa: E402
 from parapipe.graph.zoo import load_model  # noqa: E402
-from parapipe.runtime import StageSpec, build_plan  # noqa: E402
+from parapipe.execution import build_plan  # noqa: E402
+from parapipe.mapping import Stage  # noqa: E402
 from ppexec.plan import PUBinding  # noqa: E402
 from ppexec.runtimes import ADAPTERS  # noqa: E402
 from ppexec.session import pin_current_thread  # noqa: E402
@@ -71,7 +72,7 @@ def bench_model(name: str, n_stages: int, repeats: int, cpu: int) -> None:
     bg = coarsen(og)
     names = [b.name for b in bg.blocks]
     cuts = [round(k * len(names) / n_stages) for k in range(n_stages + 1)]
-    specs = [StageSpec(["pu"], {b: "pu" for b in names[a:z]}, names[a:z]) for a, z in zip(cuts, cuts[1:])]
+    specs = [Stage(pus=["pu"], blocks=names[a:z], time_s=0.0) for a, z in zip(cuts, cuts[1:])]
     plan = build_plan(og, bg, specs, {"pu": PUBinding(cpus=(cpu,))})
     (x,) = og.inputs
     tensors = {x: np.random.default_rng(0).standard_normal(og.tensors[x].shape).astype(np.float32)}

@@ -144,7 +144,7 @@ def _problem_for(args, input_shapes=None, loaded=None):
 
 def cmd_evaluate(args) -> int:
     from .cost.evaluate import evaluate
-    from .cost.mapping_spec import mapping_from_point, parse_pu_list
+    from .mapping.index import mapping_from_point, parse_pu_list
 
     text = args.mapping
     doc = lm = None
@@ -273,7 +273,7 @@ def cmd_plot(args) -> int:
         plot_gantt(doc.model_dump(mode="json"), point.id, args.out, n_frames=args.frames, source=args.mapping)
     else:
         from .report import gantt_from_trace
-        from .runtime.traces import read_run_trace
+        from .execution.traces import read_run_trace
 
         events, info = read_run_trace(args.trace)
         gantt_from_trace(events, args.out, frames_window=_frames_window(args.frames_window), info=info)

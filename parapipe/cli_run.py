@@ -1,5 +1,5 @@
 """CLI commands that run a mapping for real and keep the runs: ``run``, ``deploy``, ``runs`` (registered by
-:func:`add_run_parsers`; the logic lives in :mod:`parapipe.runtime.run` and :mod:`parapipe.deploy.deploy`)."""
+:func:`add_run_parsers`; the logic lives in :mod:`parapipe.app.run` and :mod:`parapipe.deploy.deploy`)."""
 from __future__ import annotations
 
 import json
@@ -72,8 +72,8 @@ class _RunProgress:
 
 
 def cmd_run(args) -> int:
-    from .runtime.mapping import parse_binds
-    from .runtime.run import record_run, run_local
+    from .execution.bindings import parse_binds
+    from .app.run import record_run, run_local
 
     binds = parse_binds(args.bind)
     progress = _RunProgress(args.frames)
@@ -98,8 +98,8 @@ def cmd_deploy(args) -> int:
     from .deploy.deploy import DeployOptions, deploy, describe_event
     from .deploy.hostspec import HostSpec
     from .mapping import read_pareto, select_point
-    from .runtime.mapping import parse_binds
-    from .runtime.run import record_run
+    from .execution.bindings import parse_binds
+    from .app.run import record_run
 
     spec = HostSpec.parse(args.host, identity=args.identity, known_hosts=args.known_hosts,
                           trust_new_host=args.trust_new_host, timeout_s=args.ssh_timeout)

@@ -1,9 +1,9 @@
 """``parapipe optimize --refine N``: close the loop between the cost model and the machine that runs the mapping.
 
 Each round: search (:func:`parapipe.workflow.optimize`, as ``optimize`` does); rank the front's points by the
-period the full model (:func:`parapipe.cost.pipeline_terms.reevaluate` with the terms learnt so far) predicts;
+period the full model (:func:`parapipe.cost.evaluate.evaluate` with the terms learnt so far) predicts;
 run the most promising ones (the best and the next ``points`` − 1 not yet measured) on this machine
-(:func:`parapipe.runtime.run.run_local`) or on a board (:func:`parapipe.deploy.deploy`), record them in the
+(:func:`parapipe.app.run.run_local`) or on a board (:func:`parapipe.deploy.deploy`), record them in the
 ``runs`` table; stop when every point of the round was predicted within ``tolerance`` (5 %) of its measured
 period, or after ``rounds`` rounds; otherwise fit the pipeline terms on every run so far
 (:func:`parapipe.profiling.runfit.calibrate_runs`) and search again. Each prediction in the trajectory was made
@@ -88,11 +88,11 @@ def refine(prep, options, out_dir: Path, rounds: int, model: str, frames: int = 
     InputError
         ``rounds`` or ``points`` < 1; what search, run or deploy raise.
     """
-    from parapipe.cost.mapping_spec import mapping_from_point
-    from parapipe.cost.pipeline_terms import reevaluate
+    from parapipe.mapping.index import mapping_from_point
+    from parapipe.cost.evaluate import evaluate
     from parapipe.errors import input_error
     from parapipe.profiling.runfit import MeasuredRun, calibrate_runs
-    from parapipe.runtime.run import record_run
+    from parapipe.app.run import record_run
     from parapipe.workflow import optimize, write_outputs
 
     for name, value in (("--refine", rounds), ("--refine-points", points), ("--frames", frames)):
@@ -113,7 +113,7 @@ def refine(prep, options, out_dir: Path, rounds: int, model: str, frames: int = 
             if pt.strategy != "parapipe":
                 continue
             m = mapping_from_point(prep.problem, pt, str(out_dir / "pareto.json"))
-            ranked.append((reevaluate(prep.problem, m, terms), pt, m))
+            ranked.append((evaluate(prep.problem, m, terms), pt, m))
         ranked.sort(key=lambda r: (r[0].period_s, r[0].latency_s))
         chosen = ranked[:1] + [r for r in ranked[1:] if _key(r[2]) not in seen][:points - 1]
         round_ok = True
@@ -157,7 +157,7 @@ def _run_point(model: str, out_dir: Path, point: str, frames: int, host, python:
     """``(RunReport, runner)`` of one point of ``out_dir/pareto.json``, here or on ``host``."""
     mapping = str(out_dir / "pareto.json")
     if host is None:
-        from parapipe.runtime.run import run_local
+        from parapipe.app.run import run_local
 
         _, rep = run_local(model, mapping, point, frames=frames, input_shapes=input_shapes, feeds=feeds)
         return rep, "local"

@@ -1,6 +1,6 @@
 """The library behind the CLI: prepare a problem (model x SoC profile) and optimise it.
 
-Running a chosen mapping lives in :mod:`parapipe.runtime.run` (this machine) and :mod:`parapipe.deploy` (a board).
+Running a chosen mapping lives in :mod:`parapipe.app.run` (this machine) and :mod:`parapipe.deploy` (a board).
 
 Each function does one job, logs instead of printing, and raises :class:`parapipe.errors.ParapipeError` subclasses
 for user errors; the CLI (:mod:`parapipe.cli`) formats what they return.
@@ -50,7 +50,7 @@ class Prepared:
     timings_s: Dict[str, float] = field(default_factory=dict)
     #: Pipeline-level terms of the cost model (parapipe.cost.pipeline_terms.PipelineTerms): the profile's
     #: ``pipeline:`` section, or what ``optimize --refine`` learnt; every reported point must be re-evaluated
-    #: with them (:func:`parapipe.cost.pipeline_terms.reevaluate`).
+    #: with them (:func:`parapipe.cost.evaluate.evaluate`).
     terms: Any = None
     #: ``--soc host``: the blocks were timed on this machine, which can time stage sub-models too
     #: (:func:`search_prepared`); ``host_feeds`` are the input values used (None: generated).

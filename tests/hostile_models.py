@@ -11,7 +11,8 @@ from onnx import TensorProto, helper, numpy_helper
 from parapipe.graph.cleanup import runnable_reference
 from parapipe.graph.coarsen import coarsen
 from ppexec import PUBinding, max_abs_diff, reference_outputs, run_pipeline
-from parapipe.runtime import StageSpec, build_plan
+from parapipe.execution import build_plan
+from parapipe.mapping import Stage
 
 F = TensorProto.FLOAT
 I64 = TensorProto.INT64
@@ -167,7 +168,7 @@ def pipeline_vs_original(og, original: onnx.ModelProto, frames: List[Dict[str, n
     """Run ``og`` with every block its own stage (alternating two PUs) and return the largest difference of its
     outputs to the ORIGINAL model's on ``frames``."""
     bg = bg or coarsen(og)
-    stages = [StageSpec(pus=[pu], assignment={b.name: pu}, order=[b.name])
+    stages = [Stage(pus=[pu], blocks=[b.name], time_s=0.0, assignment={b.name: pu}, order=[b.name])
               for b, pu in zip(bg.blocks, ["cpu0", "cpu1"] * len(bg.blocks))]
     plan = build_plan(og, bg, stages, BINDINGS)
     outs, _ = run_pipeline(plan, frames, warmup=0)

@@ -9,8 +9,17 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ppexec import PUBinding, Task
 
+from parapipe.mapping import Stage
+
 OPSET = [helper.make_opsetid("", 13)]
 CPU_BINDINGS = {"cpu0": PUBinding(cpus=(0,)), "cpu1": PUBinding(cpus=(1,))}
+
+
+def typed_stage(pus: Sequence[str], assignment: Dict[str, str], order: Sequence[str] = ()) -> Stage:
+    """A pareto.json stage (figures zero) running block ``b`` on ``assignment[b]``, in ``order`` (default the
+    assignment's order)."""
+    return Stage(pus=list(pus), blocks=list(assignment), time_s=0.0, assignment=dict(assignment),
+                 order=list(order or assignment))
 
 
 def _weight(name: str, rows: int, cols: int, seed: int) -> onnx.TensorProto:

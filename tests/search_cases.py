@@ -6,7 +6,8 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from parapipe.cost.evaluate import Mapping, StageMapping, evaluate
+from parapipe.cost.evaluate import evaluate
+from parapipe.cost.mapping import Mapping, StageMapping
 from parapipe.cost.problem import MappingProblem
 from parapipe.search.dp import all_groups
 from parapipe.search.listsched import schedule_ranges
@@ -91,7 +92,7 @@ def all_pipeline_objectives(pr: MappingProblem) -> np.ndarray:
     stage, :func:`parapipe.cost.evaluate.mapping_from_pu_list`), evaluated with :func:`evaluate`."""
     import itertools
 
-    from parapipe.cost.evaluate import mapping_from_pu_list
+    from parapipe.cost.mapping import mapping_from_pu_list
 
     ok = [[p for p in range(pr.n_pus) if np.isfinite(pr.time_s[v, p])] for v in range(pr.n_blocks)]
     out = []
@@ -117,7 +118,7 @@ def all_replicated_objectives(pr: MappingProblem, max_stages: Optional[int] = No
     ``group_replicas``), each replica list-scheduled on exactly that range; PUs disjoint across stages."""
     from itertools import combinations
 
-    from parapipe.cost.evaluate import Replica
+    from parapipe.cost.mapping import ReplicaMapping
 
     n = pr.n_blocks
     groups = all_groups(pr.n_pus)
@@ -156,7 +157,7 @@ def all_replicated_objectives(pr: MappingProblem, max_stages: Optional[int] = No
                 if any(v is None for v in views):
                     continue
                 (g0, a0), rest = views[0], views[1:]
-                st = StageMapping(a, b, g0, a0, None, tuple(Replica(g, asg) for g, asg in rest))
+                st = StageMapping(a, b, g0, a0, None, tuple(ReplicaMapping(g, asg) for g, asg in rest))
                 extend(b, stages + [st], used | pus)
 
     extend(0, [], frozenset())

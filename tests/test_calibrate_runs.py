@@ -11,7 +11,7 @@ import pytest
 
 from parapipe.cli import main
 from parapipe.cost.blocktable import read_block_table
-from parapipe.cost.mapping_spec import parse_pu_list
+from parapipe.mapping.index import parse_pu_list
 from parapipe.cost.pipeline_terms import PipelineTerms
 from parapipe.profiling.runfit import MeasuredRun
 from parapipe.soc import load_soc

@@ -87,7 +87,7 @@ def test_duplicate_names_run_and_deploy_bundle_reference_loads(capsys, tmp_path)
     code, rep, err = _run(capsys, dup, mapping)
     assert code == 0 and rep["outputs_match"] is True, err
     from parapipe.deploy.bundle import REFERENCE, build_bundle
-    from parapipe.runtime.mapping import load_mapping
+    from parapipe.app.run import load_mapping
 
     bundle = build_bundle(load_mapping(str(dup), str(mapping), "best-throughput"), tmp_path / "bundle")
     sess = ort.InferenceSession(str(bundle.folder / REFERENCE), providers=["CPUExecutionProvider"])
@@ -124,7 +124,7 @@ def test_profile_loads_the_graph_with_the_given_shapes(tmp_path):
 def test_bundle_frames_use_the_graph_ranges(capsys, tmp_path):
     from parapipe.deploy.bundle import PLAN, build_bundle
     import ppexec as core
-    from parapipe.runtime.mapping import load_mapping
+    from parapipe.app.run import load_mapping
 
     bert = _save(tmp_path, "bert", hm.bert_front_end(vocab=30, types=2))
     mapping, _ = _optimize(capsys, tmp_path, bert)

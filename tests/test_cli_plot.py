@@ -8,7 +8,7 @@ import pytest
 
 from parapipe.cli import main
 from ppexec import ExecutionPlan, run_pipeline, write_chrome_trace
-from parapipe.runtime.traces import read_chrome_trace
+from parapipe.execution.traces import read_chrome_trace
 from runtime_models import CPU_BINDINGS, chain_model, frames, task
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -9,7 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parapipe.cost.evaluate import Mapping, StageMapping, evaluate, evaluate_stage, mapping_from_pu_list
+from parapipe.cost.evaluate import evaluate
+from parapipe.cost.mapping import Mapping, StageMapping, mapping_from_pu_list
+from parapipe.cost.schedule import evaluate_stage
+from parapipe.cost.rules import RuleViolation
 from parapipe.cost.problem import MappingProblem
 from parapipe.errors import InfeasibleError
 
@@ -167,19 +170,25 @@ def test_mapping_from_pu_list_runs_form_stages():
 
 
 @pytest.mark.parametrize("stages, match", [
-    ([StageMapping(0, 2, (0,), (0, 0))], "covers 2 of 3"),  # last block missing
-    ([StageMapping(0, 1, (0,), (0,)), StageMapping(2, 3, (0,), (0,))], "contiguously"),  # gap
-    ([StageMapping(0, 2, (0,), (0, 0)), StageMapping(1, 3, (1,), (1, 1))], "contiguously"),  # overlap
-    ([StageMapping(1, 3, (0,), (0, 0)), StageMapping(0, 1, (0,), (0,))], "contiguously"),  # out of order
-    ([StageMapping(0, 3, (0,), (0, 0))], "contiguously"),  # assignment shorter than the range
-    ([StageMapping(0, 0, (0,), ()), StageMapping(0, 3, (0,), (0, 0, 0))], "contiguously"),  # empty stage
-    ([], "covers 0 of 3"),
-    ([StageMapping(0, 3, (0,), (0, 1, 0))], "outside its stage's group"),
-    ([StageMapping(0, 3, (0, 1), (0, 1, 0), order=(1, 0, 2))], "before its predecessor"),
+    ([StageMapping(0, 2, (0,), (0, 0))], r"^stages: 1 block\(s\) in no stage, e\.g\. \['b2'\]"),  # last block missing
+    ([StageMapping(0, 1, (0,), (0,)), StageMapping(2, 3, (0,), (0,))], r"^stages: 1 block\(s\) in no stage, e\.g\. \['b1'\]"),
+    ([StageMapping(0, 2, (0,), (0, 0)), StageMapping(1, 3, (1,), (1, 1))],
+     r"^stages\[1\]\.blocks: block 'b1' is already in stage 0"),  # overlap
+    ([StageMapping(1, 3, (0,), (0, 0)), StageMapping(0, 1, (0,), (0,))], r"^stages\[1\]\.blocks: stages out of order"),
+    ([], r"^stages: 3 block\(s\) in no stage"),
+    ([StageMapping(0, 3, (0,), (0, 1, 0))], r"^stages\[0\]\.assignment\.b1: PU 'p1' is not one of the stage's PUs"),
+    ([StageMapping(0, 3, (0, 1), (0, 1, 0), order=(1, 0, 2))],
+     r"^stages\[0\]\.order: block 'b1' comes before its producer 'b0'"),
 ])
 def test_evaluate_rejects_bad_mappings(stages, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(RuleViolation, match=match):
         evaluate(chain3(), Mapping(tuple(stages)))
+
+
+@pytest.mark.parametrize("start, stop, assignment", [(0, 3, (0, 0)), (0, 0, ()), (2, 1, ())])
+def test_a_stage_needs_blocks_and_one_pu_per_block(start, stop, assignment):
+    with pytest.raises(ValueError, match="needs one PU per block"):
+        StageMapping(start, stop, (0,), assignment)
 
 
 def test_evaluate_stage_matches_evaluate():

@@ -9,9 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from parapipe.cost.evaluate import Mapping, Replica, StageMapping, evaluate
+from parapipe.cost.evaluate import evaluate
+from parapipe.cost.mapping import Mapping, ReplicaMapping, StageMapping
 from parapipe.cost.pipeline_terms import PipelineTerms
-from parapipe.cost.mapping_spec import mapping_from_point, parse_pu_list
+from parapipe.mapping.index import mapping_from_point, parse_pu_list
 from parapipe.cost.problem import MappingProblem
 from parapipe.cost.replication import (mean_and_worst_input_s, memory_violations, pu_weight_nbytes,
                                        replica_shares, replicated_busy_s, replicated_energy_j,
@@ -59,7 +60,7 @@ def test_whole_model_replicated_on_two_pus():
     # Shares 7/13 on p0, 6/13 on p1; period 42/13; both PUs busy 42/13; latency mean 84/13, worst 7;
     # E = (7/13·10.9 + 6/13·24.1) + 1.3·42/13 = (76.3 + 144.6 + 54.6)/13 = 275.5/13 J.
     pr = chain3()
-    m = Mapping((StageMapping(0, 3, (0,), (0, 0, 0), replicas=(Replica((1,), (1, 1, 1)),)),))
+    m = Mapping((StageMapping(0, 3, (0,), (0, 0, 0), replicas=(ReplicaMapping((1,), (1, 1, 1)),)),))
     ev = evaluate(pr, m)
     assert m.replicated
     assert objectives(ev) == pytest.approx((42 / 13, 84 / 13, 275.5 / 13))
@@ -83,7 +84,7 @@ def test_replicated_mapping_takes_slowdown_and_dispatch():
     # replica's w·T is the period); E_dyn = 1.5 · (11·10.9 + 9.5·24.1)/20.5; E = E_dyn + 1.3 · period.
     # Sharing, hand-off and overlap do not arise (one stage, disjoint replicas): they change nothing.
     pr = chain3()
-    m = Mapping((StageMapping(0, 3, (0,), (0, 0, 0), replicas=(Replica((1,), (1, 1, 1)),)),))
+    m = Mapping((StageMapping(0, 3, (0,), (0, 0, 0), replicas=(ReplicaMapping((1,), (1, 1, 1)),)),))
     period = 104.5 / 20.5
     e_dyn = 1.5 * (11 * 10.9 + 9.5 * 24.1) / 20.5
     for extra in ({}, {"sharing": 0.3, "handoff_s": 2.0, "overlap": {"p0": 0.5}}):
@@ -92,7 +93,7 @@ def test_replicated_mapping_takes_slowdown_and_dispatch():
         assert [r.time_s for r in ev.stage_results[0].replicas] == pytest.approx([9.5, 11.0])
     # A replicated stage feeding a plain one (the next test's case) with d = 0.25 s: replicas 1.25 s and 2.25 s,
     # shares 9/14, 5/14, period contribution 1.25·2.25/3.5; stage B: mean input 9/14 · 1.5 + 0.25, makespan 5.
-    m2 = Mapping((StageMapping(0, 1, (0,), (0,), replicas=(Replica((1,), (1,)),)), StageMapping(1, 3, (1,), (1, 1))))
+    m2 = Mapping((StageMapping(0, 1, (0,), (0,), replicas=(ReplicaMapping((1,), (1,)),)), StageMapping(1, 3, (1,), (1, 1))))
     ev = evaluate(pr, m2, PipelineTerms(dispatch_s=0.25))
     t_b = 9 / 14 * 1.5 + 0.25 + 5
     assert ev.period_s == pytest.approx(1.25 * 2.25 / 3.5 + t_b)
@@ -108,7 +109,7 @@ def test_replicated_stage_feeding_a_plain_stage():
     # busy p0 = 2/3; busy p1 = 2/3 + 6 = 20/3 = period. latency mean 2/3·1 + 1/3·2 + 6 = 22/3, worst 2 + 6.5.
     # E_dyn = (2/3·1.9 + 1/3·5.6) + 3.3 + 15.2 = 9.4/3 + 18.5; E = E_dyn + 1.3·20/3 = 9.4/3 + 18.5 + 26/3 = 30.3.
     pr = chain3()
-    m = Mapping((StageMapping(0, 1, (0,), (0,), replicas=(Replica((1,), (1,)),)),
+    m = Mapping((StageMapping(0, 1, (0,), (0,), replicas=(ReplicaMapping((1,), (1,)),)),
                  StageMapping(1, 3, (1,), (1, 1))))
     ev = evaluate(pr, m)
     assert objectives(ev) == pytest.approx((20 / 3, 22 / 3, 30.3))
@@ -140,14 +141,14 @@ def test_replicas_that_are_pu_groups():
     # Shares 9/17, 8/17; period 72/17; every PU of both groups busy 72/17; latency 9/17·8 + 8/17·9 = 144/17,
     # worst 9; E_dyn = 9 s of blocks · 1.9 W on either replica = 17.1 J; E = 17.1 + (0.4 + 1)·72/17.
     pr = quad_diamond()
-    m = Mapping((StageMapping(0, 4, (0, 1), (0, 0, 1, 0), replicas=(Replica((2, 3), (2, 2, 2, 2)),)),))
+    m = Mapping((StageMapping(0, 4, (0, 1), (0, 0, 1, 0), replicas=(ReplicaMapping((2, 3), (2, 2, 2, 2)),)),))
     ev = evaluate(pr, m)
     assert objectives(ev) == pytest.approx((72 / 17, 144 / 17, 17.1 + 1.4 * 72 / 17))
     assert ev.busy_s.tolist() == pytest.approx([72 / 17] * 4)
     assert ev.latency_worst_s == pytest.approx(9.0)
     # Three single-PU replicas of the sequential 9 s stage and one plain stage on p3 after it: 1/3 of the
     # frames come from each of p0, p1, p2 to p3 (b3 needs b1: 0.5 + 1 and b2: 0.5 + 0.5, so 2.5 s each).
-    three = Mapping((StageMapping(0, 3, (0,), (0, 0, 0), replicas=(Replica((1,), (1, 1, 1)), Replica((2,), (2, 2, 2)))),
+    three = Mapping((StageMapping(0, 3, (0,), (0, 0, 0), replicas=(ReplicaMapping((1,), (1, 1, 1)), ReplicaMapping((2,), (2, 2, 2)))),
                      StageMapping(3, 4, (3,), (3,))))
     ev3 = evaluate(pr, three)
     # Stage 1: 8 s per replica → period 8/3; stage 2: input 2.5 s + 1 s → 3.5 s; period max(8/3, 3.5) = 3.5.
@@ -157,10 +158,10 @@ def test_replicas_that_are_pu_groups():
 
 def test_replicas_must_not_share_a_pu():
     pr = chain3()
-    m = Mapping((StageMapping(0, 3, (0,), (0, 0, 0), replicas=(Replica((0,), (0, 0, 0)),)),))
+    m = Mapping((StageMapping(0, 3, (0,), (0, 0, 0), replicas=(ReplicaMapping((0,), (0, 0, 0)),)),))
     with pytest.raises(ValueError, match="two replicas"):
         evaluate(pr, m)
-    bad = Mapping((StageMapping(0, 3, (0,), (0, 0, 0), replicas=(Replica((1,), (1, 0, 1)),)),))
+    bad = Mapping((StageMapping(0, 3, (0,), (0, 0, 0), replicas=(ReplicaMapping((1,), (1, 0, 1)),)),))
     with pytest.raises(ValueError, match="outside its stage's group"):
         evaluate(pr, bad)
 
@@ -174,7 +175,7 @@ def test_weights_held_once_per_replica_against_the_memory_limit():
                         idle_power_w=pr.idle_power_w, static_power_w=pr.static_power_w, alpha_s=pr.alpha_s,
                         beta_bytes_per_s=pr.beta_bytes_per_s, weight_nbytes=[10, 20, 30],
                         memory_bytes=[50, np.inf])
-    rep = evaluate(pr, Mapping((StageMapping(0, 3, (0,), (0, 0, 0), replicas=(Replica((1,), (1, 1, 1)),)),)))
+    rep = evaluate(pr, Mapping((StageMapping(0, 3, (0,), (0, 0, 0), replicas=(ReplicaMapping((1,), (1, 1, 1)),)),)))
     assert rep.weight_nbytes.tolist() == [60.0, 60.0]
     assert rep.memory_exceeded == (0,) and not rep.fits_memory
     split = evaluate(pr, parse_pu_list(pr, "p0,p0,p1"))
@@ -187,7 +188,7 @@ def test_weights_held_once_per_replica_against_the_memory_limit():
 def test_pu_list_with_replicated_entries():
     pr = chain3()
     m = parse_pu_list(pr, "p0|p1, p0|p1, p1")
-    assert m == Mapping((StageMapping(0, 2, (0,), (0, 0), None, (Replica((1,), (1, 1)),)),
+    assert m == Mapping((StageMapping(0, 2, (0,), (0, 0), None, (ReplicaMapping((1,), (1, 1)),)),
                          StageMapping(2, 3, (1,), (1,))))
     assert not parse_pu_list(pr, "p0,p1,p1").replicated
     with pytest.raises(InputError, match="listed twice"):

@@ -1,34 +1,50 @@
-"""The cost model's view of a multi-PU stage's tasks (parapipe.cost.tasks) is the executor's (runtime.plan)."""
+"""The one split rule (parapipe.cost.tasks): the plan builder's tasks, the rule's definition, measured tasks."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from parapipe.cost.evaluate import Mapping, StageMapping, evaluate
+from parapipe.cost.evaluate import evaluate
+from parapipe.cost.mapping import Mapping, StageMapping
 from parapipe.cost.problem import MappingProblem
 from parapipe.cost.tasks import stage_tasks
-from parapipe.runtime.plan import StageSpec, _block_graph, _split_stage
+from parapipe.execution.plan import build_plan
+from parapipe.mapping import Stage
+from ppexec import PUBinding
 from parapipe.workflow import prepare
 
 
 @pytest.mark.parametrize("model", ["squeezenet", "inception_v1", "shufflenet"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_stage_tasks_are_the_tasks_the_executor_builds(model, seed):
+def test_the_plan_runs_the_split_rule_and_the_split_obeys_it(model, seed):
+    # A random two-PU stage over the whole model: build_plan's tasks are stage_tasks' (the same operators, PU by
+    # PU), and the split, checked here from its definition on the block DAG, is a partition of each PU's blocks
+    # into maximal runs whose cross-PU inputs arrive only at their first block and whose results leave only
+    # from their last block.
     prep = prepare(model, "amlogic_a311d")
-    pr = prep.problem
+    pr, bg = prep.problem, prep.block_graph
     big, little = pr.pu_names.index("big"), pr.pu_names.index("little")
     rng = np.random.default_rng(seed)
     n = pr.n_blocks
     assignment = tuple(int(big if rng.random() < 0.5 else little) for _ in range(n))
-    stage = StageMapping(0, n, (big, little), assignment)
     names = pr.block_names
-    spec = StageSpec(pus=["big", "little"], assignment={names[v]: pr.pu_names[assignment[v]] for v in range(n)},
-                     order=list(names))
-    _, blocks = _block_graph(prep.opgraph, prep.block_graph)
-    runtime = _split_stage(spec, blocks, {b: 0 for b in names}, 0)
-    ours = stage_tasks(pr, stage)
-    assert [(pr.pu_names[p], [names[v] for v in bs]) for p, bs in ours] == runtime
-    assert len(ours) > 2  # the random split really has tasks on both PUs
+    typed = Stage(pus=["big", "little"], blocks=list(names), time_s=0.0,
+                  assignment={names[v]: pr.pu_names[assignment[v]] for v in range(n)})
+    plan = build_plan(prep.opgraph, bg, [typed], {"big": PUBinding(cpus=None), "little": PUBinding(cpus=None)})
+    tasks = stage_tasks(pr, StageMapping(0, n, (big, little), assignment))
+    assert len(tasks) > 2  # the random split really has tasks on both PUs
+    ops = [sorted(node.name for node in t.model.graph.node) for t in plan.stages[0]]
+    assert ops == [sorted(op for v in blocks for op in bg.blocks[v].ops) for _, blocks in tasks]
+    assert [t.pu for t in plan.stages[0]] == [pr.pu_names[p] for p, _ in tasks]
+    for pu in (big, little):
+        runs = [list(blocks) for p, blocks in tasks if p == pu]
+        assert [v for run in runs for v in run] == [v for v in range(n) if assignment[v] == pu]
+        for run in runs:
+            assert all(assignment[u] == pu for v in run[1:] for u in pr.preds[v])
+            assert all(assignment[w] == pu for v in run[:-1] for w in pr.succs[v])
+        for a, b in zip(runs, runs[1:]):  # maximal: each cut is forced by the rule
+            assert any(assignment[u] != pu for u in pr.preds[b[0]]) or any(
+                assignment[w] != pu for w in pr.succs[a[-1]])
 
 
 def test_a_measured_task_scales_its_blocks_in_the_list_schedule():

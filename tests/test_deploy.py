@@ -22,7 +22,7 @@ from parapipe.deploy.bundle import build_bundle
 from parapipe.deploy.deploy import DeployOptions, deploy_bundle, deploy_mapping, remote_files, upload_bundle
 from parapipe.deploy.host import HostSpec, RemoteHost
 from parapipe.errors import ExecutionError, HostError, InputError
-from parapipe.runtime.mapping import load_mapping
+from parapipe.app.run import load_mapping
 
 NEEDS_TWO_CPUS = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="mappings use CPUs 0, 1")
 pytestmark = [pytest.mark.ssh, pytest.mark.slow, NEEDS_TWO_CPUS]

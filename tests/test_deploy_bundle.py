@@ -22,7 +22,8 @@ from parapipe.deploy.bundle import build_bundle
 from parapipe.errors import InputError
 import ppexec
 from ppexec import PUBinding
-from parapipe.runtime.mapping import bindings_for, load_mapping
+from parapipe.app.run import load_mapping
+from parapipe.execution.bindings import bindings_for
 from parapipe.mapping import read_pareto
 
 pytestmark = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="host mappings use CPUs 0, 1")

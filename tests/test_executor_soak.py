@@ -12,9 +12,9 @@ import pytest
 
 from deploy_mappings import two_stage_doc, write_doc
 from ppexec import PipelineExecutor, max_abs_diff, reference_outputs
-from parapipe.runtime.mapping import load_mapping
+from parapipe.app.run import load_mapping
 from ppexec.reference import handed_over_tensors, max_scaled_diff, with_outputs
-from parapipe.runtime.reference import reference_with_outputs
+from parapipe.execution.reference import reference_with_outputs
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="host mappings use CPUs 0, 1")]

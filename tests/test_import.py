@@ -136,7 +136,8 @@ def test_import_times_are_in_seconds_in_the_problem(tmp_path, soc):
 
 def test_stage_level_times_travel_beside_the_block_table_and_set_the_stage_time(tmp_path, soc):
     from parapipe.cost.blocktable import range_table_path, write_block_table
-    from parapipe.cost.evaluate import evaluate, mapping_from_pu_list
+    from parapipe.cost.evaluate import evaluate
+    from parapipe.cost.mapping import mapping_from_pu_list
 
     src = tmp_path / "long.csv"
     src.write_text(LONG)

@@ -11,8 +11,8 @@ import pytest
 from deploy_mappings import two_stage_doc
 from parapipe.errors import InputError
 from parapipe.mapping import parse_pareto, read_pareto, select_point, write_pareto
-from parapipe.runtime.facts import check_board
-from parapipe.runtime.mapping import parse_binds
+from parapipe.execution.facts import check_board
+from parapipe.execution.bindings import parse_binds
 from parapipe.soc import load_soc
 from parapipe.soc.resolve import resolve_soc, soc_ref, soc_sha256
 from ppexec import PUBinding

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parapipe.cost.evaluate import Mapping, StageMapping, evaluate, mapping_from_pu_list
-from parapipe.cost.pipeline_terms import DEFAULT_TERMS, PipelineTerms, reevaluate, terms_from_soc
+from parapipe.cost.evaluate import evaluate
+from parapipe.cost.mapping import Mapping, StageMapping, mapping_from_pu_list
+from parapipe.cost.pipeline_terms import DEFAULT_TERMS, PipelineTerms, terms_from_soc
 from parapipe.cost.problem import MappingProblem
 
 
@@ -37,23 +38,23 @@ def test_plain_model_of_the_example():
 
 def test_overlap_puts_the_busy_time_between_the_largest_stage_and_the_sum():
     pr = shared_pu_problem()
-    half = reevaluate(pr, MAPPING, PipelineTerms(overlap={"p0": 0.5}))
+    half = evaluate(pr, MAPPING, PipelineTerms(overlap={"p0": 0.5}))
     assert half.busy_s.tolist() == pytest.approx([4 + 0.5 * 2, 3.0])  # max + (1 - φ)(sum - max)
     assert half.latency_s == pytest.approx(9.0)  # one frame at a time: overlap changes nothing
-    full = reevaluate(pr, MAPPING, PipelineTerms(overlap={"p0": 1.0}))
+    full = evaluate(pr, MAPPING, PipelineTerms(overlap={"p0": 1.0}))
     assert full.period_s == pytest.approx(4.0)
     assert full.energy_j == pytest.approx(16.8 + 1.3 * 4.0)
-    other = reevaluate(pr, MAPPING, PipelineTerms(overlap={"p1": 1.0}))  # p1 serves one stage: no effect
+    other = evaluate(pr, MAPPING, PipelineTerms(overlap={"p1": 1.0}))  # p1 serves one stage: no effect
     assert figures(other) == pytest.approx((6.0, 9.0, 24.6))
 
 
 def test_dispatch_is_paid_once_per_stage_and_slowdown_scales_the_work():
     pr = shared_pu_problem()
-    ev = reevaluate(pr, MAPPING, PipelineTerms(dispatch_s=0.1))
+    ev = evaluate(pr, MAPPING, PipelineTerms(dispatch_s=0.1))
     assert [r.time_s for r in ev.stage_results] == pytest.approx([2.1, 3.1, 4.1])
     assert (ev.period_s, ev.latency_s) == pytest.approx((6.2, 9.3))
     assert ev.energy_j == pytest.approx(16.8 + 1.3 * 6.2)  # dispatch draws idle power only
-    ev = reevaluate(pr, MAPPING, PipelineTerms(slowdown=2.0))
+    ev = evaluate(pr, MAPPING, PipelineTerms(slowdown=2.0))
     assert figures(ev) == pytest.approx((12.0, 18.0, 2 * 16.8 + 1.3 * 12.0))
     assert ev.stage_results[2].finish_s[2] == pytest.approx(8.0)
 
@@ -63,11 +64,11 @@ def test_contention_from_the_bandwidth_co_running_stages_demand():
     # Stage 1 runs with stages 0 and 2 (300 B): ρ = 0.5. Stage 2 with stage 1: 0.5.
     # T' = 3, 4.5, 6 → busy p0 = 9, p1 = 4.5; idle latency has no co-runner: 9 s; E_dyn × 1.5 = 25.2 J.
     pr = shared_pu_problem()
-    ev = reevaluate(pr, MAPPING, PipelineTerms(contention=1.0, memory_bandwidth_bytes_per_s=100.0))
+    ev = evaluate(pr, MAPPING, PipelineTerms(contention=1.0, memory_bandwidth_bytes_per_s=100.0))
     assert [r.time_s for r in ev.stage_results] == pytest.approx([3.0, 4.5, 6.0])
     assert figures(ev) == pytest.approx((9.0, 9.0, 25.2 + 1.3 * 9.0))
     single = mapping_from_pu_list(pr, [0, 0, 0])  # one stage: nothing runs at once with it
-    assert figures(reevaluate(pr, single, PipelineTerms(contention=1.0, memory_bandwidth_bytes_per_s=100.0))) \
+    assert figures(evaluate(pr, single, PipelineTerms(contention=1.0, memory_bandwidth_bytes_per_s=100.0))) \
         == pytest.approx(figures(evaluate(pr, single)))
 
 
@@ -77,7 +78,7 @@ def test_contention_without_block_bytes_uses_the_edges():
     pr.edge_nbytes = {(0, 1): 60.0, (1, 2): 30.0}
     pr.alpha_s = np.zeros((2, 2))
     # traffic: stage0 = out 60; stage1 = in 60 + out 30 = 90; stage2 = in 30. P0 = 6 s, B = 10 B/s.
-    ev = reevaluate(pr, MAPPING, PipelineTerms(contention=1.0, memory_bandwidth_bytes_per_s=10.0))
+    ev = evaluate(pr, MAPPING, PipelineTerms(contention=1.0, memory_bandwidth_bytes_per_s=10.0))
     rho = [90 / 60, (60 + 30) / 60, 90 / 60]
     assert [r.time_s for r in ev.stage_results] == pytest.approx([t * (1 + r) for t, r in zip([2, 3, 4], rho)])
 
@@ -85,7 +86,7 @@ def test_contention_without_block_bytes_uses_the_edges():
 def test_handoff_costs_every_tensor_handed_inside_a_multi_pu_stage_and_reschedules_it():
     pr = shared_pu_problem()
     pr.edge_nbytes = {(0, 1): 100.0, (1, 2): 100.0}  # free (alpha 0, beta inf) but real hand-offs
-    ev = reevaluate(pr, MAPPING, PipelineTerms(handoff_s=0.5))  # between stages: the dispatch's part, not this
+    ev = evaluate(pr, MAPPING, PipelineTerms(handoff_s=0.5))  # between stages: the dispatch's part, not this
     assert figures(ev) == figures(evaluate(pr, MAPPING))
     # one stage on {p0, p1}: b0 -> {b1 on p1, b2} -> b3 (times 1, 4, 3, 1 s): b1 starts at 1 + h and b3 waits for
     # b1's output to come back: makespan 6 + 2h
@@ -97,11 +98,11 @@ def test_handoff_costs_every_tensor_handed_inside_a_multi_pu_stage_and_reschedul
         static_power_w=0.0, alpha_s=[[0, 0], [0, 0]], beta_bytes_per_s=[[inf] * 2] * 2)
     par = Mapping((StageMapping(0, 4, (0, 1), (0, 1, 0, 0)),))
     assert evaluate(diamond, par).period_s == pytest.approx(6.0)
-    ev = reevaluate(diamond, par, PipelineTerms(handoff_s=0.5))
+    ev = evaluate(diamond, par, PipelineTerms(handoff_s=0.5))
     assert ev.period_s == pytest.approx(7.0) and ev.stage_results[0].start_s[1] == pytest.approx(1.5)
     assert ev.stage_results[0].active_s.tolist() == pytest.approx([1 + 3 + 1, 4])  # compute only, as evaluate
     two = Mapping((StageMapping(0, 1, (0,), (0,)), StageMapping(1, 4, (0, 1), (1, 0, 0))))  # b0 | {b1 on p1, b2, b3}
-    ev = reevaluate(diamond, two, PipelineTerms(handoff_s=0.5))
+    ev = evaluate(diamond, two, PipelineTerms(handoff_s=0.5))
     plain = evaluate(diamond, two)
     assert ev.stage_results[1].input_s == plain.stage_results[1].input_s  # the hop into the stage keeps its cost
     assert ev.stage_results[1].makespan_s == pytest.approx(plain.stage_results[1].makespan_s + 0.5)
@@ -109,14 +110,14 @@ def test_handoff_costs_every_tensor_handed_inside_a_multi_pu_stage_and_reschedul
 
 def test_sharing_slows_only_the_stages_of_a_pu_that_serves_several():
     pr = shared_pu_problem()
-    ev = reevaluate(pr, MAPPING, PipelineTerms(sharing=0.5))
+    ev = evaluate(pr, MAPPING, PipelineTerms(sharing=0.5))
     # p0 serves stages 0 and 2 (x 1.5); p1 only stage 1
     assert [r.time_s for r in ev.stage_results] == pytest.approx([3.0, 3.0, 6.0])
     assert ev.busy_s.tolist() == pytest.approx([9.0, 3.0])
     assert (ev.period_s, ev.latency_s) == pytest.approx((9.0, 12.0))
     assert ev.energy_j == pytest.approx(2 * 1.9 * 1.5 + 3 * 1.8 + 4 * 1.9 * 1.5 + 1.3 * 9.0)
     own = mapping_from_pu_list(pr, [0, 1, 1])  # p0 | p1 (merged): no PU serves two stages
-    assert figures(reevaluate(pr, own, PipelineTerms(sharing=0.5))) == pytest.approx(figures(evaluate(pr, own)))
+    assert figures(evaluate(pr, own, PipelineTerms(sharing=0.5))) == pytest.approx(figures(evaluate(pr, own)))
     with pytest.raises(ValueError, match="sharing"):
         PipelineTerms(sharing=-0.1)
     assert not PipelineTerms(sharing=0.1).is_default()
@@ -163,7 +164,7 @@ def test_default_terms_reproduce_the_plain_model_bit_for_bit(zoo_opgraph, model,
     terms = terms_from_soc(soc_obj)  # a bundled profile has no pipeline: section
     assert terms.is_default() and terms.memory_bandwidth_bytes_per_s == soc_obj.memory_bandwidth_bytes_per_s
     for m in _random_mappings(problem, np.random.default_rng(3), 40):
-        plain, full = evaluate(problem, m), reevaluate(problem, m, terms)
+        plain, full = evaluate(problem, m), evaluate(problem, m, terms)
         assert (full.period_s, full.latency_s, full.energy_j) == (plain.period_s, plain.latency_s, plain.energy_j)
         assert full.busy_s.tolist() == plain.busy_s.tolist() and full.active_s.tolist() == plain.active_s.tolist()
         for a, b in zip(full.stage_results, plain.stage_results):
@@ -172,7 +173,7 @@ def test_default_terms_reproduce_the_plain_model_bit_for_bit(zoo_opgraph, model,
             assert a.start_s == b.start_s and a.finish_s == b.finish_s
         # and a non-default value does move the figures (the comparison above can fail)
         if len(m.stages) > 1:
-            assert reevaluate(problem, m, terms.replace(dispatch_s=1e-3)).latency_s > plain.latency_s
+            assert evaluate(problem, m, terms.replace(dispatch_s=1e-3)).latency_s > plain.latency_s
 
 
 def test_search_reports_every_point_under_the_full_model():

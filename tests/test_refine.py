@@ -8,8 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from parapipe.cost.mapping_spec import mapping_from_point
-from parapipe.cost.pipeline_terms import PipelineTerms, reevaluate
+from parapipe.mapping.index import mapping_from_point
+from parapipe.cost.evaluate import evaluate
+from parapipe.cost.pipeline_terms import PipelineTerms
 
 
 def test_refine_converges_on_a_board_with_unknown_terms(tmp_path, monkeypatch):
@@ -28,7 +29,7 @@ def test_refine_converges_on_a_board_with_unknown_terms(tmp_path, monkeypatch):
         from parapipe.mapping import parse_pareto
 
         pt = next(p for p in parse_pareto(doc, "pareto.json").points if p.id == point)
-        ev = reevaluate(prep.problem, mapping_from_point(prep.problem, pt, "pareto.json"), board)
+        ev = evaluate(prep.problem, mapping_from_point(prep.problem, pt, "pareto.json"), board)
         ran.append((rnd, point))
         return SimpleNamespace(throughput_per_s=1.0 / ev.period_s, idle_latency_s=ev.latency_s, energy_j=None), "fake"
 

@@ -1,4 +1,4 @@
-"""build_plan on real OpGraphs/BlockGraphs: task splitting, deps, validation messages, execution."""
+"""build_plan on real OpGraphs/BlockGraphs: task splitting, deps, the structural rules' messages, execution."""
 from __future__ import annotations
 
 import os
@@ -9,8 +9,8 @@ from parapipe.errors import InputError
 from parapipe.graph.coarsen import coarsen
 from parapipe.graph.opgraph import import_onnx
 from ppexec import max_abs_diff, reference_outputs, run_pipeline
-from parapipe.runtime import StageSpec, build_plan
-from runtime_models import CPU_BINDINGS, chain_model, diamond_model, frames
+from parapipe.execution import build_plan
+from runtime_models import CPU_BINDINGS, chain_model, diamond_model, frames, typed_stage
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def diamond():
 
 def _spec(assignment, order=None):
     pus = sorted(set(assignment.values()))
-    return StageSpec(pus=pus, assignment=dict(assignment), order=list(order or assignment))
+    return typed_stage(pus, assignment, order or ())
 
 
 def test_cross_pu_predecessor_starts_a_new_task(diamond):
@@ -82,24 +82,23 @@ def test_tasks_end_where_another_pu_needs_their_result(diamond):
      r"^mapping: stages: 1 block\(s\) in no stage, e\.g\. \['E_mm'\]; put every block"),
     ([_spec({"A_mm": "cpu0", "B_mm": "cpu0", "C_mm": "cpu0"}), _spec({"C_mm": "cpu1", "D_add": "cpu1",
                                                                       "E_mm": "cpu1"})],
-     r"^mapping: stages\[1\]\.order: block 'C_mm' is already in stage 0; "
+     r"^mapping: stages\[1\]\.blocks: block 'C_mm' is already in stage 0; "
      r"put every block in exactly one stage$"),
     ([_spec({"B_mm": "cpu0", "C_mm": "cpu0", "D_add": "cpu0", "E_mm": "cpu0"}), _spec({"A_mm": "cpu1"})],
-     r"^mapping: stages\[0\]: block 'B_mm' depends on block 'A_mm' of the later stage 1; move the producer"),
+     r"^mapping: stages\[1\]\.blocks: stages out of order: a stage must hold the blocks that follow"),
     ([_spec({"A_mm": "cpu0", "B_mm": "cpu0", "C_mm": "cpu0", "D_add": "cpu0", "E_mm": "cpu0"},
             order=["A_mm", "B_mm", "D_add", "C_mm", "E_mm"])],
      r"^mapping: stages\[0\]\.order: block 'D_add' comes before its producer 'C_mm'; "
      r"give the stage's blocks"),
     ([_spec({"A_mm": "cpu0", "B_mm": "cpu0", "C_mm": "cpu0", "D_add": "cpu0", "E_mm": "gpu0"})],
      r"^mapping: stages\[0\]\.pus: PU 'gpu0' has no binding; add a PUBinding for 'gpu0'"),
-    ([StageSpec(["cpu0"], {"A_mm": "cpu1", "B_mm": "cpu0", "C_mm": "cpu0", "D_add": "cpu0", "E_mm": "cpu0"},
-                ["A_mm", "B_mm", "C_mm", "D_add", "E_mm"])],
-     r"^mapping: stages\[0\]\.assignment\['A_mm'\]: PU 'cpu1' is not one of the stage's PUs \['cpu0'\]"),
+    ([typed_stage(["cpu0"], {"A_mm": "cpu1", "B_mm": "cpu0", "C_mm": "cpu0", "D_add": "cpu0", "E_mm": "cpu0"})],
+     r"^mapping: stages\[0\]\.assignment\.A_mm: PU 'cpu1' is not one of the stage's PUs \['cpu0'\]"),
     ([_spec({"A_mm": "cpu0", "B_mm": "cpu0", "C_mm": "cpu0", "D_add": "cpu0", "E_mm": "cpu0", "Z": "cpu0"})],
-     r"^mapping: stages\[0\]\.order: unknown block 'Z'; use block names from the coarsened BlockGraph$"),
-    ([StageSpec(["cpu0"], {"A_mm": "cpu0"}, ["A_mm", "B_mm"])],
-     r"^mapping: stages\[0\]\.order: order and assignment name different blocks \(\['B_mm'\]\)"),
-    ([], r"^mapping: stages: the mapping has no stages; give at least one StageSpec$"),
+     r"^mapping: stages\[0\]\.blocks: unknown block 'Z'; use block names from"),
+    ([typed_stage(["cpu0"], {"A_mm": "cpu0"}, ["A_mm", "B_mm"])],
+     r"^mapping: stages\[0\]\.order: does not list exactly the stage's blocks"),
+    ([], r"^mapping: stages: 5 block\(s\) in no stage"),
 ])
 def test_bad_mappings_are_input_errors_naming_stage_and_block(diamond, stages, message):
     og, bg = diamond

@@ -11,8 +11,8 @@ from parapipe.graph.coarsen import coarsen
 from parapipe.graph.opgraph import import_onnx
 from parapipe.graph.zoo import load_model
 from ppexec import PipelineExecutor, max_abs_diff, reference_outputs
-from parapipe.runtime import StageSpec, build_plan
-from runtime_models import CPU_BINDINGS, parapipe_threads
+from parapipe.execution import build_plan
+from runtime_models import CPU_BINDINGS, parapipe_threads, typed_stage
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1")]
@@ -66,8 +66,8 @@ def test_two_stages_cut_at_middle_concat_match_unsplit_model(inception):
     names = [b.name for b in bg.blocks]
     k = _middle_concat(bg)
     s0, s1 = names[:k], names[k:]
-    plan = build_plan(og, bg, [StageSpec(["cpu0"], {b: "cpu0" for b in s0}, s0),
-                               StageSpec(["cpu1"], {b: "cpu1" for b in s1}, s1)], CPU_BINDINGS)
+    plan = build_plan(og, bg, [typed_stage(["cpu0"], {b: "cpu0" for b in s0}, s0),
+                               typed_stage(["cpu1"], {b: "cpu1" for b in s1}, s1)], CPU_BINDINGS)
     (t0,), (t1,) = plan.stages
     assert len(t0.outputs) == 1 and t1.inputs == t0.outputs  # a Concat cut: one tensor crosses
     outs, metrics = _run(plan, fs)
@@ -84,8 +84,8 @@ def test_inception_module_branches_split_over_two_pus(inception):
     branch = _first_module_branches(bg, s1)
     assert len(set(branch.values())) == 4  # an Inception module: 1x1, 3x3, 5x5 and pool branches
     assignment = {b: ("cpu0" if branch.get(b, 1) % 2 == 0 else "cpu1") for b in s1}
-    plan = build_plan(og, bg, [StageSpec(["cpu0"], {b: "cpu0" for b in s0}, s0),
-                               StageSpec(["cpu0", "cpu1"], assignment, s1)], CPU_BINDINGS)
+    plan = build_plan(og, bg, [typed_stage(["cpu0"], {b: "cpu0" for b in s0}, s0),
+                               typed_stage(["cpu0", "cpu1"], assignment, s1)], CPU_BINDINGS)
     stage1 = {t.name: t for t in plan.stages[1]}
     assert {t.pu for t in stage1.values()} == {"cpu0", "cpu1"}
     # the join waits on the branches that ran on the other PU

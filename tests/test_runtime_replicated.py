@@ -8,8 +8,8 @@ import os
 import pytest
 
 from deploy_mappings import replicated_doc, write_doc
-from parapipe.runtime.run import run_local
-from parapipe.runtime.traces import read_chrome_trace
+from parapipe.app.run import run_local
+from parapipe.execution.traces import read_chrome_trace
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="host mappings use CPUs 0, 1")]

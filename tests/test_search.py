@@ -15,7 +15,9 @@ from typing import List, Tuple
 import numpy as np
 import pytest
 
-from parapipe.cost.evaluate import StageMapping, evaluate, evaluate_stage
+from parapipe.cost.evaluate import evaluate
+from parapipe.cost.mapping import StageMapping
+from parapipe.cost.schedule import evaluate_stage
 from parapipe.cost.problem import MappingProblem
 from parapipe.search.bounds import lower_bounds
 from parapipe.search.cpsat import TIME_UNIT_S, solve_stage

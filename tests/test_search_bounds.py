@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parapipe.cost.evaluate import Mapping, Replica, StageMapping, evaluate
+from parapipe.cost.evaluate import evaluate
+from parapipe.cost.mapping import Mapping, ReplicaMapping, StageMapping
 from parapipe.search.bounds import block_period_bound, lp_period_bound, lower_bounds
 from parapipe.search.relaxation import GRID_REL
 from search_cases import (all_mapping_objectives, all_pipeline_objectives, all_replicated_objectives,
@@ -67,7 +68,7 @@ def random_replicated_mapping(pr, rng) -> Mapping:
                     continue
                 assign = tuple(int(rng.choice(c)) for c in ok)
                 used = tuple(sorted(set(assign)))
-                reps.append(Replica(used, assign))
+                reps.append(ReplicaMapping(used, assign))
                 taken |= set(used)
         stages.append(StageMapping(st.start, st.stop, st.pus, st.assignment, st.order, tuple(reps)))
     return Mapping(tuple(stages))
@@ -128,7 +129,7 @@ def test_block_bound_of_a_replicated_block():
 
     pr = MappingProblem(["a"], [()], {}, ["p", "q"], np.array([[4e-3, 12e-3]]), np.full((1, 2), 2.0), [0.1, 0.1],
                         1.0, np.full((2, 2), 1e-4), np.full((2, 2), 1e9))
-    m = Mapping((StageMapping(0, 1, (0,), (0,), None, (Replica((1,), (1,)),)),))
+    m = Mapping((StageMapping(0, 1, (0,), (0,), None, (ReplicaMapping((1,), (1,)),)),))
     assert evaluate(pr, m).period_s == pytest.approx(3e-3)
     assert block_period_bound(pr) == pytest.approx(3e-3)
     assert block_period_bound(pr, replicated=False) == pytest.approx(4e-3)

@@ -14,7 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parapipe.cost.evaluate import StageMapping, evaluate, evaluate_stage
+from parapipe.cost.evaluate import evaluate
+from parapipe.cost.mapping import StageMapping
+from parapipe.cost.schedule import evaluate_stage
 from parapipe.cost.problem import MappingProblem
 from parapipe.search.api import EXACT_MAX_CELLS, SearchOptions, search
 from parapipe.search.cpsat import TIME_UNIT_S, solve_stage
@@ -87,7 +89,7 @@ b5,b4,3211264,0.0307465,0.0754116,0.0120935
 
 def test_issue_table_mappings_are_covered(tmp_path):
     from parapipe.cost.blocktable import read_block_table
-    from parapipe.cost.mapping_spec import parse_pu_list
+    from parapipe.mapping.index import parse_pu_list
     from parapipe.soc import load_soc
 
     path = tmp_path / "T.csv"

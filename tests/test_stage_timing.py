@@ -15,7 +15,7 @@ import threading
 import numpy as np
 import pytest
 
-from parapipe.cost.evaluate import Mapping, Replica, StageMapping
+from parapipe.cost.mapping import Mapping, ReplicaMapping, StageMapping
 from parapipe.cost.pipeline_terms import PipelineTerms
 from parapipe.cost.problem import MappingProblem
 from parapipe.cost.tasks import stage_block_sets, stage_tasks
@@ -40,8 +40,8 @@ def test_stage_block_sets_lists_ranges_replicas_and_tasks():
                         ["a", "b", "c", "d"], np.full((6, 4), MS), np.full((6, 4), 2.0), np.ones(4), 1.0,
                         np.zeros((4, 4)), np.full((4, 4), 1e9))
     pipeline = Mapping((StageMapping(0, 4, (0, 1), (0, 0, 1, 0)), StageMapping(4, 6, (2,), (2, 2))))
-    replicated = Mapping((StageMapping(0, 4, (0,), (0,) * 4, replicas=(Replica((1,), (1,) * 4),)),
-                          StageMapping(4, 6, (2, 3), (2, 3), replicas=(Replica((0, 1), (0, 1)),))))
+    replicated = Mapping((StageMapping(0, 4, (0,), (0,) * 4, replicas=(ReplicaMapping((1,), (1,) * 4),)),
+                          StageMapping(4, 6, (2, 3), (2, 3), replicas=(ReplicaMapping((0, 1), (0, 1)),))))
     single = Mapping((StageMapping(0, 4, (3,), (3,) * 4), StageMapping(4, 6, (2,), (2, 2))))
     ranges, tasks = stage_block_sets(pr, [pipeline, replicated, single])
     # (0, 4) runs on one PU in `single` and on each replica in `replicated`: listed once
@@ -94,7 +94,7 @@ def test_stage_timed_ids_needs_every_range_and_task_of_a_point():
     from parapipe.workflow import stage_timed_ids
 
     pr = _two_cores()
-    whole = Mapping((StageMapping(0, 4, (0,), (0,) * 4, replicas=(Replica((1,), (1,) * 4),)),))
+    whole = Mapping((StageMapping(0, 4, (0,), (0,) * 4, replicas=(ReplicaMapping((1,), (1,) * 4),)),))
     cut = Mapping((StageMapping(0, 2, (0,), (0, 0)), StageMapping(2, 4, (1,), (1, 1))))
     group = Mapping((StageMapping(0, 4, (0, 1), (0, 0, 1, 1)),))
     points = [SimpleNamespace(id=name, mapping=m) for name, m in (("whole", whole), ("cut", cut), ("group", group))]

@@ -1,7 +1,7 @@
 """Which exceptions the pipeline core raises, so that one implementation serves the board and parapipe.
 
 On a board (the bundle's agent) the core raises :class:`PipelineError` and :class:`PlanError`. parapipe
-(:mod:`parapipe.runtime`) passes an :class:`ErrorKinds` that builds its own ``ExecutionError`` and
+(:mod:`parapipe.execution`) passes an :class:`ErrorKinds` that builds its own ``ExecutionError`` and
 ``InputError`` instead, so callers there see parapipe's error hierarchy and messages unchanged.
 """
 

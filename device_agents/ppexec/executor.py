@@ -32,7 +32,7 @@ run truly in parallel (design guide §6).
 
 This module is the one implementation of the executor: it lives in ``device_agents/ppexec`` so that it ships
 to boards in deploy bundles (standard library, numpy and onnxruntime only; Python >= 3.8). It raises
-:class:`.errors.PlanError` and :class:`.errors.PipelineError` by default; :mod:`parapipe.runtime` passes
+:class:`.errors.PlanError` and :class:`.errors.PipelineError` by default; :mod:`parapipe.execution` passes
 parapipe's error classes instead (``errors=``, :class:`.errors.ErrorKinds`).
 """
 from __future__ import annotations

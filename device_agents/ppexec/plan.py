@@ -1,6 +1,6 @@
 """Execution plans as the executor runs them: PU bindings, tasks (one ONNX sub-model each) and stages.
 
-A plan is built on the host computer by :func:`parapipe.runtime.plan.build_plan` and, for a board, written
+A plan is built on the host computer by :func:`parapipe.execution.plan.build_plan` and, for a board, written
 to a bundle as ``plan.json`` plus one ``.onnx`` file per task (:func:`plan_to_doc`, :func:`plan_from_doc`).
 Standard library only (Python >= 3.8), so it runs on the board.
 """

@@ -1,8 +1,8 @@
-"""Pipeline-level terms of the cost model, learnt from measured runs (issue 10): overlap of the stages a PU shares,
+"""Pipeline-level terms of the cost model, learnt from measured runs: overlap of the stages a PU shares,
 a dispatch cost per stage hop and per hand-off between PUs, shared-DRAM contention between concurrent stages, and
 a whole-run slowdown.
 
-:func:`parapipe.cost.evaluate.evaluate` gives the *plain* model (GUIDE §2): stage times ``T_s`` (input hand-off +
+:func:`parapipe.cost.evaluate.evaluate` without terms gives the *plain* model: stage times ``T_s`` (input hand-off +
 makespan), busy time of a PU = the sum of the ``T_s`` of the stages it serves, period = the largest busy time,
 latency = ``Σ T_s``. :func:`apply_terms` turns that evaluation into the *full* model with the parameters of a
 :class:`PipelineTerms` (defaults: the plain model, number for number):
@@ -16,7 +16,7 @@ latency = ``Σ T_s``. :func:`apply_terms` turns that evaluation into the *full* 
    (``dispatch_s``, s >= 0): every stage pays ``d`` once per inference for the hop into it (the queue hand-off
    and the launch of its work, the first stage's included) and its work is scaled by ``κ``, and by ``1 + ψ`` when
    one of its PUs serves another stage too (``shared_s``): the PU's caches then hold the other stage's weights
-   and activations when this stage starts, so it refills them. Measured on this 2-core x86 host with stage
+   and activations when this stage starts, so it refills them. Measured on a 2-core x86 machine with stage
    sub-models timed alone (benchmarks/fidelity.py): stages on a core shared with another stage ran 5-17 % longer
    in the pipeline than alone, stages with a core to themselves 0-6 %. ``T̃_s = κ·(1 + ψ·shared_s)·T_s + d``.
 2. **Memory contention** ``γ`` (``contention``, >= 0), after the HaX-CoNN model of concurrent DNN layers on a
@@ -40,19 +40,19 @@ latency = ``Σ T_s``. :func:`apply_terms` turns that evaluation into the *full* 
 
        busy_p = max_{s ∋ p} T'_s + (1 − φ_p) · (Σ_{s ∋ p} T'_s − max_{s ∋ p} T'_s)
 
-   With ``φ_p = 0`` it is the plain sum, added in stage order as :func:`evaluate` adds it.
+   With ``φ_p = 0`` it is the plain sum, added in stage order as the plain model adds it.
 4. Period ``P = max_p busy_p``; latency (one frame through an idle pipeline: no co-runner, no contention)
    ``L = Σ_s (κ·(1 + ψ·shared_s)·T_s + d)``; energy ``E = Σ_s f_s·E_dyn,s + (Σ_p P_idle + P_static)·P`` (the plain model's energy
    with the lengthened compute and period).
 
 With the defaults (``h = 0``, ``κ = 1``, ``ψ = 0``, ``d = 0``, ``γ = 0``, ``φ = 0``) every step multiplies by 1.0, adds 0.0 or sums in
-the same order as :func:`evaluate`: the numbers are bit-identical (tested on the zoo models).
+the same order as the plain model: the numbers are bit-identical (tested on the zoo models).
 
 A mapping with replicated stages takes step 1's ``κ`` and ``d`` only (:func:`parapipe.cost.evaluate.evaluate`:
 every replica's time ``κ·T_r + d``); ``calibrate --runs`` fits on its runs too (:class:`ReplicatedFacts`).
 
 The search uses the plain model in its labels; every point it reports must be re-evaluated with the full model
-(:func:`reevaluate`) so that the front it shows is the front of the model the user calibrated.
+(:func:`parapipe.cost.evaluate.evaluate` with the terms) so that the front it shows is the front of the model the user calibrated.
 """
 from __future__ import annotations
 
@@ -63,9 +63,12 @@ from typing import Dict, List, Mapping as TMapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .mapping import Mapping
 from .problem import MappingProblem
+from .schedule import Evaluation, StageResult, evaluate_plain, evaluate_stage, slowed, stage_input_transfers
 
-__all__ = ["PipelineTerms", "DEFAULT_TERMS", "MappingFacts", "ReplicatedFacts", "mapping_facts", "apply_terms", "reevaluate", "stage_traffic_nbytes", "terms_from_soc"]
+__all__ = ["PipelineTerms", "DEFAULT_TERMS", "MappingFacts", "ReplicatedFacts", "mapping_facts", "apply_terms",
+           "replicated_with_terms", "stage_traffic_nbytes", "terms_from_soc"]
 
 
 @dataclass(frozen=True)
@@ -205,8 +208,6 @@ def _stage_time(input_s: float, makespan_s: float, f: float, d: float) -> float:
 
 def _input_active(problem: MappingProblem, stage, producer: Dict[int, int], handoff_s: float) -> np.ndarray:
     """Per PU, the ``handoff_s`` the shifted evaluation added to its input hand-offs (taken back out)."""
-    from .evaluate import stage_input_transfers
-
     extra = np.zeros(problem.n_pus)
     for (u, q), nb in stage_input_transfers(problem, stage).items():
         if producer[u] != q and nb > 0:
@@ -221,8 +222,8 @@ class MappingFacts:
     Parameters
     ----------
     problem : MappingProblem
-    mapping : parapipe.cost.evaluate.Mapping
-    evaluation : parapipe.cost.evaluate.Evaluation
+    mapping : parapipe.cost.mapping.Mapping
+    evaluation : parapipe.cost.schedule.Evaluation
         Its plain evaluation.
     """
 
@@ -250,8 +251,6 @@ class MappingFacts:
         """The plain stage results with ``alpha + handoff_s`` between the PUs of each multi-PU stage (step 0);
         input hand-offs keep their plain cost."""
         if handoff_s != self._handoff[0]:
-            from .evaluate import StageResult, evaluate_stage
-
             shifted = copy.copy(self.problem)
             k = shifted.n_pus
             shifted.alpha_s = self.problem.alpha_s + handoff_s * (1.0 - np.eye(k))
@@ -315,9 +314,7 @@ class ReplicatedFacts:
 
     def figures(self, terms: PipelineTerms) -> Tuple[float, float, np.ndarray]:
         """``(period_s, latency_s, active_s per PU)`` under ``terms``."""
-        from .evaluate import evaluate
-
-        ev = evaluate(self.problem, self.mapping, terms)
+        ev = replicated_with_terms(self.problem, self.mapping, terms)
         return ev.period_s, ev.latency_s, np.asarray(ev.active_s, dtype=float)
 
 
@@ -327,13 +324,13 @@ def mapping_facts(problem: MappingProblem, mapping, evaluation):
 
 
 def apply_terms(problem: MappingProblem, mapping, evaluation, terms: PipelineTerms, facts: Optional[MappingFacts] = None):
-    """The full-model :class:`~parapipe.cost.evaluate.Evaluation` of ``mapping`` from its plain evaluation.
+    """The full-model :class:`~parapipe.cost.schedule.Evaluation` of ``mapping`` from its plain evaluation.
 
     Parameters
     ----------
     problem : MappingProblem
-    mapping : parapipe.cost.evaluate.Mapping
-    evaluation : parapipe.cost.evaluate.Evaluation
+    mapping : parapipe.cost.mapping.Mapping
+    evaluation : parapipe.cost.schedule.Evaluation
         ``evaluate(problem, mapping)`` (the plain model).
     terms : PipelineTerms
     facts : MappingFacts, optional
@@ -346,7 +343,6 @@ def apply_terms(problem: MappingProblem, mapping, evaluation, terms: PipelineTer
         time per PU under the full model; the latency is one frame through an idle pipeline (no co-runner, so
         no contention: ``Σ_s κ·T_s + d``). Default terms give numbers equal to ``evaluation``'s, bit for bit.
     """
-    from .evaluate import Evaluation, StageResult
 
     facts = facts or MappingFacts(problem, mapping, evaluation)
     factors = facts.factors(terms)
@@ -374,16 +370,8 @@ def apply_terms(problem: MappingProblem, mapping, evaluation, terms: PipelineTer
                       memory_exceeded=evaluation.memory_exceeded)
 
 
-def reevaluate(problem: MappingProblem, mapping, terms: Optional[PipelineTerms] = None):
-    """Evaluate ``mapping`` with the full model: what the search must apply to every point before reporting it.
-
-    ``terms`` None (or :data:`DEFAULT_TERMS`) gives :func:`parapipe.cost.evaluate.evaluate`'s numbers exactly.
-
-    Raises
-    ------
-    ValueError
-        As :func:`parapipe.cost.evaluate.evaluate` (a mapping that does not cover the blocks, ...).
-    """
-    from .evaluate import evaluate
-
-    return evaluate(problem, mapping, terms)
+def replicated_with_terms(problem: MappingProblem, mapping: Mapping, terms: PipelineTerms) -> Evaluation:
+    """The full-model evaluation of a mapping with replicated stages: the plain model with every block, range
+    and task time × ``κ`` and the dispatch ``d`` added to every stage's and replica's time (the other terms do
+    not arise or are not modelled for it). The mapping obeys :mod:`parapipe.cost.rules` (not checked here)."""
+    return evaluate_plain(slowed(problem, float(terms.slowdown)), mapping, float(terms.dispatch_s))

@@ -16,7 +16,9 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from .evaluate import Evaluation, Mapping, Replica, StageMapping, evaluate
+from .evaluate import evaluate
+from .mapping import Mapping, ReplicaMapping, StageMapping
+from .schedule import Evaluation
 from .problem import MappingProblem
 
 
@@ -51,7 +53,7 @@ def replicated_mapping(problem: MappingProblem, pus: Optional[List[int]] = None)
     n = problem.n_blocks
     first, *others = pus
     return Mapping((StageMapping(0, n, (first,), (first,) * n, None,
-                                 tuple(Replica((p,), (p,) * n) for p in others)),))
+                                 tuple(ReplicaMapping((p,), (p,) * n) for p in others)),))
 
 
 def replicated_baseline(problem: MappingProblem) -> Optional[Tuple[Mapping, Evaluation]]:

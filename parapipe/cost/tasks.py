@@ -1,24 +1,49 @@
-"""The executor's tasks of a multi-PU stage, on block indices (pure: no ONNX, no runtime).
+"""The executor's tasks of a multi-PU stage, on block indices (pure: no ONNX, no runtime): the one split rule.
 
-The same split rule as :func:`parapipe.runtime.plan.build_plan` (which works on block names and builds the
-sub-models): walking the stage's schedule order, each PU's blocks form maximal runs; a block starts a new task
-when it needs a result of another PU of the stage, or when the previous block of its PU feeds another PU of the
-stage (a task hands its outputs over when it ends). Each task runs as one sub-model, so a stage-level time of
-the task (:attr:`parapipe.cost.problem.MappingProblem.task_time_s`) describes it better than its blocks' sum.
+Walking the stage's schedule order, each PU's blocks form maximal runs; a block starts a new task when it needs
+a result of another PU of the stage (so cross-PU inputs arrive only at a task's start), or when the previous
+block of its PU feeds another PU of the stage (a task hands its outputs over when it ends, so ending it there
+hands the result over as soon as it exists: without this an Inception fork and one of its branches would share a
+task and the other PU's branches would wait for that branch). :func:`parapipe.execution.plan.build_plan` cuts
+one sub-model per task; the cost model scales a task's blocks to its stage-level time when it has one
+(:attr:`parapipe.cost.problem.MappingProblem.task_time_s`), since each task runs as one sub-model.
 """
 from __future__ import annotations
 
-from typing import List, Tuple
+from dataclasses import dataclass
+from typing import Iterable, List, Protocol, Sequence, Tuple
 
-from .problem import MappingProblem
-
-__all__ = ["stage_tasks"]
+__all__ = ["BlockDag", "stage_tasks", "stage_block_sets"]
 
 
-def stage_tasks(problem: MappingProblem, stage) -> List[Tuple[int, Tuple[int, ...]]]:
-    """``[(pu, blocks), ...]`` of ``stage`` (a :class:`parapipe.cost.evaluate.StageMapping`), in the order
-    :func:`parapipe.runtime.plan.build_plan` makes them: PU by PU in ``stage.pus`` order, each task's blocks in
-    the stage's schedule order."""
+class _Dag(Protocol):
+    preds: Sequence[Sequence[int]]
+    succs: Sequence[Sequence[int]]
+
+
+@dataclass(frozen=True)
+class BlockDag:
+    """The block DAG on block indices: ``preds[v]`` / ``succs[v]`` the producers / consumers of block ``v``
+    (what :func:`stage_tasks` needs of a :class:`~parapipe.cost.problem.MappingProblem`)."""
+
+    preds: Tuple[Tuple[int, ...], ...]
+    succs: Tuple[Tuple[int, ...], ...]
+
+    @classmethod
+    def from_edges(cls, n_blocks: int, edges: Iterable[Tuple[int, int]]) -> "BlockDag":
+        """The DAG of ``n_blocks`` blocks with the edges ``(u, v)`` (``u`` feeds ``v``), each listed once."""
+        preds: List[List[int]] = [[] for _ in range(n_blocks)]
+        succs: List[List[int]] = [[] for _ in range(n_blocks)]
+        for u, v in sorted(set(edges)):
+            preds[v].append(u)
+            succs[u].append(v)
+        return cls(tuple(map(tuple, preds)), tuple(map(tuple, succs)))
+
+
+def stage_tasks(dag: _Dag, stage) -> List[Tuple[int, Tuple[int, ...]]]:
+    """``[(pu, blocks), ...]`` of ``stage`` (a :class:`parapipe.cost.mapping.StageMapping`; ``dag`` a
+    :class:`BlockDag` or a :class:`~parapipe.cost.problem.MappingProblem`): PU by PU in ``stage.pus`` order, each
+    task's blocks in the stage's schedule order (the split rule in the module docstring)."""
     def other_pu(b: int, pu: int) -> bool:
         return stage.start <= b < stage.stop and stage.pu_of(b) != pu
 
@@ -29,8 +54,8 @@ def stage_tasks(problem: MappingProblem, stage) -> List[Tuple[int, Tuple[int, ..
         for v in order:
             if stage.pu_of(v) != pu:
                 continue
-            needs_other = any(other_pu(u, pu) for u in problem.preds[v])
-            prev_feeds_other = current is not None and any(other_pu(w, pu) for w in problem.succs[current[-1]])
+            needs_other = any(other_pu(u, pu) for u in dag.preds[v])
+            prev_feeds_other = current is not None and any(other_pu(w, pu) for w in dag.succs[current[-1]])
             if current is None or needs_other or prev_feeds_other:
                 current = []
                 tasks.append((pu, current))
@@ -38,8 +63,8 @@ def stage_tasks(problem: MappingProblem, stage) -> List[Tuple[int, Tuple[int, ..
     return [(pu, tuple(blocks)) for pu, blocks in tasks]
 
 
-def stage_block_sets(problem: MappingProblem, mappings) -> Tuple[List[Tuple[int, int]], List[Tuple[int, ...]]]:
-    """What the executor runs as one sub-model in ``mappings`` (:class:`parapipe.cost.evaluate.Mapping`):
+def stage_block_sets(dag: _Dag, mappings) -> Tuple[List[Tuple[int, int]], List[Tuple[int, ...]]]:
+    """What the executor runs as one sub-model in ``mappings`` (:class:`parapipe.cost.mapping.Mapping`):
     ``(ranges, tasks)``, each sorted and without repeats: ``(start, stop)`` of every single-PU stage or replica,
     and the sorted block indices of every task (:func:`stage_tasks`) of a multi-PU stage or replica."""
     ranges, tasks = set(), set()
@@ -47,7 +72,7 @@ def stage_block_sets(problem: MappingProblem, mappings) -> Tuple[List[Tuple[int,
         for st in mapping.stages:
             for view in st.replica_stages():
                 if len(view.pus) > 1:
-                    tasks.update(tuple(sorted(blocks)) for _, blocks in stage_tasks(problem, view))
+                    tasks.update(tuple(sorted(blocks)) for _, blocks in stage_tasks(dag, view))
                 else:
                     ranges.add((st.start, st.stop))
     return sorted(ranges), sorted(tasks)

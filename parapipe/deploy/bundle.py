@@ -27,8 +27,8 @@ from ppexec.reference import handed_over_tensors
 from parapipe import __version__
 from parapipe._paths import data_dir
 from parapipe.errors import input_error
-from parapipe.runtime.mapping import LoadedMapping
-from parapipe.runtime.reference import reference_with_outputs
+from parapipe.app.run import LoadedMapping
+from parapipe.execution.reference import reference_with_outputs
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def _safe_name(name: str) -> str:
 def _write_model(model: Any, path: Path, task: str) -> None:
     if not isinstance(model, onnx.ModelProto):
         raise input_error("mapping", f"task {task}", f"model is a {type(model).__name__}, not an ONNX model",
-                          "build the plan with parapipe.runtime.build_plan")
+                          "build the plan with parapipe.execution.build_plan")
     for tensor in model.graph.initializer:
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             raise input_error("mapping", f"task {task}",
@@ -114,7 +114,7 @@ def build_bundle(mapping: LoadedMapping, dest: Path) -> Bundle:
     Parameters
     ----------
     mapping : LoadedMapping
-        From :func:`parapipe.runtime.mapping.load_mapping` (its plan's task models may be edited before, e.g.
+        From :func:`parapipe.app.run.load_mapping` (its plan's task models may be edited before, e.g.
         by tests).
     dest : Path
         Folder to write (created; must be empty if it exists).

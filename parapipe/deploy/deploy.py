@@ -7,7 +7,7 @@ Steps (each remote command shell-quoted, host-key checking on, every wait bounde
 2. connect, check Python/numpy/onnxruntime on the host;
 3. upload the agent and the executor core into ``<remote_dir>/bundle-<id>/``, start the agent from there, check
    the board's facts (its ``hello``: allowed CPUs, runtimes, ONNX Runtime providers) against every PU of the
-   plan (:func:`parapipe.runtime.facts.check_board`) before any model is uploaded, and let it remove stale
+   plan (:func:`parapipe.execution.facts.check_board`) before any model is uploaded, and let it remove stale
    bundles (left by a dropped connection: their lock is free) under ``<remote_dir>``;
 4. upload the rest: a file whose SHA-256 already matches on the host is skipped (an interrupted upload
    resumes), a file the manifest does not list (an interrupted upload's temporary) is removed;
@@ -39,8 +39,8 @@ from parapipe.deploy.liveness import ConnectionLost
 from parapipe.deploy.remote_agent import check_python
 from parapipe.deploy.upload import fetch, remote_abs, remote_files, remove_strays, upload_bundle
 from parapipe.errors import ExecutionError, HostError, input_error
-from parapipe.runtime.facts import check_board, facts_from_probe, facts_probe
-from parapipe.runtime.run import check_dispatch
+from parapipe.execution.facts import check_board, facts_from_probe, facts_probe
+from parapipe.app.run import check_dispatch
 from ppexec import RunReport, bundle_run
 
 log = logging.getLogger(__name__)
@@ -206,7 +206,7 @@ def deploy_mapping(mapping, spec: HostSpec, out_dir: Path, options: Optional[Dep
 
     Parameters
     ----------
-    mapping : parapipe.runtime.mapping.LoadedMapping
+    mapping : parapipe.app.run.LoadedMapping
     spec, out_dir, options, on_event
         As for :func:`deploy`.
     """
@@ -369,10 +369,9 @@ def deploy(model: str, mapping_path: str, point: str, spec: HostSpec, out_dir: P
     ExecutionError
         The run failed on the host (a stage raised: the message names stage, PU and task).
     """
-    from parapipe.runtime.mapping import load_mapping
+    from parapipe.app.run import load_mapping
 
-    mapping = load_mapping(model, mapping_path, point, binds, input_shapes)
-    mapping.feeds = feeds  # shipped in the bundle: the board runs these frames
+    mapping = load_mapping(model, mapping_path, point, binds, input_shapes, feeds)  # feeds: shipped in the bundle
     return deploy_mapping(mapping, spec, out_dir, options, on_event)
 
 

@@ -45,6 +45,7 @@ from typing import Any, Dict, List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
+from parapipe.cost.rules import RuleViolation, check_stages
 from parapipe.soc.execution import Execution
 from parapipe.soc.validation import FieldProblem
 
@@ -175,9 +176,17 @@ class Stage(BaseModel):
         """The PU running ``block`` (the stage's only PU when ``assignment`` is empty)."""
         return self.assignment.get(block) or self.pus[0]
 
-    def execution_order(self) -> List[str]:
+    def block_order(self) -> List[str]:
         """``order`` when given, else ``blocks``."""
         return list(self.order) or list(self.blocks)
+
+    def replica_stages(self) -> List["Stage"]:
+        """Every replica as a stage over the same blocks (its ``pus``, ``assignment``, ``order``; figures
+        zero), the stage's own first; ``[self]`` when not replicated."""
+        if not self.replicas:
+            return [self]
+        return [Stage.model_construct(pus=list(r.pus), blocks=list(self.blocks), time_s=r.time_s,
+                                      assignment=dict(r.assignment), order=list(r.order)) for r in self.replicas]
 
     def all_pus(self) -> List[str]:
         """PUs of every replica (the stage's own ``pus`` when not replicated)."""
@@ -244,69 +253,45 @@ class ParetoDoc(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "ParetoDoc":
-        index = {b: i for i, b in enumerate(self.blocks)}
+        blocks = list(self.blocks)
         ids = set()
         for p in self.points:
             if p.id in ids:
                 raise FieldProblem(f"points[{p.id}].id", "two points have this id", "give every point its own id")
             ids.add(p.id)
-            _check_point(p, index, self.soc)
+            _check_point(p, blocks, self.soc)
         return self
 
 
-def _check_point(p: Point, index: Dict[str, int], soc: SocRef) -> None:
-    """Raise FieldProblem at the first inconsistency of ``p`` (see :class:`ParetoDoc`)."""
-    seen: Dict[str, int] = {}
-    last = -1
+def _check_point(p: Point, blocks: List[str], soc: SocRef) -> None:
+    """Raise FieldProblem at the first inconsistency of ``p`` (see :class:`ParetoDoc`): the structural rules
+    (:func:`parapipe.cost.rules.check_stages`), then what the document form adds (PUs of the SoC, an assignment
+    naming only the stage's blocks and every block of a multi-PU stage, the replicas' list and shares)."""
+    try:
+        check_stages(p.stages, blocks or None)
+    except RuleViolation as exc:
+        raise FieldProblem(exc.where(f"points[{p.id}].mapping.stages"), exc.problem, exc.fix) from None
     for s, st in enumerate(p.stages):
         where = f"points[{p.id}].mapping.stages[{s}]"
-        if len(set(st.pus)) != len(st.pus):
-            raise FieldProblem(f"{where}.pus", f"a PU is listed twice in {st.pus}", "list each PU once")
-        for b in st.blocks:
-            if index and b not in index:
-                raise FieldProblem(f"{where}.blocks", f"unknown block {b!r}",
-                                   "use block names from the document's 'blocks'")
-            if b in seen:
-                raise FieldProblem(f"{where}.blocks", f"block {b!r} is already in stage {seen[b]}",
-                                   "put every block in exactly one stage")
-            seen[b] = s
         _check_placement(st, st, where, "stage", soc)
         if st.replicas is not None:
             _check_replicas(st, where, soc)
-        if index:
-            pos = sorted(index[b] for b in st.blocks)
-            if pos[0] <= last or pos != list(range(pos[0], pos[0] + len(pos))):
-                raise FieldProblem(f"{where}.blocks", "stages out of order: a stage must hold the blocks that "
-                                   "follow the previous stage's in the document's block order",
-                                   "keep the stages in block order, each a contiguous run of blocks")
-            last = pos[-1]
-    if index and len(seen) != len(index):
-        missing = [b for b in index if b not in seen]
-        raise FieldProblem(f"points[{p.id}].mapping.stages", f"{len(missing)} block(s) in no stage, "
-                           f"e.g. {missing[:3]}", "put every block in exactly one stage")
 
 
 def _check_placement(st: Stage, unit, where: str, what: str, soc: SocRef) -> None:
-    """Check where ``unit`` (the stage itself, or one of its replicas) runs the stage's blocks: PUs of the SoC,
-    every assigned block in the stage and on a PU of ``unit``, a PU for every block when ``unit`` has several,
-    ``order`` listing exactly the stage's blocks. Raises FieldProblem naming ``where``."""
+    """Check what the document form adds to where ``unit`` (the stage itself, or one of its replicas) runs the
+    stage's blocks: PUs of the SoC, every assigned block in the stage, a PU for every block when ``unit`` has
+    several. Raises FieldProblem naming ``where``."""
     for pu in unit.pus:
         if soc.pus and pu not in soc.pus:
             raise FieldProblem(f"{where}.pus", f"PU {pu!r} is not in SoC {soc.name!r} ({', '.join(soc.pus)})", _FIX)
-    for b, pu in unit.assignment.items():
+    for b in unit.assignment:
         if b not in st.blocks:
             raise FieldProblem(f"{where}.assignment.{b}", "block is not in this stage", "assign only the stage's blocks")
-        if pu not in unit.pus:
-            raise FieldProblem(f"{where}.assignment.{b}", f"PU {pu!r} is not one of the {what}'s PUs {unit.pus}",
-                               f"assign the block to a PU of its {what}" +
-                               (" or add the PU to the stage" if what == "stage" else ""))
     if len(unit.pus) > 1 and set(unit.assignment) != set(st.blocks):
         missing = sorted(set(st.blocks) - set(unit.assignment))
         raise FieldProblem(f"{where}.assignment", f"blocks without a PU: {missing[:3]}",
                            f"give every block of a multi-PU {what} a PU")
-    if unit.order and sorted(unit.order) != sorted(st.blocks):
-        raise FieldProblem(f"{where}.order", "does not list exactly the stage's blocks",
-                           "list every block of the stage once, in execution order")
 
 
 #: How far the replicas' shares may sum from 1 (they are written from floats).
@@ -323,15 +308,8 @@ def _check_replicas(st: Stage, where: str, soc: SocRef) -> None:
     if first.pus != st.pus or {b: first.pu_of(b) for b in st.blocks} != {b: st.pu_of(b) for b in st.blocks}:
         raise FieldProblem(f"{where}.replicas[0]", "differs from the stage's own pus/assignment",
                            "make the first replica the stage itself (same pus and assignment)")
-    used: Dict[str, int] = {}
     for r, rep in enumerate(reps):
-        at = f"{where}.replicas[{r}]"
-        for pu in rep.pus:
-            if pu in used:
-                raise FieldProblem(f"{at}.pus", f"PU {pu!r} is already in replica {used[pu]}",
-                                   "give every replica of a stage its own PUs")
-            used[pu] = r
-        _check_placement(st, rep, at, "replica", soc)
+        _check_placement(st, rep, f"{where}.replicas[{r}]", "replica", soc)
     total = sum(rep.share for rep in reps)
     if abs(total - 1.0) > SHARE_SUM_TOL:
         raise FieldProblem(f"{where}.replicas", f"shares sum to {total:.6g}, not 1",

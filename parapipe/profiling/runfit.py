@@ -28,7 +28,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from parapipe.cost.evaluate import Mapping, evaluate
+from parapipe.cost.evaluate import evaluate
+from parapipe.cost.mapping import Mapping
 from parapipe.cost.pipeline_terms import MappingFacts, PipelineTerms, mapping_facts
 from parapipe.cost.problem import MappingProblem
 

@@ -123,7 +123,7 @@ class Runner:
     def check_pus(self, soc: SoC, pus: Sequence[str]) -> None:
         """Refuse PUs this host cannot run, before anything is measured.
 
-        The same check as ``run``/``deploy`` make (:func:`parapipe.runtime.facts.check_board`), so a PU is
+        The same check as ``run``/``deploy`` make (:func:`parapipe.execution.facts.check_board`), so a PU is
         profiled exactly as it will run.
 
         Raises
@@ -132,7 +132,7 @@ class Runner:
             One line naming the PU and what the host lacks (CPUs, runtime adapter, execution provider), with the
             remedy.
         """
-        from parapipe.runtime.facts import check_board
+        from parapipe.execution.facts import check_board
 
         facts = dict(self.hello)
         facts.setdefault("cpus_allowed", list(self.cpus_allowed))

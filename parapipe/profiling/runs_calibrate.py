@@ -83,7 +83,7 @@ def _stage_mapping(problem, stages_json: str, label: str, source: str):
     """A Mapping from the stage list of a ``runs`` row (``[{"pus", "blocks", "assignment"}]``)."""
     from pydantic import ValidationError
 
-    from parapipe.cost.mapping_spec import mapping_from_point
+    from parapipe.mapping.index import mapping_from_point
     from parapipe.mapping.model import Replica
 
     try:
@@ -144,7 +144,7 @@ def read_runs_csv(path, soc, problems: _Problems) -> List[MeasuredRun]:
             label = (row.get("point") or "").strip() or row["pu_list"]
             mapping = _stage_mapping(problem, row.get("mapping") or "", label, f"{src}: {where}")
         else:
-            from parapipe.cost.mapping_spec import parse_pu_list
+            from parapipe.mapping.index import parse_pu_list
 
             label = (row.get("mapping") or "").strip()
             mapping = parse_pu_list(problem, label, f"{src}: {where}, column 'mapping'")

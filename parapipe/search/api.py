@@ -30,7 +30,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..cost.evaluate import Evaluation, Mapping, StageMapping, evaluate
+from ..cost.evaluate import evaluate
+from ..cost.mapping import Mapping, StageMapping
+from ..cost.schedule import Evaluation
 from ..cost.problem import MappingProblem
 from ..cost.replicated_baseline import replicated_mappings
 from ..errors import InfeasibleError, input_error

@@ -12,7 +12,7 @@ from typing import List, Tuple
 
 import numpy as np
 
-from ..cost.evaluate import Mapping, StageMapping
+from ..cost.mapping import Mapping, StageMapping
 from ..cost.problem import MappingProblem
 from .stages import all_groups
 from .listsched import schedule_ranges

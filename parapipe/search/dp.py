@@ -34,7 +34,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..cost.evaluate import Mapping, StageMapping
+from ..cost.mapping import Mapping, StageMapping
 from ..cost.problem import MappingProblem
 from .labels import LabelStore
 from .pareto import pareto_mask

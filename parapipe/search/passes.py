@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ..cost.evaluate import Mapping
+from ..cost.mapping import Mapping
 from ..cost.problem import MappingProblem
 from ..errors import InfeasibleError
 from .dp import DPDeadline, DPOptions, DPResult, dp_front

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Dict, List, Tuple
 
-from ..cost.evaluate import Mapping, StageMapping
+from ..cost.mapping import Mapping, StageMapping
 from ..cost.problem import MappingProblem
 
 

@@ -35,7 +35,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..cost.evaluate import Mapping, Replica, StageMapping
+from ..cost.mapping import Mapping, ReplicaMapping, StageMapping
 from ..cost.problem import MappingProblem
 from ..cost.replication import replica_shares, replicated_energy_j, replicated_period_s
 from .pareto import pareto_mask
@@ -284,6 +284,6 @@ def _rebuild(keys: List[tuple], backs: List[list], sid: int, row: int) -> Mappin
             views.append((tuple(sorted(set(assign))), assign))
         (pus, assign), others = views[0], views[1:]
         stages.append(StageMapping(runs[0].start, stop, pus, assign, None,
-                                   tuple(Replica(p, a) for p, a in others)))
+                                   tuple(ReplicaMapping(p, a) for p, a in others)))
         sid, row = src, src_row
     return Mapping(tuple(reversed(stages)))

@@ -1,0 +1,231 @@
+"""``parapipe run``: one point of a mapping loaded with its model (:func:`load_mapping`), executed on this
+machine, verified, and recorded.
+
+The local run is the deploy bundle run in this process: the same bundle (:func:`parapipe.deploy.bundle.build_bundle`)
+and the same run-and-verify (:func:`ppexec.bundle_run.run_bundle`) that ``parapipe deploy`` runs on a board, so
+a local run and a board run report the same figures (:class:`ppexec.RunReport`) in the same way. Before the
+run, the machine's facts are checked against every PU binding (:func:`parapipe.execution.facts.check_board`).
+"""
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+
+from ppexec import ExecutionPlan, RunReport
+from ppexec.bundle_run import ReferenceRunError, run_bundle
+
+from parapipe.errors import input_error
+from parapipe.execution.bindings import bindings_for
+from parapipe.execution.plan import build_plan
+from parapipe.graph.coarsen import BlockGraph, coarsen
+from parapipe.graph.opgraph import OpGraph, import_onnx
+from parapipe.graph.zoo import LoadedModel, load_model
+from parapipe.mapping import ParetoDoc, Point, check_model, read_pareto, select_point
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LoadedMapping", "load_mapping", "run_local", "record_run", "check_dispatch"]
+
+
+@dataclass(frozen=True)
+class LoadedMapping:
+    """One point of a pareto.json with its model and its execution plan.
+
+    Attributes
+    ----------
+    loaded : LoadedModel
+    opgraph : OpGraph
+    block_graph : BlockGraph
+        Coarsened as the mapping was (``search.max_blocks`` of the document).
+    doc : ParetoDoc
+    point : Point
+    plan : ExecutionPlan
+        Bindings as the profile says, except the substituted PUs (its task models may be edited, e.g. by tests).
+    substituted : dict of str to tuple of int
+        PU -> CPUs it runs on instead of its profile binding (``--bind``).
+    source : str
+        The mapping file (for messages).
+    feeds : str, optional
+        An .npz of input frames (``--feeds``) the run uses instead of generated ones.
+    """
+
+    loaded: LoadedModel
+    opgraph: OpGraph
+    block_graph: BlockGraph
+    doc: ParetoDoc
+    point: Point
+    plan: ExecutionPlan
+    substituted: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
+    source: str = "mapping"
+    feeds: Optional[str] = None
+
+    @property
+    def predicted_throughput_per_s(self) -> float:
+        """``1 / period_s`` of the point (the cost model's throughput)."""
+        return 1.0 / float(self.point.period_s)
+
+    @property
+    def predicted_latency_s(self) -> float:
+        """The point's modelled latency, s."""
+        return float(self.point.latency_s)
+
+
+def load_mapping(model: str, mapping_path: str, point: str,
+                 binds: Optional[Mapping[str, Sequence[int]]] = None,
+                 input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+                 feeds: Optional[str] = None) -> LoadedMapping:
+    """Load ``model`` (once: imported and coarsened once), read the mapping, select ``point`` and build its
+    execution plan.
+
+    Parameters
+    ----------
+    model : str
+        Registry name or .onnx path (the model the mapping was computed for).
+    mapping_path : str
+        pareto.json written by ``parapipe optimize`` for any SoC profile.
+    point : str
+        Point id or ``best-throughput`` | ``best-latency`` | ``best-energy``.
+    binds : dict of str to sequence of int, optional
+        PUs to run on CPUs instead (``--bind``).
+    input_shapes : dict of str to sequence of int, optional
+        ``--input-shape`` values; they must equal the shapes stored in the mapping (``input_shapes``), which are
+        used when none are given.
+    feeds : str, optional
+        ``--feeds``: an .npz of input frames, kept in the result for the run.
+
+    Raises
+    ------
+    InputError
+        Unreadable or inconsistent mapping, a mapping for another model (sha256), input shapes other than those
+        the mapping was computed for, an unknown point, block names that do not match the model, a bad
+        ``--bind``.
+    """
+    doc = read_pareto(mapping_path)
+    lm = load_model(model)
+    check_model(doc, lm, mapping_path)
+    pt = select_point(doc, point, path=mapping_path)
+    stored = doc.input_shapes
+    for name, shape in (input_shapes or {}).items():
+        if stored is not None and [int(d) for d in shape] != stored.get(name):
+            planned = ", ".join(f"{k}:{'x'.join(map(str, v))}" for k, v in stored.items())
+            raise input_error("--input-shape", name, f"{'x'.join(map(str, shape))} differs from the shapes the "
+                              f"mapping was computed for ({planned})",
+                              "run with those shapes, or optimize again with the new ones")
+    og = import_onnx(lm.model, name=lm.name, source=str(lm.path or model),
+                     input_shapes=stored if stored is not None else input_shapes)
+    bg = coarsen(og, max_blocks=doc.search.get("max_blocks"))
+    if {b.name: list(b.ops) for b in bg.blocks} != doc.blocks:
+        raise input_error(mapping_path, "blocks", "block structure differs from this model's",
+                          "re-run 'parapipe optimize' with this version of parapipe")
+    bindings, substituted = bindings_for(doc, pt, binds, mapping_path)
+    plan = build_plan(og, bg, pt.stages, bindings)
+    log.info("point %s of %s: %d stage(s), %d task(s)", pt.id, mapping_path, len(pt.stages),
+             sum(len(s) for s in plan.stages))
+    return LoadedMapping(lm, og, bg, doc, pt, plan, substituted, mapping_path, feeds)
+
+
+def check_dispatch(dispatch: str) -> None:
+    """Refuse a replica dispatch policy the executor does not know (InputError naming
+    ``--replica-dispatch``)."""
+    from ppexec.executor import DISPATCH_POLICIES
+
+    if dispatch not in DISPATCH_POLICIES:
+        raise input_error("--replica-dispatch", None, f"unknown policy {dispatch!r}",
+                          f"use one of {', '.join(DISPATCH_POLICIES)}")
+
+
+def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warmup: int = 5, seed: int = 0,
+              binds: Optional[Mapping[str, Sequence[int]]] = None, atol: float = 1e-5, rtol: float = 1e-5,
+              idle_frames: int = 10, trace: Optional[str] = None,
+              on_event: Optional[Callable[[Dict[str, Any]], None]] = None,
+              input_shapes: Optional[Mapping[str, Sequence[int]]] = None, feeds: Optional[str] = None,
+              dispatch: str = "pull"):
+    """Run one point of a pareto.json on this machine with the pipelined executor and check its outputs.
+
+    Every model output and every tensor handed from one task to another is compared with the unsplit model on
+    the same frames (``distinct_frames`` seeded frames fed cyclically): the onnx wheel's light zoo models have
+    constant weights, so their softmax hardly depends on the input and an output check alone would prove little.
+
+    Parameters
+    ----------
+    model, mapping_path, point : str
+        As for :func:`load_mapping`.
+    frames, warmup, seed : int
+        Measured frames (>= 1), unmeasured frames first, seed of the frames.
+    binds : dict of str to sequence of int, optional
+        ``--bind`` substitutions.
+    atol, rtol : float
+        Match tolerances (widened per dtype; :func:`ppexec.reference.dtype_tolerance`).
+    idle_frames : int
+        Frames sent one at a time for the idle latency.
+    trace : str, optional
+        Write the Chrome trace of the run here.
+    on_event : callable(dict), optional
+        Progress events (as ``deploy``'s ``progress`` events).
+    input_shapes : dict of str to sequence of int, optional
+        ``--input-shape``: must equal the shapes stored in the mapping.
+    feeds : str, optional
+        An .npz of input frames (``--feeds``) used instead of generated frames (seeded; integer inputs drawn
+        from the range the graph allows, :func:`parapipe.graph.feeds.integer_input_ranges`).
+    dispatch : str
+        How a replicated stage's frames reach its replicas (``--replica-dispatch``): ``"pull"`` (default) or
+        ``"shares"`` (:data:`ppexec.executor.DISPATCH_POLICIES`).
+
+    Returns
+    -------
+    (LoadedMapping, RunReport)
+
+    Raises
+    ------
+    InputError
+        Bad mapping, point, ``--bind``, counts, feeds, dispatch policy; a PU this machine cannot run as bound
+        (CPUs, runtime, provider); inputs the unsplit model fails on (a feed error naming the input).
+    ppexec.PipelineError
+        A stage failed (naming stage, PU and task).
+    """
+    from parapipe.deploy.bundle import build_bundle
+    from parapipe.execution.facts import check_board, local_facts
+
+    if frames < 1:
+        raise input_error("--frames", None, f"must be >= 1, got {frames}", "give a positive frame count")
+    check_dispatch(dispatch)
+    lm = load_mapping(model, mapping_path, point, binds, input_shapes, feeds)
+    check_board(lm.plan.bindings, local_facts(), "this machine")
+    with tempfile.TemporaryDirectory(prefix="parapipe-run-") as tmp:
+        bundle = build_bundle(lm, Path(tmp) / "bundle")
+        try:
+            report = run_bundle(str(bundle.folder), frames=frames, warmup=warmup, seed=seed, atol=atol,
+                                rtol=rtol, idle_frames=idle_frames, emit=on_event, verify=False,
+                                dispatch=dispatch)
+        except ReferenceRunError as exc:  # the unsplit model fails on these inputs: a feed error
+            from parapipe.graph.feeds import feed_error
+
+            raise feed_error(lm.opgraph, exc.__cause__ or exc,
+                             f"--feeds {feeds}" if feeds else "generated inputs") from exc
+        if trace:
+            import shutil
+
+            from parapipe.files import atomic_path
+
+            with atomic_path(Path(trace)) as out:
+                shutil.copyfile(bundle.folder / report.trace_file, out)
+    return lm, report
+
+
+def record_run(db_path: Optional[str], doc, point, report: RunReport, runner: str) -> Optional[int]:
+    """Append the run to the ``runs`` table of the profile database ``db_path`` (None: keep nothing).
+
+    Returns the row id, or None when ``db_path`` is None.
+    """
+    if not db_path:
+        return None
+    from parapipe.profiling.db import ProfileDB
+    from parapipe.profiling.runs import append_run, record_from_run
+
+    with ProfileDB(db_path) as db:
+        row = append_run(db, record_from_run(doc, point, report, runner))
+    log.info("recorded run %d in %s", row, db_path)
+    return row

@@ -1,0 +1,98 @@
+"""The PU bindings a pareto.json point runs with, as the SoC profile says, on any board.
+
+Every PU of the point runs as its profile's ``execution`` block (embedded in the document, see
+:class:`parapipe.mapping.SocRef`) says: pinned CPUs and thread count, runtime adapter, execution provider and
+options. ``--bind PU=CPUS`` substitutes a PU: it runs on those CPUs with ONNX Runtime's CPU provider instead, so a
+point computed for one board can be tried on another machine (its prediction then no longer applies).
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, Mapping, Optional, Sequence, Tuple
+
+from ppexec import PUBinding
+
+from parapipe.errors import input_error
+from parapipe.mapping.model import ParetoDoc, Point
+
+__all__ = ["parse_binds", "parse_cpus", "bindings_for"]
+
+_CPUS = re.compile(r"^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*$")
+
+
+def parse_cpus(text: str, source: str = "--bind") -> Tuple[int, ...]:
+    """CPU ids from ``0``, ``0-3`` or ``0,2,4-5`` (sorted, distinct).
+
+    Raises
+    ------
+    InputError
+        Anything else, or a range that runs backwards.
+    """
+    if not _CPUS.match(text or ""):
+        raise input_error(source, None, f"{text!r} is not a CPU list", "write CPU ids like 0, 0-3 or 0,2")
+    cpus = set()
+    for part in text.replace(" ", "").split(","):
+        lo, _, hi = part.partition("-")
+        a, b = int(lo), int(hi or lo)
+        if b < a:
+            raise input_error(source, None, f"range {part!r} runs backwards", f"write {b}-{a}")
+        cpus.update(range(a, b + 1))
+    return tuple(sorted(cpus))
+
+
+def parse_binds(items: Optional[Sequence[str]]) -> Dict[str, Tuple[int, ...]]:
+    """``["big=0-3", "gpu=1"]`` -> ``{"big": (0, 1, 2, 3), "gpu": (1,)}``.
+
+    Raises
+    ------
+    InputError
+        An item without ``=``, an empty PU name, a PU given twice, a bad CPU list.
+    """
+    binds: Dict[str, Tuple[int, ...]] = {}
+    for item in items or ():
+        pu, eq, cpus = item.partition("=")
+        pu = pu.strip()
+        if not eq or not pu:
+            raise input_error("--bind", None, f"{item!r} is not PU=CPUS", "write e.g. --bind big=0-3")
+        if pu in binds:
+            raise input_error("--bind", pu, "given twice", "bind each PU once")
+        binds[pu] = parse_cpus(cpus, f"--bind {pu}")
+    return binds
+
+
+def bindings_for(doc: ParetoDoc, point: Point, binds: Optional[Mapping[str, Sequence[int]]] = None,
+                 source: str = "mapping") -> Tuple[Dict[str, PUBinding], Dict[str, Tuple[int, ...]]]:
+    """The binding of every PU the point uses, and the substituted PUs.
+
+    A PU named in ``binds`` runs on those CPUs with ONNX Runtime's CPU provider, one thread per CPU; every other
+    PU as ``doc.soc.pus[pu].execution`` says.
+
+    Raises
+    ------
+    InputError
+        A PU the document's profile does not describe, or a bound PU that neither the point nor the profile has.
+    """
+    binds = dict(binds or {})
+    used = point.used_pus()
+    known = set(doc.soc.pus) | set(used)
+    for pu in binds:
+        if pu not in known:
+            raise input_error("--bind", pu, f"no PU {pu!r} in SoC {doc.soc.name!r}",
+                              f"bind one of {', '.join(sorted(known))}")
+    bindings: Dict[str, PUBinding] = {}
+    substituted: Dict[str, Tuple[int, ...]] = {}
+    for pu in used:
+        if pu in binds:
+            cpus = tuple(int(c) for c in binds[pu])
+            bindings[pu] = PUBinding(cpus=cpus, threads=len(cpus))
+            substituted[pu] = cpus
+            continue
+        ref = doc.soc.pus.get(pu)
+        if ref is None:
+            raise input_error(source, "soc.pus", f"PU {pu!r} of point {point.id} has no execution binding",
+                              f"re-run 'parapipe optimize', or run it elsewhere with --bind {pu}=CPUS")
+        ex = ref.execution
+        bindings[pu] = PUBinding(cpus=ex.cpus, threads=ex.threads, provider=ex.provider,
+                                 provider_options=dict(ex.provider_options), runtime=ex.runtime,
+                                 runtime_options=dict(ex.runtime_options))
+    return bindings, substituted
