@@ -84,11 +84,11 @@ def _stage_mapping(problem, stages_json: str, label: str, source: str):
     from pydantic import ValidationError
 
     from parapipe.mapping.index import mapping_from_point
-    from parapipe.mapping.model import Replica
+    from parapipe.mapping.model import Replica, Stage
 
     try:
         stages = json.loads(stages_json) if isinstance(stages_json, str) else stages_json
-        point = SimpleNamespace(id=label, stages=[SimpleNamespace(pus=list(st["pus"]), blocks=list(st["blocks"]),
+        point = SimpleNamespace(id=label, stages=[Stage(pus=list(st["pus"]), blocks=list(st["blocks"]), time_s=0.0,
                                                                   assignment=dict(st.get("assignment") or {}),
                                                                   order=list(st.get("order") or []),
                                                                   replicas=[Replica.model_validate(r) for r in
