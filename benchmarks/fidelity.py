@@ -96,7 +96,7 @@ def stage_level_times(prep, mappings: List[Mapping]) -> int:
 def make_doc(prep, named: List[Tuple[str, Mapping]]):
     """A pareto.json document holding ``named`` mappings as points (figures of the plain model)."""
     from parapipe.mapping import doc_from_result
-    from parapipe.search.api import Point, SearchResult
+    from parapipe.search.api import SearchPoint, SearchResult
     from parapipe.search.bounds import lower_bounds
     from parapipe.soc.resolve import soc_ref
     from parapipe.workflow import model_notes
@@ -105,7 +105,7 @@ def make_doc(prep, named: List[Tuple[str, Mapping]]):
     points = []
     for i, (label, m) in enumerate(named):
         kinds = ["single-pu" if len(st.pus) == 1 else "greedy" for st in m.stages]
-        points.append(Point(f"m{i}", "parapipe", m, evaluate(pr, m), kinds))
+        points.append(SearchPoint(f"m{i}", "parapipe", m, evaluate(pr, m), kinds))
     result = SearchResult(pr, points, lower_bounds(pr), ("throughput", "latency", "energy"))
     return doc_from_result(result, prep.loaded.name, prep.loaded.sha256, soc_ref(prep.soc),
                            blocks={b.name: list(b.ops) for b in prep.block_graph.blocks},

@@ -27,7 +27,6 @@ from ppexec.reference import handed_over_tensors
 from parapipe import __version__
 from parapipe._paths import data_dir
 from parapipe.errors import input_error
-from parapipe.app.run import LoadedMapping
 from parapipe.execution.reference import reference_with_outputs
 
 log = logging.getLogger(__name__)
@@ -108,12 +107,12 @@ def _copy_runtime(dest: Path) -> None:
         shutil.copyfile(source, dest / "ppexec" / source.name)
 
 
-def build_bundle(mapping: LoadedMapping, dest: Path) -> Bundle:
+def build_bundle(mapping: Any, dest: Path) -> Bundle:
     """Write the bundle of ``mapping`` into the empty or new folder ``dest``.
 
     Parameters
     ----------
-    mapping : LoadedMapping
+    mapping : parapipe.app.run.LoadedMapping
         From :func:`parapipe.app.run.load_mapping` (its plan's task models may be edited before, e.g.
         by tests).
     dest : Path

@@ -1,12 +1,15 @@
 """The mapping document (``pareto.json``): typed model, writer from a search result, one reader/validator.
 
 - :mod:`.model`: :class:`ParetoDoc`, :class:`Point`, :class:`Stage`, :class:`SocRef`, ...
-- :mod:`.io`: :func:`doc_from_result`, :func:`write_pareto`, :func:`read_pareto`, :func:`select_point`.
+- :mod:`.io`: :func:`doc_from_result` (search result -> document), :func:`write_pareto`, :func:`read_pareto`,
+  :func:`select_point`.
+- :mod:`.index`: :func:`~parapipe.mapping.index.mapping_from_point`, :func:`~parapipe.mapping.index.parse_pu_list`
+  (names -> the index form the cost model evaluates, :mod:`parapipe.cost.mapping`).
 """
 from parapipe.mapping.io import check_model, doc_from_result, parse_pareto, read_pareto, select_point, write_pareto
-from parapipe.mapping.model import (SCHEMA_VERSION, SELECTORS, STRATEGIES, Bounds, ModelRef, ParetoDoc, Point,
+from parapipe.mapping.model import (SCHEMA_VERSION, SELECTORS, STRATEGIES, DocBounds, ModelId, ParetoDoc, Point,
                                     PointMapping, PURef, Replica, SocRef, Stage, stages_text)
 
-__all__ = ["SCHEMA_VERSION", "SELECTORS", "STRATEGIES", "Bounds", "ModelRef", "ParetoDoc", "Point",
+__all__ = ["SCHEMA_VERSION", "SELECTORS", "STRATEGIES", "DocBounds", "ModelId", "ParetoDoc", "Point",
            "PointMapping", "PURef", "Replica", "SocRef", "Stage", "stages_text", "check_model", "doc_from_result", "parse_pareto", "read_pareto",
            "select_point", "write_pareto"]

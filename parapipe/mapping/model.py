@@ -59,7 +59,7 @@ _FIX = "re-run 'parapipe optimize', or fix the hand edit"
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
-class ModelRef(BaseModel):
+class ModelId(BaseModel):
     """The model a document was computed for: registry name (or file stem) and SHA-256 of the .onnx bytes."""
 
     model_config = _STRICT
@@ -106,7 +106,7 @@ class SocRef(BaseModel):
         return data
 
 
-class Bounds(BaseModel):
+class DocBounds(BaseModel):
     """Lower bounds of the search problem, s."""
 
     model_config = _STRICT
@@ -241,12 +241,12 @@ class ParetoDoc(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=True)
     schema_version: Literal[2] = SCHEMA_VERSION
-    model: ModelRef
+    model: ModelId
     soc: SocRef
     objectives: List[str] = ["throughput", "latency", "energy"]
     search: Dict[str, Any] = {}
     blocks: Dict[str, List[str]]
-    bounds: Bounds
+    bounds: DocBounds
     points: List[Point]
     input_shapes: Optional[Dict[str, List[int]]] = None
     cost_notes: Dict[str, Any] = {}

@@ -138,7 +138,7 @@ class SearchOptions:
 
 
 @dataclass
-class Point:
+class SearchPoint:
     """One evaluated mapping. ``strategy`` is parapipe | pipeline | parallel | single | replicated.
 
     ``origin`` says where a parapipe point came from: the DP pass over ``disjoint`` groups, with PU ``reuse`` or
@@ -170,17 +170,17 @@ class SearchResult:
     """
 
     problem: MappingProblem
-    points: List[Point]
+    points: List[SearchPoint]
     bounds: Bounds
     objectives: Tuple[str, ...]
     stats: Dict[str, float] = field(default_factory=dict)
     info: Dict[str, Any] = field(default_factory=dict)
 
-    def front(self, strategy: str = "parapipe") -> List[Point]:
+    def front(self, strategy: str = "parapipe") -> List[SearchPoint]:
         return [p for p in self.points if p.strategy == strategy]
 
-    def best(self, objective: str, strategy: Optional[str] = "parapipe") -> Point:
-        """Point with the best ``objective`` (throughput | latency | energy), ties broken by the others."""
+    def best(self, objective: str, strategy: Optional[str] = "parapipe") -> SearchPoint:
+        """SearchPoint with the best ``objective`` (throughput | latency | energy), ties broken by the others."""
         col = {"throughput": 0, "latency": 1, "energy": 2}[objective]
         pts = [p for p in self.points if strategy is None or p.strategy == strategy]
         return min(pts, key=lambda p: (p.objectives()[col],) + p.objectives())
@@ -195,7 +195,7 @@ def _canonical(x: float) -> float:
     return float(f"{x:.{OBJECTIVE_DIGITS}g}")
 
 
-def _objective_matrix(points: Sequence[Point], objectives: Sequence[str]) -> np.ndarray:
+def _objective_matrix(points: Sequence[SearchPoint], objectives: Sequence[str]) -> np.ndarray:
     cols = [{"throughput": 0, "latency": 1, "energy": 2}[o] for o in objectives]
     return np.array([[_canonical(p.objectives()[c]) for c in cols] for p in points]).reshape(len(points), len(cols))
 
@@ -265,36 +265,36 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     polisher = Polisher(problem, opts.cpsat_max_blocks, opts.cpsat_stage_limit_s,
                         time.monotonic() + opts.time_limit_s, opts.seed)
 
-    points: List[Point] = []
+    points: List[SearchPoint] = []
     baseline = [("single", f"single-{name}", m) for name, m in single_pu_mappings(problem)]
     baseline += [("pipeline", f"pipeline-{i}", m) for i, m in enumerate(found["pipeline"])]
     baseline += [("parallel", f"parallel-{i}", m) for i, m in enumerate(parallel_mappings(problem))]
     baseline += [("replicated", f"replicated-{i}", m) for i, (m, _) in enumerate(replicated_mappings(problem))]
     for strategy, pid, m in baseline:
-        p = Point(pid, strategy, m, evaluate(problem, m, terms), stage_kinds(m))
+        p = SearchPoint(pid, strategy, m, evaluate(problem, m, terms), stage_kinds(m))
         if strategy == "parallel" and opts.polish and polisher.wants(m):
             pm, pk = polisher.polish(m)
-            polished = Point(pid, strategy, pm, evaluate(problem, pm, terms), pk)
+            polished = SearchPoint(pid, strategy, pm, evaluate(problem, pm, terms), pk)
             if polished.objectives() <= p.objectives():  # CP-SAT's rounded ticks may favour a worse schedule
                 p = polished
         points.append(p)
     # Parapipe candidates: the DP fronts, their CP-SAT polished versions, and every baseline (all in the space).
-    cand_points: List[Point] = []
+    cand_points: List[SearchPoint] = []
     for origin in ("disjoint", "reuse", "replicated"):
         for m in found[origin]:
             m = merge_same_pu_stages(m)
-            cand_points.append(Point("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m), origin=origin))
+            cand_points.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m), origin=origin))
             if opts.polish and polisher.wants(m):
                 pm, pk = polisher.polish(m)
-                cand_points.append(Point("", "parapipe", pm, evaluate(problem, pm, terms), pk, origin="cp-sat"))
+                cand_points.append(SearchPoint("", "parapipe", pm, evaluate(problem, pm, terms), pk, origin="cp-sat"))
     for b in points:  # baselines lie in the space (replicated ones only when replicated stages are searched)
         if b.strategy != "replicated" or opts.replicate:
-            cand_points.append(Point("", "parapipe", b.mapping, b.evaluation, b.stage_schedules, origin="baseline"))
+            cand_points.append(SearchPoint("", "parapipe", b.mapping, b.evaluation, b.stage_schedules, origin="baseline"))
     # The least period of the PU-reuse space, exactly, guided by the bound's relaxation (which may already prove
     # the best period found optimal).
     full = terms is not None and not terms.is_default()
 
-    def plain_period_s(points: Sequence[Point]) -> float:  # the bound and its proof are the plain model's
+    def plain_period_s(points: Sequence[SearchPoint]) -> float:  # the bound and its proof are the plain model's
         return min((evaluate(problem, p.mapping) if full else p.evaluation).period_s for p in points)
 
     best_period = plain_period_s(cand_points)
@@ -309,7 +309,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
                                           eps)
         if m is not None:
             m = merge_same_pu_stages(m)
-            cand_points.append(Point("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m), origin="period"))
+            cand_points.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m), origin="period"))
     fits = [p for p in cand_points if p.evaluation.fits_memory]
     if fits:
         cand_points = fits
