@@ -57,8 +57,9 @@ from onnx import TensorProto, helper
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [_REPO, os.path.join(_REPO, "device_agents")]  # this checkout (parapipe, ppexec), not installed
-from ppexec import (ExecutionPlan, PipelineExecutor, PUBinding, Task, max_abs_diff,  # noqa: E402
-                    reference_outputs, run_pipeline)
+from ppexec.executor import PipelineExecutor, run_pipeline  # noqa: E402
+from ppexec.plan import ExecutionPlan, PUBinding, Task  # noqa: E402
+from ppexec.reference import max_abs_diff, reference_outputs  # noqa: E402
 from ppexec.bundle_run import run_bundle  # noqa: E402
 from ppexec.reference import handed_over_tensors, max_scaled_diff, with_outputs  # noqa: E402
 from ppexec.session import create_session, pin_current_thread  # noqa: E402

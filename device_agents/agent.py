@@ -422,9 +422,9 @@ def _profile_runner(runtime, pu_spec, model, optimization, allow_spinning):
     else:
         try:
             adapter = core.runtimes.get_adapter(runtime, pu="profile")
-        except core.PlanError as exc:
+        except core.errors.PlanError as exc:
             raise AgentError("BadRequest", str(exc))
-        binding = core.PUBinding(cpus=pu_spec["cpus"], threads=pu_spec["threads"],
+        binding = core.plan.PUBinding(cpus=pu_spec["cpus"], threads=pu_spec["threads"],
                                  provider=pu_spec["provider"], provider_options=pu_spec["provider_options"],
                                  runtime=runtime, runtime_options=pu_spec["runtime_options"])
         problem = adapter.check("profile", binding)
@@ -618,7 +618,10 @@ def _core(required=True):
         sys.path.insert(0, here)
     sys.dont_write_bytecode = True  # leave no __pycache__ in the bundle: it holds the manifest's files only
     try:
-        import ppexec
+        import ppexec.bundle_run  # the executor, its runtime adapters, numpy and onnxruntime
+        import ppexec.errors
+        import ppexec.plan
+        import ppexec.runtimes
     except ImportError as exc:  # numpy or onnxruntime missing on this host
         if not required:
             log.warning("the executor core ppexec/ does not import: %s", exc)
@@ -632,9 +635,9 @@ def _core_call(core, fn):
         return fn()
     except (BrokenPipeError, ConnectionError):  # the client went away while events were sent: stop serving
         raise
-    except core.PlanError as exc:
+    except core.errors.PlanError as exc:
         raise AgentError("BadRequest", str(exc))
-    except core.PipelineError as exc:
+    except core.errors.PipelineError as exc:
         raise AgentError("RunError", str(exc))
     except OSError as exc:
         raise AgentError("BadRequest", "%s: %s" % (type(exc).__name__, exc))

@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ppexec import PUBinding, Task
+from ppexec.plan import PUBinding, Task
 
 OPSET = [helper.make_opsetid("", 13)]
 CPU_BINDINGS = {"cpu0": PUBinding(cpus=(0,)), "cpu1": PUBinding(cpus=(1,))}

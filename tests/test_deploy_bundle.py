@@ -20,8 +20,8 @@ from parapipe._paths import data_dir
 from parapipe.deploy.agent_client import AgentClient, AgentRequestError
 from parapipe.deploy.bundle import build_bundle
 from parapipe.errors import InputError
-import ppexec
-from ppexec import PUBinding
+import ppexec.metrics
+from ppexec.plan import PUBinding
 from parapipe.runtime.mapping import bindings_for, load_mapping
 from parapipe.mapping import read_pareto
 

@@ -16,7 +16,7 @@ from parapipe.graph.feeds import feed_error, integer_input_ranges, make_frames
 from parapipe.graph.inputs import parse_input_shapes
 from parapipe.graph.opgraph import import_onnx
 from parapipe.graph.support import check_declared
-from ppexec import reference_outputs
+from ppexec.reference import reference_outputs
 
 coarsen_mod = importlib.import_module("parapipe.graph.coarsen")  # the module (the package exports the function)
 

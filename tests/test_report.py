@@ -18,7 +18,7 @@ from parapipe.report import (gantt_bars, gantt_from_trace, plot_gantt, plot_pare
                              staircase, stage_offsets_s, utilisation)
 from parapipe.report import gantt as gantt_mod
 from parapipe.report import plots as plots_mod
-from ppexec import TraceEvent
+from ppexec.metrics import TraceEvent
 
 # Power figures for the fixture's energy (W), after GUIDE §6 (A311D: board ~2.3 W baseline, big cluster adds
 # ~1.8-4.7 W, GPU ~0.6-1.3 W, LITTLE ~0.7-1.3 W).

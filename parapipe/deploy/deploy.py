@@ -41,7 +41,8 @@ from parapipe.deploy.upload import fetch, remote_abs, remote_files, remove_stray
 from parapipe.errors import ExecutionError, HostError, input_error
 from parapipe.runtime.facts import check_board, facts_from_probe, facts_probe
 from parapipe.runtime.run import check_dispatch
-from ppexec import RunReport, bundle_run
+from ppexec import bundle_run
+from ppexec.report import RunReport
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ppexec import PUBinding
+from ppexec.plan import PUBinding
 from ppexec.session import create_session
 
 from parapipe.errors import ExecutionError, input_error
@@ -216,7 +216,7 @@ def _real_index_values(bg: BlockGraph, feeds: Optional[dict]) -> dict[str, np.nd
     """``feeds`` (default: one seeded frame) plus the values of the integer and boolean tensors that cross
     blocks, from one run of the whole model: random values there would be wrong shapes or indices."""
     from parapipe.graph.feeds import make_frames
-    from ppexec import reference_outputs
+    from ppexec.reference import reference_outputs
 
     og = bg.opgraph
     values = dict(feeds) if feeds is not None else make_frames(og, 1)[0]

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ppexec import ExecutionPlan, PUBinding
+from ppexec.plan import ExecutionPlan, PUBinding
 
 from parapipe.errors import input_error
 from parapipe.runtime.plan import StageSpec, build_plan

@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import networkx as nx
 
-from ppexec import ExecutionPlan, PUBinding, Task, validate_plan
+from ppexec.plan import ExecutionPlan, PUBinding, Task, validate_plan
 
 from parapipe.errors import input_error
 

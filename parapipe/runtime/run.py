@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
-from ppexec import RunReport
+from ppexec.report import RunReport
 from ppexec.bundle_run import ReferenceRunError, run_bundle
 
 from parapipe.errors import input_error
