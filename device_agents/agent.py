@@ -319,16 +319,19 @@ def _load_model(request):
 
 
 def _random_feeds(specs, overrides, seed):
-    """Seeded random feeds for a runner's ``input_specs`` (``(name, shape with None where dynamic, dtype
-    name or None)``); ``overrides`` gives ``{name: {"shape", "dtype"}}``. Returns ``(feeds, shapes)``."""
+    """Seeded random feeds for a loaded model's ``input_specs`` (``(name, shape with None where dynamic, dtype
+    name or None)``); ``overrides`` gives ``{name: {"shape", "dtype"}}``. Returns ``(feeds, shapes)``. The values
+    follow ppexec's one rule (``ppexec.frames.draw_frames``: floats standard normal, booleans 0/1, integers 0,
+    as no range bounds them here)."""
     import numpy as np
-    rng = np.random.RandomState(seed)
+    _core()  # ppexec/ next to this file (BadRequest without it)
+    from ppexec.frames import FrameInput, draw_frames
     names = [name for name, _, _ in specs]
     unknown = sorted(set(overrides) - set(names))
     if unknown:
         raise AgentError("BadRequest", "'inputs' names %s that the model does not have; its inputs: %s"
                          % (unknown, names))
-    feeds, shapes = {}, {}
+    inputs = []
     for name, model_shape, model_dtype in specs:
         spec = overrides.get(name) or {}
         if not isinstance(spec, dict):
@@ -349,17 +352,11 @@ def _random_feeds(specs, overrides, seed):
         except TypeError:
             raise AgentError("BadRequest",
                              "'inputs'[%r]['dtype'] %r is not a numpy dtype" % (name, dtype))
-        if dtype.kind == "f":
-            value = rng.standard_normal(shape).astype(dtype)
-        elif dtype.kind == "b":
-            value = rng.randint(0, 2, size=shape).astype(dtype)
-        elif dtype.kind in "iu":
-            # Small non-negative integers are valid indices, lengths and ids for most ops.
-            value = rng.randint(0, 2, size=shape).astype(dtype)
-        else:
+        if dtype.kind not in "fbiu":
             raise AgentError("BadRequest", "input %r: dtype %s is not supported" % (name, dtype))
-        feeds[name] = value
-        shapes[name] = {"shape": list(value.shape), "dtype": str(dtype)}
+        inputs.append(FrameInput(name, tuple(shape), dtype.name))
+    feeds = draw_frames(inputs, 1, seed)[0]
+    shapes = {name: {"shape": list(feeds[name].shape), "dtype": str(feeds[name].dtype)} for name in names}
     return feeds, shapes
 
 

@@ -17,8 +17,8 @@ A bundle is one folder written by ``parapipe deploy`` (:mod:`parapipe.deploy.bun
     .lock                held (``fcntl.flock``) while a run or a clean-up uses the folder
     .keep                written by ``parapipe deploy --keep``: :func:`clean_stale` leaves the folder alone
 
-Frames are drawn on the board from a seed (``numpy.random.RandomState(seed)``: ``distinct_frames`` distinct
-frames, fed cyclically), so nothing but the bundle travels, and every output is compared on the fly with the
+Frames are drawn on the board from a seed (:func:`.frames.draw_frames`: ``distinct_frames`` distinct frames,
+fed cyclically), so nothing but the bundle travels, and every output is compared on the fly with the
 unsplit model's output for the same frame: a frame out of order or a wrong output makes ``outputs_match``
 false. Besides the model's outputs, every tensor a task hands on ("check_tensors") is compared, scaled by its
 largest magnitude: the light zoo models of the onnx wheel have constant weights, so their final outputs are
@@ -43,6 +43,7 @@ import numpy as np
 from .errors import PipelineError, PlanError, plan_error
 from .executor import DISPATCH_POLICIES, PipelineExecutor
 from .files import write_json_atomic
+from .frames import draw_frames, inputs_from_doc
 from .metrics import chrome_trace
 from .plan import PUBinding, plan_from_doc
 from .power import PowerMeter
@@ -149,31 +150,6 @@ def verify_files(folder: str, manifest: Dict[str, Any]) -> None:
                                "re-run 'parapipe deploy' to upload it again")
 
 
-def make_frames(inputs: Dict[str, Dict[str, Any]], count: int, seed: int) -> List[Dict[str, np.ndarray]]:
-    """``count`` seeded random frames for the model inputs ``{name: {"shape": [...], "dtype": str}}``.
-
-    Floats are standard normal; integers with a ``"range": [low, high]`` (computed from the graph on the host
-    computer, :func:`parapipe.graph.feeds.integer_input_ranges`) are uniform in it; other integers and booleans
-    are 0 or 1. The same seed gives the same frames on every machine (``numpy.random.RandomState``).
-    """
-    rng = np.random.RandomState(seed)
-    frames = []
-    for _ in range(count):
-        frame = {}
-        for name in sorted(inputs):
-            shape = [int(d) for d in inputs[name]["shape"]]
-            dtype = np.dtype(inputs[name].get("dtype", "float32"))
-            if dtype.kind == "f":
-                frame[name] = rng.standard_normal(shape).astype(dtype)
-            elif dtype.kind in "iu" and "range" in inputs[name]:
-                low, high = (int(v) for v in inputs[name]["range"])
-                frame[name] = rng.randint(low, high + 1, size=shape).astype(dtype)
-            else:
-                frame[name] = rng.randint(0, 2, size=shape).astype(dtype)
-        frames.append(frame)
-    return frames
-
-
 def load_bundle_feeds(path: str) -> List[Dict[str, np.ndarray]]:
     """The frames of a bundle's ``feeds.npz`` (arrays named ``<frame index>/<input name>``), in frame order."""
     frames: Dict[int, Dict[str, np.ndarray]] = {}
@@ -257,7 +233,7 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
     warmup : int
         Unmeasured frames pushed through first (>= 0).
     seed : int
-        Seed of the frames (:func:`make_frames`).
+        Seed of the frames (:func:`.frames.draw_frames`).
     distinct_frames : int
         Distinct frames fed cyclically (>= 1); the unsplit model runs once on each.
     atol, rtol : float
@@ -328,7 +304,7 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
         if doc.get("feeds"):  # the user's frames (--feeds), fed cyclically
             pool = load_bundle_feeds(os.path.join(folder, doc["feeds"]))
         else:
-            pool = make_frames(doc.get("inputs", {}), distinct_frames, seed)
+            pool = draw_frames(inputs_from_doc(doc.get("inputs", {})), distinct_frames, seed)
         progress("reference", 0, force=True)
         ref_path = os.path.join(folder, doc.get("reference_model", "reference.onnx"))
         ref_session = create_session(ref_path, PUBinding(cpus=None, threads=1), "CPUExecutionProvider")
