@@ -96,7 +96,7 @@ def cmd_run(args) -> int:
 
 def cmd_deploy(args) -> int:
     from .deploy.deploy import DeployOptions, deploy, describe_event
-    from .deploy.hostspec import HostSpec
+    from .remote.hostspec import HostSpec
     from .mapping import read_pareto, select_point
     from .runtime.mapping import parse_binds
     from .runtime.run import record_run

@@ -17,7 +17,7 @@ from onnx import helper, numpy_helper
 
 from deploy_mappings import replicated_doc, two_stage_doc, write_doc
 from parapipe._paths import data_dir
-from parapipe.deploy.agent_client import AgentClient, AgentRequestError
+from parapipe.remote.agent_client import AgentClient, AgentRequestError
 from parapipe.deploy.bundle import build_bundle
 from parapipe.errors import InputError
 import ppexec.metrics
