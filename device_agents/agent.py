@@ -649,7 +649,7 @@ def op_run_pipeline(request):
     (30); ``dispatch`` (``"pull"``: each replica of a replicated stage takes the next frame when it is free;
     ``"shares"``: frames dealt by the plan's shares). Sends
     ``progress`` events (``phase``, ``frames_done``, ``frames``, ``elapsed_s``, ``throughput_per_s``) while it
-    runs. Returns the report (``ppexec.RunReport`` as JSON), also written to ``out/report.json`` with the
+    runs. Returns the report (``ppexec.report.RunReport`` as JSON), also written to ``out/report.json`` with the
     Chrome trace in ``out/trace.json``. A failing stage is a ``RunError`` naming stage, PU and task; a bad or
     incomplete bundle a ``BadRequest``.
     """

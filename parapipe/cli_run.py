@@ -10,7 +10,7 @@ from .cli import _input_shapes, _progress_bar, add_input_options
 
 
 def _print_report(head: str, rep) -> None:
-    """The measured-next-to-predicted table of a :class:`ppexec.RunReport`, shared by ``run`` and ``deploy``."""
+    """The measured-next-to-predicted table of a :class:`ppexec.report.RunReport`, shared by ``run`` and ``deploy``."""
     def fmt(value, scale=1.0):
         return f"{value * scale:>10.2f}" if value is not None else f"{'-':>10}"
 

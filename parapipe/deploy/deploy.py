@@ -127,7 +127,7 @@ class DeployReport:
     bundle_id : str
     remote_folder : str
         Bundle folder on the host (removed unless ``kept``).
-    report : ppexec.RunReport
+    report : ppexec.report.RunReport
         The host's run report (measured next to predicted figures, outputs check, board facts).
     report_path, trace_path : Path
         Local copies of the report and the Chrome trace.

@@ -285,7 +285,7 @@ def measure_host(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optiona
         Called in the calling thread after each block, ``total = len(bg.blocks)``.
     feeds : dict of str to numpy.ndarray, optional
         Values of the model's data inputs (one frame of ``--feeds``; default one seeded frame,
-        ``ppexec.frames.draw_frames(parapipe.graph.feeds.input_specs(og), 1)``). Blocks read them, and the real values of every integer or
+        :func:`ppexec.frames.draw_frames`). Blocks read them, and the real values of every integer or
         boolean tensor handed between blocks (shape vectors, indices, masks: :func:`_real_index_values`, one run
         of the whole model); other block inputs get seeded standard-normal values.
 
