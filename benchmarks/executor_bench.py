@@ -57,14 +57,17 @@ from onnx import TensorProto, helper
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [_REPO, os.path.join(_REPO, "device_agents")]  # this checkout (parapipe, ppexec), not installed
-from ppexec import (ExecutionPlan, PipelineExecutor, PUBinding, Task, max_abs_diff,  # noqa: E402
-                    reference_outputs, run_pipeline)
+from ppexec.executor import PipelineExecutor, run_pipeline  # noqa: E402
+from ppexec.frames import FrameInput, draw_frames  # noqa: E402
+from ppexec.plan import ExecutionPlan, PUBinding, Task  # noqa: E402
+from ppexec.reference import max_abs_diff, reference_outputs  # noqa: E402
 from ppexec.bundle_run import run_bundle  # noqa: E402
 from ppexec.reference import handed_over_tensors, max_scaled_diff, with_outputs  # noqa: E402
 from ppexec.session import create_session, pin_current_thread  # noqa: E402
 
 from parapipe.deploy.bundle import build_bundle  # noqa: E402
 from parapipe.execution.reference import reference_with_outputs  # noqa: E402
+from parapipe.graph.feeds import input_specs  # noqa: E402
 
 BINDINGS = {"cpu0": PUBinding(cpus=(0,)), "cpu1": PUBinding(cpus=(1,))}
 DISTINCT_FRAMES = 8  # distinct inputs, fed cyclically (the reference runs once on each)
@@ -150,16 +153,14 @@ def two_copies_loop(model: onnx.ModelProto, frames: List[Dict[str, np.ndarray]],
 
 
 def make_frames(og, n: int, seed: int = 0) -> List[Dict[str, np.ndarray]]:
-    rng = np.random.default_rng(seed)
-    pool = [{name: rng.standard_normal(og.tensors[name].shape).astype(og.tensors[name].dtype)
-             for name in og.inputs} for _ in range(DISTINCT_FRAMES)]
+    """``n`` frames cycling through ``DISTINCT_FRAMES`` seeded ones (:func:`ppexec.frames.draw_frames`)."""
+    pool = draw_frames(input_specs(og), DISTINCT_FRAMES, seed)
     return [pool[i % DISTINCT_FRAMES] for i in range(n)]
 
 
 def standalone_task_s(task: Task, og, cpu: int, repeats: int = 20, warmup: int = 3) -> float:
     """Median time of one task's sub-model alone on ``cpu`` (a pinned thread, the executor's session)."""
-    rng = np.random.default_rng(1)
-    feeds = {n: rng.standard_normal(og.tensors[n].shape).astype(og.tensors[n].dtype) for n in task.inputs}
+    feeds = draw_frames([FrameInput(n, og.tensors[n].shape, og.tensors[n].dtype) for n in task.inputs], 1, 1)[0]
     box = {}
 
     def body():

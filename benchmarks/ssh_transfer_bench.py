@@ -5,7 +5,7 @@ Run from the repository root (about 30 s on the 2-core machine; needs ``/usr/sbi
     python benchmarks/ssh_transfer_bench.py [--mbytes 30] [--repeats 3]
 
 Two loopback OpenSSH servers (``tests/sshd.py``), one with ``Subsystem sftp`` and one without, receive the same
-random file through :meth:`parapipe.deploy.host.RemoteHost.upload` (atomic; the exec channel also hashes the
+random file through :meth:`parapipe.remote.host.RemoteHost.upload` (atomic; the exec channel also hashes the
 copy on the host before renaming it) and send it back with ``download``. Printed: the median rate of
 ``--repeats`` transfers each way, in MB/s, and the ratio exec channel / SFTP (< 1: the fallback is slower).
 Machines here are shared: compare ratios, not absolute figures.
@@ -23,7 +23,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # a checkout, not installed
 sys.path.insert(0, os.path.join(ROOT, "tests"))  # the loopback sshd of the tests
-from parapipe.deploy.host import HostSpec, RemoteHost  # noqa: E402
+from parapipe.remote.host import RemoteHost  # noqa: E402
+from parapipe.remote.hostspec import HostSpec  # noqa: E402
 from sshd import start_sshd  # noqa: E402
 
 

@@ -319,16 +319,19 @@ def _load_model(request):
 
 
 def _random_feeds(specs, overrides, seed):
-    """Seeded random feeds for a runner's ``input_specs`` (``(name, shape with None where dynamic, dtype
-    name or None)``); ``overrides`` gives ``{name: {"shape", "dtype"}}``. Returns ``(feeds, shapes)``."""
+    """Seeded random feeds for a loaded model's ``input_specs`` (``(name, shape with None where dynamic, dtype
+    name or None)``); ``overrides`` gives ``{name: {"shape", "dtype"}}``. Returns ``(feeds, shapes)``. The values
+    follow ppexec's one rule (``ppexec.frames.draw_frames``: floats standard normal, booleans 0/1, integers 0,
+    as no range bounds them here)."""
     import numpy as np
-    rng = np.random.RandomState(seed)
+    _core()  # ppexec/ next to this file (BadRequest without it)
+    from ppexec.frames import FrameInput, draw_frames
     names = [name for name, _, _ in specs]
     unknown = sorted(set(overrides) - set(names))
     if unknown:
         raise AgentError("BadRequest", "'inputs' names %s that the model does not have; its inputs: %s"
                          % (unknown, names))
-    feeds, shapes = {}, {}
+    inputs = []
     for name, model_shape, model_dtype in specs:
         spec = overrides.get(name) or {}
         if not isinstance(spec, dict):
@@ -349,17 +352,11 @@ def _random_feeds(specs, overrides, seed):
         except TypeError:
             raise AgentError("BadRequest",
                              "'inputs'[%r]['dtype'] %r is not a numpy dtype" % (name, dtype))
-        if dtype.kind == "f":
-            value = rng.standard_normal(shape).astype(dtype)
-        elif dtype.kind == "b":
-            value = rng.randint(0, 2, size=shape).astype(dtype)
-        elif dtype.kind in "iu":
-            # Small non-negative integers are valid indices, lengths and ids for most ops.
-            value = rng.randint(0, 2, size=shape).astype(dtype)
-        else:
+        if dtype.kind not in "fbiu":
             raise AgentError("BadRequest", "input %r: dtype %s is not supported" % (name, dtype))
-        feeds[name] = value
-        shapes[name] = {"shape": list(value.shape), "dtype": str(dtype)}
+        inputs.append(FrameInput(name, tuple(shape), dtype.name))
+    feeds = draw_frames(inputs, 1, seed)[0]
+    shapes = {name: {"shape": list(feeds[name].shape), "dtype": str(feeds[name].dtype)} for name in names}
     return feeds, shapes
 
 
@@ -422,9 +419,9 @@ def _profile_runner(runtime, pu_spec, model, optimization, allow_spinning):
     else:
         try:
             adapter = core.runtimes.get_adapter(runtime, pu="profile")
-        except core.PlanError as exc:
+        except core.errors.PlanError as exc:
             raise AgentError("BadRequest", str(exc))
-        binding = core.PUBinding(cpus=pu_spec["cpus"], threads=pu_spec["threads"],
+        binding = core.plan.PUBinding(cpus=pu_spec["cpus"], threads=pu_spec["threads"],
                                  provider=pu_spec["provider"], provider_options=pu_spec["provider_options"],
                                  runtime=runtime, runtime_options=pu_spec["runtime_options"])
         problem = adapter.check("profile", binding)
@@ -618,7 +615,10 @@ def _core(required=True):
         sys.path.insert(0, here)
     sys.dont_write_bytecode = True  # leave no __pycache__ in the bundle: it holds the manifest's files only
     try:
-        import ppexec
+        import ppexec.bundle_run  # the executor, its runtime adapters, numpy and onnxruntime
+        import ppexec.errors
+        import ppexec.plan
+        import ppexec.runtimes
     except ImportError as exc:  # numpy or onnxruntime missing on this host
         if not required:
             log.warning("the executor core ppexec/ does not import: %s", exc)
@@ -632,9 +632,9 @@ def _core_call(core, fn):
         return fn()
     except (BrokenPipeError, ConnectionError):  # the client went away while events were sent: stop serving
         raise
-    except core.PlanError as exc:
+    except core.errors.PlanError as exc:
         raise AgentError("BadRequest", str(exc))
-    except core.PipelineError as exc:
+    except core.errors.PipelineError as exc:
         raise AgentError("RunError", str(exc))
     except OSError as exc:
         raise AgentError("BadRequest", "%s: %s" % (type(exc).__name__, exc))
@@ -649,7 +649,7 @@ def op_run_pipeline(request):
     (30); ``dispatch`` (``"pull"``: each replica of a replicated stage takes the next frame when it is free;
     ``"shares"``: frames dealt by the plan's shares). Sends
     ``progress`` events (``phase``, ``frames_done``, ``frames``, ``elapsed_s``, ``throughput_per_s``) while it
-    runs. Returns the report (``ppexec.RunReport`` as JSON), also written to ``out/report.json`` with the
+    runs. Returns the report (``ppexec.report.RunReport`` as JSON), also written to ``out/report.json`` with the
     Chrome trace in ``out/trace.json``. A failing stage is a ``RunError`` naming stage, PU and task; a bad or
     incomplete bundle a ``BadRequest``.
     """

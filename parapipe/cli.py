@@ -402,7 +402,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    from ppexec import PipelineError, PlanError
+    from ppexec.errors import PipelineError, PlanError
 
     try:
         return int(args.func(args))

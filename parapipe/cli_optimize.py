@@ -122,7 +122,7 @@ def _optimize_refine(args, prep, options, progress) -> int:
 
     host = None
     if args.host:
-        from .deploy.hostspec import HostSpec
+        from .remote.hostspec import HostSpec
 
         host = HostSpec.parse(args.host, identity=args.identity, known_hosts=args.known_hosts,
                               trust_new_host=args.trust_new_host)

@@ -23,7 +23,7 @@ def _add_host_options(s) -> None:
 def _host_spec(args):
     if not args.host:
         return None
-    from .deploy.hostspec import HostSpec
+    from .remote.hostspec import HostSpec
 
     return HostSpec.parse(args.host, identity=args.identity, known_hosts=args.known_hosts,
                           trust_new_host=args.trust_new_host, timeout_s=args.ssh_timeout)

@@ -10,7 +10,7 @@ from .cli import _input_shapes, _progress_bar, add_input_options
 
 
 def _print_report(head: str, rep) -> None:
-    """The measured-next-to-predicted table of a :class:`ppexec.RunReport`, shared by ``run`` and ``deploy``."""
+    """The measured-next-to-predicted table of a :class:`ppexec.report.RunReport`, shared by ``run`` and ``deploy``."""
     def fmt(value, scale=1.0):
         return f"{value * scale:>10.2f}" if value is not None else f"{'-':>10}"
 
@@ -96,7 +96,7 @@ def cmd_run(args) -> int:
 
 def cmd_deploy(args) -> int:
     from .deploy.deploy import DeployOptions, deploy, describe_event
-    from .deploy.hostspec import HostSpec
+    from .remote.hostspec import HostSpec
     from .mapping import read_pareto, select_point
     from .execution.bindings import parse_binds
     from .app.run import record_run

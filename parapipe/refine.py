@@ -78,7 +78,7 @@ def refine(prep, options, out_dir: Path, rounds: int, model: str, frames: int = 
         Relative period error at which to stop.
     db : str, optional
         Profile database whose ``runs`` table keeps every run.
-    host : parapipe.deploy.hostspec.HostSpec, optional
+    host : parapipe.remote.hostspec.HostSpec, optional
         Run on this board (``deploy``) instead of this machine.
     python : str
         The board's interpreter.

@@ -71,7 +71,7 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     the model where they exist and the model calibrated on the database fills the rest
     (:func:`parapipe.profiling.predict.costs_from_db`). ``input_shapes`` (``--input-shape``) fix symbolic input
     dims (:func:`parapipe.graph.inputs.resolve_input_shapes`); ``feeds`` (an .npz, ``--feeds``) are the input
-    values the host measurement uses (default: :func:`parapipe.graph.feeds.make_frames`). A custom-domain
+    values the host measurement uses (default: one frame drawn by :func:`ppexec.frames.draw_frames`). A custom-domain
     operator no PU declares is refused before anything is measured
     (:func:`parapipe.graph.support.check_declared`).
     """

@@ -10,7 +10,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from parapipe.graph.cleanup import runnable_reference
 from parapipe.graph.coarsen import coarsen
-from ppexec import PUBinding, max_abs_diff, reference_outputs, run_pipeline
+from ppexec.executor import run_pipeline
+from ppexec.plan import PUBinding
+from ppexec.reference import max_abs_diff, reference_outputs
 from parapipe.execution import build_plan
 from parapipe.mapping import Stage
 

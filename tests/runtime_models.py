@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ppexec import PUBinding, Task
+from ppexec.plan import PUBinding, Task
 
 from parapipe.mapping import Stage
 

@@ -17,7 +17,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, numpy_helper
 
-from parapipe.deploy.agent_client import AgentClient, AgentRequestError, agent_path
+from parapipe.remote.agent_client import AgentClient, AgentRequestError, agent_path
 from parapipe.errors import ExecutionError, HostError
 
 AGENT = agent_path()

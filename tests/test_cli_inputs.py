@@ -123,14 +123,19 @@ def test_profile_loads_the_graph_with_the_given_shapes(tmp_path):
 
 def test_bundle_frames_use_the_graph_ranges(capsys, tmp_path):
     from parapipe.deploy.bundle import PLAN, build_bundle
-    import ppexec as core
+    from parapipe.graph.feeds import input_specs
+    from parapipe.graph.opgraph import import_onnx
     from parapipe.app.run import load_mapping
+    from ppexec.frames import draw_frames, inputs_from_doc
 
     bert = _save(tmp_path, "bert", hm.bert_front_end(vocab=30, types=2))
     mapping, _ = _optimize(capsys, tmp_path, bert)
     bundle = build_bundle(load_mapping(str(bert), str(mapping), "best-throughput"), tmp_path / "bundle")
     inputs = json.loads((bundle.folder / PLAN).read_text())["inputs"]
     assert inputs["token_type_ids"]["range"] == [0, 1] and inputs["input_ids"]["range"] == [0, 29]
-    frames = core.bundle_run.make_frames(inputs, 8, seed=0)
+    frames = draw_frames(inputs_from_doc(inputs), 8, seed=0)  # as the board draws them
     ids = np.concatenate([f["input_ids"].ravel() for f in frames])
     assert ids.max() <= 29 and ids.max() > 1 and {int(v) for f in frames for v in f["token_type_ids"].ravel()} == {0, 1}
+    # one rule: the host draws the same frames from the graph's specs as the board from plan.json's
+    here = draw_frames(input_specs(import_onnx(hm.bert_front_end(vocab=30, types=2))), 8, seed=0)
+    assert all(sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a) for a, b in zip(here, frames))

@@ -7,7 +7,9 @@ import os
 import pytest
 
 from parapipe.cli import main
-from ppexec import ExecutionPlan, run_pipeline, write_chrome_trace
+from ppexec.executor import run_pipeline
+from ppexec.metrics import write_chrome_trace
+from ppexec.plan import ExecutionPlan
 from parapipe.execution.traces import read_chrome_trace
 from runtime_models import CPU_BINDINGS, chain_model, frames, task
 

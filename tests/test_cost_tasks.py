@@ -10,7 +10,7 @@ from parapipe.cost.problem import MappingProblem
 from parapipe.cost.tasks import stage_tasks
 from parapipe.execution.plan import build_plan
 from parapipe.mapping import Stage
-from ppexec import PUBinding
+from ppexec.plan import PUBinding
 from parapipe.workflow import prepare
 
 

@@ -20,7 +20,8 @@ from deploy_mappings import replicated_doc, two_stage_doc, write_doc
 from parapipe.cli import main
 from parapipe.deploy.bundle import build_bundle
 from parapipe.deploy.deploy import DeployOptions, deploy_bundle, deploy_mapping, remote_files, upload_bundle
-from parapipe.deploy.host import HostSpec, RemoteHost
+from parapipe.remote.host import RemoteHost
+from parapipe.remote.hostspec import HostSpec
 from parapipe.errors import ExecutionError, HostError, InputError
 from parapipe.app.run import load_mapping
 
@@ -181,7 +182,7 @@ def test_connection_killed_mid_run_is_one_line_and_the_next_deploy_leaves_the_ho
     with RemoteHost(spec_for(sshd_server)) as host:
         def kill_on_first_frames(event):
             if event.get("event") == "progress" and event.get("phase") == "run":
-                host._transport().sock.shutdown(socket.SHUT_RDWR)  # the network goes away mid-run
+                host.connection.transport().sock.shutdown(socket.SHUT_RDWR)  # the network goes away mid-run
 
         with pytest.raises(HostError) as info:
             deploy_bundle(host, first, out, DeployOptions(python=sys.executable, frames=100_000, remote_dir=remote),
@@ -207,7 +208,7 @@ def test_connection_lost_during_an_exec_channel_upload_names_the_upload(sshd_ser
     with RemoteHost(spec_for(sshd_server_without_sftp)) as host:
         def drop_at_the_models(event):
             if event.get("event") == "upload" and event["file"].startswith("models/"):
-                host._transport().sock.shutdown(socket.SHUT_RDWR)
+                host.connection.transport().sock.shutdown(socket.SHUT_RDWR)
 
         with pytest.raises(HostError) as info:
             deploy_bundle(host, bundle, tmp_path / "out",

@@ -17,11 +17,11 @@ from onnx import helper, numpy_helper
 
 from deploy_mappings import replicated_doc, two_stage_doc, write_doc
 from parapipe._paths import data_dir
-from parapipe.deploy.agent_client import AgentClient, AgentRequestError
+from parapipe.remote.agent_client import AgentClient, AgentRequestError
 from parapipe.deploy.bundle import build_bundle
 from parapipe.errors import InputError
-import ppexec
-from ppexec import PUBinding
+import ppexec.metrics
+from ppexec.plan import PUBinding
 from parapipe.app.run import load_mapping
 from parapipe.execution.bindings import bindings_for
 from parapipe.mapping import read_pareto

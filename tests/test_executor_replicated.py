@@ -6,9 +6,10 @@ import os
 
 import pytest
 
-from ppexec import (ExecutionPlan, PipelineExecutor, PUBinding, max_abs_diff, plan_from_doc, plan_to_doc,
-                    reference_outputs, run_pipeline, validate_plan)
-from ppexec import PlanError as InputError
+from ppexec.executor import PipelineExecutor, run_pipeline
+from ppexec.plan import ExecutionPlan, PUBinding, plan_from_doc, plan_to_doc, validate_plan
+from ppexec.reference import max_abs_diff, reference_outputs
+from ppexec.errors import PlanError as InputError
 from ppexec.dispatch import SmoothWeightedRoundRobin
 from runtime_models import CPU_BINDINGS, chain_model, diamond_model, frames, parapipe_threads, slow_chain_model, task
 

@@ -6,7 +6,9 @@ import os
 
 import pytest
 
-from ppexec import ExecutionPlan, PipelineExecutor, max_abs_diff, reference_outputs
+from ppexec.executor import PipelineExecutor
+from ppexec.plan import ExecutionPlan
+from ppexec.reference import max_abs_diff, reference_outputs
 from runtime_models import CPU_BINDINGS, chain_model, frames, parapipe_threads, task
 
 pytestmark = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1")

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from deploy_mappings import two_stage_doc, write_doc
-from ppexec import PipelineExecutor, max_abs_diff, reference_outputs
+from ppexec.executor import PipelineExecutor
+from ppexec.reference import max_abs_diff, reference_outputs
 from parapipe.app.run import load_mapping
 from ppexec.reference import handed_over_tensors, max_scaled_diff, with_outputs
 from parapipe.execution.reference import reference_with_outputs

@@ -13,7 +13,7 @@ from parapipe.graph.coarsen import coarsen
 from parapipe.profiling import host
 from parapipe.profiling.db import ProfileDB
 from parapipe.profiling.host import allowed_cpus, block_signature, host_soc, measure_host, measure_transfer
-from ppexec import PUBinding
+from ppexec.plan import PUBinding
 from ppexec.session import create_session, pin_current_thread
 from parapipe.soc.loader import load_soc
 

@@ -12,11 +12,12 @@ from onnx import TensorProto, helper, numpy_helper
 import hostile_models as hm
 from parapipe.errors import InputError
 from parapipe.graph.coarsen import coarsen
-from parapipe.graph.feeds import feed_error, integer_input_ranges, make_frames
+from parapipe.graph.feeds import feed_error, input_specs, integer_input_ranges
 from parapipe.graph.inputs import parse_input_shapes
 from parapipe.graph.opgraph import import_onnx
 from parapipe.graph.support import check_declared
-from ppexec import reference_outputs
+from ppexec.frames import draw_frames
+from ppexec.reference import reference_outputs
 
 coarsen_mod = importlib.import_module("parapipe.graph.coarsen")  # the module (the package exports the function)
 
@@ -79,7 +80,7 @@ def test_shared_dim_names_take_the_given_size():
 def test_integer_ranges_come_from_the_embedding_rows():
     og = import_onnx(hm.bert_front_end(vocab=30, types=2))
     assert integer_input_ranges(og) == {"input_ids": (0, 29), "token_type_ids": (0, 1)}
-    frames = make_frames(og, 20, seed=3)
+    frames = draw_frames(input_specs(og), 20, seed=3)
     tt = np.concatenate([f["token_type_ids"].ravel() for f in frames])
     ids = np.concatenate([f["input_ids"].ravel() for f in frames])
     assert set(tt) == {0, 1} and ids.min() >= 0 and ids.max() <= 29 and len(set(ids)) > 10
@@ -89,7 +90,7 @@ def test_integer_ranges_come_from_the_embedding_rows():
 def test_an_unbounded_integer_input_gets_zero_and_a_failing_feed_names_it():
     og = import_onnx(hm.bert_front_end(offset_ids=True))
     assert integer_input_ranges(og)["input_ids"] == (0, 0)  # Add hides the rows: 0 is safe
-    frame = make_frames(og, 1)[0]
+    frame = draw_frames(input_specs(og), 1)[0]
     frame["input_ids"][:] = 29  # 29 + 1 = 30 rows: out of range
     with pytest.raises(Exception) as exc:
         reference_outputs(hm.bert_front_end(offset_ids=True), [frame])

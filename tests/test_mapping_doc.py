@@ -15,7 +15,7 @@ from parapipe.execution.facts import check_board
 from parapipe.execution.bindings import parse_binds
 from parapipe.soc import load_soc
 from parapipe.soc.resolve import resolve_soc, soc_ref, soc_sha256
-from ppexec import PUBinding
+from ppexec.plan import PUBinding
 from ppexec.reference import dtype_tolerance, within_tolerance
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ppexec import PlanError
+from ppexec.errors import PlanError
 from ppexec.power import PowerMeter, detect_sensor
 
 SLOW = 60.0  # interval_s: no sample between start() and stop() unless a test wants one

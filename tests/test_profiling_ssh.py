@@ -14,7 +14,7 @@ import pytest
 import sshd
 from ssh_faults import FaultProxy, StallingServer, known_hosts_for
 from parapipe.cli import main
-from parapipe.deploy.hostspec import HostSpec
+from parapipe.remote.hostspec import HostSpec
 from parapipe.profiling.db import ProfileDB
 from parapipe.profiling.jobs import profile_job
 from parapipe.profiling.profile import ProfileOptions

@@ -18,7 +18,7 @@ from parapipe.report import (gantt_bars, gantt_from_trace, plot_gantt, plot_pare
                              staircase, stage_offsets_s, utilisation)
 from parapipe.report import gantt as gantt_mod
 from parapipe.report import plots as plots_mod
-from ppexec import TraceEvent
+from ppexec.metrics import TraceEvent
 
 # Power figures for the fixture's energy (W), after GUIDE §6 (A311D: board ~2.3 W baseline, big cluster adds
 # ~1.8-4.7 W, GPU ~0.6-1.3 W, LITTLE ~0.7-1.3 W).
@@ -410,3 +410,12 @@ def test_place_labels_keeps_a_crowded_cluster_readable():
     # at an edge of the axes, a label goes to the side that stays inside
     ((box, _),) = place_labels([(795.0, 300.0, 4.0)], [(30.0, 10.0)], [], bounds)
     assert box[2] <= 800.0 and box[0] < 795.0
+
+
+def test_drawing_a_chart_does_not_import_the_executor_or_onnxruntime():
+    # parapipe.report reads the one dealing rule of the executor (ppexec.dispatch), a light module: importing it
+    # must not import ppexec.executor and, with it, ONNX Runtime
+    code = ("import sys, parapipe.report, parapipe.report.gantt, parapipe.report.plots; "
+            "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('onnxruntime', 'ppexec'))))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert "ppexec.dispatch" in loaded and "ppexec.executor" not in loaded and "onnxruntime" not in loaded, loaded

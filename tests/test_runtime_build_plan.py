@@ -8,7 +8,8 @@ import pytest
 from parapipe.errors import InputError
 from parapipe.graph.coarsen import coarsen
 from parapipe.graph.opgraph import import_onnx
-from ppexec import max_abs_diff, reference_outputs, run_pipeline
+from ppexec.executor import run_pipeline
+from ppexec.reference import max_abs_diff, reference_outputs
 from parapipe.execution import build_plan
 from runtime_models import CPU_BINDINGS, chain_model, diamond_model, frames, typed_stage
 

@@ -8,11 +8,14 @@ import time
 import numpy as np
 import pytest
 
-from ppexec import PipelineError as ExecutionError, PlanError as InputError  # the executor's own errors
-from ppexec import ExecutionPlan, PipelineExecutor, PUBinding, max_abs_diff, reference_outputs, run_pipeline, write_chrome_trace
+from ppexec.errors import PipelineError as ExecutionError, PlanError as InputError  # the executor's own errors
+from ppexec.executor import PipelineExecutor, run_pipeline
+from ppexec.metrics import write_chrome_trace
+from ppexec.plan import ExecutionPlan, PUBinding
+from ppexec.reference import max_abs_diff, reference_outputs
 from runtime_models import (CPU_BINDINGS, chain_model, cut, diamond_model, frames, identity_model,
                             parapipe_threads, reshape_model, task)
-from ppexec import Task
+from ppexec.plan import Task
 
 pytestmark = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1")
 

@@ -10,7 +10,8 @@ import pytest
 from parapipe.graph.coarsen import coarsen
 from parapipe.graph.opgraph import import_onnx
 from parapipe.graph.zoo import load_model
-from ppexec import PipelineExecutor, max_abs_diff, reference_outputs
+from ppexec.executor import PipelineExecutor
+from ppexec.reference import max_abs_diff, reference_outputs
 from parapipe.execution import build_plan
 from runtime_models import CPU_BINDINGS, parapipe_threads, typed_stage
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ppexec import PlanError as InputError  # the executor's own error for bad plans
-from ppexec import ExecutionPlan, PUBinding, Task, max_abs_diff, reference_outputs, validate_plan
+from ppexec.errors import PlanError as InputError  # the executor's own error for bad plans
+from ppexec.plan import ExecutionPlan, PUBinding, Task, validate_plan
+from ppexec.reference import max_abs_diff, reference_outputs
 from runtime_models import CPU_BINDINGS, chain_model, diamond_model, frames, task
 
 

@@ -22,8 +22,10 @@ from runtime_models import chain_model, diamond_model, frames
 AGENTS = Path(__file__).resolve().parents[1] / "device_agents"
 if str(AGENTS) not in sys.path:
     sys.path.insert(0, str(AGENTS))
-import ppexec  # noqa: E402  (the board-side package, imported as a board imports it)
-from ppexec import ExecutionPlan, PlanError, PipelineError, PUBinding, Task  # noqa: E402
+from ppexec.errors import PlanError, PipelineError  # noqa: E402  (the board-side package, as a board imports it)
+from ppexec.executor import PipelineExecutor, run_pipeline  # noqa: E402
+from ppexec.plan import ExecutionPlan, PUBinding, Task, plan_from_doc, plan_to_doc  # noqa: E402
+from ppexec.reference import max_abs_diff, reference_outputs  # noqa: E402
 from ppexec.runtimes import ADAPTERS, get_adapter, probe_all  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs CPUs 0 and 1")
@@ -80,7 +82,7 @@ def test_an_unknown_runtime_in_a_plan_is_refused_before_any_worker_starts():
     plan = ExecutionPlan([[Task("t", 0, "npu", m, ["x"], ["y"], [])]], ["x"], ["y"],
                          {"npu": PUBinding(cpus=(0,), runtime="vendor_npu")})
     with pytest.raises(PlanError, match=r"runtime 'vendor_npu' is not implemented in this ppexec"):
-        ppexec.run_pipeline(plan, frames(2), warmup=0)
+        run_pipeline(plan, frames(2), warmup=0)
     assert not [t for t in threading.enumerate() if t.name.startswith("parapipe-")]
 
 
@@ -97,9 +99,9 @@ def test_check_refuses_a_missing_ort_provider_in_one_line_and_the_executor_raise
     m = chain_model(2)
     plan = ExecutionPlan([[Task("t", 0, "gpu", m, ["x"], ["y"], [])]], ["x"], ["y"], {"gpu": binding})
     with pytest.raises(PipelineError) as info:
-        ppexec.run_pipeline(plan, frames(2), warmup=0)
+        run_pipeline(plan, frames(2), warmup=0)
     assert str(info.value) == problem
-    outs, _ = ppexec.run_pipeline(plan, frames(2), warmup=0, fallback_provider="CPUExecutionProvider")
+    outs, _ = run_pipeline(plan, frames(2), warmup=0, fallback_provider="CPUExecutionProvider")
     assert len(outs) == 2
 
 
@@ -205,15 +207,15 @@ def test_a_plan_mixing_onnx_runtime_and_openvino_pus_matches_the_unsplit_model()
     og, subs = topo_stages(m, "diamond", 3)
     plan = _mixed_plan(subs, og.inputs, og.outputs)
     fs = frames(20, seed=5)
-    ref = ppexec.reference_outputs(m, fs)
-    with ppexec.PipelineExecutor(plan) as ex:
+    ref = reference_outputs(m, fs)
+    with PipelineExecutor(plan) as ex:
         assert ex.affinity == {(0, "a"): frozenset({0}), (1, "b"): frozenset({1}), (2, "a"): frozenset({0})}
-        assert [type(w.runners[0]).__name__ for w in ex.workers] == ["OnnxRuntimeRunner", "OpenVINORunner",
-                                                                      "OnnxRuntimeRunner"]
+        assert [type(w.models[0]).__name__ for w in ex.workers] == ["OnnxRuntimeModel", "OpenVINOModel",
+                                                                      "OnnxRuntimeModel"]
         outs = list(ex.run(fs))
         metrics = ex.metrics
-    assert ppexec.max_abs_diff(outs, ref) <= 1e-5
-    assert ppexec.max_abs_diff(outs[1:], ref[:-1]) > 1e-3  # in order
+    assert max_abs_diff(outs, ref) <= 1e-5
+    assert max_abs_diff(outs[1:], ref[:-1]) > 1e-3  # in order
     assert {(e.stage, e.pu) for e in metrics.trace} == {(0, "a"), (1, "b"), (2, "a")}
     assert metrics.frames == 20 and set(metrics.pu_busy_s) == {"a", "b"}
 
@@ -226,8 +228,8 @@ def test_mobilenet_v2_split_over_an_onnx_runtime_and_an_openvino_pu_matches_the_
     (x,) = og.inputs
     rng = np.random.default_rng(1)
     fs = [{x: rng.standard_normal(og.tensors[x].shape).astype(np.float32)} for _ in range(4)]
-    ref = ppexec.reference_outputs(model, fs)
-    outs, metrics = ppexec.run_pipeline(plan, fs, warmup=1)
+    ref = reference_outputs(model, fs)
+    outs, metrics = run_pipeline(plan, fs, warmup=1)
     worst = max(scaled_diff([o[n] for n in og.outputs], [r[n] for n in og.outputs])
                 for o, r in zip(outs, ref))
     assert worst <= 1e-4  # measured 3.7e-6 with OpenVINO 2026.4 / ORT 1.32
@@ -241,17 +243,17 @@ def test_plan_documents_carry_the_runtime_and_old_documents_load_with_the_defaul
     options = {"device": "CPU", "INFERENCE_PRECISION_HINT": "f32"}
     plan = ExecutionPlan([[Task("t", 0, "b", m, ["x"], ["y"], [])]], ["x"], ["y"],
                          {"b": PUBinding(cpus=(1,), runtime="openvino", runtime_options=options)})
-    doc = json.loads(json.dumps(ppexec.plan_to_doc(plan, {"t": "t.onnx"})))
+    doc = json.loads(json.dumps(plan_to_doc(plan, {"t": "t.onnx"})))
     assert (doc["bindings"]["b"]["runtime"], doc["bindings"]["b"]["runtime_options"]) == ("openvino", options)
-    back = ppexec.plan_from_doc(doc, str(tmp_path))
+    back = plan_from_doc(doc, str(tmp_path))
     assert back.bindings == plan.bindings
     for key in ("runtime", "runtime_options"):
         del doc["bindings"]["b"][key]
-    old = ppexec.plan_from_doc(doc, str(tmp_path))
+    old = plan_from_doc(doc, str(tmp_path))
     assert (old.bindings["b"].runtime, old.bindings["b"].runtime_options) == ("onnxruntime", {})
     doc["bindings"]["b"]["runtime_options"] = ["device", "CPU"]
     with pytest.raises(PlanError, match=r"^plan.json: malformed plan \(ValueError"):
-        ppexec.plan_from_doc(doc, str(tmp_path))
+        plan_from_doc(doc, str(tmp_path))
 
 
 # ------------------------------------------------------------------------------------------------ agent
@@ -281,15 +283,15 @@ def test_agent_lists_runtimes_and_profiles_through_the_openvino_adapter():
     assert "runtime 'tflite' is not implemented in this ppexec" in unknown["error"]["message"]
 
 
-def test_an_agent_without_ppexec_next_to_it_profiles_onnx_runtime_only(tmp_path):
+def test_an_agent_without_ppexec_next_to_it_answers_hello_and_refuses_to_profile(tmp_path):
+    # profiling uploads the agent with ppexec/ (its runtime adapters and its one rule for random inputs)
     import base64
-    shutil.copyfile(AGENTS / "agent.py", tmp_path / "agent.py")  # as profiling uploads it: alone
+    shutil.copyfile(AGENTS / "agent.py", tmp_path / "agent.py")  # alone
     model_b64 = base64.b64encode(chain_model(3).SerializeToString()).decode("ascii")
     hello, ort_reply, ov = _agent_session(tmp_path / "agent.py", [
         {"op": "hello"},
         {"op": "profile", "model_b64": model_b64, "repeats": 2, "pu": {"cpus": [0]}},
         {"op": "profile", "model_b64": model_b64, "pu": {"cpus": [1], "runtime": "openvino"}}])
     assert list(hello["runtimes"]) == ["onnxruntime"]
-    assert ort_reply["ok"] and ort_reply["provider"] == "CPUExecutionProvider"
-    assert ort_reply["runtime_info"]["runtime"] == "onnxruntime" and ort_reply["optimization"] == "disabled"
-    assert ov["error"]["type"] == "BadRequest" and "ppexec/ is not next to" in ov["error"]["message"]
+    for reply in (ort_reply, ov):
+        assert reply["error"]["type"] == "BadRequest" and "ppexec/ is not next to" in reply["error"]["message"]

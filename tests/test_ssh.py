@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from parapipe.deploy.agent_client import AgentClient, AgentRequestError, agent_path
-from parapipe.deploy.host import ConnectionLost, HostSpec, RemoteHost
+from parapipe.remote.agent_client import AgentClient, AgentRequestError, agent_path
+from parapipe.remote.host import RemoteHost
+from parapipe.remote.hostspec import HostSpec
+from parapipe.remote.liveness import ConnectionLost
 from parapipe.errors import HostError, InputError
 import sshd
 from ssh_faults import FaultProxy, StallingServer, known_hosts_for
@@ -173,14 +175,14 @@ def test_upload_mkdir_sha256_remove_with_spaces_in_the_path(host, tmp_path):
 # ------------------------------------------------------------------------------------------------ agent
 @pytest.mark.slow
 def test_agent_over_ssh_matches_the_local_agent(host, caplog):
-    from parapipe.deploy.remote_agent import agent_digest, agent_files
+    from parapipe.remote.remote_agent import agent_digest, agent_files
 
     digest, _ = agent_digest(agent_files())
     folder = posixpath.join(host.home(), ".cache/parapipe", f"agent-{digest[:12]}")
     host.remove_tree(folder)
     b64 = model_b64(tiny_conv_model(channels_out=16, size=64))
     body = dict(model_b64=b64, pu={"cpus": [0], "threads": 1}, warmup=3, repeats=15)
-    with caplog.at_level(logging.INFO, logger="parapipe.deploy.remote_agent"):
+    with caplog.at_level(logging.INFO, logger="parapipe.remote.remote_agent"):
         agent = host.start_agent(python=sys.executable)
     assert sum("uploaded the agent" in r.getMessage() for r in caplog.records) == 1
     assert host.sha256(posixpath.join(folder, "agent.py")) == hashlib.sha256(agent_path().read_bytes()).hexdigest()
@@ -206,7 +208,7 @@ def test_agent_over_ssh_matches_the_local_agent(host, caplog):
     # Same machine, same model: the medians agree to within an order of magnitude (shared, noisy CPUs).
     assert 0.1 < remote["median_s"] / local["median_s"] < 10
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="parapipe.deploy.remote_agent"):
+    with caplog.at_level(logging.INFO, logger="parapipe.remote.remote_agent"):
         again = host.start_agent(python=sys.executable)  # same version already there: no upload
     assert not any("uploaded the agent" in r.getMessage() for r in caplog.records)
     assert again.request("hello")["ok"]

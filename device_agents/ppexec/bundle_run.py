@@ -17,8 +17,8 @@ A bundle is one folder written by ``parapipe deploy`` (:mod:`parapipe.deploy.bun
     .lock                held (``fcntl.flock``) while a run or a clean-up uses the folder
     .keep                written by ``parapipe deploy --keep``: :func:`clean_stale` leaves the folder alone
 
-Frames are drawn on the board from a seed (``numpy.random.RandomState(seed)``: ``distinct_frames`` distinct
-frames, fed cyclically), so nothing but the bundle travels, and every output is compared on the fly with the
+Frames are drawn on the board from a seed (:func:`.frames.draw_frames`: ``distinct_frames`` distinct frames,
+fed cyclically), so nothing but the bundle travels, and every output is compared on the fly with the
 unsplit model's output for the same frame: a frame out of order or a wrong output makes ``outputs_match``
 false. Besides the model's outputs, every tensor a task hands on ("check_tensors") is compared, scaled by its
 largest magnitude: the light zoo models of the onnx wheel have constant weights, so their final outputs are
@@ -40,9 +40,10 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import numpy as np
 
-from .errors import DEFAULT_ERRORS, PlanError
+from .errors import PipelineError, PlanError, plan_error
 from .executor import DISPATCH_POLICIES, PipelineExecutor
 from .files import write_json_atomic
+from .frames import draw_frames, inputs_from_doc
 from .metrics import chrome_trace
 from .plan import PUBinding, plan_from_doc
 from .power import PowerMeter
@@ -86,17 +87,17 @@ def sha256_file(path: str) -> str:
     return digest.hexdigest()
 
 
-def _read_json(path: str, errors) -> Any:
+def _read_json(path: str) -> Any:
     try:
         with open(path) as handle:
             return json.load(handle)
     except (OSError, ValueError) as exc:
-        raise errors.input(path, None, "cannot be read as JSON (%s)" % exc,
+        raise plan_error(path, None, "cannot be read as JSON (%s)" % exc,
                            "re-run 'parapipe deploy': the bundle is incomplete")
 
 
 @contextlib.contextmanager
-def bundle_lock(folder: str, wait_s: float, errors=DEFAULT_ERRORS) -> Iterator[None]:
+def bundle_lock(folder: str, wait_s: float) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``folder/.lock`` (waiting up to ``wait_s`` seconds for it).
 
     The lock dies with its process, so a run whose SSH connection dropped frees the folder the moment it
@@ -104,7 +105,7 @@ def bundle_lock(folder: str, wait_s: float, errors=DEFAULT_ERRORS) -> Iterator[N
 
     Raises
     ------
-    PipelineError (or ``errors.execution``'s type)
+    PipelineError
         Another process kept the lock for ``wait_s`` seconds (the message gives its pid).
     """
     import fcntl  # POSIX only; imported here so that the module imports anywhere
@@ -121,7 +122,7 @@ def bundle_lock(folder: str, wait_s: float, errors=DEFAULT_ERRORS) -> Iterator[N
                     raise
                 if time.monotonic() >= deadline:
                     holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
-                    raise errors.execution("bundle %s is in use by process %s; wait for that run to end or "
+                    raise PipelineError("bundle %s is in use by process %s; wait for that run to end or "
                                            "stop it" % (folder, holder))
                 time.sleep(LOCK_POLL_S)
         os.ftruncate(fd, 0)
@@ -131,47 +132,22 @@ def bundle_lock(folder: str, wait_s: float, errors=DEFAULT_ERRORS) -> Iterator[N
         os.close(fd)
 
 
-def verify_files(folder: str, manifest: Dict[str, Any], errors=DEFAULT_ERRORS) -> None:
+def verify_files(folder: str, manifest: Dict[str, Any]) -> None:
     """Check every file listed in the manifest against its SHA-256.
 
     Raises
     ------
-    PlanError (or ``errors.input``'s type)
+    PlanError
         Naming the first missing or different file.
     """
     for rel, entry in sorted(manifest.get("files", {}).items()):
         path = os.path.join(folder, *rel.split("/"))
         if not os.path.isfile(path):
-            raise errors.input(MANIFEST, rel, "the file is missing on the host",
+            raise plan_error(MANIFEST, rel, "the file is missing on the host",
                                "re-run 'parapipe deploy' to finish the upload")
         if sha256_file(path) != entry["sha256"]:
-            raise errors.input(MANIFEST, rel, "the file on the host differs from the bundle (sha256)",
+            raise plan_error(MANIFEST, rel, "the file on the host differs from the bundle (sha256)",
                                "re-run 'parapipe deploy' to upload it again")
-
-
-def make_frames(inputs: Dict[str, Dict[str, Any]], count: int, seed: int) -> List[Dict[str, np.ndarray]]:
-    """``count`` seeded random frames for the model inputs ``{name: {"shape": [...], "dtype": str}}``.
-
-    Floats are standard normal; integers with a ``"range": [low, high]`` (computed from the graph on the host
-    computer, :func:`parapipe.graph.feeds.integer_input_ranges`) are uniform in it; other integers and booleans
-    are 0 or 1. The same seed gives the same frames on every machine (``numpy.random.RandomState``).
-    """
-    rng = np.random.RandomState(seed)
-    frames = []
-    for _ in range(count):
-        frame = {}
-        for name in sorted(inputs):
-            shape = [int(d) for d in inputs[name]["shape"]]
-            dtype = np.dtype(inputs[name].get("dtype", "float32"))
-            if dtype.kind == "f":
-                frame[name] = rng.standard_normal(shape).astype(dtype)
-            elif dtype.kind in "iu" and "range" in inputs[name]:
-                low, high = (int(v) for v in inputs[name]["range"])
-                frame[name] = rng.randint(low, high + 1, size=shape).astype(dtype)
-            else:
-                frame[name] = rng.randint(0, 2, size=shape).astype(dtype)
-        frames.append(frame)
-    return frames
 
 
 def load_bundle_feeds(path: str) -> List[Dict[str, np.ndarray]]:
@@ -245,8 +221,7 @@ def _idle_latency_s(ex: PipelineExecutor, pool: List[Dict[str, np.ndarray]], cou
 def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, distinct_frames: int = 8,
                atol: float = 1e-5, rtol: float = 1e-5, progress_interval_s: float = 0.5,
                emit: Optional[Callable[[Dict[str, Any]], None]] = None, verify: bool = True,
-               lock_wait_s: float = 30.0, idle_frames: int = 10, dispatch: str = "pull",
-               errors=DEFAULT_ERRORS) -> RunReport:
+               lock_wait_s: float = 30.0, idle_frames: int = 10, dispatch: str = "pull") -> RunReport:
     """Run the bundle in ``folder``: ``warmup`` + ``frames`` frames through its plan, outputs checked.
 
     Parameters
@@ -258,7 +233,7 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
     warmup : int
         Unmeasured frames pushed through first (>= 0).
     seed : int
-        Seed of the frames (:func:`make_frames`).
+        Seed of the frames (:func:`.frames.draw_frames`).
     distinct_frames : int
         Distinct frames fed cyclically (>= 1); the unsplit model runs once on each.
     atol, rtol : float
@@ -284,7 +259,6 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
         How a replicated stage's frames reach its replicas (:data:`.executor.DISPATCH_POLICIES`): ``"pull"``
         (default: each replica takes the next frame when it is free) or ``"shares"`` (dealt by the plan's
         ``replica_shares``); recorded in the report (None there for a plan without replicated stages).
-    errors : ErrorKinds
 
     Returns
     -------
@@ -293,17 +267,17 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
 
     Raises
     ------
-    PlanError, PipelineError (or ``errors``' types)
+    PlanError, PipelineError
         A bad bundle or option; a failed stage (naming stage, PU and task).
     """
     counts = (("frames", frames, 1), ("warmup", warmup, 0), ("distinct_frames", distinct_frames, 1),
               ("idle_frames", idle_frames, 0))
     for name, value, low in counts:
         if int(value) < low:
-            raise errors.input("run_pipeline", name, "must be >= %d, got %r" % (low, value),
+            raise plan_error("run_pipeline", name, "must be >= %d, got %r" % (low, value),
                                "pass a valid count")
     if dispatch not in DISPATCH_POLICIES:
-        raise errors.input("run_pipeline", "dispatch", "unknown policy %r" % (dispatch,),
+        raise plan_error("run_pipeline", "dispatch", "unknown policy %r" % (dispatch,),
                            "use one of %s" % ", ".join(DISPATCH_POLICIES))
     folder = os.path.abspath(folder)
     started = time.perf_counter()
@@ -316,13 +290,13 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
             emit({"event": "progress", "phase": phase, "frames_done": done, "frames": frames,
                   "elapsed_s": now - started, "throughput_per_s": rate})
 
-    with bundle_lock(folder, lock_wait_s, errors):
-        manifest = _read_json(os.path.join(folder, MANIFEST), errors)
+    with bundle_lock(folder, lock_wait_s):
+        manifest = _read_json(os.path.join(folder, MANIFEST))
         if verify:
             progress("verify", 0, force=True)
-            verify_files(folder, manifest, errors)
-        doc = _read_json(os.path.join(folder, PLAN), errors)
-        plan = plan_from_doc(doc, folder, PLAN, errors)
+            verify_files(folder, manifest)
+        doc = _read_json(os.path.join(folder, PLAN))
+        plan = plan_from_doc(doc, folder, PLAN)
         outputs, checked = list(plan.model_outputs), [str(t) for t in doc.get("check_tensors", [])]
         plan = with_outputs(plan, checked)
         if any(b.runtime != "onnxruntime" or b.provider != "CPUExecutionProvider" for b in plan.bindings.values()):
@@ -330,7 +304,7 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
         if doc.get("feeds"):  # the user's frames (--feeds), fed cyclically
             pool = load_bundle_feeds(os.path.join(folder, doc["feeds"]))
         else:
-            pool = make_frames(doc.get("inputs", {}), distinct_frames, seed)
+            pool = draw_frames(inputs_from_doc(doc.get("inputs", {})), distinct_frames, seed)
         progress("reference", 0, force=True)
         ref_path = os.path.join(folder, doc.get("reference_model", "reference.onnx"))
         ref_session = create_session(ref_path, PUBinding(cpus=None, threads=1), "CPUExecutionProvider")
@@ -345,8 +319,8 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
         worst = scaled = 0.0
         matched = True
         check = FrameCheck(reference, outputs, checked, atol, rtol)
-        meter = PowerMeter(doc["power_sensor"], errors=errors) if doc.get("power_sensor") else None
-        with PipelineExecutor(plan, errors=errors, dispatch=dispatch) as ex:
+        meter = PowerMeter(doc["power_sensor"]) if doc.get("power_sensor") else None
+        with PipelineExecutor(plan, dispatch=dispatch) as ex:
             progress("start", 0, force=True)
             if warmup:
                 for _ in ex.run(pool[i % len(pool)] for i in range(warmup)):
@@ -388,8 +362,7 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
         return report
 
 
-def clean_stale(root: str, keep: List[str], wait_s: float = 10.0,
-                errors=DEFAULT_ERRORS) -> Dict[str, List[str]]:
+def clean_stale(root: str, keep: List[str], wait_s: float = 10.0) -> Dict[str, List[str]]:
     """Remove the bundle folders under ``root`` that no run uses, except ``keep`` and those marked ``.keep``.
 
     A folder is stale when its ``.lock`` can be taken: the process that ran it (e.g. after a dropped
@@ -420,9 +393,9 @@ def clean_stale(root: str, keep: List[str], wait_s: float = 10.0,
             result["kept"].append(name)
             continue
         try:
-            with bundle_lock(path, wait_s, errors):
+            with bundle_lock(path, wait_s):
                 shutil.rmtree(path)
-        except errors.passthrough as exc:
+        except (PipelineError, PlanError) as exc:
             logger.warning("leaving %s: %s", path, exc)
             result["busy"].append(name)
             continue

@@ -1,9 +1,12 @@
-"""Which exceptions the pipeline core raises, so that one implementation serves the board and parapipe.
+"""The two exceptions ppexec raises, and the one-line message shape they carry.
 
-On a board (the bundle's agent) the core raises :class:`PipelineError` and :class:`PlanError`. parapipe
-(:mod:`parapipe.execution`) passes an :class:`ErrorKinds` that builds its own ``ExecutionError`` and
-``InputError`` instead, so callers there see parapipe's error hierarchy and messages unchanged.
+:class:`PlanError`: a plan, a frame or an option is invalid; :class:`PipelineError`: running a plan failed.
+Every message is one line, ``"<source>: <field>: <problem>; <fix>"`` (:func:`plan_error`), so the agent can send
+it as is and parapipe's CLI can print it as ``parapipe: error: ...`` (exit code 2). ppexec never imports
+parapipe; parapipe maps these two classes to its own error output in one place, the CLI's ``main``.
 """
+
+__all__ = ["PipelineError", "PlanError", "one_line_message", "plan_error"]
 
 
 class PipelineError(RuntimeError):
@@ -21,26 +24,6 @@ def one_line_message(source, field, problem, fix):
     return " ".join(msg.split())
 
 
-class ErrorKinds(object):
-    """Factories of the exceptions the core raises.
-
-    Parameters
-    ----------
-    execution : callable(str) -> BaseException
-        Builds a run failure (default :class:`PipelineError`).
-    input : callable(source, field, problem, fix) -> BaseException
-        Builds an input error (default: :class:`PlanError` with :func:`one_line_message`).
-    passthrough : tuple of exception types
-        Errors that already name the PU and the fix; the executor prefixes them with the stage only
-        (default: the two classes above).
-    """
-
-    def __init__(self, execution=None, input=None, passthrough=None):
-        self.execution = execution or PipelineError
-        self.input = input or (lambda source, field, problem, fix:
-                               PlanError(one_line_message(source, field, problem, fix)))
-        self.passthrough = tuple(passthrough) if passthrough else (PipelineError, PlanError)
-
-
-#: The board's error kinds.
-DEFAULT_ERRORS = ErrorKinds()
+def plan_error(source, field, problem, fix):
+    """A :class:`PlanError` with :func:`one_line_message` (not raised; the caller raises it)."""
+    return PlanError(one_line_message(source, field, problem, fix))

@@ -32,8 +32,9 @@ run truly in parallel (design guide §6).
 
 This module is the one implementation of the executor: it lives in ``device_agents/ppexec`` so that it ships
 to boards in deploy bundles (standard library, numpy and onnxruntime only; Python >= 3.8). It raises
-:class:`.errors.PlanError` and :class:`.errors.PipelineError` by default; :mod:`parapipe.execution` passes
-parapipe's error classes instead (``errors=``, :class:`.errors.ErrorKinds`).
+:class:`.errors.PlanError` (a bad plan, frame or option) and :class:`.errors.PipelineError` (a failed run).
+Workers see the executor only through a :class:`.worker.WorkerContext` (its stop flag, poll interval, queue
+depth and the three callbacks they need), never through its attributes.
 """
 from __future__ import annotations
 
@@ -48,13 +49,13 @@ from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
 import numpy as np
 
 from .dispatch import SmoothWeightedRoundRobin
-from .errors import DEFAULT_ERRORS
-from .metrics import RunMetrics, TraceEvent, compute_metrics, write_chrome_trace
+from .errors import PipelineError, PlanError, plan_error
+from .metrics import RunMetrics, compute_metrics
 from .plan import ExecutionPlan, PUBinding, Task, validate_plan
 from .queues import BoundedQueue
 from .runtimes import get_adapter
 from .session import provider_problem
-from .worker import STOP, Frame, Run, Stopped, Worker
+from .worker import STOP, Frame, Run, Stopped, Worker, WorkerContext
 
 DISPATCH_POLICIES = ("pull", "shares")
 """How a replicated stage's frames reach its replicas: ``"pull"`` (default), each replica takes the next frame
@@ -66,7 +67,7 @@ MAX_RECORDED_FRAMES = 100_000
 without bound (a two-stage chain at ~10,000 frames/s filled 24 GB in 45 minutes; each task execution costs
 ~200 bytes, so 100,000 frames of a few tasks hold tens of MB)."""
 
-__all__ = ["PipelineExecutor", "run_pipeline", "write_chrome_trace", "RunMetrics", "TraceEvent"]
+__all__ = ["DISPATCH_POLICIES", "MAX_RECORDED_FRAMES", "PipelineExecutor", "run_pipeline"]
 
 logger = logging.getLogger(__name__)
 
@@ -101,17 +102,13 @@ class PipelineExecutor:
         How a replicated stage's frames reach its replicas (:data:`DISPATCH_POLICIES`): ``"pull"`` (default),
         each replica takes the next frame when it is free; ``"shares"``, dealt by smooth weighted round robin
         with the plan's ``replica_shares`` (the same sequence on every run).
-    errors : ErrorKinds
-        Exception factories (default: :class:`.errors.PlanError` for input errors,
-        :class:`.errors.PipelineError` for run failures; parapipe passes ``InputError`` and
-        ``ExecutionError``).
 
     Raises
     ------
-    PlanError (InputError with parapipe's errors; so below)
+    PlanError
         Invalid plan, ``queue_depth`` or ``dispatch``; on entry, a PU bound to a runtime this ppexec has no
         adapter for.
-    PipelineError (ExecutionError with parapipe's errors; so below)
+    PipelineError
         On entry: a binding its runtime refuses here (``adapter.check``: a missing provider, device or
         runtime), bad CPU ids, a sub-model that cannot be loaded. In :meth:`run`: a task
         failed (the message names stage, PU and task; the runtime's error is chained as ``__cause__``).
@@ -124,17 +121,16 @@ class PipelineExecutor:
     """
 
     def __init__(self, plan: ExecutionPlan, queue_depth: int = 2, fallback_provider: Optional[str] = None,
-                 poll_s: float = 0.05, join_timeout_s: float = 5.0, errors=DEFAULT_ERRORS,
+                 poll_s: float = 0.05, join_timeout_s: float = 5.0,
                  serialise_shared_pus: bool = True, dispatch: str = "pull"):
-        self.errors = errors
-        validate_plan(plan, errors)
+        validate_plan(plan)
         if dispatch not in DISPATCH_POLICIES:
-            raise errors.input("PipelineExecutor", "dispatch", f"unknown policy {dispatch!r}",
-                               f"use one of {list(DISPATCH_POLICIES)}")
+            raise plan_error("PipelineExecutor", "dispatch", f"unknown policy {dispatch!r}",
+                             f"use one of {list(DISPATCH_POLICIES)}")
         self.dispatch = dispatch
         if int(queue_depth) < 1:
-            raise errors.input("PipelineExecutor", "queue_depth", f"must be >= 1, got {queue_depth}",
-                               "use the default 2")
+            raise plan_error("PipelineExecutor", "queue_depth", f"must be >= 1, got {queue_depth}",
+                             "use the default 2")
         self.plan, self.queue_depth, self.fallback_provider = plan, int(queue_depth), fallback_provider
         self.poll_s, self.join_timeout_s = float(poll_s), float(join_timeout_s)
         self._stop = threading.Event()
@@ -182,7 +178,7 @@ class PipelineExecutor:
         """The adapter and the binding ``pu`` runs with: ``adapter.check`` passed, or the ORT fallback
         provider substituted (logged); else the check's one-line problem as an execution error."""
         binding = self.plan.bindings[pu]
-        adapter = get_adapter(binding.runtime, self.errors, pu)
+        adapter = get_adapter(binding.runtime, pu)
         problem = adapter.check(pu, binding)
         fallback = self.fallback_provider
         if (problem is not None and binding.runtime == "onnxruntime"
@@ -193,7 +189,7 @@ class PipelineExecutor:
                 return adapter, substitute
             problem = provider_problem(pu, binding, fallback) or problem
         if problem is not None:
-            raise self.errors.execution(problem)
+            raise PipelineError(problem)
         return adapter, binding
 
     def start(self) -> None:
@@ -209,27 +205,29 @@ class PipelineExecutor:
             sub-model that cannot be loaded (workers are joined first).
         """
         if self._started:
-            raise self.errors.execution("PipelineExecutor.start: already started; create a new executor")
+            raise PipelineError("PipelineExecutor.start: already started; create a new executor")
         self._started = True
         checked = {pu: self._check_binding(pu) for pu in self.plan.pus()}
+        groups = [[_tasks_by_pu(tasks) for tasks in self.plan.replicas(s)] for s in range(len(self.plan.stages))]
+        if self.serialise_shared_pus:  # a PU with a worker in several (stage, replica) groups
+            workers_of: Dict[str, int] = {}
+            for by_pu in (g for stage in groups for g in stage):
+                for pu in by_pu:
+                    workers_of[pu] = workers_of.get(pu, 0) + 1
+            self._pu_locks = {pu: threading.Lock() for pu, k in workers_of.items() if k > 1}
+        context = WorkerContext(stop=self._stop, poll_s=self.poll_s, queue_depth=self.queue_depth,
+                                fail=self._fail, put=self._put, forward=self._forward)
         try:
-            for s in range(len(self.plan.stages)):
+            for s, stage in enumerate(groups):
                 per_replica = []
-                for tasks in self.plan.replicas(s):
-                    by_pu: Dict[str, List[Task]] = {}
-                    for task in tasks:
-                        by_pu.setdefault(task.pu, []).append(task)
-                    workers = [Worker(self, s, pu, ts, *checked[pu]) for pu, ts in by_pu.items()]
+                for by_pu in stage:
+                    workers = [Worker(context, s, pu, ts, *checked[pu], self._pu_locks.get(pu))
+                               for pu, ts in by_pu.items()]
                     if s in self._pull_q:  # the lead takes frames from the stage's queue and hands them on
                         workers[0].in_q, workers[0].siblings = self._pull_q[s], workers[1:]
                     per_replica.append(workers)
                 self._replica_workers.append(per_replica)
                 self._workers.append([w for ws in per_replica for w in ws])
-            if self.serialise_shared_pus:
-                stages_of: Dict[str, int] = {}
-                for w in self.workers:
-                    stages_of[w.pu] = stages_of.get(w.pu, 0) + 1
-                self._pu_locks = {pu: threading.Lock() for pu, k in stages_of.items() if k > 1}
             for w in self.workers:
                 w.start()
             for w in self.workers:
@@ -261,10 +259,10 @@ class PipelineExecutor:
             logger.warning("workers still inside their runtime after %.1f s, abandoned: %s",
                            self.join_timeout_s, alive)
         for w in self.workers:
-            runners, w.runners = w.runners, []
-            if not w.is_alive():  # an abandoned worker may still be inside its runner
-                for runner in runners:
-                    runner.close()
+            models, w.models = w.models, []
+            if not w.is_alive():  # an abandoned worker may still be inside one of its models
+                for model in models:
+                    model.close()
 
     @property
     def workers(self) -> List[Worker]:
@@ -286,8 +284,7 @@ class PipelineExecutor:
             No run has completed yet.
         """
         if self._metrics is None:
-            raise self.errors.execution("no completed run yet; iterate PipelineExecutor.run(frames) to the "
-                                        "end first")
+            raise PipelineError("no completed run yet; iterate PipelineExecutor.run(frames) to the end first")
         return self._metrics
 
     # ----------------------------------------------------------------------------------------- failures
@@ -302,12 +299,12 @@ class PipelineExecutor:
             return
         stage, pu, task, doing, exc = self._error
         self.close()
-        if isinstance(exc, self.errors.passthrough):  # already names the PU and says how to fix it
-            raise self.errors.execution(f"stage {stage}: {exc}") from exc
+        if isinstance(exc, (PipelineError, PlanError)):  # already names the PU and says how to fix it
+            raise PipelineError(f"stage {stage}: {exc}") from exc
         what = f"stage {stage}, PU {pu!r}" + (f", task {task!r}" if task else "")
         detail = " ".join(f"{type(exc).__name__}: {exc}".split())
-        raise self.errors.execution(f"{what} failed while {doing}: {detail}; check the task's sub-model and "
-                                    "the frame's tensors (shapes, dtypes)") from exc
+        raise PipelineError(f"{what} failed while {doing}: {detail}; check the task's sub-model and "
+                            "the frame's tensors (shapes, dtypes)") from exc
 
     def _put(self, q: BoundedQueue, item: object) -> None:
         """Put with a timeout loop; gives up (``Stopped``) when the executor stops."""
@@ -335,7 +332,8 @@ class PipelineExecutor:
                 put(w.in_q, frame)
 
     def _forward(self, frame: Frame) -> None:
-        """Called by the last worker to finish ``frame``: pass the needed tensors on."""
+        """Called (through the :class:`.worker.WorkerContext`) by the last worker to finish ``frame``: pass the
+        needed tensors on."""
         run, s = frame.run, frame.stage
         if s + 1 < len(self._workers):
             keep = self._keep[s]
@@ -368,19 +366,17 @@ class PipelineExecutor:
             The executor is not started, closed or failed, another run is active, or a task failed.
         """
         if not self._started or self._closed:
-            raise self.errors.execution("PipelineExecutor.run: the executor is not running; use it inside "
-                                        "'with'")
+            raise PipelineError("PipelineExecutor.run: the executor is not running; use it inside 'with'")
         return self._stream(iter(frames))
 
     def _admit(self, run: Run, seq: int, frame: Mapping[str, np.ndarray]) -> None:
         if type(frame) is not dict and not isinstance(frame, abc.Mapping):  # a dict: the fast path
-            raise self.errors.input("frames", f"frame {seq}", f"is a {type(frame).__name__}, not a mapping",
-                                    f"give each frame as a dict {{name: numpy array}} for "
-                                    f"{self.plan.model_inputs}")
+            raise plan_error("frames", f"frame {seq}", f"is a {type(frame).__name__}, not a mapping",
+                             f"give each frame as a dict {{name: numpy array}} for {self.plan.model_inputs}")
         missing = [n for n in self.plan.model_inputs if n not in frame]
         if missing:
-            raise self.errors.input("frames", f"frame {seq}", f"missing model input(s) {missing}",
-                                    f"give every frame the tensors {self.plan.model_inputs}")
+            raise plan_error("frames", f"frame {seq}", f"missing model input(s) {missing}",
+                             f"give every frame the tensors {self.plan.model_inputs}")
         self._deal(run, seq, 0, {n: frame[n] for n in self.plan.model_inputs}, self._put_admit)
 
     def _put_admit(self, q: BoundedQueue, item: object) -> None:
@@ -395,7 +391,7 @@ class PipelineExecutor:
 
     def _stream(self, it: Iterator) -> Iterator[Dict[str, np.ndarray]]:
         if self._active is not None:  # checked on the first next(): an unstarted generator holds nothing
-            raise self.errors.execution("PipelineExecutor.run: another run is still active; finish it first")
+            raise PipelineError("PipelineExecutor.run: another run is still active; finish it first")
         per_frame = sum(max(sum(len(w.tasks) for w in replica) for replica in stage)
                         for stage in self._replica_workers)
         self._active = run = Run(MAX_RECORDED_FRAMES, per_frame)
@@ -450,9 +446,17 @@ class PipelineExecutor:
                 continue
 
 
+def _tasks_by_pu(tasks: List[Task]) -> Dict[str, List[Task]]:
+    """The tasks of one (stage, replica) group by PU, each PU's in plan order: one worker per key."""
+    by_pu: Dict[str, List[Task]] = {}
+    for task in tasks:
+        by_pu.setdefault(task.pu, []).append(task)
+    return by_pu
+
+
 def run_pipeline(plan: ExecutionPlan, frames: Iterable[Mapping[str, np.ndarray]], warmup: int = 5,
                  queue_depth: int = 2, fallback_provider: Optional[str] = None,
-                 errors=DEFAULT_ERRORS, dispatch: str = "pull") -> Tuple[List[Dict[str, np.ndarray]], RunMetrics]:
+                 dispatch: str = "pull") -> Tuple[List[Dict[str, np.ndarray]], RunMetrics]:
     """Run ``frames`` through ``plan`` once, after ``warmup`` unmeasured frames; return outputs and metrics.
 
     Parameters
@@ -463,7 +467,7 @@ def run_pipeline(plan: ExecutionPlan, frames: Iterable[Mapping[str, np.ndarray]]
     warmup : int
         Frames pushed through (and discarded) before the measured run (default 5: enough for ORT's first-run
         allocations and the pipeline fill, observed here; ``0`` for none).
-    queue_depth, fallback_provider, errors, dispatch
+    queue_depth, fallback_provider, dispatch
         As for :class:`PipelineExecutor`.
 
     Returns
@@ -475,9 +479,9 @@ def run_pipeline(plan: ExecutionPlan, frames: Iterable[Mapping[str, np.ndarray]]
     """
     frames = list(frames)
     if warmup < 0:
-        raise errors.input("run_pipeline", "warmup", f"must be >= 0, got {warmup}", "use 0 for no warm-up")
+        raise plan_error("run_pipeline", "warmup", f"must be >= 0, got {warmup}", "use 0 for no warm-up")
     with PipelineExecutor(plan, queue_depth=queue_depth, fallback_provider=fallback_provider,
-                          errors=errors, dispatch=dispatch) as ex:
+                          dispatch=dispatch) as ex:
         if warmup and frames:
             for _ in ex.run(frames[i % len(frames)] for i in range(warmup)):
                 pass

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from .errors import DEFAULT_ERRORS
+from .errors import PipelineError, PlanError, plan_error
 
 #: Version of the ``plan.json`` document written by :func:`plan_to_doc`.
 PLAN_SCHEMA_VERSION = 1
@@ -161,7 +161,7 @@ def _find_cycle(edges: Dict[str, List[str]]) -> Optional[List[str]]:
     return None
 
 
-def validate_plan(plan: ExecutionPlan, errors=DEFAULT_ERRORS) -> None:
+def validate_plan(plan: ExecutionPlan) -> None:
     """Check that a plan (built or hand-written) can run without missing tensors or deadlocks.
 
     Checks: unique task names, tasks filed under their own stage, every PU bound, every task input available
@@ -173,73 +173,71 @@ def validate_plan(plan: ExecutionPlan, errors=DEFAULT_ERRORS) -> None:
     Parameters
     ----------
     plan : ExecutionPlan
-    errors : ErrorKinds
-        Exception factories (parapipe passes its own).
 
     Raises
     ------
-    PlanError (or ``errors.input``'s type)
+    PlanError
         Naming the stage and task at fault and how to fix it.
     """
     source = "execution plan"
     if not plan.stages or any(not tasks for tasks in plan.stages):
-        raise errors.input(source, "stages", "the plan has an empty stage or no stage at all",
+        raise plan_error(source, "stages", "the plan has an empty stage or no stage at all",
                            "give every stage at least one task")
-    _check_replica_shares(plan, errors)
+    _check_replica_shares(plan)
     available = set(plan.model_inputs)
     names: Dict[str, int] = {}
     for s, tasks in enumerate(plan.stages):
         for task in tasks:
             where = "stages[%d].%s" % (s, task.name)
             if task.name in names:
-                raise errors.input(source, where, "duplicate task name", "give every task a unique name")
+                raise plan_error(source, where, "duplicate task name", "give every task a unique name")
             names[task.name] = s
             if task.stage != s:
-                raise errors.input(source, where, "task says stage %d but is filed under stage %d"
+                raise plan_error(source, where, "task says stage %d but is filed under stage %d"
                                    % (task.stage, s), "make Task.stage match its position in "
                                    "ExecutionPlan.stages")
             if task.pu not in plan.bindings:
-                raise errors.input(source, where, "PU %r has no binding" % task.pu, "add a PUBinding for it")
+                raise plan_error(source, where, "PU %r has no binding" % task.pu, "add a PUBinding for it")
         produced = None
         for r, replica in enumerate(plan.replicas(s)):
-            made = _check_replica(s, replica, available, plan.model_inputs, errors)
+            made = _check_replica(s, replica, available, plan.model_inputs)
             if produced is not None and made != produced:
-                raise errors.input(source, "stages[%d]" % s, "replica %d produces %s, replica 0 %s"
+                raise plan_error(source, "stages[%d]" % s, "replica %d produces %s, replica 0 %s"
                                    % (r, sorted(made), sorted(produced)),
                                    "give every replica of a stage the same sub-models")
             produced = made
         available.update(produced or ())
     missing = [t for t in plan.model_outputs if t not in available]
     if missing:
-        raise errors.input(source, "model_outputs", "outputs %s are produced by no task" % missing,
+        raise plan_error(source, "model_outputs", "outputs %s are produced by no task" % missing,
                            "make the last stages produce every model output")
 
 
-def _check_replica_shares(plan: ExecutionPlan, errors) -> None:
+def _check_replica_shares(plan: ExecutionPlan) -> None:
     """Replica indices 0..R-1 with R shares > 0 for every replicated stage; PUs of a stage's replicas apart."""
     source = "execution plan"
     for s, shares in plan.replica_shares.items():
         if not 0 <= s < len(plan.stages) or not shares or any(not float(w) > 0 for w in shares):
-            raise errors.input(source, "replica_shares[%r]" % s, "needs a stage of the plan and a share > 0 per "
+            raise plan_error(source, "replica_shares[%r]" % s, "needs a stage of the plan and a share > 0 per "
                                "replica, got %r" % (shares,), "give each replica its fraction of the frames")
     for s, tasks in enumerate(plan.stages):
         count = plan.replica_count(s)
         pu_replica: Dict[str, int] = {}
         for task in tasks:
             if not 0 <= task.replica < count:
-                raise errors.input(source, "stages[%d].%s.replica" % (s, task.name), "replica %r but the stage "
+                raise plan_error(source, "stages[%d].%s.replica" % (s, task.name), "replica %r but the stage "
                                    "has %d share(s)" % (task.replica, count),
                                    "number replicas 0..R-1 and give replica_shares[%d] R shares" % s)
             if pu_replica.setdefault(task.pu, task.replica) != task.replica:
-                raise errors.input(source, "stages[%d].%s" % (s, task.name), "PU %r serves two replicas of "
+                raise plan_error(source, "stages[%d].%s" % (s, task.name), "PU %r serves two replicas of "
                                    "the stage" % task.pu, "give every replica its own PUs")
         seen = {t.replica for t in tasks}
         if len(seen) != count:
-            raise errors.input(source, "stages[%d]" % s, "replicas %s have no task"
+            raise plan_error(source, "stages[%d]" % s, "replicas %s have no task"
                                % sorted(set(range(count)) - seen), "give every replica its tasks")
 
 
-def _check_replica(s: int, tasks: List[Task], available: set, model_inputs: List[str], errors) -> set:
+def _check_replica(s: int, tasks: List[Task], available: set, model_inputs: List[str]) -> set:
     """Check one replica of stage ``s`` (every task's input available, each tensor made once, no wait cycle)
     and return the tensors it produces."""
     source = "execution plan"
@@ -248,7 +246,7 @@ def _check_replica(s: int, tasks: List[Task], available: set, model_inputs: List
         where = "stages[%d].%s" % (s, task.name)
         for t in task.outputs:
             if t in available or t in stage_producer or t in model_inputs:
-                raise errors.input(source, where, "tensor %r is produced twice" % t,
+                raise plan_error(source, where, "tensor %r is produced twice" % t,
                                    "let exactly one task produce each tensor")
             stage_producer[t] = task.name
     order: Dict[str, List[str]] = {task.name: [] for task in tasks}
@@ -257,7 +255,7 @@ def _check_replica(s: int, tasks: List[Task], available: set, model_inputs: List
         where = "stages[%d].%s" % (s, task.name)
         for d in task.deps:
             if d not in order:
-                raise errors.input(source, where + ".deps", "%r is not a task of stage %d (replica %d)"
+                raise plan_error(source, where + ".deps", "%r is not a task of stage %d (replica %d)"
                                    % (d, s, task.replica), "list only tasks of the same stage and replica in deps")
             order[d].append(task.name)
         for t in task.inputs:
@@ -265,11 +263,11 @@ def _check_replica(s: int, tasks: List[Task], available: set, model_inputs: List
                 continue
             p = stage_producer.get(t)
             if p is None:
-                raise errors.input(source, where, "input %r is produced by no task of stages 0..%d and "
+                raise plan_error(source, where, "input %r is produced by no task of stages 0..%d and "
                                    "is not a model input" % (t, s),
                                    "add its producer or fix the task's inputs")
             if p not in task.deps and p != task.name:
-                raise errors.input(source, where + ".deps", "input %r comes from %r, not in deps"
+                raise plan_error(source, where + ".deps", "input %r comes from %r, not in deps"
                                    % (t, p), "add %r to the task's deps" % p)
         prev = by_pu.setdefault(task.pu, [])
         if prev:
@@ -277,7 +275,7 @@ def _check_replica(s: int, tasks: List[Task], available: set, model_inputs: List
         prev.append(task.name)
     cycle = _find_cycle(order)
     if cycle:
-        raise errors.input(source, "stages[%d]" % s, "tasks wait on each other in a cycle %s" % cycle,
+        raise plan_error(source, "stages[%d]" % s, "tasks wait on each other in a cycle %s" % cycle,
                            "order each PU's tasks so that a task's deps come first")
     return set(stage_producer)
 
@@ -316,19 +314,18 @@ def plan_to_doc(plan: ExecutionPlan, model_files: Dict[str, str]) -> Dict[str, A
     }
 
 
-def plan_from_doc(doc: Dict[str, Any], base_dir: str, source: str = "plan.json",
-                  errors=DEFAULT_ERRORS) -> ExecutionPlan:
+def plan_from_doc(doc: Dict[str, Any], base_dir: str, source: str = "plan.json") -> ExecutionPlan:
     """Rebuild the plan written by :func:`plan_to_doc`; task models become paths under ``base_dir``.
 
     Raises
     ------
-    PlanError (or ``errors.input``'s type)
+    PlanError
         A wrong schema version, a missing or mistyped field, a model file outside ``base_dir`` or missing.
     """
     fix = "rebuild the bundle with 'parapipe deploy'"
     if not isinstance(doc, dict) or doc.get("schema_version") != PLAN_SCHEMA_VERSION:
         got = doc.get("schema_version") if isinstance(doc, dict) else doc
-        raise errors.input(source, "schema_version", "expected %d, got %r" % (PLAN_SCHEMA_VERSION, got), fix)
+        raise plan_error(source, "schema_version", "expected %d, got %r" % (PLAN_SCHEMA_VERSION, got), fix)
     try:
         bindings = {}
         for pu, b in doc["bindings"].items():
@@ -346,7 +343,7 @@ def plan_from_doc(doc: Dict[str, Any], base_dir: str, source: str = "plan.json",
             for t in tasks:
                 path = os.path.realpath(os.path.join(root, *str(t["model"]).split("/")))
                 if not path.startswith(root + os.sep) or not os.path.isfile(path):
-                    raise errors.input(source, "stages[%d].%s.model" % (s, t["name"]),
+                    raise plan_error(source, "stages[%d].%s.model" % (s, t["name"]),
                                        "%r is not a file of the bundle" % t["model"], fix)
                 stage.append(Task(str(t["name"]), s, str(t["pu"]), path, [str(x) for x in t["inputs"]],
                                   [str(x) for x in t["outputs"]], [str(x) for x in t["deps"]],
@@ -356,8 +353,8 @@ def plan_from_doc(doc: Dict[str, Any], base_dir: str, source: str = "plan.json",
         plan = ExecutionPlan(stages, [str(x) for x in doc["model_inputs"]],
                              [str(x) for x in doc["model_outputs"]], bindings, shares)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        if isinstance(exc, errors.passthrough):
+        if isinstance(exc, (PipelineError, PlanError)):
             raise
-        raise errors.input(source, None, "malformed plan (%s: %s)" % (type(exc).__name__, exc), fix)
-    validate_plan(plan, errors)
+        raise plan_error(source, None, "malformed plan (%s: %s)" % (type(exc).__name__, exc), fix)
+    validate_plan(plan)
     return plan

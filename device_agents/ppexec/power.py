@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from .errors import DEFAULT_ERRORS
+from .errors import plan_error
 
 #: Environment variable naming the sysfs root (default ``/sys``).
 SYSFS_ROOT_ENV = "PPEXEC_SYSFS_ROOT"
@@ -123,16 +123,15 @@ class PowerMeter(object):
         ``{"kind", "paths", "rails", "command", "interval_s"}`` (``plan.json`` ``power_sensor``).
     root : str, optional
         Sysfs root (:func:`sysfs_root`).
-    errors : ErrorKinds
 
     Raises
     ------
-    PlanError (or ``errors.input``'s type)
+    PlanError
         On construction: an unknown kind, or a sensor that cannot be found or read (no file, permission denied,
         a command that fails or prints no number), naming it.
     """
 
-    def __init__(self, spec: Dict[str, Any], root: Optional[str] = None, errors=DEFAULT_ERRORS):
+    def __init__(self, spec: Dict[str, Any], root: Optional[str] = None):
         self.kind = str(spec.get("kind"))
         self.interval_s = float(spec.get("interval_s") or 0.1)
         self.root = sysfs_root(root)
@@ -155,13 +154,13 @@ class PowerMeter(object):
             elif self.kind == "ina3221":
                 self.rails = _ina3221_channels(self.root, paths, rails)
             elif self.kind != "command" or not self.command:
-                raise errors.input("power_sensor", "kind", "unknown kind %r (or command without a program)"
+                raise plan_error("power_sensor", "kind", "unknown kind %r (or command without a program)"
                                    % self.kind, "use powercap, hwmon, ina3221 or command")
             if not (self.counters or self.power_files or self.rails or self.command):
                 raise ValueError("no %s sensor found under %s" % (self.kind, self.root))
             self.watts()  # read once now: a sensor that cannot be read fails before the run
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
-            raise errors.input("power_sensor", self.kind, "cannot read the sensor (%s)" % exc, _FIX)
+            raise plan_error("power_sensor", self.kind, "cannot read the sensor (%s)" % exc, _FIX)
 
     def watts(self) -> float:
         """Current power of the sampled sources, W (0 for a counter-only sensor)."""

@@ -3,7 +3,7 @@
 A PU binding names its runtime (``PUBinding.runtime``, default ``"onnxruntime"``) and that runtime's options
 (``PUBinding.runtime_options``). Many PUs have no ONNX Runtime execution provider (Mali GPUs on Linux, Black
 Sesame DLA/DSP, vendor NPU SDKs): an adapter over the vendor's runtime makes them usable by the executor
-without touching it. The protocol (:class:`RuntimeAdapter`, :class:`Runner`):
+without touching it. The protocol (:class:`RuntimeAdapter`, :class:`LoadedModel`):
 
 - ``name``: the key in :data:`ADAPTERS` and the value of ``PUBinding.runtime``.
 - ``probe() -> dict``: ``{"available": bool, "version": str or None, "reason": str or None, ...}``
@@ -12,9 +12,9 @@ without touching it. The protocol (:class:`RuntimeAdapter`, :class:`Runner`):
 - ``check(pu, binding) -> str or None``: one line naming the PU, what the binding needs that this host lacks
   (a provider, a device, an option) and the fix; ``None`` if the binding can run here. Called before any
   worker starts.
-- ``load(model, binding, pu) -> Runner``: called on the PU's worker thread AFTER it pinned itself
+- ``load(model, binding, pu) -> LoadedModel``: called on the PU's worker thread AFTER it pinned itself
   (``os.sched_setaffinity``); ``model`` is an ``onnx.ModelProto``, its bytes or an ``.onnx`` path.
-- Runner: ``input_names`` and ``output_names`` (lists of str, the model's), ``input_specs`` (list of
+- LoadedModel: ``input_names`` and ``output_names`` (lists of str, the model's), ``input_specs`` (list of
   ``(name, shape, dtype)``: dims ``None`` where dynamic, ``dtype`` a numpy dtype name or ``None``),
   ``run(output_names, feeds) -> list of numpy.ndarray`` (``feeds``: name -> array; the arrays returned are
   the caller's to keep; the GIL released while it computes, so stages run in parallel), ``describe() ->
@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import onnxruntime as ort
 
-from .errors import DEFAULT_ERRORS
+from .errors import plan_error
 from .plan import PUBinding
 from .session import ORT_RUNTIME_OPTIONS, create_session, model_source, provider_problem
 
@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 InputSpec = Tuple[str, List[Optional[int]], Optional[str]]
 
 
-class Runner(Protocol):
+class LoadedModel(Protocol):
     """One loaded sub-model (protocol; see the module docstring)."""
 
     input_names: List[str]
@@ -80,7 +80,7 @@ class RuntimeAdapter(Protocol):
     def check(self, pu: str, binding: PUBinding) -> Optional[str]:
         """One-line problem with ``binding`` on this host, with the fix; ``None`` if it can run."""
 
-    def load(self, model: Any, binding: PUBinding, pu: str) -> Runner:
+    def load(self, model: Any, binding: PUBinding, pu: str) -> LoadedModel:
         """Load ``model`` for ``pu`` on the calling (already pinned) thread."""
 
 
@@ -103,8 +103,8 @@ def _ort_dtype(type_name: str) -> Optional[str]:
         return None
 
 
-class OnnxRuntimeRunner:
-    """An ``onnxruntime.InferenceSession`` behind the :class:`Runner` protocol (``.session`` is public)."""
+class OnnxRuntimeModel:
+    """An ``onnxruntime.InferenceSession`` behind the :class:`LoadedModel` protocol (``.session`` is public)."""
 
     def __init__(self, session: ort.InferenceSession):
         self.session = session
@@ -149,8 +149,8 @@ class OnnxRuntimeAdapter:
             problem = "PU %r: runtime_options.session_config must be an object {key: value}" % pu
         return problem or provider_problem(pu, binding)
 
-    def load(self, model: Any, binding: PUBinding, pu: str) -> OnnxRuntimeRunner:
-        return OnnxRuntimeRunner(create_session(model, binding, binding.provider))
+    def load(self, model: Any, binding: PUBinding, pu: str) -> OnnxRuntimeModel:
+        return OnnxRuntimeModel(create_session(model, binding, binding.provider))
 
 
 # ------------------------------------------------------------------------------------------ OpenVINO
@@ -170,8 +170,8 @@ OPENVINO_OPTIONS = {
 _VIRTUAL_DEVICES = ("AUTO", "HETERO", "MULTI", "BATCH")
 
 
-class OpenVINORunner:
-    """An OpenVINO compiled model and its infer request behind the :class:`Runner` protocol."""
+class OpenVINOModel:
+    """An OpenVINO compiled model and its infer request behind the :class:`LoadedModel` protocol."""
 
     def __init__(self, ov: Any, compiled: Any, device: str):
         self._ov, self.compiled, self.device = ov, compiled, device
@@ -309,14 +309,14 @@ class OpenVINOAdapter:
         props.update(options)
         return device, props
 
-    def load(self, model: Any, binding: PUBinding, pu: str) -> OpenVINORunner:
+    def load(self, model: Any, binding: PUBinding, pu: str) -> OpenVINOModel:
         ov = self._import()
         core = ov.Core()
         device, props = self.properties(binding)
         compiled = core.compile_model(core.read_model(model=model_source(model)), device, props)
         logger.debug("PU %s: OpenVINO %s compiled a sub-model for %s with %s", pu, ov.get_version(), device,
                      props)
-        return OpenVINORunner(ov, compiled, device)
+        return OpenVINOModel(ov, compiled, device)
 
 
 # ------------------------------------------------------------------------------------------ registry
@@ -324,18 +324,18 @@ class OpenVINOAdapter:
 ADAPTERS: Dict[str, Any] = {a.name: a for a in (OnnxRuntimeAdapter(), OpenVINOAdapter())}
 
 
-def get_adapter(name: str, errors=DEFAULT_ERRORS, pu: Optional[str] = None) -> Any:
+def get_adapter(name: str, pu: Optional[str] = None) -> Any:
     """The adapter registered as ``name`` in :data:`ADAPTERS`.
 
     Raises
     ------
-    PlanError (or ``errors.input``'s type)
+    PlanError
         ``name`` is not implemented in this ppexec (the message lists the adapters and how to add one).
     """
     adapter = ADAPTERS.get(name)
     if adapter is None:
         field = "bindings.%s.runtime" % pu if pu is not None else "runtime"
-        raise errors.input("execution plan", field,
+        raise plan_error("execution plan", field,
                            "runtime %r is not implemented in this ppexec (runtimes: %s)"
                            % (name, ", ".join(sorted(ADAPTERS))),
                            "bind the PU to one of those, or add an adapter module to device_agents/ppexec "

@@ -14,7 +14,7 @@ from typing import Any, Optional, Sequence
 
 import onnxruntime as ort
 
-from .errors import DEFAULT_ERRORS
+from .errors import PipelineError
 from .plan import PUBinding
 
 logger = logging.getLogger(__name__)
@@ -34,8 +34,7 @@ def provider_problem(pu: str, binding: PUBinding, fallback_provider: Optional[st
             % (pu, wanted, ort.__version__, ", ".join(available)))
 
 
-def resolve_provider(pu: str, binding: PUBinding, fallback_provider: Optional[str] = None,
-                     errors=DEFAULT_ERRORS) -> str:
+def resolve_provider(pu: str, binding: PUBinding, fallback_provider: Optional[str] = None) -> str:
     """Return the execution provider to use for ``pu``.
 
     Parameters
@@ -46,8 +45,6 @@ def resolve_provider(pu: str, binding: PUBinding, fallback_provider: Optional[st
         The PU's binding; ``binding.provider`` is tried first.
     fallback_provider : str, optional
         Provider used instead when ``binding.provider`` is not available in this onnxruntime build.
-    errors : ErrorKinds
-        Exception factories.
 
     Returns
     -------
@@ -56,12 +53,12 @@ def resolve_provider(pu: str, binding: PUBinding, fallback_provider: Optional[st
 
     Raises
     ------
-    PipelineError (or ``errors.execution``'s type)
+    PipelineError
         Neither provider is available (the message names the PU and the provider).
     """
     problem = provider_problem(pu, binding, fallback_provider)
     if problem is not None:
-        raise errors.execution(problem)
+        raise PipelineError(problem)
     if binding.provider in ort.get_available_providers():
         return binding.provider
     logger.warning("PU %s: provider %s not available, falling back to %s", pu, binding.provider,
@@ -69,22 +66,22 @@ def resolve_provider(pu: str, binding: PUBinding, fallback_provider: Optional[st
     return str(fallback_provider)
 
 
-def pin_current_thread(pu: str, cpus: Optional[Sequence[int]], errors=DEFAULT_ERRORS) -> frozenset:
+def pin_current_thread(pu: str, cpus: Optional[Sequence[int]]) -> frozenset:
     """Pin the calling thread to ``cpus`` (no-op for ``None``) and return the thread's resulting CPU set.
 
     Raises
     ------
-    PipelineError (or ``errors.execution``'s type)
+    PipelineError
         The CPU ids are invalid on this host or affinity is not supported (message names the PU).
     """
     if cpus is not None:
         if not hasattr(os, "sched_setaffinity"):
-            raise errors.execution("PU %r: cannot pin to CPUs %s: os.sched_setaffinity is not available on "
+            raise PipelineError("PU %r: cannot pin to CPUs %s: os.sched_setaffinity is not available on "
                                    "this OS; bind the PU with cpus=None" % (pu, tuple(cpus)))
         try:
             os.sched_setaffinity(0, set(cpus))
         except (OSError, ValueError) as exc:
-            raise errors.execution("PU %r: cannot pin to CPUs %s (%s); use CPU ids from "
+            raise PipelineError("PU %r: cannot pin to CPUs %s (%s); use CPU ids from "
                                    "os.sched_getaffinity(0) = %s"
                                    % (pu, tuple(cpus), exc, sorted(os.sched_getaffinity(0))))
     return frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset()

@@ -3,17 +3,19 @@
 One :class:`Worker` serves one (stage, PU) pair: it pins itself, loads its tasks' sub-models through the PU's
 runtime adapter (:mod:`.runtimes`), then takes
 :class:`Frame` objects from its bounded input queue and runs its tasks on them, waiting on the frame's
-Condition for same-stage dependencies. The worker that finishes a frame last hands it back to the executor
-(``PipelineExecutor._forward``), which passes it to the next stage. Errors are reported to the executor
-(``PipelineExecutor._fail``), never raised out of the thread.
+Condition for same-stage dependencies. The worker that finishes a frame last hands it on through its
+:class:`WorkerContext` (``forward``: the executor passes it to the next stage). Errors are reported through the
+context (``fail``), never raised out of the thread. Workers know the executor only through that context; this
+module imports nothing of the executor.
 """
 from __future__ import annotations
 
 import collections
+import dataclasses
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -22,8 +24,7 @@ from .plan import PUBinding, Task
 from .queues import BoundedQueue
 from .session import pin_current_thread
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .executor import PipelineExecutor
+__all__ = ["STOP", "Stopped", "Run", "Frame", "WorkerContext", "Worker"]
 
 STOP = object()  # sentinel: the worker receiving it exits
 
@@ -62,37 +63,70 @@ class Frame:
         self.remaining = n_workers
 
 
-class Worker(threading.Thread):
-    """The thread serving one (stage, PU) pair."""
+@dataclasses.dataclass(frozen=True)
+class WorkerContext:
+    """What a worker needs of the pipeline that runs it (the executor builds one and hands it to every worker).
 
-    def __init__(self, ex: "PipelineExecutor", stage: int, pu: str, tasks: List[Task], adapter: object,
-                 binding: PUBinding):
+    Attributes
+    ----------
+    stop : threading.Event
+        Set when the pipeline stops (failure or close); every wait checks it at least every ``poll_s``.
+    poll_s : float
+        Longest blocking wait before checking ``stop``, s.
+    queue_depth : int
+        Capacity of a worker's own input queue (frames).
+    fail : callable(stage, pu, task or None, doing, exception)
+        Report a failure; the caller of the pipeline re-raises it as a :class:`.errors.PipelineError`.
+    put : callable(queue, item)
+        Put into a bounded queue, waiting while it is full; raises :class:`Stopped` once ``stop`` is set.
+    forward : callable(Frame)
+        Hand a frame whose stage is done to the next stage (or to the caller after the last stage).
+    """
+
+    stop: threading.Event
+    poll_s: float
+    queue_depth: int
+    fail: Callable[[int, str, Optional[str], str, BaseException], None]
+    put: Callable[[BoundedQueue, object], None]
+    forward: Callable[["Frame"], None]
+
+
+class Worker(threading.Thread):
+    """The thread serving one (stage, PU) pair (of one replica, for a replicated stage).
+
+    ``pu_lock``: held around each task run when the PU serves several such pairs (one task at a time on it);
+    None otherwise.
+    """
+
+    def __init__(self, context: WorkerContext, stage: int, pu: str, tasks: List[Task], adapter: object,
+                 binding: PUBinding, pu_lock: Optional[threading.Lock] = None):
         super().__init__(name=f"parapipe-s{stage}-{pu}", daemon=True)
-        self.ex, self.stage, self.pu, self.tasks = ex, stage, pu, tasks
-        self.adapter, self.binding = adapter, binding
-        self.in_q = BoundedQueue(ex.queue_depth)
+        self.context, self.stage, self.pu, self.tasks = context, stage, pu, tasks
+        self.adapter, self.binding, self.pu_lock = adapter, binding, pu_lock
+        self.in_q = BoundedQueue(context.queue_depth)
         self.ready = threading.Event()
         self.affinity: frozenset = frozenset()
-        self.runners: list = []
+        self.models: list = []  # one loaded model (.runtimes.LoadedModel) per task
         self.siblings: List["Worker"] = []  # a pulling lead's replica mates (``dispatch="pull"``)
         self._current: Optional[str] = None
 
     def run(self) -> None:
+        context = self.context
         try:
-            self.affinity = pin_current_thread(self.pu, self.binding.cpus, self.ex.errors)
+            self.affinity = pin_current_thread(self.pu, self.binding.cpus)
             for task in self.tasks:  # after pinning: the runtime's own threads inherit the mask
                 self._current = task.name
-                self.runners.append(self.adapter.load(task.model, self.binding, self.pu))
+                self.models.append(self.adapter.load(task.model, self.binding, self.pu))
             self._current = None
         except BaseException as exc:  # carried back to the caller of start()
-            self.ex._fail(self.stage, self.pu, self._current, "loading its sub-model", exc)
+            context.fail(self.stage, self.pu, self._current, "loading its sub-model", exc)
             self.ready.set()
             return
         self.ready.set()
-        stop = self.ex._stop
+        stop = context.stop
         while not stop.is_set():
             try:
-                item = self.in_q.get(timeout=self.ex.poll_s)
+                item = self.in_q.get(timeout=context.poll_s)
             except queue.Empty:
                 continue
             if item is STOP:
@@ -104,30 +138,29 @@ class Worker(threading.Thread):
             except Stopped:
                 return
             except BaseException as exc:
-                self.ex._fail(self.stage, self.pu, self._current, f"running frame {item.seq}", exc)
+                context.fail(self.stage, self.pu, self._current, f"running frame {item.seq}", exc)
                 return
 
     def _pulled(self, run: Run, seq: int, tensors: Dict[str, np.ndarray]) -> Frame:
         """A frame this lead took for its replica: handed to the replica's other workers too."""
         frame = Frame(run, seq, self.stage, tensors, 1 + len(self.siblings))
         for w in self.siblings:
-            self.ex._put(w.in_q, frame)
+            self.context.put(w.in_q, frame)
         return frame
 
     def _process(self, frame: Frame) -> None:
         if frame.cond is None:
             return self._process_alone(frame)
-        ex, run = self.ex, frame.run
-        pu_lock = ex._pu_locks.get(self.pu)
-        for task, runner in zip(self.tasks, self.runners):
+        context, run = self.context, frame.run
+        for task, model in zip(self.tasks, self.models):
             self._current = task.name
             with frame.cond:
                 while not frame.done.issuperset(task.deps):
-                    if ex._stop.is_set():
+                    if context.stop.is_set():
                         raise Stopped()
-                    frame.cond.wait(ex.poll_s)
+                    frame.cond.wait(context.poll_s)
                 feeds = {name: frame.tensors[name] for name in task.inputs}
-            outs, start, end = _timed_run(runner, task, feeds, pu_lock)
+            outs, start, end = _timed_run(model, task, feeds, self.pu_lock)
             with frame.cond:
                 frame.tensors.update(zip(task.outputs, outs))
                 frame.done.add(task.name)
@@ -139,30 +172,29 @@ class Worker(threading.Thread):
             frame.remaining -= 1
             last = frame.remaining == 0
         if last:
-            ex._forward(frame)
+            context.forward(frame)
 
     def _process_alone(self, frame: Frame) -> None:
         """:meth:`_process` for the only worker of its stage (or replica): its tasks run in schedule order, so
         every dependency is met when a task starts."""
-        ex, run, tensors = self.ex, frame.run, frame.tensors
-        pu_lock = ex._pu_locks.get(self.pu)
-        for task, runner in zip(self.tasks, self.runners):
+        run, tensors = frame.run, frame.tensors
+        for task, model in zip(self.tasks, self.models):
             self._current = task.name
             feeds = {name: tensors[name] for name in task.inputs}
-            outs, start, end = _timed_run(runner, task, feeds, pu_lock)
+            outs, start, end = _timed_run(model, task, feeds, self.pu_lock)
             tensors.update(zip(task.outputs, outs))
             frame.done.add(task.name)
             run.trace.append(TraceEvent(self.stage, self.pu, task.name, frame.seq, start - run.t0, end - run.t0))
         self._current = None
-        ex._forward(frame)
+        self.context.forward(frame)
 
 
-def _timed_run(runner, task: Task, feeds: Dict[str, np.ndarray], pu_lock: Optional[threading.Lock]):
+def _timed_run(model, task: Task, feeds: Dict[str, np.ndarray], pu_lock: Optional[threading.Lock]):
     """Run ``task`` once: ``(outputs, start, end)`` (perf_counter seconds), holding ``pu_lock`` if the PU serves
     several stages (one task at a time on it)."""
     if pu_lock is None:
         start = time.perf_counter()
-        return runner.run(task.outputs, feeds), start, time.perf_counter()
+        return model.run(task.outputs, feeds), start, time.perf_counter()
     with pu_lock:
         start = time.perf_counter()
-        return runner.run(task.outputs, feeds), start, time.perf_counter()
+        return model.run(task.outputs, feeds), start, time.perf_counter()

@@ -3,7 +3,7 @@ machine, verified, and recorded.
 
 The local run is the deploy bundle run in this process: the same bundle (:func:`parapipe.deploy.bundle.build_bundle`)
 and the same run-and-verify (:func:`ppexec.bundle_run.run_bundle`) that ``parapipe deploy`` runs on a board, so
-a local run and a board run report the same figures (:class:`ppexec.RunReport`) in the same way. Before the
+a local run and a board run report the same figures (:class:`ppexec.report.RunReport`) in the same way. Before the
 run, the machine's facts are checked against every PU binding (:func:`parapipe.execution.facts.check_board`).
 """
 from __future__ import annotations
@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
-from ppexec import ExecutionPlan, RunReport
+from ppexec.plan import ExecutionPlan
+from ppexec.report import RunReport
 from ppexec.bundle_run import ReferenceRunError, run_bundle
 
 from parapipe.errors import input_error
@@ -183,7 +184,7 @@ def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warm
     InputError
         Bad mapping, point, ``--bind``, counts, feeds, dispatch policy; a PU this machine cannot run as bound
         (CPUs, runtime, provider); inputs the unsplit model fails on (a feed error naming the input).
-    ppexec.PipelineError
+    ppexec.errors.PipelineError
         A stage failed (naming stage, PU and task).
     """
     from parapipe.deploy.bundle import build_bundle

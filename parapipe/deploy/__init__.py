@@ -1,10 +1,7 @@
-"""Reaching hosts over SSH and running mappings on them.
+"""Deploy bundles: what ``parapipe deploy`` sends to a host and how it gets there.
 
-- :mod:`~parapipe.deploy.hostspec`, :mod:`~parapipe.deploy.host`, :mod:`~parapipe.deploy.known_hosts`: SSH
-  connections (paramiko) with host-key checking, quoted commands, SFTP files.
-- :mod:`~parapipe.deploy.agent_client`, :mod:`~parapipe.deploy.remote_agent`: the on-device agent
-  (``device_agents/agent.py``) locally or over SSH.
-- :mod:`~parapipe.deploy.bundle`, :mod:`~parapipe.deploy.upload`, :mod:`~parapipe.deploy.deploy`:
-  ``parapipe deploy`` (a bundle with a SHA-256 manifest, resumable upload, a run through the agent, results
-  fetched, nothing left behind).
+- :mod:`~parapipe.deploy.bundle`: a bundle folder (plan, sub-models, reference model, agent and ppexec/) with a
+  SHA-256 manifest.
+- :mod:`~parapipe.deploy.upload`: the bundle's files on an SSH host (what is there, resumable upload, stray
+  removal, fetch), over :mod:`parapipe.remote` (the SSH transport).
 """

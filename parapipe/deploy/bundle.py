@@ -20,8 +20,8 @@ from typing import Any, Dict
 
 import onnx
 
-import ppexec
 from ppexec import bundle_run
+from ppexec.plan import plan_from_doc, plan_to_doc
 from ppexec.reference import handed_over_tensors
 
 from parapipe import __version__
@@ -68,9 +68,9 @@ class Bundle:
         return f"{BUNDLE_PREFIX}{self.bundle_id}"
 
     def bindings(self) -> Dict[str, Any]:
-        """The plan's PU bindings (:class:`ppexec.PUBinding` by PU), read back from ``plan.json``."""
+        """The plan's PU bindings (:class:`ppexec.plan.PUBinding` by PU), read back from ``plan.json``."""
         doc = json.loads((self.folder / PLAN).read_text())
-        return ppexec.plan_from_doc(doc, str(self.folder), PLAN).bindings
+        return plan_from_doc(doc, str(self.folder), PLAN).bindings
 
     @property
     def nbytes(self) -> int:
@@ -145,7 +145,7 @@ def build_bundle(mapping: Any, dest: Path) -> Bundle:
     og = mapping.opgraph
     reference, checked = reference_with_outputs(mapping.loaded.model, og, handed_over_tensors(mapping.plan))
     _write_model(reference, dest / REFERENCE, "reference")
-    plan_doc = ppexec.plan_to_doc(mapping.plan, model_files)
+    plan_doc = plan_to_doc(mapping.plan, model_files)
     from parapipe.graph.feeds import integer_input_ranges
 
     ranges = integer_input_ranges(og)  # valid integer values (embedding rows ...), for the frames on the board

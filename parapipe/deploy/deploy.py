@@ -31,17 +31,17 @@ from typing import Any, Callable, Dict, List, Optional
 
 import paramiko
 
-from parapipe.deploy.agent_client import AgentClient, AgentRequestError
+from parapipe.remote.agent_client import AgentClient, AgentRequestError
 from parapipe.deploy.bundle import Bundle, build_bundle
-from parapipe.deploy.host import RemoteHost
-from parapipe.deploy.hostspec import HostSpec
-from parapipe.deploy.liveness import ConnectionLost
-from parapipe.deploy.remote_agent import check_python
+from parapipe.remote.host import RemoteHost
+from parapipe.remote.hostspec import HostSpec
+from parapipe.remote.liveness import ConnectionLost
 from parapipe.deploy.upload import fetch, remote_abs, remote_files, remove_strays, upload_bundle
 from parapipe.errors import ExecutionError, HostError, input_error
 from parapipe.execution.facts import check_board, facts_from_probe, facts_probe
 from parapipe.app.run import check_dispatch
-from ppexec import RunReport, bundle_run
+from ppexec import bundle_run
+from ppexec.report import RunReport
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class DeployReport:
     bundle_id : str
     remote_folder : str
         Bundle folder on the host (removed unless ``kept``).
-    report : ppexec.RunReport
+    report : ppexec.report.RunReport
         The host's run report (measured next to predicted figures, outputs check, board facts).
     report_path, trace_path : Path
         Local copies of the report and the Chrome trace.
@@ -257,7 +257,7 @@ def deploy_bundle(host: RemoteHost, bundle: Bundle, out_dir: Path, options: Opti
     timeout = options.command_timeout_s
     phase = "the Python check"
     try:
-        check_python(host, options.python, timeout)
+        host.check_python(options.python, timeout)
         phase = "the board check"
         rc, output = host.exec([options.python, *facts_probe()], timeout_s=timeout)
         facts = facts_from_probe(output, str(host.spec))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Dict, Mapping, Optional, Sequence, Tuple
 
-from ppexec import PUBinding
+from ppexec.plan import PUBinding
 
 from parapipe.errors import input_error
 from parapipe.mapping.model import ParetoDoc, Point

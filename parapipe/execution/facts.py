@@ -87,7 +87,7 @@ def check_board(bindings: Mapping[str, Any], facts: Mapping[str, Any], where: st
 
     Parameters
     ----------
-    bindings : dict of str to ppexec.PUBinding
+    bindings : dict of str to ppexec.plan.PUBinding
         The plan's bindings.
     facts : dict
         The board's facts (agent ``hello`` or :func:`local_facts`).

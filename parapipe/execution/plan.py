@@ -8,8 +8,8 @@ nothing to another PU except at their end. Each task is a convex operator set, s
 self-contained ONNX model whose cross-PU inputs all arrive before it starts; the executor
 (:mod:`ppexec.executor`) runs one thread per (stage, PU) over these tasks.
 
-:class:`ppexec.PUBinding`, :class:`ppexec.Task` and :class:`ppexec.ExecutionPlan` are the executor's classes
-(``device_agents/ppexec/plan.py``), so plans built here run unchanged on boards.
+:class:`ppexec.plan.PUBinding`, :class:`ppexec.plan.Task` and :class:`ppexec.plan.ExecutionPlan` are the
+executor's classes (``device_agents/ppexec/plan.py``), so plans built here run unchanged on boards.
 
 Why the split rule yields a deadlock-free plan: order tasks by the position of their first block in the
 stage's (topological) order. A task waits only on (a) earlier tasks of its own PU and (b) tasks of other PUs
@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from typing import Dict, List, Sequence, Tuple
 
-from ppexec import ExecutionPlan, PUBinding, Task
+from ppexec.plan import ExecutionPlan, PUBinding, Task
 
 from parapipe.cost.tasks import BlockDag, stage_tasks
 from parapipe.errors import input_error

@@ -1,7 +1,7 @@
 """Reading the Chrome traces that runs write (``parapipe run --trace``, ``parapipe deploy``).
 
 The trace format and the metrics are the executor's (:mod:`ppexec.metrics`); this module only turns a file into
-:class:`ppexec.TraceEvent` objects with parapipe's one-line errors.
+:class:`ppexec.metrics.TraceEvent` objects with parapipe's one-line errors.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ __all__ = ["read_chrome_trace", "read_run_trace"]
 
 
 def read_run_trace(path) -> Tuple[List[TraceEvent], Dict[str, Any]]:
-    """The task executions of a Chrome trace file written by :func:`ppexec.write_chrome_trace`, and its
+    """The task executions of a Chrome trace file written by :func:`ppexec.metrics.write_chrome_trace`, and its
     ``otherData`` (model, point, measured throughput ...; empty for traces without it).
 
     Raises

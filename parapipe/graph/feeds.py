@@ -6,7 +6,8 @@ each integer input must lie in: following the input through value-preserving ope
 Unsqueeze, Expand, Slice, Concat, ...) to the operators that use it as an index -- ``Gather`` /
 ``GatherElements`` (rows of their data along ``axis``), ``OneHot`` (``depth``) and ``com.microsoft``
 ``EmbedLayerNormalization`` (rows of the word/segment embedding) -- and keeping the tightest bound. Inputs with
-no such use get 0 (the value the host measurement feeds, :mod:`parapipe.profiling.host`).
+no such use get 0. :func:`input_specs` hands these ranges, with every input's shape and dtype, to the one
+generator of seeded frames, ``ppexec.frames.draw_frames`` (this layer draws nothing itself).
 """
 from __future__ import annotations
 
@@ -93,27 +94,26 @@ def integer_input_ranges(og) -> dict[str, tuple[int, int]]:
     return ranges
 
 
-def make_frames(og, count: int, seed: int = 0,
-                ranges: Optional[Mapping[str, tuple[int, int]]] = None) -> list[dict[str, np.ndarray]]:
-    """``count`` seeded frames for the data inputs of ``og``: floats standard normal, booleans 0/1, integers
-    uniform in :func:`integer_input_ranges` (or ``ranges``)."""
+#: One input of seeded frames: ``(name, shape, numpy dtype name, inclusive integer range or None)``, the form
+#: ``ppexec.frames.FrameInput`` takes (ppexec draws the values: one rule on the board and here).
+InputSpec = tuple[str, tuple[int, ...], str, Optional[tuple[int, int]]]
+
+
+def input_specs(og, ranges: Optional[Mapping[str, tuple[int, int]]] = None) -> list[InputSpec]:
+    """What seeded frames for the data inputs of ``og`` are drawn from: every input's name, shape and dtype, and
+    for an integer input its range of valid values (:func:`integer_input_ranges`, or ``ranges``), in input order.
+
+    Pure; the values are drawn above this layer, by ``ppexec.frames.draw_frames(input_specs(og), count, seed)``
+    (floats standard normal, booleans 0/1, integers uniform in their range).
+    """
     ranges = integer_input_ranges(og) if ranges is None else ranges
-    rng = np.random.default_rng(seed)
-    frames = []
-    for _ in range(count):
-        frame = {}
-        for name in og.inputs:
-            info = og.tensors[name]
-            dtype = np.dtype(info.dtype)
-            if dtype.kind == "f":
-                frame[name] = rng.standard_normal(info.shape).astype(dtype)
-            elif dtype.kind == "b":
-                frame[name] = rng.integers(0, 2, size=info.shape).astype(dtype)
-            else:
-                low, high = ranges.get(name, (0, 0))
-                frame[name] = rng.integers(low, high + 1, size=info.shape).astype(dtype)
-        frames.append(frame)
-    return frames
+    specs: list[InputSpec] = []
+    for name in og.inputs:
+        info = og.tensors[name]
+        dtype = np.dtype(info.dtype)
+        bounds = ranges.get(name, (0, 0)) if dtype.kind in "iu" else None
+        specs.append((name, tuple(int(d) for d in info.shape), dtype.name, bounds))
+    return specs
 
 
 def load_feeds(path: str, og) -> list[dict[str, np.ndarray]]:

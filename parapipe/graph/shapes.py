@@ -4,7 +4,7 @@ Shapes come from :func:`onnx.shape_inference.infer_shapes` run on a *skeleton* o
 larger than :data:`SKELETON_MAX_INLINE_ELEMENTS` are replaced by typed graph inputs, so inference never
 serialises the weights (VGG-19 would be 0.5 GB) while small constants (Reshape targets, Slice bounds) keep
 their values for data propagation. Tensors whose shape ONNX cannot infer statically are measured once with
-ONNX Runtime on random inputs (optimisation off, so every node output exists).
+ONNX Runtime on fixed inputs (optimisation off, so every node output exists).
 """
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def infer_tensor_types(model: onnx.ModelProto, source: str, *, strict: bool = Tr
     strict : bool
         Run ONNX shape inference in strict mode first (on failure: a warning and a non-strict retry).
     measure : bool
-        Measure the shapes ONNX cannot infer with ONNX Runtime (one run on seeded inputs); if False they are
+        Measure the shapes ONNX cannot infer with ONNX Runtime (one run on fixed inputs); if False they are
         left out of ``types``.
 
     Returns
@@ -203,21 +203,29 @@ def infer_activation_types(model: onnx.ModelProto, source: str, *, strict: bool 
     return infer_tensor_types(model, source, strict=strict, measure=measure).types
 
 
-def _random_feed(vi: onnx.ValueInfoProto, rng: np.random.Generator) -> np.ndarray:
+def _probe_feed(vi: onnx.ValueInfoProto) -> np.ndarray:
+    """The value a graph input gets in the shape probe: fixed, not drawn (seeded frames are drawn above this
+    layer, by ``ppexec.frames``), so the measured shapes depend on no seed: floats 1 (no zero for ``NonZero`` to
+    drop, no 0 for ``Log``/``Div``), integers 0 (a valid index), booleans false; dynamic dims 1.
+
+    Raises
+    ------
+    ValueError
+        An element type that is neither floating point, integer nor boolean.
+    """
     shape, elem = value_info_shape(vi)
     dims = [d if d is not None else 1 for d in (shape or ())]
     dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem))
     if dtype.kind == "f":
-        return rng.random(dims).astype(dtype)
-    if dtype.kind in "iu":
+        return np.ones(dims, dtype=dtype)
+    if dtype.kind in "iub":
         return np.zeros(dims, dtype=dtype)
-    if dtype.kind == "b":
-        return np.zeros(dims, dtype=dtype)
-    raise ValueError(f"cannot make a random feed of element type {elem}")
+    raise ValueError(f"cannot make a probe feed of element type {elem}")
 
 
 def _measure_with_ort(model: onnx.ModelProto, names: list[str], source: str) -> TypeMap:
-    """Run ``model`` once on random inputs with ``names`` exposed as outputs; return their shapes/types."""
+    """Run ``model`` once on fixed inputs (:func:`_probe_feed`) with ``names`` exposed as outputs; return their
+    shapes/types."""
     import onnxruntime as ort  # local: the rest of the graph package does not need ONNX Runtime
 
     probe = onnx.ModelProto()
@@ -230,10 +238,9 @@ def _measure_with_ort(model: onnx.ModelProto, names: list[str], source: str) -> 
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.intra_op_num_threads = 1
     opts.log_severity_level = 3
-    rng = np.random.default_rng(0)
     try:
         sess = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        feeds = {vi.name: _random_feed(vi, rng) for vi in model.graph.input}
+        feeds = {vi.name: _probe_feed(vi) for vi in model.graph.input}
         values = sess.run(names, feeds)
     except Exception as exc:  # ORT raises its own Fail/InvalidArgument types
         raise input_error(source, f"tensor {names[0]!r}",

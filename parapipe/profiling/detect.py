@@ -27,7 +27,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 import numpy as np
 
-from parapipe.deploy.agent_client import AgentRequestError
+from parapipe.remote.agent_client import AgentRequestError
 from parapipe.errors import HostError
 from parapipe.profiling.calibrate import fit_transfer
 from parapipe.profiling.runner import Runner

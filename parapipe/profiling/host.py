@@ -30,7 +30,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ppexec import PUBinding
+from ppexec.frames import FrameInput, draw_frames
+from ppexec.plan import PUBinding
 from ppexec.session import create_session
 
 from parapipe.errors import ExecutionError, input_error
@@ -195,31 +196,25 @@ def block_signature(og: OpGraph, block: Block) -> str:
     return "block:" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def _random_feeds(og: OpGraph, names: Sequence[str], rng: np.random.Generator,
-                  given: Optional[dict] = None) -> dict[str, np.ndarray]:
-    """Seeded inputs: ``given`` values (the user's feeds) for the model's inputs, standard normal for floating
-    point tensors, zeros (valid indices) for the others."""
-    feeds = {}
-    for name in names:
-        info = og.tensors[name]
-        dtype = np.dtype(info.dtype)
-        if given is not None and name in given:
-            feeds[name] = np.asarray(given[name])
-        elif np.issubdtype(dtype, np.floating):
-            feeds[name] = rng.standard_normal(info.shape).astype(dtype)
-        else:
-            feeds[name] = np.zeros(info.shape, dtype)
-    return feeds
+def _random_feeds(og: OpGraph, names: Sequence[str], given: Optional[dict] = None,
+                  seed: int = 0) -> dict[str, np.ndarray]:
+    """The inputs of a sub-model whose inputs are ``names``: ``given`` values (the user's feeds, the real index
+    values) where there are some, else seeded values drawn by :func:`ppexec.frames.draw_frames` (floats standard
+    normal, booleans 0/1, integers 0: no range bounds an inner tensor)."""
+    given = given or {}
+    drawn = draw_frames([FrameInput(n, og.tensors[n].shape, og.tensors[n].dtype) for n in names if n not in given],
+                        1, seed)[0]
+    return {name: np.asarray(given[name]) if name in given else drawn[name] for name in names}
 
 
 def _real_index_values(bg: BlockGraph, feeds: Optional[dict]) -> dict[str, np.ndarray]:
     """``feeds`` (default: one seeded frame) plus the values of the integer and boolean tensors that cross
     blocks, from one run of the whole model: random values there would be wrong shapes or indices."""
-    from parapipe.graph.feeds import make_frames
-    from ppexec import reference_outputs
+    from parapipe.graph.feeds import input_specs
+    from ppexec.reference import reference_outputs
 
     og = bg.opgraph
-    values = dict(feeds) if feeds is not None else make_frames(og, 1)[0]
+    values = dict(feeds) if feeds is not None else draw_frames(input_specs(og), 1)[0]
     wanted = sorted({t for _, _, ts in bg.graph.edges(data="tensors") for t in ts
                      if t in og.tensors and np.dtype(og.tensors[t].dtype).kind in "iub"
                      and not og.tensors[t].sequence})
@@ -251,7 +246,7 @@ def _time_ops(og: OpGraph, ops: Sequence[str], name: str, binding: PUBinding, re
     try:
         sub = extract_submodel(og, ops, name=name, check=False)
         sess = create_session(sub.model, binding, "CPUExecutionProvider")
-        feeds = _random_feeds(og, sub.inputs, np.random.default_rng(0), given)
+        feeds = _random_feeds(og, sub.inputs, given)
         for _ in range(warmup):
             sess.run(sub.outputs, feeds)
         times = [_timed(lambda: sess.run(sub.outputs, feeds)) for _ in range(repeats)]
@@ -289,8 +284,8 @@ def measure_host(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optiona
     progress : callable (done, total), optional
         Called in the calling thread after each block, ``total = len(bg.blocks)``.
     feeds : dict of str to numpy.ndarray, optional
-        Values of the model's data inputs (one frame of ``--feeds``; default
-        :func:`parapipe.graph.feeds.make_frames`). Blocks read them, and the real values of every integer or
+        Values of the model's data inputs (one frame of ``--feeds``; default one seeded frame,
+        :func:`ppexec.frames.draw_frames`). Blocks read them, and the real values of every integer or
         boolean tensor handed between blocks (shape vectors, indices, masks: :func:`_real_index_values`, one run
         of the whole model); other block inputs get seeded standard-normal values.
 
@@ -358,7 +353,7 @@ def _load_other_cores(og: OpGraph, ops: Sequence[str], name: str, cpu: int, give
         def body() -> None:
             sub = extract_submodel(og, ops, name=name, check=False)
             sess = create_session(sub.model, PUBinding(cpus=(core,), threads=1), "CPUExecutionProvider")
-            feeds = _random_feeds(og, sub.inputs, np.random.default_rng(0), given)
+            feeds = _random_feeds(og, sub.inputs, given)
             sess.run(sub.outputs, feeds)
             flag.set()
             while not stop.is_set():

@@ -18,7 +18,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from parapipe.errors import ExecutionError, input_error
-from ppexec import PUBinding
+from ppexec.plan import PUBinding
 from ppexec.session import pin_current_thread, session_options
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence
 
-from parapipe.deploy.agent_client import AgentRequestError
+from parapipe.remote.agent_client import AgentRequestError
 from parapipe.errors import input_error
 from parapipe.graph.coarsen import BlockGraph
 from parapipe.graph.opgraph import OpGraph

@@ -1,8 +1,8 @@
 """Where measurements run: the on-device agent, as a local subprocess or on an SSH host, behind one interface.
 
-A :class:`Runner` wraps one :class:`~parapipe.deploy.agent_client.AgentClient` and the agent's ``hello`` (ONNX
+A :class:`Runner` wraps one :class:`~parapipe.remote.agent_client.AgentClient` and the agent's ``hello`` (ONNX
 Runtime version, execution providers, CPUs). :func:`open_runner` starts it locally (no host given) or on a
-remote host (host key checked, agent uploaded once a version; see :mod:`parapipe.deploy.host`), so profiling,
+remote host (host key checked, agent uploaded once a version; see :mod:`parapipe.remote.host`), so profiling,
 calibration and ``soc detect`` run the same code whether the board is this machine or one reached over SSH.
 
 :func:`pu_target` turns a PU of a SoC profile into the agent's PU spec (CPU set + thread count, or an
@@ -19,8 +19,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import onnx
 
-from parapipe.deploy.agent_client import AgentClient
-from parapipe.deploy.hostspec import HostSpec
+from parapipe.remote.agent_client import AgentClient
+from parapipe.remote.hostspec import HostSpec
 from parapipe.errors import HostError
 from parapipe.graph.shapes import skeleton
 from parapipe.soc.profile import PU, SoC
@@ -210,7 +210,7 @@ def open_runner(host: Optional[HostSpec] = None, python: Optional[str] = None) -
         with AgentClient.local(python=python or sys.executable) as agent:
             yield Runner(agent, LOCAL_HOST)
         return
-    from parapipe.deploy.host import RemoteHost
+    from parapipe.remote.host import RemoteHost
 
     with RemoteHost(host) as remote:
         agent = remote.start_agent(python=python or "python3")

@@ -115,7 +115,7 @@ def record_from_run(doc, point, report, runner: str) -> RunRecord:
     ----------
     doc : parapipe.mapping.ParetoDoc
     point : parapipe.mapping.Point
-    report : ppexec.RunReport
+    report : ppexec.report.RunReport
     runner : str
         ``local`` or the SSH host.
     """

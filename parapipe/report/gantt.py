@@ -404,7 +404,7 @@ def gantt_from_trace(trace_events: Iterable[Any], path: Any, *, title: Optional[
     ----------
     trace_events : iterable of TraceEvent or dict
         Task executions with ``stage``, ``pu``, ``task``, ``frame``, ``start_s``, ``end_s`` (seconds since the
-        run started), e.g. :attr:`ppexec.RunMetrics.trace`. Time 0 of the chart is the earliest start drawn.
+        run started), e.g. :attr:`ppexec.metrics.RunMetrics.trace`. Time 0 of the chart is the earliest start drawn.
     path : str or os.PathLike
         PNG to write (a temp file in the same folder, then renamed; the usual file mode); 1600 px wide.
     title : str, optional

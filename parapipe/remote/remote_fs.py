@@ -4,7 +4,7 @@ Dropbear on Buildroot/Yocto images often ships without ``sftp-server``; :class:`
 files through ``sh -c`` commands on exec channels: an upload streams into a temporary file, is hashed on the
 host (``sha256sum``, else ``openssl dgst -sha256``, else ``python3``), and renamed only when its SHA-256 equals
 the local one. Both classes have the same methods and raise :class:`~parapipe.errors.HostError` (one line);
-:class:`~parapipe.deploy.host.RemoteHost` picks one per connection and puts deadlines on every call.
+:class:`~parapipe.remote.host_files.HostFiles` picks one per connection and puts deadlines on every call.
 """
 from __future__ import annotations
 
@@ -14,14 +14,13 @@ import re
 import socket
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import paramiko
 
 from parapipe.errors import HostError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from parapipe.deploy.host import RemoteHost
+from parapipe.remote.connection import SshConnection
+from parapipe.remote.ssh_channels import ExecChannels
 
 __all__ = ["SftpFiles", "ExecFiles", "HASH_SH", "parse_digest"]
 
@@ -55,18 +54,23 @@ def _temp_name(remote: str) -> str:
 
 
 class SftpFiles:
-    """Files over the connection's SFTP channel (its reads time out after the host's step timeout)."""
+    """Files over the connection's SFTP channel (its reads time out after the connection's step timeout).
+
+    ``forget``: called after a timeout, when answers may still arrive out of step, so that the owner never
+    reuses this client (it opens a new one on its next call).
+    """
 
     kind_name = "SFTP"
 
-    def __init__(self, host: "RemoteHost", sftp: paramiko.SFTPClient):
-        self._host = host
+    def __init__(self, connection: SshConnection, sftp: paramiko.SFTPClient, forget: Callable[[], None]):
+        self._conn = connection
         self.sftp = sftp
+        self._forget = forget
 
     def _fail(self, exc: BaseException, what: str, remedy: str) -> HostError:
         if isinstance(exc, socket.timeout):  # answers may still arrive, out of step: never reuse this client
-            self._host.forget_files()
-        return self._host.failure(exc, what, remedy)
+            self._forget()
+        return self._conn.failure(exc, what, remedy)
 
     def home(self) -> str:
         """The remote user's home folder (where SFTP starts)."""
@@ -92,7 +96,7 @@ class SftpFiles:
             current = posixpath.join(current, part)
             found = self.kind(current)
             if found == "file":
-                raise HostError(f"{self._host.spec}: {current!r} exists and is not a folder; move it away")
+                raise HostError(f"{self._conn.spec}: {current!r} exists and is not a folder; move it away")
             if found is None:
                 try:
                     self.sftp.mkdir(current)
@@ -108,7 +112,7 @@ class SftpFiles:
             self.sftp.chmod(tmp, mode)
             self.sftp.posix_rename(tmp, remote)
         except (OSError, paramiko.SSHException, EOFError) as exc:
-            if self._host.is_connected() and not isinstance(exc, socket.timeout):
+            if self._conn.is_connected() and not isinstance(exc, socket.timeout):
                 try:
                     self.sftp.remove(tmp)
                 except (OSError, paramiko.SSHException, EOFError):
@@ -138,25 +142,26 @@ class ExecFiles:
 
     kind_name = "exec channel"
 
-    def __init__(self, host: "RemoteHost"):
-        self._host = host
+    def __init__(self, connection: SshConnection, channels: ExecChannels):
+        self._conn = connection
+        self._channels = channels
 
-    def _run(self, argv: list, stdin: Any = None, idle: bool = False):
-        return self._host.run(argv, timeout_s=self._host.step_timeout_s, stdin=stdin, idle=idle)
+    def _run(self, argv: List[str], stdin: Any = None, idle: bool = False) -> Tuple[int, bytes, bytes]:
+        return self._channels.run(argv, timeout_s=self._conn.step_timeout_s, stdin=stdin, idle=idle)
 
     def home(self) -> str:
         """The remote user's home folder (where sessions start: ``pwd``)."""
         rc, out, err = self._run(["pwd"])
         home = out.decode("utf-8", "replace").strip()
         if rc != 0 or not home.startswith("/"):
-            raise HostError(f"{self._host.spec}: cannot find the home folder ({_tail(err, rc)}); check the host")
+            raise HostError(f"{self._conn.spec}: cannot find the home folder ({_tail(err, rc)}); check the host")
         return home
 
     def mkdir_p(self, path: str) -> None:
         """Create ``path`` (absolute) and its parents (``mkdir -p``)."""
         rc, _, err = self._run(["mkdir", "-p", "--", path])
         if rc != 0:
-            raise HostError(f"{self._host.spec}: cannot create {path!r} ({_tail(err, rc)}); check permissions "
+            raise HostError(f"{self._conn.spec}: cannot create {path!r} ({_tail(err, rc)}); check permissions "
                             "and that no file is in the way")
 
     def put_stream(self, stream: Any, name: str, remote: str, mode: int, sha256: str) -> None:
@@ -168,23 +173,23 @@ class ExecFiles:
         text = out.decode("utf-8", "replace")
         if rc == 4 and "PARAPIPE-SHA256-MISMATCH" in text:
             found = text.split("PARAPIPE-SHA256-MISMATCH", 1)[1].split()[:1] or ["none"]
-            raise HostError(f"{self._host.spec}: {remote!r} arrived with SHA-256 {found[0][:16]}..., not "
+            raise HostError(f"{self._conn.spec}: {remote!r} arrived with SHA-256 {found[0][:16]}..., not "
                             f"{sha256[:16]}... (the copy of {name} was damaged on the way); upload again")
         if rc != 0:
-            raise HostError(f"{self._host.spec}: cannot upload {name} to {remote!r} ({_tail(err, rc)}); check "
+            raise HostError(f"{self._conn.spec}: cannot upload {name} to {remote!r} ({_tail(err, rc)}); check "
                             "that the folder exists and is writable")
 
     def remove(self, path: str) -> None:
         """Remove one file (absent is fine)."""
         rc, _, err = self._run(["rm", "-f", "--", path])
         if rc != 0:
-            raise HostError(f"{self._host.spec}: cannot remove {path!r} ({_tail(err, rc)}); check permissions")
+            raise HostError(f"{self._conn.spec}: cannot remove {path!r} ({_tail(err, rc)}); check permissions")
 
     def get(self, remote: str, local: Path) -> None:
         """Copy ``remote`` into the local file ``local`` (overwritten) with ``cat``."""
         rc, out, err = self._run(["cat", "--", remote], idle=True)
         if rc != 0:
-            raise HostError(f"{self._host.spec}: cannot fetch {remote!r} ({_tail(err, rc)}); check that the "
+            raise HostError(f"{self._conn.spec}: cannot fetch {remote!r} ({_tail(err, rc)}); check that the "
                             "file exists")
         Path(local).write_bytes(out)
 

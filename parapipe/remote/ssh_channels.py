@@ -1,10 +1,11 @@
-"""Commands on SSH exec channels with deadlines: the part of :class:`~parapipe.deploy.host.RemoteHost` that opens
-channels, sends exec requests and streams a command's stdin, stdout and stderr.
+"""Commands on SSH exec channels with deadlines: :class:`ExecChannels` opens channels on one
+:class:`~parapipe.remote.connection.SshConnection`, sends exec requests and streams a command's stdin, stdout and
+stderr.
 
 paramiko waits without a deadline for the answer to an exec request; here opening the channel, the request
 and the command share one deadline, stdout and stderr are read while stdin is written (reading them only at
 the end deadlocks on large outputs: paramiko issues #448, #1778), and a command that ends without an exit
-status because the connection died raises :class:`~parapipe.deploy.liveness.ConnectionLost` instead of
+status because the connection died raises :class:`~parapipe.remote.liveness.ConnectionLost` instead of
 returning -1.
 """
 from __future__ import annotations
@@ -18,69 +19,84 @@ from typing import Any, List, Optional, Tuple
 
 import paramiko
 
-from parapipe.deploy.liveness import call_with_deadline
 from parapipe.errors import HostError
+from parapipe.remote.connection import SETTLE_S, SshConnection, settle_s
+from parapipe.remote.liveness import call_with_deadline
 
-__all__ = ["ChannelsMixin"]
+__all__ = ["ExecChannels"]
 
-log = logging.getLogger("parapipe.deploy.host")
+log = logging.getLogger(__name__)
 
 _CHUNK_NBYTES = 1 << 16
-#: Longest wait for paramiko's transport thread to notice a dead socket after a failed write, s (its reads
-#: wake every 0.1 s).
-SETTLE_S = 1.0
 
 
-class ChannelsMixin:
-    """Exec channels of :class:`~parapipe.deploy.host.RemoteHost` (uses its ``spec``, ``step_timeout_s``,
-    ``_transport``, ``lost_reason``, ``failure`` and ``_during``)."""
+class ExecChannels:
+    """Exec channels (commands) on one SSH connection, every step with a deadline.
 
-    def _open_channel(self, timeout_s: float, what: str) -> paramiko.Channel:
-        transport = self._transport(what)
+    Parameters
+    ----------
+    connection : SshConnection
+        A connected connection; its ``step_timeout_s`` is the default deadline of a step.
+    """
+
+    def __init__(self, connection: SshConnection):
+        self.connection = connection
+
+    def open_channel(self, timeout_s: float, what: str) -> paramiko.Channel:
+        """A new session channel, opened within ``timeout_s``; ``what`` names the step for messages.
+
+        Raises
+        ------
+        HostError
+            No answer in time, a refusal (the host's MaxSessions), :class:`ConnectionLost`.
+        """
+        conn = self.connection
+        transport = conn.transport(what)
         try:
             return transport.open_session(timeout=max(timeout_s, 0.001))
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            if self.lost_reason(settle_s(exc)) is not None:
-                raise self.failure(exc, "", "", what) from None
+            if conn.lost_reason(settle_s(exc)) is not None:
+                raise conn.failure(exc, "", "", what) from None
             if "timeout" in str(exc).lower():
-                raise HostError(f"{self.spec}: no answer to opening an SSH channel within {timeout_s:g} s"
-                                f"{self._during()}; the SSH server stalls: check the host, or raise the "
+                raise HostError(f"{conn.spec}: no answer to opening an SSH channel within {timeout_s:g} s"
+                                f"{conn.during()}; the SSH server stalls: check the host, or raise the "
                                 "timeout (--ssh-timeout)") from None
-            raise HostError(f"{self.spec}: cannot open an SSH channel ({exc}); check the host's MaxSessions "
+            raise HostError(f"{conn.spec}: cannot open an SSH channel ({exc}); check the host's MaxSessions "
                             "and that it is still up") from None
 
-    def _request(self, channel: paramiko.Channel, kind: str, arg: str, deadline: float, what: str,
-                 timeout_s: float) -> None:
+    def request(self, channel: paramiko.Channel, kind: str, arg: str, deadline: float, what: str,
+                timeout_s: float) -> None:
         """Send an exec or subsystem request on ``channel`` and wait for the answer until ``deadline``
         (``time.monotonic()``; ``timeout_s`` is the step's whole deadline, for the message)."""
+        conn = self.connection
         call = channel.exec_command if kind == "exec" else channel.invoke_subsystem
         try:
             call_with_deadline(lambda: call(arg), deadline - time.monotonic(), channel.close)
         except TimeoutError:
-            raise HostError(f"{self.spec}: no answer to the request to run {what} within {timeout_s:g} s"
-                            f"{self._during()}; the SSH server stalls: check the host, or raise the timeout "
+            raise HostError(f"{conn.spec}: no answer to the request to run {what} within {timeout_s:g} s"
+                            f"{conn.during()}; the SSH server stalls: check the host, or raise the timeout "
                             "(--ssh-timeout)") from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             channel.close()
-            if self.lost_reason(settle_s(exc)) is not None:
-                raise self.failure(exc, "", "", f"the start of {what}") from None
-            raise HostError(f"{self.spec}: cannot start {what} ({exc}); check the host") from None
+            if conn.lost_reason(settle_s(exc)) is not None:
+                raise conn.failure(exc, "", "", f"the start of {what}") from None
+            raise HostError(f"{conn.spec}: cannot start {what} ({exc}); check the host") from None
 
     def open_exec_channel(self, argv: List[str], timeout_s: Optional[float] = None) -> paramiko.Channel:
         """Start a long-running command (arguments shell-quoted) and return its channel, stderr kept apart.
 
-        Opening the channel and the exec request share the deadline ``timeout_s`` (default
-        :attr:`step_timeout_s`); the caller then reads and writes the channel with its own deadlines.
+        Opening the channel and the exec request share the deadline ``timeout_s`` (default the connection's
+        ``step_timeout_s``); the caller then reads and writes the channel with its own deadlines.
 
         Raises
         ------
         HostError
             If no channel can be opened, the command is refused, or the server does not answer in time.
         """
-        timeout_s = timeout_s or self.step_timeout_s
+        timeout_s = timeout_s or self.connection.step_timeout_s
         deadline = time.monotonic() + timeout_s
-        channel = self._open_channel(timeout_s, f"the start of {argv[0]!r}")
-        self._request(channel, "exec", _quote(argv), deadline, repr(argv[0]), timeout_s)
+        channel = self.open_channel(timeout_s, f"the start of {argv[0]!r}")
+        self.request(channel, "exec", _quote(argv), deadline, repr(argv[0]), timeout_s)
         return channel
 
     # -----------------------------------------------------------------------------------------------commands
@@ -129,17 +145,18 @@ class ChannelsMixin:
         HostError
             As :meth:`exec`.
         """
+        conn = self.connection
         command = _quote(argv)
         what = repr(argv[0])
         default_step = f"the command {what}"
         deadline = time.monotonic() + timeout_s
-        channel = self._open_channel(timeout_s, default_step)
+        channel = self.open_channel(timeout_s, default_step)
         out: List[bytes] = []
         err: List[bytes] = []
         source = _Source(stdin)
         try:
             channel.set_combine_stderr(combine)
-            self._request(channel, "exec", command, deadline, what, timeout_s)
+            self.request(channel, "exec", command, deadline, what, timeout_s)
             if source.done:
                 channel.shutdown_write()
             while not channel.exit_status_ready():
@@ -158,7 +175,7 @@ class ChannelsMixin:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError
-                self._transport(default_step)
+                conn.transport(default_step)
                 if not moved and source.done:
                     select.select([channel], [], [], min(left, 0.2))
             # Output may still be in flight after the status: read until EOF (short, bounded wait).
@@ -170,27 +187,19 @@ class ChannelsMixin:
             rc = channel.recv_exit_status()
             # No status and no EOF from the server: the connection died (paramiko closes the channels a
             # moment before it marks the transport inactive). Say so instead of returning -1.
-            if rc == -1 and self.lost_reason(0.0 if channel.eof_received else SETTLE_S) is not None:
-                self._transport(default_step)
+            if rc == -1 and conn.lost_reason(0.0 if channel.eof_received else SETTLE_S) is not None:
+                conn.transport(default_step)
         except TimeoutError:
-            raise HostError(f"{self.spec}: command {command[:200]!r} did not finish within {timeout_s:g} s"
-                            f"{' of silence' if idle else ''}{self._during()}; raise the timeout or check the "
+            raise HostError(f"{conn.spec}: command {command[:200]!r} did not finish within {timeout_s:g} s"
+                            f"{' of silence' if idle else ''}{conn.during()}; raise the timeout or check the "
                             "host") from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise self.failure(exc, f"{what} failed", "check the host and the network", default_step) from None
+            raise conn.failure(exc, f"{what} failed", "check the host and the network", default_step) from None
         finally:
             channel.close()
             source.close()
-        log.debug("%s: %s -> %d", self.spec, command[:200], rc)
+        log.debug("%s: %s -> %d", conn.spec, command[:200], rc)
         return rc, b"".join(out), b"".join(err)
-
-
-def settle_s(exc: BaseException) -> float:
-    """How long to wait for the transport to notice a dead socket after ``exc``: not at all after a timeout,
-    a file error or a refusal the server stated; :data:`SETTLE_S` after a bare socket or EOF error."""
-    stated = isinstance(exc, paramiko.SSHException) and str(exc).strip()
-    quiet = isinstance(exc, (socket.timeout, TimeoutError, FileNotFoundError, PermissionError))
-    return 0.0 if stated or quiet else SETTLE_S
 
 
 def _quote(argv: List[str]) -> str:

@@ -1,5 +1,6 @@
-"""Files on a connected host: the part of :class:`~parapipe.deploy.host.RemoteHost` that picks SFTP or exec
-channels (:mod:`parapipe.deploy.remote_fs`) once per connection and resolves remote paths."""
+"""Files on a connected host: :class:`HostFiles` picks SFTP or exec channels (:mod:`parapipe.remote.remote_fs`)
+once per connection, resolves remote paths (``~`` and relative ones from the remote home) and names each file
+operation as the connection's step, for messages."""
 from __future__ import annotations
 
 import hashlib
@@ -13,32 +14,47 @@ from typing import Optional, Union
 
 import paramiko
 
-from parapipe.deploy.remote_fs import HASH_SH, ExecFiles, SftpFiles, parse_digest
-from parapipe.deploy.ssh_channels import settle_s
 from parapipe.errors import HostError
-from ppexec.bundle_run import sha256_file
+from parapipe.remote.connection import SshConnection, settle_s
+from parapipe.remote.remote_fs import HASH_SH, ExecFiles, SftpFiles, parse_digest
+from parapipe.remote.ssh_channels import ExecChannels
 
-__all__ = ["FilesMixin"]
+__all__ = ["HostFiles"]
 
-log = logging.getLogger("parapipe.deploy.host")
+log = logging.getLogger(__name__)
 
 #: ``sh -c _SHA_SH sh PATH``: the file's SHA-256, or ``PARAPIPE-ABSENT``.
 _SHA_SH = HASH_SH + '\n[ -e "$1" ] || { echo PARAPIPE-ABSENT; exit 0; }\nsha "$1"'
 
 
-class FilesMixin:
-    """File methods of :class:`~parapipe.deploy.host.RemoteHost` (uses its ``spec``, ``step_timeout_s``,
-    ``step``, ``exec``, ``_open_channel``, ``_request``, ``lost_reason`` and ``failure``; keeps ``_files`` and
-    ``_home``)."""
+class HostFiles:
+    """The files of one connected host, over SFTP where the server offers it, else over exec channels.
 
-    _files: Union[SftpFiles, ExecFiles, None] = None
-    _home: Optional[str] = None
+    Parameters
+    ----------
+    connection : SshConnection
+        The connection (its ``step_timeout_s`` bounds each file operation, and a transfer's silence).
+    channels : ExecChannels
+        Exec channels on that connection (SFTP's channel, the exec-channel transfers, ``rm``, hashing).
+    """
+
+    def __init__(self, connection: SshConnection, channels: ExecChannels):
+        self.connection = connection
+        self.channels = channels
+        self._files: Union[SftpFiles, ExecFiles, None] = None  # chosen on first use
+        self._home: Optional[str] = None
 
     def _fs(self) -> Union[SftpFiles, ExecFiles]:
         """SFTP where the server offers it, else exec channels (decided once per connection)."""
         if self._files is None:
-            self._files = self._open_sftp() or ExecFiles(self)
+            self._files = self._open_sftp() or ExecFiles(self.connection, self.channels)
         return self._files
+
+    def close(self) -> None:
+        """Close the SFTP client, if one is open and the connection lives (before the connection closes)."""
+        files, self._files = self._files, None
+        if isinstance(files, SftpFiles) and self.connection.is_connected():
+            files.sftp.close()
 
     def forget_files(self) -> None:
         """Drop the SFTP client (after a timeout its answers may come out of step); the next file call opens
@@ -51,23 +67,24 @@ class FilesMixin:
                 pass
 
     def _open_sftp(self) -> Optional[SftpFiles]:
-        timeout = self.step_timeout_s
+        conn = self.connection
+        timeout = conn.step_timeout_s
         deadline = time.monotonic() + timeout
-        channel = self._open_channel(timeout, "the start of SFTP")
+        channel = self.channels.open_channel(timeout, "the start of SFTP")
         try:
-            self._request(channel, "subsystem", "sftp", deadline, "SFTP", timeout)
+            self.channels.request(channel, "subsystem", "sftp", deadline, "SFTP", timeout)
             channel.settimeout(timeout)  # every later SFTP answer has this deadline too
-            return SftpFiles(self, paramiko.SFTPClient(channel))
+            return SftpFiles(conn, paramiko.SFTPClient(channel), self.forget_files)
         except HostError as exc:
-            if self.lost_reason() is not None or "no answer" in str(exc):
+            if conn.lost_reason() is not None or "no answer" in str(exc):
                 raise
             reason = str(exc)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             channel.close()
-            if self.lost_reason(settle_s(exc)) is not None or isinstance(exc, socket.timeout):
-                raise self.failure(exc, "SFTP does not start", "check the host", "the start of SFTP") from None
+            if conn.lost_reason(settle_s(exc)) is not None or isinstance(exc, socket.timeout):
+                raise conn.failure(exc, "SFTP does not start", "check the host", "the start of SFTP") from None
             reason = " ".join(str(exc).split()) or type(exc).__name__
-        log.info("%s offers no SFTP (%s); files go through exec channels", self.spec, reason)
+        log.info("%s offers no SFTP (%s); files go through exec channels", conn.spec, reason)
         return None
 
     def sftp(self) -> paramiko.SFTPClient:
@@ -81,7 +98,8 @@ class FilesMixin:
         """
         files = self._fs()
         if not isinstance(files, SftpFiles):
-            raise HostError(f"{self.spec}: SFTP unavailable; enable 'Subsystem sftp' in the host's sshd_config")
+            raise HostError(f"{self.connection.spec}: SFTP unavailable; enable 'Subsystem sftp' in the host's "
+                            "sshd_config")
         return files.sftp
 
     @property
@@ -95,7 +113,8 @@ class FilesMixin:
             self._home = self._fs().home()
         return self._home
 
-    def _abs(self, remote: str) -> str:
+    def abs_path(self, remote: str) -> str:
+        """``remote`` made absolute: ``~``, ``~/...`` and relative paths are taken from the remote home."""
         remote = str(remote)
         if remote == "~" or remote.startswith("~/"):
             remote = self.home() + remote[1:]
@@ -108,7 +127,7 @@ class FilesMixin:
         upload never leaves a truncated file. The parent folder must exist (see :meth:`mkdir_p`). Without
         SFTP the copy goes through an exec channel and is renamed only if its SHA-256 on the host equals
         ``sha256`` (computed here when not given). Each transfer may be silent for at most
-        :attr:`step_timeout_s`.
+        the connection's ``step_timeout_s``.
 
         Raises
         ------
@@ -118,14 +137,14 @@ class FilesMixin:
         """
         local = Path(local)
         mode = local.stat().st_mode & 0o777
-        with self._in_step(f"the upload of {local.name}"), open(local, "rb") as stream:
-            path = self._abs(remote)
-            self._fs().put_stream(stream, str(local), path, mode, sha256 or sha256_file(str(local)))
+        with self.connection.in_step(f"the upload of {local.name}"), open(local, "rb") as stream:
+            path = self.abs_path(remote)
+            self._fs().put_stream(stream, str(local), path, mode, sha256 or _sha256_file(local))
 
     def write_bytes(self, remote: str, data: bytes, mode: int = 0o644) -> None:
         """Write ``data`` to the remote file ``remote`` atomically (as :meth:`upload`)."""
-        with self._in_step(f"the upload of {posixpath.basename(remote)}"):
-            path = self._abs(remote)
+        with self.connection.in_step(f"the upload of {posixpath.basename(remote)}"):
+            path = self.abs_path(remote)
             self._fs().put_stream(io.BytesIO(data), posixpath.basename(path), path, mode,
                                   hashlib.sha256(data).hexdigest())
 
@@ -137,22 +156,18 @@ class FilesMixin:
         HostError
             If a component exists and is not a folder, or cannot be created.
         """
-        with self._in_step(f"the creation of {remote}"):
-            self._fs().mkdir_p(self._abs(remote))
+        with self.connection.in_step(f"the creation of {remote}"):
+            self._fs().mkdir_p(self.abs_path(remote))
 
     def remove(self, remote: str) -> None:
         """Remove one remote file (absent is fine)."""
-        with self._in_step(f"the removal of {remote}"):
-            self._fs().remove(self._abs(remote))
+        with self.connection.in_step(f"the removal of {remote}"):
+            self._fs().remove(self.abs_path(remote))
 
     def download(self, remote: str, local: Path) -> None:
         """Copy the remote file ``remote`` into the local file ``local`` (overwritten; not atomic)."""
-        with self._in_step(f"the fetch of {remote}"):
-            self._fs().get(self._abs(remote), Path(local))
-
-    def _in_step(self, name: str):
-        """The caller's step if one is set, else ``name``."""
-        return self.step(self._step or name)
+        with self.connection.in_step(f"the fetch of {remote}"):
+            self._fs().get(self.abs_path(remote), Path(local))
 
     def remove_tree(self, remote: str, timeout_s: float = 60.0) -> None:
         """Remove the remote file or folder ``remote`` recursively (``rm -rf``); absent is fine.
@@ -164,13 +179,13 @@ class FilesMixin:
         HostError
             If removal fails.
         """
-        with self._in_step(f"the removal of {remote}"):
-            path = posixpath.normpath(self._abs(remote))
+        with self.connection.in_step(f"the removal of {remote}"):
+            path = posixpath.normpath(self.abs_path(remote))
             if path in ("/", "", ".") or path == posixpath.normpath(self.home()):
-                raise ValueError(f"refusing to remove {path!r} on {self.spec}")
-            rc, output = self.exec(["rm", "-rf", "--", path], timeout_s=timeout_s)
+                raise ValueError(f"refusing to remove {path!r} on {self.connection.spec}")
+            rc, output = self.channels.exec(["rm", "-rf", "--", path], timeout_s=timeout_s)
         if rc != 0:
-            raise HostError(f"{self.spec}: cannot remove {path!r}: {output.strip()}; check permissions")
+            raise HostError(f"{self.connection.spec}: cannot remove {path!r}: {output.strip()}; check permissions")
 
     def sha256(self, remote_path: str, timeout_s: float = 60.0) -> Optional[str]:
         """SHA-256 hex digest of a remote file, or None if it does not exist.
@@ -182,12 +197,22 @@ class FilesMixin:
         HostError
             If the file exists but cannot be hashed.
         """
-        with self._in_step(f"the hashing of {remote_path}"):
-            path = self._abs(remote_path)
-            rc, output = self.exec(["sh", "-c", _SHA_SH, "sh", path], timeout_s=timeout_s)
+        with self.connection.in_step(f"the hashing of {remote_path}"):
+            path = self.abs_path(remote_path)
+            rc, output = self.channels.exec(["sh", "-c", _SHA_SH, "sh", path], timeout_s=timeout_s)
         if rc == 0 and output.strip() == "PARAPIPE-ABSENT":
             return None
         digest = parse_digest(output)
         if rc != 0 or digest is None:
-            raise HostError(f"{self.spec}: cannot hash {path!r}: {output.strip()[-300:]}; check permissions")
+            raise HostError(f"{self.connection.spec}: cannot hash {path!r}: {output.strip()[-300:]}; check "
+                            "permissions")
         return digest
+
+
+def _sha256_file(path: Path) -> str:
+    """SHA-256 hex digest of a local file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

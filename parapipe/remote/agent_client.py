@@ -1,7 +1,7 @@
 """Client side of the on-device agent protocol (``device_agents/agent.py``): JSON lines with deadlines.
 
 One :class:`AgentClient` talks to one agent process, either a local subprocess (:meth:`AgentClient.local`) or
-an agent started over SSH (:meth:`parapipe.deploy.host.RemoteHost.start_agent`). Both sit behind a small
+an agent started over SSH (:meth:`parapipe.remote.host.RemoteHost.start_agent`). Both sit behind a small
 transport interface (send bytes, receive bytes with a deadline, keep a tail of the agent's stderr), so every
 read has a deadline and a dead or stuck agent becomes a :class:`~parapipe.errors.HostError` instead of a hang.
 """
@@ -18,11 +18,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Deque, Dict, Optional
+from typing import IO, Any, Callable, Deque, Dict, Optional
 
 from parapipe._paths import data_dir
-from parapipe.deploy.liveness import ConnectionLost
+from parapipe.remote.liveness import ConnectionLost
 from parapipe.errors import ExecutionError, HostError
+
+__all__ = ["AgentClient", "AgentRequestError", "ChannelTransport", "agent_path", "STDERR_TAIL_LINES"]
 
 log = logging.getLogger(__name__)
 
@@ -91,22 +93,24 @@ class _ProcessTransport:
         except OSError as exc:
             raise HostError(f"cannot start the local agent with {argv[0]}: {exc}; "
                             "pass an existing Python interpreter (python=...)") from None
-        os.set_blocking(self._proc.stdin.fileno(), False)  # partial writes, so sends keep their deadline
+        # the three pipes exist: Popen was given PIPE for each
+        self._stdin, self._stdout, self._stderr = _pipe(self._proc.stdin), _pipe(self._proc.stdout), \
+            _pipe(self._proc.stderr)
+        os.set_blocking(self._stdin.fileno(), False)  # partial writes, so sends keep their deadline
         self.tail = _StderrTail()
         self._stderr_thread = threading.Thread(target=self._drain_stderr, name="agent-stderr", daemon=True)
         self._stderr_thread.start()
         self._selector = selectors.DefaultSelector()
-        self._selector.register(self._proc.stdout, selectors.EVENT_READ)
+        self._selector.register(self._stdout, selectors.EVENT_READ)
         self.where = f"local agent (pid {self._proc.pid})"
 
     def _drain_stderr(self) -> None:
-        stream = self._proc.stderr
-        for line in iter(stream.readline, b""):
+        for line in iter(self._stderr.readline, b""):
             self.tail.feed(line)
             log.debug("agent: %s", line.decode("utf-8", "replace").rstrip())
 
     def send(self, data: bytes, deadline: float) -> None:
-        fd = self._proc.stdin.fileno()
+        fd = self._stdin.fileno()
         view = memoryview(data)
         with selectors.DefaultSelector() as sel:
             sel.register(fd, selectors.EVENT_WRITE)
@@ -124,7 +128,7 @@ class _ProcessTransport:
     def recv(self, wait_s: float) -> Optional[bytes]:
         if not self._selector.select(wait_s):
             return None
-        return os.read(self._proc.stdout.fileno(), _CHUNK_NBYTES)
+        return os.read(self._stdout.fileno(), _CHUNK_NBYTES)
 
     def exit_status(self) -> Optional[int]:
         return self._proc.poll()
@@ -133,11 +137,10 @@ class _ProcessTransport:
         return None  # a local pipe has no connection to lose
 
     def close(self, timeout_s: float) -> Optional[int]:
-        for stream in (self._proc.stdin,):
-            try:
-                stream.close()
-            except OSError:
-                pass
+        try:
+            self._stdin.close()
+        except OSError:
+            pass
         try:
             status = self._proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -146,12 +149,19 @@ class _ProcessTransport:
             status = self._proc.wait()
         self._stderr_thread.join(timeout=1.0)
         self._selector.close()
-        self._proc.stdout.close()
-        self._proc.stderr.close()
+        self._stdout.close()
+        self._stderr.close()
         return status
 
 
-class _ChannelTransport:
+def _pipe(stream: Optional[IO[bytes]]) -> IO[bytes]:
+    """A pipe of a Popen given ``PIPE`` (never None then; a None is a bug here, not a user's error)."""
+    if stream is None:
+        raise RuntimeError("the agent subprocess lacks a pipe that Popen was asked for")
+    return stream
+
+
+class ChannelTransport:
     """An agent on an SSH exec channel (paramiko ``Channel``); stderr is drained on every receive slice."""
 
     def __init__(self, channel: Any, where: str, lost_reason: Optional[Callable[[], Optional[str]]] = None):
@@ -220,7 +230,7 @@ class _ChannelTransport:
 class AgentClient:
     """Send requests to one on-device agent and read its replies, each with a deadline.
 
-    Build it with :meth:`local` or :meth:`parapipe.deploy.host.RemoteHost.start_agent`; use it as a context
+    Build it with :meth:`local` or :meth:`parapipe.remote.host.RemoteHost.start_agent`; use it as a context
     manager (or call :meth:`close`).
 
     Examples
@@ -293,7 +303,7 @@ class AgentClient:
         HostError
             If the agent is closed, has exited, or does not answer within ``timeout_s`` (the agent is then
             stopped, since its state is unknown). The message ends with the tail of the agent's stderr.
-            :class:`~parapipe.deploy.liveness.ConnectionLost` if the SSH connection died meanwhile.
+            :class:`~parapipe.remote.liveness.ConnectionLost` if the SSH connection died meanwhile.
         """
         if self._closed:
             raise HostError(f"{self.where}: the agent is closed; start a new one")

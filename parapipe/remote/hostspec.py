@@ -8,11 +8,13 @@ from typing import Optional
 
 from parapipe.errors import input_error
 
+__all__ = ["HostSpec"]
+
 _HOST_RE = re.compile(r"^(?P<user>[A-Za-z0-9_.][A-Za-z0-9_.-]*)@"
                       r"(?P<address>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(?::(?P<port>[0-9]{1,5}))?$")
 
 
-@dataclass
+@dataclass(frozen=True)
 class HostSpec:
     """Where and how to reach a host over SSH.
 

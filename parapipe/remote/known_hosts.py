@@ -14,6 +14,8 @@ from typing import Any
 
 import paramiko
 
+__all__ = ["RejectPolicy", "TrustAndSavePolicy", "UnknownHostKey", "fingerprint"]
+
 log = logging.getLogger(__name__)
 
 

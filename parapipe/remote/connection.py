@@ -1,12 +1,12 @@
-"""SSH hosts (paramiko): host-key checked connections, a keepalive, deadlines on every remote step, files, agents.
+"""One SSH connection (paramiko): host-key checked, key-authenticated, kept alive, and the one-line errors of a
+connection that fails or dies.
 
 Every failure a user can cause (unreachable host, refused key, unknown or changed host key, a host that stops
-answering, a dropped connection, a host without Python, ONNX Runtime or SFTP) becomes a
-:class:`~parapipe.errors.HostError` whose message is one line: the cause and the remedy. A connection that dies
-reads ``"connection to HOST lost during STEP (...)"`` (:class:`~parapipe.deploy.liveness.ConnectionLost`).
+answering, a dropped connection) becomes a :class:`~parapipe.errors.HostError` whose message is one line: the
+cause and the remedy. A connection that dies reads ``"connection to HOST lost during STEP (...)"``
+(:class:`~parapipe.remote.liveness.ConnectionLost`), where STEP is what :meth:`SshConnection.step` names.
 Host-key checking is always on; trusting a new key is an explicit choice (``trust_new_host``) and the key is
-then saved to the known_hosts file. Hosts without SFTP (Dropbear on Buildroot/Yocto images) get their files
-through exec channels (:mod:`parapipe.deploy.remote_fs`).
+then saved to the known_hosts file.
 """
 from __future__ import annotations
 
@@ -15,27 +15,23 @@ import logging
 import socket
 import time
 from pathlib import Path
-from typing import Any, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, Optional
 
 import paramiko
 
-from parapipe.deploy import remote_agent
-from parapipe.deploy.agent_client import AgentClient, _ChannelTransport
-from parapipe.deploy.host_files import FilesMixin
-from parapipe.deploy.hostspec import HostSpec
-from parapipe.deploy.known_hosts import RejectPolicy, TrustAndSavePolicy, UnknownHostKey, fingerprint
-from parapipe.deploy.liveness import KEEPALIVE_COUNT_MAX, KEEPALIVE_S, ConnectionLost, Keepalive
-from parapipe.deploy.remote_fs import ExecFiles, SftpFiles
-from parapipe.deploy.ssh_channels import SETTLE_S, ChannelsMixin, settle_s
 from parapipe.errors import HostError, input_error
+from parapipe.remote.hostspec import HostSpec
+from parapipe.remote.known_hosts import RejectPolicy, TrustAndSavePolicy, UnknownHostKey, fingerprint
+from parapipe.remote.liveness import KEEPALIVE_COUNT_MAX, KEEPALIVE_S, ConnectionLost, Keepalive
 
-__all__ = ["HostSpec", "RemoteHost", "ConnectionLost", "DEFAULT_CONNECT_TIMEOUT_S", "DEFAULT_STEP_TIMEOUT_S"]
+__all__ = ["SshConnection", "DEFAULT_CONNECT_TIMEOUT_S", "DEFAULT_STEP_TIMEOUT_S", "PARAMIKO_LOG",
+           "PARAMIKO_HANDSHAKE_LOG", "SETTLE_S", "settle_s"]
 
 log = logging.getLogger(__name__)
 
 #: Logger of the connections' paramiko transports. paramiko's transport thread logs a reset socket at ERROR;
 #: parapipe reports it as one HostError line, so these records show only when parapipe logs at DEBUG (-vv).
-PARAMIKO_LOG = "parapipe.deploy.paramiko"
+PARAMIKO_LOG = "parapipe.remote.paramiko"
 #: paramiko's own transport logger: a transport logs there until connected (when parapipe moves it to
 #: PARAMIKO_LOG), e.g. a port that answers but not as an SSH server ("Error reading SSH protocol banner", with
 #: two tracebacks, at ERROR), which parapipe reports as one HostError line too.
@@ -54,10 +50,21 @@ for _name in (PARAMIKO_LOG, PARAMIKO_LOG + ".sftp", PARAMIKO_HANDSHAKE_LOG):
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 #: Deadline of a short remote step (a check, a file operation; a transfer's silence) by default, s.
 DEFAULT_STEP_TIMEOUT_S = 60.0
+#: Longest wait for paramiko's transport thread to notice a dead socket after a failed write, s (its reads
+#: wake every 0.1 s).
+SETTLE_S = 1.0
 
 
-class RemoteHost(ChannelsMixin, FilesMixin):
-    """An SSH connection to one host, used as a context manager.
+def settle_s(exc: BaseException) -> float:
+    """How long to wait for the transport to notice a dead socket after ``exc``: not at all after a timeout,
+    a file error or a refusal the server stated; :data:`SETTLE_S` after a bare socket or EOF error."""
+    stated = isinstance(exc, paramiko.SSHException) and str(exc).strip()
+    quiet = isinstance(exc, (socket.timeout, TimeoutError, FileNotFoundError, PermissionError))
+    return 0.0 if stated or quiet else SETTLE_S
+
+
+class SshConnection:
+    """The SSH connection to one host: connect, keep alive, name the step in progress, explain failures.
 
     Parameters
     ----------
@@ -69,19 +76,13 @@ class RemoteHost(ChannelsMixin, FilesMixin):
     keepalive_s, keepalive_count : float, int
         A keepalive that wants an answer goes out every ``keepalive_s`` seconds; after ``keepalive_count``
         silent intervals the connection counts as lost (OpenSSH's ServerAliveInterval/CountMax; defaults 15 s
-        and 3, see :mod:`parapipe.deploy.liveness`).
+        and 3, see :mod:`parapipe.remote.liveness`).
 
     Attributes
     ----------
     step_timeout_s : float
         Deadline of each short step (file operations, channel requests; a transfer's longest silence), s:
         ``spec.timeout_s`` or :data:`DEFAULT_STEP_TIMEOUT_S`.
-
-    Examples
-    --------
-    >>> with RemoteHost(HostSpec.parse("pi@board:22")) as host:       # doctest: +SKIP
-    ...     with host.step("the board check"):
-    ...         rc, out = host.exec(["uname", "-m"], timeout_s=10)
     """
 
     def __init__(self, spec: HostSpec, connect_timeout_s: Optional[float] = None,
@@ -92,14 +93,10 @@ class RemoteHost(ChannelsMixin, FilesMixin):
         self.keepalive_s, self.keepalive_count = keepalive_s, keepalive_count
         self._client: Optional[paramiko.SSHClient] = None
         self._keepalive: Optional[Keepalive] = None
-        self._files: Union[SftpFiles, ExecFiles, None] = None  # chosen on first use (FilesMixin)
-        self._home: Optional[str] = None
-        self._agents: List[AgentClient] = []
         self._step: Optional[str] = None
         self._lost: Optional[str] = None
 
-    # ---------------------------------------------------------------------------------------------connection
-    def connect(self) -> "RemoteHost":
+    def connect(self) -> None:
         """Open the connection (host key checked, key authentication) and start the keepalive.
 
         Raises
@@ -107,7 +104,7 @@ class RemoteHost(ChannelsMixin, FilesMixin):
         HostError
             Unreachable host, timeout, unknown or changed host key, refused key (one line: cause; remedy).
         InputError
-            If the identity file does not exist.
+            If the identity file does not exist, or the known_hosts file cannot be read.
         """
         spec = self.spec
         if spec.identity is not None and not Path(spec.identity).is_file():
@@ -124,9 +121,9 @@ class RemoteHost(ChannelsMixin, FilesMixin):
         client.set_missing_host_key_policy(TrustAndSavePolicy(known_hosts) if spec.trust_new_host
                                            else RejectPolicy())
         timeout = self.connect_timeout_s
-        kwargs: dict = {"hostname": spec.address, "port": spec.port, "username": spec.user,
-                        "timeout": timeout, "banner_timeout": timeout, "auth_timeout": timeout,
-                        "channel_timeout": timeout}
+        kwargs: Dict[str, Any] = {"hostname": spec.address, "port": spec.port, "username": spec.user,
+                                  "timeout": timeout, "banner_timeout": timeout, "auth_timeout": timeout,
+                                  "channel_timeout": timeout}
         if spec.identity is not None:
             kwargs.update(key_filename=str(spec.identity), look_for_keys=False, allow_agent=False)
         try:
@@ -139,27 +136,14 @@ class RemoteHost(ChannelsMixin, FilesMixin):
         transport.set_log_channel(PARAMIKO_LOG)
         self._keepalive = Keepalive(transport, self.keepalive_s, self.keepalive_count).start()
         log.info("connected to %s", spec)
-        return self
 
     def close(self) -> None:
-        """Stop the agents started here and close the connection (idempotent)."""
-        for agent in self._agents:
-            agent.close(timeout_s=2.0)
-        self._agents.clear()
+        """Stop the keepalive and close the connection (idempotent)."""
         if self._keepalive is not None:
             self._keepalive.stop()
-        if isinstance(self._files, SftpFiles) and self.is_connected():
-            self._files.sftp.close()
-        self._files = None
         if self._client is not None:
             self._client.close()
             self._client = None
-
-    def __enter__(self) -> "RemoteHost":
-        return self.connect()
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
 
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:
@@ -169,6 +153,19 @@ class RemoteHost(ChannelsMixin, FilesMixin):
             yield
         finally:
             self._step = previous
+
+    def in_step(self, name: str) -> "contextlib.AbstractContextManager[None]":
+        """:meth:`step` with the caller's step if one is set, else with ``name``."""
+        return self.step(self._step or name)
+
+    @property
+    def current_step(self) -> Optional[str]:
+        """The step named by the innermost :meth:`step`, or None."""
+        return self._step
+
+    def during(self) -> str:
+        """``" during STEP"`` for messages, or ``""`` outside any step."""
+        return f" during {self._step}" if self._step else ""
 
     def is_connected(self) -> bool:
         """Whether the SSH connection is open and alive (False once closed or lost)."""
@@ -202,14 +199,18 @@ class RemoteHost(ChannelsMixin, FilesMixin):
             return ConnectionLost(str(self.spec), self._step or default_step, reason)
         detail = " ".join(str(exc).split()) or type(exc).__name__
         if isinstance(exc, (socket.timeout, TimeoutError)):
-            return HostError(f"{self.spec}: {what}: no answer within {self.step_timeout_s:g} s{self._during()}; "
+            return HostError(f"{self.spec}: {what}: no answer within {self.step_timeout_s:g} s{self.during()}; "
                              "the host or the network stalls: check them, or raise --ssh-timeout")
         return HostError(f"{self.spec}: {what} ({detail}); {remedy}")
 
-    def _during(self) -> str:
-        return f" during {self._step}" if self._step else ""
+    def transport(self, default_step: str = "the command") -> paramiko.Transport:
+        """The live transport.
 
-    def _transport(self, default_step: str = "the command") -> paramiko.Transport:
+        Raises
+        ------
+        HostError
+            Not connected; :class:`ConnectionLost` (naming the step, else ``default_step``) once it died.
+        """
         if self._client is None:
             raise HostError(f"{self.spec}: not connected; connect first")
         reason = self.lost_reason()
@@ -217,37 +218,9 @@ class RemoteHost(ChannelsMixin, FilesMixin):
             raise ConnectionLost(str(self.spec), self._step or default_step, reason)
         return self._client.get_transport()
 
-    def open_agent(self, argv: List[str], timeout_s: Optional[float] = None) -> AgentClient:
-        """Run an agent command line (``[python, "-u", agent.py]``) and talk to it; the caller closes it."""
-        channel = self.open_exec_channel(argv, timeout_s)
-        return AgentClient(_ChannelTransport(channel, where=str(self.spec),
-                                             lost_reason=lambda: self.lost_reason(SETTLE_S)))
-
-    # --------------------------------------------------------------------------------------------------agent
-    def check_python(self, python: str = "python3", timeout_s: Optional[float] = None) -> Tuple[str, str]:
-        """Check Python >= 3.8 and numpy + onnxruntime >= 1.19 on the host; see
-        :func:`parapipe.deploy.remote_agent.check_python` (``timeout_s`` default :attr:`step_timeout_s`).
-        """
-        return remote_agent.check_python(self, python, timeout_s or self.step_timeout_s)
-
-    def start_agent(self, python: str = "python3", timeout_s: Optional[float] = None) -> AgentClient:
-        """Upload the agent to ``~/.cache/parapipe/agent-<sha256[:12]>/agent.py`` (once a version), run it.
-
-        See :func:`parapipe.deploy.remote_agent.start_agent` (``timeout_s`` default :attr:`step_timeout_s`).
-        The agent is closed with the host.
-
-        Raises
-        ------
-        HostError
-            No Python >= 3.8, numpy/onnxruntime missing (remedy: ``pip install onnxruntime``), upload failed.
-        """
-        agent = remote_agent.start_agent(self, python, timeout_s or self.step_timeout_s)
-        self._agents.append(agent)
-        return agent
-
 
 def _connect_error(exc: BaseException, spec: HostSpec, known_hosts: Path, timeout: float) -> HostError:
-    """The one-line error of a failed :meth:`RemoteHost.connect`."""
+    """The one-line error of a failed :meth:`SshConnection.connect`."""
     name = str(spec)
     if isinstance(exc, UnknownHostKey):
         return HostError(f"{name}: host key ({exc}) not in {known_hosts}; verify it and pass --trust-new-host, "
