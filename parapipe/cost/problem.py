@@ -163,12 +163,3 @@ class MappingProblem:
             block_nbytes=None if self.block_nbytes is None else self.block_nbytes[:, keep],
             task_time_s={(keep.index(p), b): t for (p, b), t in (self.task_time_s or {}).items()
                          if p in keep} or None)
-
-    def pu_index(self, name: str, source: Optional[str] = None) -> int:
-        """Index of PU ``name``; raises InputError naming ``source`` if unknown."""
-        from ..errors import input_error
-        try:
-            return self.pu_names.index(name)
-        except ValueError:
-            raise input_error(source, None, f"unknown PU {name!r}",
-                              f"choose from {', '.join(self.pu_names)}") from None

@@ -78,11 +78,6 @@ def parse_input_shapes(specs: Optional[Sequence[str]]) -> dict[str, tuple[int, .
     return shapes
 
 
-def format_shape(shape: Sequence[int]) -> str:
-    """``(1, 3, 224, 224)`` -> ``"1x3x224x224"`` (the ``--input-shape`` notation)."""
-    return "x".join(str(int(d)) for d in shape)
-
-
 def _dims(vi: onnx.ValueInfoProto) -> Optional[list[tuple[Optional[int], str]]]:
     """(fixed value or None, dim_param) per dim of a tensor input; None when the rank is unknown."""
     tt = vi.type.tensor_type

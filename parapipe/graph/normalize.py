@@ -31,7 +31,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from parapipe.errors import input_error
-from parapipe.graph import cleanup, shapes
+import parapipe.graph.cleanup as cleanup
+import parapipe.graph.shapes as shapes
 from parapipe.graph.inputs import apply_input_shapes, resolve_input_shapes
 from parapipe.graph._proto import has_subgraph, node_inputs, opset_version
 

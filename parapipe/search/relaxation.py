@@ -83,10 +83,6 @@ def _comm(problem: MappingProblem, nb: float) -> np.ndarray:
     return c
 
 
-class _Deadline(Exception):
-    pass
-
-
 def _meet_on_grid(x: np.ndarray, grid: float) -> np.ndarray:
     """Labels in the same cell of a ``grid``-second lattice replaced by their componentwise minimum (a label
     below each of them: the bound stays a bound, lowered by at most one cell per component per block)."""

@@ -16,6 +16,9 @@ from pydantic import BaseModel, ValidationError
 
 from parapipe.errors import InputError, input_error
 
+#: PU names: usable as ``--pus big,gpu`` and as YAML keys without quoting.
+NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
+
 #: How to fix a bad value, by field name (the last matching component of the error's path wins). Units follow
 #: the SI names of the fields; the example values are the orders of magnitude in the bundled profiles.
 FIX_HINTS = {
