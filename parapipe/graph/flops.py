@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import onnx
 from onnx import helper
@@ -97,7 +97,7 @@ def _numel(shape: Shape) -> int:
     return int(math.prod(shape)) if shape is not None else 0
 
 
-def _attrs(node: onnx.NodeProto) -> dict[str, object]:
+def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 

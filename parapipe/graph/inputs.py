@@ -146,7 +146,7 @@ def resolve_input_shapes(model: onnx.ModelProto, given: Optional[Mapping[str, Se
     for vi in inputs:
         dims = _dims(vi)
         if vi.name in given:
-            result.shapes[vi.name] = given[vi.name]
+            result.shapes[vi.name] = tuple(given[vi.name])
             continue
         if dims is None:
             raise input_error(source, f"input {vi.name!r}", "has no shape (not even a rank)",

@@ -199,6 +199,6 @@ def _space_bound(problem: MappingProblem, best_period_s: Optional[float], deadli
 def _finish(problem: MappingProblem, best_period_s: Optional[float], method: str, lb: float, proved: bool,
             note: str) -> Bounds:
     proved = proved or (best_period_s is not None and lb >= best_period_s * (1 - PROOF_RTOL))
-    if proved:
+    if proved and best_period_s is not None:
         lb = best_period_s
     return Bounds(lb, latency_lower_bound(problem), method, proved, note)

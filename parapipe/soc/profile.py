@@ -88,7 +88,7 @@ class PU(BaseModel):
     idle_power_w: float = Field(ge=0)
     supported_ops: Optional[frozenset[str]] = None
     execution: Execution = Execution()
-    memory_bytes: Optional[float] = Field(None, gt=0)
+    memory_bytes: Optional[float] = Field(default=None, gt=0)
 
     @field_validator("efficiency")
     @classmethod
@@ -236,14 +236,15 @@ class SoC(BaseModel):
                 raise FieldProblem(f"transfers.pairs.{i}", f"src and dst are both '{pair.src}'",
                                    "a PU hands tensors to itself for free; remove this pair")
             directions = [(pair.src, pair.dst)] + ([(pair.dst, pair.src)] if pair.symmetric else [])
-            for key in directions:
-                if key in seen:
-                    raise FieldProblem(f"transfers.pairs.{i}", f"{key[0]} -> {key[1]} is already given by "
-                                       f"transfers.pairs.{seen[key]}", "give each direction once")
-                seen[key] = i
-        for pu in (self.pipeline.overlap if self.pipeline is not None else {}):
-            if pu not in self.pus:
-                raise FieldProblem(f"pipeline.overlap.{pu}", f"unknown PU '{pu}'", f"choose from {', '.join(self.pus)}")
+            for direction in directions:
+                if direction in seen:
+                    raise FieldProblem(f"transfers.pairs.{i}", f"{direction[0]} -> {direction[1]} is already given "
+                                       f"by transfers.pairs.{seen[direction]}", "give each direction once")
+                seen[direction] = i
+        for pu_name in (self.pipeline.overlap if self.pipeline is not None else {}):
+            if pu_name not in self.pus:
+                raise FieldProblem(f"pipeline.overlap.{pu_name}", f"unknown PU '{pu_name}'",
+                                   f"choose from {', '.join(self.pus)}")
         return self
 
     def model_post_init(self, __context) -> None:
@@ -309,7 +310,8 @@ class SoC(BaseModel):
             if name in pu_names[:i]:
                 raise input_error("--pus", None, f"PU '{name}' given twice", "list each PU once")
         keep = [n for n in self.pus if n in pu_names]
-        pairs, new_index = [], {}
+        pairs: list[TransferPair] = []
+        new_index: dict[str, str] = {}
         for i, pair in enumerate(self.transfers.pairs):
             if pair.src in keep and pair.dst in keep:
                 new_index[str(i)] = str(len(pairs))
