@@ -88,7 +88,8 @@ def test_a311d_shape_and_op_support():
 
 
 def test_a311d_calibration_reproduces_googlenet_order_of_magnitude():
-    # GUIDE.md §6: GoogLeNet (~3.2 GFLOPs) takes 114 ms on big, 100 ms on the GPU, 311 ms on LITTLE.
+    # The calibration data (soc_profiles/README.md): GoogLeNet (~3.2 GFLOPs) takes 114 ms on big, 100 ms on the
+    # GPU, 311 ms on LITTLE with Arm Compute Library fp32 on the Khadas VIM3.
     soc = load_soc("amlogic_a311d")
     for pu_name, measured_s in (("big", 0.114), ("gpu", 0.100), ("little", 0.311)):
         pu = soc.pus[pu_name]

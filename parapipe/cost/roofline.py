@@ -1,6 +1,6 @@
 """Analytical per-block cost on a PU (roofline) and the bridge from a block graph + SoC to a MappingProblem.
 
-Per operator ``o`` on PU ``p`` (GUIDE §2; Williams, Waterman & Patterson, "Roofline", CACM 52(4), 2009):
+Per operator ``o`` on PU ``p`` (Williams, Waterman & Patterson, "Roofline", CACM 52(4), 2009):
 
     t(o, p) = max(flops(o) / (peak_flops[p] · efficiency[p][class(o)]),  bytes(o) · s[p] / bandwidth[p])
               + op_overhead_s[p]

@@ -66,8 +66,8 @@ class DPOptions:
         Let a PU serve several non-adjacent stages (see the module docstring).
     max_cut_tensors : int or None
         Stage boundaries only where at most this many producers are live (None = anywhere). Cuts through the
-        middle of a wide parallel section move many tensors and multiply the DP states; GUIDE §3 ("stage
-        boundaries are best at cut points where few bytes cross").
+        middle of a wide parallel section move many tensors and multiply the DP states (stage boundaries are
+        best at cut points where few bytes cross).
     deadline : float or None
         ``time.monotonic()`` value after which the DP gives up with :class:`DPDeadline`.
     period_below : float or None
