@@ -220,7 +220,7 @@ def bench_model(model: str, args) -> dict:
     pp, rep, prep, prep_s, predicted_blocks = host_mappings(model, args.time_limit, args.terms)
     og = pp.opgraph
     # every run lasts about --min-run-s at the predicted rate: 200 frames of squeezenet took 0.7 s, short enough
-    # for one scheduling hiccup of this shared VM to move a run's throughput by several per cent
+    # for one scheduling hiccup of a shared machine to move a run's throughput by several per cent
     frames = make_frames(og, max(args.frames, int(math.ceil(args.min_run_s * pp.predicted_throughput_per_s))))
     cut = measured_best_cut(pp, args.cut_repeats) if args.measured_cut else None
     folders = tempfile.TemporaryDirectory(prefix="parapipe-bench-")

@@ -38,8 +38,8 @@ from parapipe.workflow import prepare  # noqa: E402
 
 ZOO = ["alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet", "vgg19",
        "zfnet512"]
-GAP_TARGET = 0.10  # issue 12: period within 10 % of the bound (or proved optimal) on >= 7 of 9 models per SoC
-PROCESS_TARGET_S = 2.0  # issue 12: DenseNet-121 on the A1000, whole process
+GAP_TARGET = 0.10  # project target: period within 10 % of the bound (or proved optimal) on >= 7 of 9 models per SoC
+PROCESS_TARGET_S = 2.0  # project target: DenseNet-121 on the A1000, whole process
 
 
 def _pct(x):

@@ -1,6 +1,6 @@
 """The tables of a sweep, computed from the job results: points, energy efficiency, search times, break-even.
 
-Definitions (GUIDE.md section 2): energy efficiency = inferences per joule = 1 / energy per inference. The
+Definitions: energy efficiency = inferences per joule = 1 / energy per inference. The
 throughput-optimal point of a strategy has the smallest period, ties broken by the smallest energy
 (:func:`experiments.sweep.throughput_optimal`). Gain in percent = 100 * (eff_parapipe / eff_baseline - 1), the
 measure of the Para-Pipe paper's 11.0 % (over pure pipelining) and 23.3 % (over non-pipelined parallel).
@@ -27,7 +27,7 @@ from .sweep import JobResult, throughput_optimal
 #: over pure pipelining and over non-pipelined parallel execution (as quoted in issues 3 and 6).
 PAPER_GAIN_VS_PIPELINE_PCT = 11.0
 PAPER_GAIN_VS_PARALLEL_PCT = 23.3
-#: This project's targets for the same averages on the A311D and A1000 profiles (issue 6).
+#: This project's targets for the same averages on the A311D and A1000 profiles.
 TARGET_GAIN_VS_PIPELINE_PCT = 15.0
 TARGET_GAIN_VS_PARALLEL_PCT = 30.0
 TARGET_SOCS = ("amlogic_a311d", "black_sesame_a1000")

@@ -1,4 +1,4 @@
-"""Small ONNX models rebuilt from real-world faults (issue 11): each reproduces one kind of input that exporters,
+"""Small ONNX models rebuilt from real-world faults: each reproduces one kind of input that exporters,
 quantizers and public packages produce and that splitting once got wrong. All run in ONNX Runtime."""
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""Tiny mapping problems and brute-force enumerations shared by the search tests."""
+"""Tiny mapping problems and brute-force enumerations shared by the search tests.
+
+The enumerations are written independently of the search (parapipe/search/): PU groups are the bit masks
+``1 .. 2^k - 1``, and a stage's greedy list schedule is recomputed here from its definition
+(:func:`greedy_assignment`) rather than taken from :mod:`parapipe.search.listsched`. Only the cost model
+(:func:`parapipe.cost.evaluate.evaluate`, the definition of the objectives) is shared with the code under test.
+"""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -9,8 +15,6 @@ import numpy as np
 from parapipe.cost.evaluate import evaluate
 from parapipe.cost.mapping import Mapping, StageMapping
 from parapipe.cost.problem import MappingProblem
-from parapipe.search.dp import all_groups
-from parapipe.search.listsched import schedule_ranges
 
 def _preds(shape: str, n: int, rng: np.random.Generator) -> List[Tuple[int, ...]]:
     if shape == "chain":
@@ -46,6 +50,49 @@ def random_problem(n: int, k: int, seed: int, shape: str = "dag") -> MappingProb
                           name=f"{shape}{seed}")
 
 
+def pu_groups(k: int) -> List[Tuple[int, ...]]:
+    """Every non-empty set of the PUs ``0 .. k-1``, as sorted tuples (from the bit masks 1 .. 2^k - 1)."""
+    return [tuple(p for p in range(k) if mask >> p & 1) for mask in range(1, 2 ** k)]
+
+
+def greedy_assignment(pr: MappingProblem, a: int, b: int, group: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
+    """The greedy earliest-finish-time list schedule of blocks ``a .. b-1`` on ``group``, from its definition.
+
+    Blocks in index order; each goes to the PU of the group where it finishes first: it starts when that PU is
+    free and every producer inside the range has finished plus, from another PU, ``alpha + nbytes / beta``.
+    Ties go to the lower dynamic energy (time x (active - idle power)), then to the earlier PU of ``group``.
+    Producers before ``a`` are ready at 0. None if some block runs on no PU of the group.
+    """
+    free = {p: 0.0 for p in group}
+    finish: dict = {}
+    where: dict = {}
+    for v in range(a, b):
+        best = None
+        for p in group:
+            t = float(pr.time_s[v, p])
+            if not np.isfinite(t):
+                continue
+            ready = 0.0
+            for u in pr.preds[v]:
+                if u < a:
+                    continue
+                nbytes = pr.edge_nbytes.get((u, v), 0.0)
+                arrive = finish[u]
+                if where[u] != p and nbytes > 0:
+                    arrive += float(pr.alpha_s[where[u], p]) + nbytes / float(pr.beta_bytes_per_s[where[u], p])
+                ready = max(ready, arrive)
+            end = max(free[p], ready) + t
+            energy = t * (float(pr.active_power_w[v, p]) - float(pr.idle_power_w[p]))
+            if best is None or (end, energy) < best[0]:
+                best = ((end, energy), p)
+        if best is None:
+            return None
+        (end, _), p = best
+        free[p] = finish[v] = end
+        where[v] = p
+    return tuple(where[v] for v in range(a, b))
+
+
 def all_mapping_objectives(pr: MappingProblem, reuse: bool, max_stages: Optional[int] = None) -> np.ndarray:
     """(period, latency, energy) of every mapping of the DP's space, by enumeration and :func:`evaluate`.
 
@@ -54,14 +101,14 @@ def all_mapping_objectives(pr: MappingProblem, reuse: bool, max_stages: Optional
     group.
     """
     n = pr.n_blocks
-    groups = all_groups(pr.n_pus)
+    groups = pu_groups(pr.n_pus)
 
     @lru_cache(maxsize=None)
     def stage(a: int, b: int, gi: int) -> Optional[StageMapping]:
-        rs = schedule_ranges(pr, a, groups[gi], b)
-        if len(rs.assignment) < b - a:
+        assignment = greedy_assignment(pr, a, b, groups[gi])
+        if assignment is None:
             return None  # some block of the range runs on no PU of the group
-        return StageMapping(a, b, groups[gi], tuple(rs.assignment))
+        return StageMapping(a, b, groups[gi], assignment)
 
     out = []
 
@@ -88,16 +135,19 @@ def sorted_rows(a: np.ndarray) -> np.ndarray:
 
 
 def all_pipeline_objectives(pr: MappingProblem) -> np.ndarray:
-    """(period, latency, energy) of every pure pipeline with PU reuse: every PU per block (runs of one PU form a
-    stage, :func:`parapipe.cost.evaluate.mapping_from_pu_list`), evaluated with :func:`evaluate`."""
+    """(period, latency, energy) of every pure pipeline with PU reuse: every PU per block, each run of blocks on
+    one PU a single-PU stage, evaluated with :func:`evaluate`."""
     import itertools
-
-    from parapipe.cost.mapping import mapping_from_pu_list
 
     ok = [[p for p in range(pr.n_pus) if np.isfinite(pr.time_s[v, p])] for v in range(pr.n_blocks)]
     out = []
     for pus in itertools.product(*ok):
-        ev = evaluate(pr, mapping_from_pu_list(pr, list(pus)))
+        stages, a = [], 0
+        for b in range(1, len(pus) + 1):
+            if b == len(pus) or pus[b] != pus[a]:
+                stages.append(StageMapping(a, b, (pus[a],), (pus[a],) * (b - a)))
+                a = b
+        ev = evaluate(pr, Mapping(tuple(stages)))
         out.append((ev.period_s, ev.latency_s, ev.energy_j))
     return np.array(out)
 
@@ -121,14 +171,12 @@ def all_replicated_objectives(pr: MappingProblem, max_stages: Optional[int] = No
     from parapipe.cost.mapping import ReplicaMapping
 
     n = pr.n_blocks
-    groups = all_groups(pr.n_pus)
+    groups = pu_groups(pr.n_pus)
 
     @lru_cache(maxsize=None)
     def view(a: int, b: int, gi: int):
-        rs = schedule_ranges(pr, a, groups[gi], b)
-        if len(rs.assignment) < b - a:
-            return None
-        return groups[gi], tuple(rs.assignment)
+        assignment = greedy_assignment(pr, a, b, groups[gi])
+        return None if assignment is None else (groups[gi], assignment)
 
     options = []  # tuples of group indices: one = plain stage, several = replicated
     rep_groups = [gi for gi, g in enumerate(groups) if group_replicas or len(g) == 1]

@@ -129,7 +129,7 @@ def test_a311d_point_runs_here_with_every_pu_bound_to_a_core(tmp_path, capsys):
 
 
 def test_run_under_a_narrower_affinity_is_refused_before_it_starts(tmp_path, capsys):
-    """Issue 11 item 11, as a user meets it: under ``taskset -c 1`` a point with a PU bound to CPU 0 is refused
+    """As a user meets it: under ``taskset -c 1`` a point with a PU bound to CPU 0 is refused
     with one line (exit 2), as is the profile's own pinning (CPUs 2-5); nothing runs."""
     import subprocess
 

@@ -1,5 +1,5 @@
 """``--input-shape`` and ``--feeds`` through the CLI as a user runs it: inspect -> optimize --soc host -> run,
-on the small real-world-fault models of tests/hostile_models.py (issue 11)."""
+on the small real-world-fault models of tests/hostile_models.py."""
 from __future__ import annotations
 
 import json

@@ -15,25 +15,21 @@ from parapipe.cost.pipeline_terms import PipelineTerms
 from parapipe.mapping.index import mapping_from_point, parse_pu_list
 from parapipe.cost.problem import MappingProblem
 from parapipe.cost.replication import (mean_and_worst_input_s, memory_violations, pu_weight_nbytes,
-                                       replica_shares, replicated_busy_s, replicated_energy_j,
-                                       replicated_latency_s, replicated_period_s)
+                                       replica_shares, replicated_energy_j, replicated_period_s)
 from parapipe.errors import InputError
 from tests.test_cost import IDLE_STATIC, chain3, objectives
 
 
 def test_formulas_by_hand():
-    # T = 6 s and 7 s: shares (1/6, 1/7) / (13/42) = 7/13, 6/13; period 42/13 s; each replica busy 42/13;
-    # mean latency 7/13·6 + 6/13·7 = 84/13, worst 7.
+    # T = 6 s and 7 s: shares (1/6, 1/7) / (13/42) = 7/13, 6/13; period 42/13 s (busy time and latency of a
+    # replicated stage are checked through evaluate in test_whole_model_replicated_on_two_pus).
     assert replica_shares([6, 7]) == pytest.approx((7 / 13, 6 / 13))
     assert replicated_period_s([6, 7]) == pytest.approx(42 / 13)
-    assert replicated_busy_s([6, 7]) == pytest.approx((42 / 13, 42 / 13))
-    assert replicated_latency_s([6, 7]) == pytest.approx((84 / 13, 7.0))
     assert replicated_energy_j([10.0, 20.0], [0.25, 0.75]) == pytest.approx(17.5)
-    # One replica is the plain stage; a replica that cannot run gets no frames and no busy time.
+    # One replica is the plain stage; a replica that cannot run gets no frames.
     assert (replicated_period_s([5.0]), replica_shares([5.0])) == (5.0, (1.0,))
     assert replica_shares([2.0, np.inf]) == (1.0, 0.0)
-    assert replicated_busy_s([2.0, np.inf]) == (2.0, 0.0)
-    assert replicated_latency_s([2.0, np.inf]) == (2.0, 2.0)
+    assert replicated_period_s([2.0, np.inf]) == 2.0
     assert replicated_period_s([np.inf, np.inf]) == np.inf
     assert replica_shares([0.0, 3.0]) == (1.0, 0.0) and replicated_period_s([0.0, 3.0]) == 0.0
     with pytest.raises(ValueError):

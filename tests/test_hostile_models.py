@@ -1,4 +1,4 @@
-"""Issue 11, model import and splitting: each kind of real-world fault, rebuilt small (tests/hostile_models.py),
+"""Model import and splitting: each kind of real-world fault, rebuilt small (tests/hostile_models.py),
 checked against its right value -- outputs equal to the ORIGINAL model's, the exact error line, the FLOP count."""
 from __future__ import annotations
 

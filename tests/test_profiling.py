@@ -189,9 +189,10 @@ def test_bad_options_exit_2_without_a_database(tmp_path, capsys, args, words):
 def _soc_yaml(tmp_path, execution: dict) -> str:
     """A one-PU profile whose PU runs as ``execution`` (built from the measured host profile)."""
     from parapipe.profiling.host import host_soc
+    from parapipe.soc.loader import soc_to_yaml_dict
     soc = host_soc(n_cpus=1, transfer=(1e-5, 1e10))
     pu = soc.pus["cpu0"]
-    raw = soc.to_yaml_dict()
+    raw = soc_to_yaml_dict(soc)
     raw["pus"]["cpu0"]["execution"] = execution
     path = tmp_path / "one.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))

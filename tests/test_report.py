@@ -20,8 +20,8 @@ from parapipe.report import gantt as gantt_mod
 from parapipe.report import plots as plots_mod
 from ppexec.metrics import TraceEvent
 
-# Power figures for the fixture's energy (W), after GUIDE §6 (A311D: board ~2.3 W baseline, big cluster adds
-# ~1.8-4.7 W, GPU ~0.6-1.3 W, LITTLE ~0.7-1.3 W).
+# Power figures for the fixture's energy (W), of the order of soc_profiles/amlogic_a311d.yaml's (board ~2.3 W
+# baseline, big cluster adds ~1.8-4.7 W, GPU ~0.6-1.3 W, LITTLE ~0.7-1.3 W).
 ACTIVE_W = {"big": 3.0, "gpu": 1.0, "little": 1.0}
 IDLE_W = {"big": 0.2, "gpu": 0.1, "little": 0.1}
 STATIC_W = 2.3
@@ -60,7 +60,7 @@ def _point(pid, strategy, stages):
 STEM = ["conv1", "pool1", "conv2", "pool2"]
 INCEPTION = [
     "inc3a", "inc3b", "pool3", "inc4a", "inc4b", "inc4c", "inc4d", "inc4e", "pool4", "inc5a", "inc5b"]
-# Whole-block times (s) per PU: GoogLeNet ~114 ms big / 100 ms GPU / 311 ms LITTLE on the A311D (GUIDE §6),
+# Whole-block times (s) per PU: GoogLeNet ~114 ms big / 100 ms GPU / 311 ms LITTLE on the A311D (soc_profiles/README.md, "Calibration"),
 # spread over the blocks in proportion to a rough FLOP share.
 SHARE = dict(zip(STEM + INCEPTION + ["head"],
                  [0.08, 0.01, 0.14, 0.01, 0.06, 0.09, 0.01, 0.07, 0.07, 0.07, 0.08, 0.10, 0.01, 0.08, 0.10,

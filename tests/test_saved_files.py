@@ -1,4 +1,4 @@
-"""Files as other programs and people write them (issue 11, items 14-15): YAML 1.1 surprises in SoC profiles,
+"""Files as other programs and people write them: YAML 1.1 surprises in SoC profiles,
 duplicate and merge keys; CSVs with a byte-order mark and CRLF line ends."""
 from __future__ import annotations
 

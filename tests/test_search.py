@@ -24,7 +24,7 @@ from parapipe.search.cpsat import TIME_UNIT_S, solve_stage
 from parapipe.search.dp import DPOptions, dp_front
 from parapipe.search.listsched import schedule_ranges
 from parapipe.search.pareto import dominates, pareto_mask
-from search_cases import all_mapping_objectives, random_problem, sorted_rows
+from search_cases import all_mapping_objectives, greedy_assignment, pu_groups, random_problem, sorted_rows
 
 
 # (n blocks, k PUs, shape). With reuse the brute force grows as (2^k - 1)^stages: 3 PUs only up to 5 blocks.
@@ -130,6 +130,18 @@ def test_dp_max_stages_equals_brute_force(seed):
         brute = everything[pareto_mask(everything)]
         np.testing.assert_allclose(sorted_rows(res.objectives), sorted_rows(brute), rtol=1e-9, atol=0)
         assert all(len(m.stages) <= 2 for m in res.mappings)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_list_schedule_equals_its_definition(seed):
+    # The incremental list scheduler (one pass serves every stop) against the definition, range by range.
+    pr = random_problem(6, 3, 900 + seed, "dag")
+    for group in pu_groups(pr.n_pus):
+        for start in range(pr.n_blocks):
+            rs = schedule_ranges(pr, start, group)
+            for stop in range(start + 1, pr.n_blocks + 1):
+                got = tuple(rs.assignment[:stop - start]) if len(rs.assignment) >= stop - start else None
+                assert got == greedy_assignment(pr, start, stop, group), (group, start, stop)
 
 
 # ----------------------------------------------------------------------------------- CP-SAT vs brute force

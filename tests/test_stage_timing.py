@@ -3,7 +3,7 @@
 * :func:`parapipe.cost.tasks.stage_block_sets` lists what the executor runs as one sub-model, per kind;
 * the measure-and-search-again loop: on a two-core problem where a pessimistic whole-model time and optimistic
   block sums make a two-stage pipeline look best, the stages' measured times make the replicated model the best
-  throughput point (the ranking error of issue 13's run E), and the times land in the problem for every PU;
+  throughput point (block sums alone rank the two wrongly), and the times land in the problem for every PU;
 * stages are timed loaded with the plain model and alone with a fitted co-running term;
 * the real host measurement (:func:`parapipe.profiling.host.measure_stages`) on squeezenet;
 * :func:`parapipe.workflow.time_mapping_stages`, which ``evaluate --soc host`` uses for the mappings it is given.

@@ -49,7 +49,7 @@ class MappingProblem:
     static_power_w : float
         Power of the rest of the SoC/board, paid for the whole period.
     alpha_s, beta_bytes_per_s : ndarray, shape (k, k)
-        Transfer cost ``alpha + nbytes / beta`` between two different PUs (GUIDE §2); the diagonal is unused.
+        Transfer cost ``alpha + nbytes / beta`` between two different PUs; the diagonal is unused.
     name : str
         Label for logs and reports.
     weight_nbytes : ndarray, shape (n,), optional
@@ -85,8 +85,9 @@ class MappingProblem:
     alpha_s: np.ndarray
     beta_bytes_per_s: np.ndarray
     name: str = "problem"
-    weight_nbytes: Optional[np.ndarray] = None
-    memory_bytes: Optional[np.ndarray] = None
+    # None at construction means the default; __post_init__ makes both arrays, so they are typed as arrays.
+    weight_nbytes: np.ndarray = None  # type: ignore[assignment]
+    memory_bytes: np.ndarray = None  # type: ignore[assignment]
     range_time_s: Optional[Dict[Tuple[int, int, int], float]] = None
     block_nbytes: Optional[np.ndarray] = None
     task_time_s: Optional[Dict[Tuple[int, Tuple[int, ...]], float]] = None
@@ -163,12 +164,3 @@ class MappingProblem:
             block_nbytes=None if self.block_nbytes is None else self.block_nbytes[:, keep],
             task_time_s={(keep.index(p), b): t for (p, b), t in (self.task_time_s or {}).items()
                          if p in keep} or None)
-
-    def pu_index(self, name: str, source: Optional[str] = None) -> int:
-        """Index of PU ``name``; raises InputError naming ``source`` if unknown."""
-        from ..errors import input_error
-        try:
-            return self.pu_names.index(name)
-        except ValueError:
-            raise input_error(source, None, f"unknown PU {name!r}",
-                              f"choose from {', '.join(self.pu_names)}") from None

@@ -75,5 +75,6 @@ def replicated_mappings(problem: MappingProblem) -> List[Tuple[Mapping, Evaluati
     for size in range(len(able), 1, -1):
         for subset in combinations(able, size):
             mapping = replicated_mapping(problem, list(subset))
+            assert mapping is not None  # two or more able PUs always make a replicated mapping
             out.append((mapping, evaluate(problem, mapping)))
     return out

@@ -84,24 +84,6 @@ def replicated_period_s(times_s: Sequence[float]) -> float:
     return 1.0 / total if total > 0 else math.inf
 
 
-def replicated_busy_s(times_s: Sequence[float]) -> Tuple[float, ...]:
-    """Busy time per inference of each replica's PUs in this stage, ``w_r · T_r`` s: the stage's period
-    contribution for every replica that gets frames, 0 for one that gets none."""
-    period = replicated_period_s(times_s)
-    return tuple(period if w > 0 else 0.0 for w in replica_shares(times_s))
-
-
-def replicated_latency_s(times_s: Sequence[float]) -> Tuple[float, float]:
-    """``(mean over the dealt frames Σ_r w_r · T_r, worst replica max_r T_r)`` of a replicated stage, s.
-
-    Replicas that get no frames (``w_r = 0``) count in neither."""
-    shares = replica_shares(times_s)
-    used = [(w, float(t)) for w, t in zip(shares, times_s) if w > 0]
-    if not used:
-        return math.inf, math.inf
-    return sum(w * t for w, t in used), max(t for _, t in used)
-
-
 def replicated_energy_j(dyn_energy_j: Sequence[float], shares: Sequence[float]) -> float:
     """Dynamic energy per inference of a replicated stage, ``Σ_r w_r · E_dyn,r`` J (``E_dyn,r`` the energy one
     frame's blocks draw above idle on replica ``r``)."""

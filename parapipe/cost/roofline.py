@@ -1,6 +1,6 @@
 """Analytical per-block cost on a PU (roofline) and the bridge from a block graph + SoC to a MappingProblem.
 
-Per operator ``o`` on PU ``p`` (GUIDE §2; Williams, Waterman & Patterson, "Roofline", CACM 52(4), 2009):
+Per operator ``o`` on PU ``p`` (Williams, Waterman & Patterson, "Roofline", CACM 52(4), 2009):
 
     t(o, p) = max(flops(o) / (peak_flops[p] · efficiency[p][class(o)]),  bytes(o) · s[p] / bandwidth[p])
               + op_overhead_s[p]
@@ -113,7 +113,8 @@ def problem_from_blocks(block_graph, soc, measured_s: Optional[Mapping[Tuple[str
     return MappingProblem(block_names=[b.name for b in blocks], preds=preds, edge_nbytes=edges, pu_names=pu_names,
                           time_s=t, active_power_w=active, idle_power_w=idle, static_power_w=soc.static_power_w,
                           alpha_s=soc.alpha_matrix(), beta_bytes_per_s=soc.beta_matrix(),
-                          name=name or getattr(block_graph.opgraph, "name", "model"),
-                          weight_nbytes=[float(b.param_nbytes) for b in blocks],
-                          memory_bytes=[pu.memory_bytes if pu.memory_bytes is not None else np.inf for pu in pus],
+                          name=name or str(getattr(block_graph.opgraph, "name", "model")),
+                          weight_nbytes=np.array([float(b.param_nbytes) for b in blocks]),
+                          memory_bytes=np.array([pu.memory_bytes if pu.memory_bytes is not None else np.inf
+                                                 for pu in pus]),
                           block_nbytes=traffic)

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Mapping, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import onnx
 from onnx import helper
 
-from parapipe.graph import flops_nn
+import parapipe.graph.flops_nn as flops_nn
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def _numel(shape: Shape) -> int:
     return int(math.prod(shape)) if shape is not None else 0
 
 
-def _attrs(node: onnx.NodeProto) -> dict[str, object]:
+def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
@@ -243,14 +243,3 @@ def has_flop_formula(node: onnx.NodeProto) -> bool:
 def is_data_movement(op_type: str) -> bool:
     """True for op types that only move data (0 FLOPs by definition): see :data:`DATA_MOVEMENT_OPS`."""
     return op_type in DATA_MOVEMENT_OPS
-
-
-def known_op_types() -> Mapping[str, str]:
-    """Op types with a FLOP formula, mapped to the formula family (for docs and tests)."""
-    table: dict[str, str] = {op: "data movement (0)" for op in DATA_MOVEMENT_OPS}
-    table.update({op: f"{f:g} per output element" for op, f in _PER_OUTPUT_ELEMENT.items()})
-    table.update({op: "1 per input element" for op in _PER_INPUT_ELEMENT})
-    for op in list(_SHAPE_FORMULA_OPS) + list(flops_nn.ONNX_FORMULAS):
-        table[op] = "shape formula"
-    table.update({f"com.microsoft.{op}": "shape formula" for op in flops_nn.MICROSOFT_FORMULAS})
-    return table

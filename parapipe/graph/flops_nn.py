@@ -104,10 +104,11 @@ def einsum_flops(node, ins: Sequence[Shape], outs: Sequence[Shape]) -> float:
     eq = (eq.decode() if isinstance(eq, bytes) else str(eq)).replace(" ", "")
     lhs, _, rhs = eq.partition("->")
     terms = lhs.split(",")
-    if len(terms) != len(ins) or any(s is None for s in ins):
+    known = [s for s in ins if s is not None]
+    if len(terms) != len(ins) or len(known) != len(ins):
         return 0.0
     sizes: dict[str, int] = {}
-    for term, shape in zip(terms, ins):
+    for term, shape in zip(terms, known):
         letters = list(term.replace("...", ""))
         n_ell = len(shape) - len(letters)
         if "..." in term:

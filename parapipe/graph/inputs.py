@@ -78,11 +78,6 @@ def parse_input_shapes(specs: Optional[Sequence[str]]) -> dict[str, tuple[int, .
     return shapes
 
 
-def format_shape(shape: Sequence[int]) -> str:
-    """``(1, 3, 224, 224)`` -> ``"1x3x224x224"`` (the ``--input-shape`` notation)."""
-    return "x".join(str(int(d)) for d in shape)
-
-
 def _dims(vi: onnx.ValueInfoProto) -> Optional[list[tuple[Optional[int], str]]]:
     """(fixed value or None, dim_param) per dim of a tensor input; None when the rank is unknown."""
     tt = vi.type.tensor_type
@@ -151,7 +146,7 @@ def resolve_input_shapes(model: onnx.ModelProto, given: Optional[Mapping[str, Se
     for vi in inputs:
         dims = _dims(vi)
         if vi.name in given:
-            result.shapes[vi.name] = given[vi.name]
+            result.shapes[vi.name] = tuple(given[vi.name])
             continue
         if dims is None:
             raise input_error(source, f"input {vi.name!r}", "has no shape (not even a rank)",

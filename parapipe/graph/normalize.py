@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import heapq
 import logging
-from typing import Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from parapipe.errors import input_error
-from parapipe.graph import cleanup, shapes
+import parapipe.graph.cleanup as cleanup
+import parapipe.graph.shapes as shapes
 from parapipe.graph.inputs import apply_input_shapes, resolve_input_shapes
 from parapipe.graph._proto import has_subgraph, node_inputs, opset_version
 
@@ -173,11 +174,13 @@ def _fold_constants(graph: onnx.GraphProto, consts: dict[str, Const], opset: int
         if not _foldable(node, consts, graph_outputs):
             kept.append(node)
             continue
+        values: list[Union[np.ndarray, _Filled]]
         try:
             if node.op_type == "ConstantOfShape":
                 values = [_constant_of_shape(node, _as_array(consts[node.input[0]]))]
             else:
-                values = _eval_node(node, [_as_array(consts[n]) if n else None for n in node.input], opset)
+                feeds: list[Any] = [_as_array(consts[n]) if n else None for n in node.input]  # None: omitted input
+                values = list(_eval_node(node, feeds, opset))
         except Exception as exc:  # a failing evaluation means an invalid model (or an op we cannot fold)
             logger.warning("%s: could not fold constant node %s (%s): %s; keeping it", source, node.name,
                            node.op_type, exc)

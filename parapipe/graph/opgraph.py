@@ -20,8 +20,10 @@ import onnx
 from onnx import helper
 
 from parapipe.errors import InputError, input_error
-from parapipe.graph import inputs as input_shapes_mod
-from parapipe.graph import normalize, shapes, support
+import parapipe.graph.inputs as input_shapes_mod
+import parapipe.graph.normalize as normalize
+import parapipe.graph.shapes as shapes
+import parapipe.graph.support as support
 from parapipe.graph._proto import elem_tensor_nbytes, node_inputs, np_dtype_name, tensor_nbytes
 from parapipe.graph.flops import has_flop_formula, op_flops
 

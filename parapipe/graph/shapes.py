@@ -168,9 +168,10 @@ def infer_tensor_types(model: onnx.ModelProto, source: str, *, strict: bool = Tr
             if shape is not None:
                 result.data_dependent[name] = tuple(i for i, d in enumerate(shape) if d is None)
             continue
-        if any(d <= 0 for d in shape):
+        dims = [int(d) for d in shape if d is not None]  # every dim is known here
+        if any(d <= 0 for d in dims):
             _refuse_dim(model, source, name, shape)
-        result.types[name] = (tuple(int(d) for d in shape), int(elem))
+        result.types[name] = (tuple(dims), int(elem))
     if missing and measure:
         logger.info("%s: %d tensor shapes not inferable statically (first: %s); measuring with ONNX Runtime",
                     source, len(missing), missing[0])

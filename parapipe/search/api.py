@@ -302,13 +302,14 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     # the bounds' problem: stage-level measurements may beat block sums, so bound (and guide the period pass,
     # which then never prunes a mapping the cost model could still reach) on the optimistic times
     bound_problem = optimistic_problem(problem)
+    period_report: Optional[Dict[str, Any]] = None  # the period pass's report (pareto.json: search.spaces.period)
     relaxed = _relaxation(bound_problem, best_period, t_b + opts.bound_time_limit_s)
     if relaxed is not None and best_period > relaxed.bound_s * (1 + opts.period_gap):
         eps = 0.0 if problem.n_blocks * problem.n_pus <= opts.exact_max_cells else opts.period_epsilon
-        m, spaces["period"] = period_pass(problem, best_period, catalog, relaxed.guide(), opts.period_time_limit_s,
-                                          eps)
-        if m is not None:
-            m = merge_same_pu_stages(m)
+        period_m, period_report = period_pass(problem, best_period, catalog, relaxed.guide(),
+                                              opts.period_time_limit_s, eps)
+        if period_m is not None:
+            m = merge_same_pu_stages(period_m)
             cand_points.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m), origin="period"))
     fits = [p for p in cand_points if p.evaluation.fits_memory]
     if fits:
@@ -338,8 +339,8 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     claimed = ["disjoint", "pipeline"] + (["reuse"] if opts.reuse_pus else []) + (
         ["replicated"] if opts.replicate else [])
     info = {"exact": all(spaces[s].exact for s in claimed), "exact_max_cells": opts.exact_max_cells,
-            "cells": cells, "spaces": {name: rep if isinstance(rep, dict) else rep.to_json()
-                                       for name, rep in spaces.items()},
+            "cells": cells, "spaces": {**{name: rep.to_json() for name, rep in spaces.items()},
+                                       **({"period": period_report} if period_report is not None else {})},
             "cpsat": {"time_unit_s": TIME_UNIT_S, "rounding": "up", "time_limit_s": opts.time_limit_s,
                       "stage_limit_s": opts.cpsat_stage_limit_s, "max_blocks": opts.cpsat_max_blocks},
             "bound": bounds.info()}

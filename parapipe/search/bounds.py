@@ -1,4 +1,4 @@
-"""Lower bounds on the period and the latency of any mapping (GUIDE §2), used to report optimality gaps.
+"""Lower bounds on the period and the latency of any mapping, used to report optimality gaps.
 
 * **Period** of mappings without replicated stages, the largest of:
 
@@ -42,7 +42,8 @@ PROOF_RTOL = 1e-9
 REPLICATED_RELAXATION_MAX_CELLS = 32
 """Largest problem (blocks × PUs) on which the relaxation with replicated-stage modes runs. Measured on the zoo
 (8 models × A311D/A1000, 48 blocks): given 5 s it never rose above the LP bound, while it took the whole bound
-budget; on small problems it does (forced hand-offs) and is fast."""
+budget; on small problems it does (forced hand-offs) and is fast. Re-measure with
+``python benchmarks/search_bench.py``, which prints each model's bound, the bound's method and the search time."""
 
 
 @dataclass
@@ -199,6 +200,6 @@ def _space_bound(problem: MappingProblem, best_period_s: Optional[float], deadli
 def _finish(problem: MappingProblem, best_period_s: Optional[float], method: str, lb: float, proved: bool,
             note: str) -> Bounds:
     proved = proved or (best_period_s is not None and lb >= best_period_s * (1 - PROOF_RTOL))
-    if proved:
+    if proved and best_period_s is not None:
         lb = best_period_s
     return Bounds(lb, latency_lower_bound(problem), method, proved, note)

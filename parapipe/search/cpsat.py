@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -71,46 +71,46 @@ def solve_stage(problem: MappingProblem, start: int, stop: int, group: Sequence[
     horizon += sum(max([c for (u2, v2, _, _), c in comm.items() if v2 == v] or [0]) for v in blocks)
 
     m = cp_model.CpModel()
-    s = {v: m.NewIntVar(0, horizon, f"s{v}") for v in blocks}
-    e = {v: m.NewIntVar(0, horizon, f"e{v}") for v in blocks}
+    s = {v: m.new_int_var(0, horizon, f"s{v}") for v in blocks}
+    e = {v: m.new_int_var(0, horizon, f"e{v}") for v in blocks}
     x = {}
-    per_pu = {p: [] for p in group}
+    per_pu: Dict[int, list] = {p: [] for p in group}
     for v in blocks:
         opts = [p for p in group if (v, p) in dur]
         if not opts:
             return None
         for p in opts:
-            x[v, p] = m.NewBoolVar(f"x{v}_{p}")
-            per_pu[p].append(m.NewOptionalIntervalVar(s[v], dur[v, p], e[v], x[v, p], f"i{v}_{p}"))
-        m.AddExactlyOne(x[v, p] for p in opts)
+            x[v, p] = m.new_bool_var(f"x{v}_{p}")
+            per_pu[p].append(m.new_optional_interval_var(s[v], dur[v, p], e[v], x[v, p], f"i{v}_{p}"))
+        m.add_exactly_one(x[v, p] for p in opts)
     for p in group:
-        m.AddNoOverlap(per_pu[p])
+        m.add_no_overlap(per_pu[p])
     for v in blocks:
         for u in problem.preds[v]:
             if u < start:
                 continue
-            m.Add(s[v] >= e[u])
+            m.add(s[v] >= e[u])
             for p in group:
                 for q in group:
                     c = comm.get((u, v, p, q), 0)
                     if c > 0 and (u, p) in x and (v, q) in x:
-                        m.Add(s[v] >= e[u] + c).OnlyEnforceIf([x[u, p], x[v, q]])
-    makespan = m.NewIntVar(0, horizon, "makespan")
-    m.AddMaxEquality(makespan, [e[v] for v in blocks])
-    m.Minimize(makespan)
+                        m.add(s[v] >= e[u] + c).only_enforce_if([x[u, p], x[v, q]])
+    makespan = m.new_int_var(0, horizon, "makespan")
+    m.add_max_equality(makespan, [e[v] for v in blocks])
+    m.minimize(makespan)
     if hint is not None:
         for v, hp in zip(blocks, hint):
             for p in group:
                 if (v, p) in x:
-                    m.AddHint(x[v, p], p == hp)
+                    m.add_hint(x[v, p], p == hp)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = int(seed)
-    status = solver.Solve(m)
+    status = solver.solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
-    assign = tuple(next(p for p in group if (v, p) in x and solver.Value(x[v, p])) for v in blocks)
-    order = tuple(sorted(blocks, key=lambda v: (solver.Value(s[v]), v)))
-    return StageSchedule(assignment=assign, order=order, makespan_s=solver.Value(makespan) * TIME_UNIT_S,
+    assign = tuple(next(p for p in group if (v, p) in x and solver.value(x[v, p])) for v in blocks)
+    order = tuple(sorted(blocks, key=lambda v: (solver.value(s[v]), v)))
+    return StageSchedule(assignment=assign, order=order, makespan_s=solver.value(makespan) * TIME_UNIT_S,
                          optimal=status == cp_model.OPTIMAL)

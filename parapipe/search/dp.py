@@ -66,8 +66,8 @@ class DPOptions:
         Let a PU serve several non-adjacent stages (see the module docstring).
     max_cut_tensors : int or None
         Stage boundaries only where at most this many producers are live (None = anywhere). Cuts through the
-        middle of a wide parallel section move many tensors and multiply the DP states; GUIDE §3 ("stage
-        boundaries are best at cut points where few bytes cross").
+        middle of a wide parallel section move many tensors and multiply the DP states (stage boundaries are
+        best at cut points where few bytes cross).
     deadline : float or None
         ``time.monotonic()`` value after which the DP gives up with :class:`DPDeadline`.
     period_below : float or None
@@ -223,13 +223,13 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
             objs.append(np.column_stack([period, v[:, nb], v[:, nb + 1] + idle_static * period]))
         ref_sid.append(np.full(len(v), sid))
         ref_row.append(np.arange(len(v)))
-    objs = np.concatenate(objs)
-    if period_only and not len(objs):
+    objs_a = np.concatenate(objs)
+    if period_only and not len(objs_a):
         raise InfeasibleError(f"{problem.name}: no mapping with a period below {opts.period_below:.6g} s")
-    mask = pareto_mask(objs)
+    mask = pareto_mask(objs_a)
     sids, rows = np.concatenate(ref_sid)[mask], np.concatenate(ref_row)[mask]
     mappings = [rebuild(store, cat.runs, int(s), int(r)) for s, r in zip(sids, rows)]
-    return DPResult(mappings=mappings, objectives=objs[mask], n_states=len(keys), n_labels=store.n_labels,
+    return DPResult(mappings=mappings, objectives=objs_a[mask], n_states=len(keys), n_labels=store.n_labels,
                     n_transitions=n_trans, capped_states=store.capped_states, cut_limited=cut_limited)
 
 

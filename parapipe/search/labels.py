@@ -63,7 +63,9 @@ class LabelStore:
         self.grid_list = None if grid is None else [g if g > 0 else 1.0 for g in grid.tolist()]
         self.max_labels = max_labels
         self.admit_below = admit_below
-        self.rest_s = rest_s
+        if admit_below is not None and rest_s is None:
+            raise ValueError("admit_below needs rest_s (the busy time the remaining blocks add)")
+        self.rest_s: List[float] = list(rest_s) if rest_s is not None else []
         self.guide = guide
         self.keys: List[tuple] = []
         self.backs: List[Optional[tuple]] = []
@@ -93,7 +95,9 @@ class LabelStore:
         """Labels of state ``sid`` as a list of tuples."""
         lst = self._lists[sid]
         if lst is None:
-            lst = self._lists[sid] = [tuple(r) for r in self._arrays[sid].tolist()]
+            array = self._arrays[sid]
+            assert array is not None  # _store keeps a list or an array of every state
+            lst = self._lists[sid] = [tuple(r) for r in array.tolist()]
         return lst
 
     def _store(self, key: tuple, rows: Optional[list], back, array: Optional[np.ndarray] = None) -> int:
@@ -102,7 +106,8 @@ class LabelStore:
         self._lists.append(rows)
         self._arrays.append(array)
         self.backs.append(back)
-        m = len(rows) if rows is not None else len(array)
+        assert rows is not None or array is not None
+        m = len(rows) if rows is not None else len(array)  # type: ignore[arg-type]
         self.sizes.append(m)
         self.n_labels += m
         return sid
@@ -239,7 +244,7 @@ def prune_labels(vals: np.ndarray, grid: Optional[np.ndarray], max_labels: int, 
         span = keyvals.max(axis=0) - keyvals.min(axis=0)
         norm = (keyvals - keyvals.min(axis=0)) / np.where(span > 0, span, 1.0)
         cols = [keyvals[:, c] for c in range(keyvals.shape[1])] + [norm.sum(axis=1), norm[:, :nb].max(axis=1)]
-        pick = set()
+        pick: set = set()
         for col in cols:
             pick.update(np.argpartition(col, min(top, len(col) - 1))[:top].tolist())
         cand = np.array(sorted(pick))
@@ -248,6 +253,6 @@ def prune_labels(vals: np.ndarray, grid: Optional[np.ndarray], max_labels: int, 
         capped = True
         period = vals[idx, :nb].max(axis=1)
         order = idx[np.argsort(period, kind="stable")]
-        pick = np.unique(np.linspace(0, len(order) - 1, max_labels).round().astype(int))
-        idx = np.sort(order[pick])
+        spread = np.unique(np.linspace(0, len(order) - 1, max_labels).round().astype(int))
+        idx = np.sort(order[spread])
     return idx, capped

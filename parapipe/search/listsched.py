@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -32,7 +32,7 @@ class RangeSchedules:
     dyn_energy_j: np.ndarray
 
 
-def schedule_ranges(problem: MappingProblem, start: int, group: Sequence[int], stop_max: int = None
+def schedule_ranges(problem: MappingProblem, start: int, group: Sequence[int], stop_max: Optional[int] = None
                     ) -> RangeSchedules:
     """Greedy EFT schedules of ``[start, stop)`` on ``group`` for all ``stop`` up to ``stop_max``.
 
@@ -46,8 +46,8 @@ def schedule_ranges(problem: MappingProblem, start: int, group: Sequence[int], s
     preds = problem.preds
     edges = problem.edge_nbytes
     pu_free = {p: 0.0 for p in group}
-    finish = {}
-    pu_of = {}
+    finish: Dict[int, float] = {}
+    pu_of: Dict[int, int] = {}
     assignment: List[int] = []
     makespans: List[float] = []
     dyns: List[float] = []

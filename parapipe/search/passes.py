@@ -150,9 +150,10 @@ def _replicated(problem: MappingProblem, opts, catalog: StageCatalog, small: boo
         return [], SpaceReport(searched=True, exact=True, skipped="one PU: no replicated stage exists")
     t0 = time.monotonic()
     limit = opts.replicate_time_limit_s
+    kw: Dict[str, Any]
     if small:
         kw = dict(group_replicas=True, max_labels=0, max_cut_tensors=None)
-    else:  # measured on the zoo (48 blocks x 4 PUs): 0.05-0.4 s; 8 labels and 2-tensor cuts took 1-3 s
+    else:  # zoo (48 blocks x 4 PUs): 0.05-0.4 s; 8 labels and 2-tensor cuts took 1-3 s (benchmarks/search_bench.py)
         limit = opts.replicate_large_time_limit_s
         kw = dict(group_replicas=False, max_labels=opts.replicate_max_labels,
                   max_cut_tensors=opts.replicate_max_cut_tensors, coarse=True)

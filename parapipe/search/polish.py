@@ -6,10 +6,11 @@ single-PU stages only never pay it).
 from __future__ import annotations
 
 import time
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ..cost.mapping import Mapping, StageMapping
 from ..cost.problem import MappingProblem
+from .cpsat import StageSchedule, solve_stage
 
 
 def stage_kinds(mapping: Mapping) -> List[str]:
@@ -41,7 +42,7 @@ class Polisher:
         self.stage_limit_s = stage_limit_s
         self.deadline = deadline
         self.seed = seed
-        self.memo: Dict[tuple, object] = {}
+        self.memo: Dict[tuple, Optional[StageSchedule]] = {}
 
     def wants(self, mapping: Mapping) -> bool:
         """True if some stage of ``mapping`` is multi-PU and small enough to polish."""
@@ -64,8 +65,6 @@ class Polisher:
                     if left <= 0.05:
                         self.memo[key] = None
                     else:
-                        from .cpsat import solve_stage
-
                         self.memo[key] = solve_stage(self.problem, st.start, st.stop, st.pus, hint=st.assignment,
                                                      time_limit_s=min(left, self.stage_limit_s), seed=self.seed)
                 sol = self.memo[key]

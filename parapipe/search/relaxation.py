@@ -83,10 +83,6 @@ def _comm(problem: MappingProblem, nb: float) -> np.ndarray:
     return c
 
 
-class _Deadline(Exception):
-    pass
-
-
 def _meet_on_grid(x: np.ndarray, grid: float) -> np.ndarray:
     """Labels in the same cell of a ``grid``-second lattice replaced by their componentwise minimum (a label
     below each of them: the bound stays a bound, lowered by at most one cell per component per block)."""
@@ -230,19 +226,20 @@ class RelaxedDP:
                 x = _meet_on_grid(x, grid)
             return x[pareto_mask(x)] if len(x) else x
 
-        labels: List[Optional[np.ndarray]] = [admit(self.node[0, m][None], 0, m) if self.opened[0, m] else None
-                                              for m in range(nm)]
+        none = np.empty((0, self.node.shape[-1]))  # no label in a mode
+        labels: List[np.ndarray] = [admit(self.node[0, m][None], 0, m) if self.opened[0, m] else none
+                                    for m in range(nm)]
         for v in range(1, n):
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"relaxed bound stopped at block {v} of {n}")
-            srcs = [m for m in range(nm) if labels[m] is not None and len(labels[m])]
+            srcs = [m for m in range(nm) if len(labels[m])]
             if not srcs:
                 return None
             cl = np.concatenate([labels[m] for m in srcs])
             src = np.repeat(np.array(srcs, dtype=int), [len(labels[m]) for m in srcs])
             hand, spine_comm = self.hand[v], self.spine_comm[v]
-            new: List[Optional[np.ndarray]] = [None] * nm
-            for m2 in np.flatnonzero(self.opened[v]):
+            new: List[np.ndarray] = [none] * nm
+            for m2 in np.flatnonzero(self.opened[v]).tolist():
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"relaxed bound stopped at block {v} of {n}")
                 inc = self.node[v, m2]
@@ -254,7 +251,7 @@ class RelaxedDP:
                 parts = [x]
                 # (a) the same stage
                 if single[m2]:
-                    if labels[m2] is not None and len(labels[m2]):
+                    if len(labels[m2]):
                         parts.append(labels[m2] + inc)
                 else:
                     for m in srcs:
@@ -264,7 +261,7 @@ class RelaxedDP:
                         parts.append(labels[m] + inc + extra * member[m2])
                 new[m2] = admit(np.concatenate(parts), v, m2)
             labels = new
-        found = [float(x.max(axis=1).min()) for x in labels if x is not None and len(x)]
+        found = [float(x.max(axis=1).min()) for x in labels if len(x)]
         return min(found) if found else None
 
 
@@ -342,7 +339,8 @@ def _step_costs(dp: RelaxedDP, lam: np.ndarray, v: int) -> Tuple[np.ndarray, np.
     grp = (dp.gid[:, None] == dp.gid[None, :]) & ~dp.single[:, None]
     if not dp.on_spine[v]:
         grp &= dp.pu[:, None] == dp.pu[None, :]
-    extra = dp.spine_comm[v][dp.pu][:, dp.pu] if dp.spine_comm[v] is not None else np.zeros((nm, nm))
+    spine_comm = dp.spine_comm[v]
+    extra = spine_comm[dp.pu][:, dp.pu] if spine_comm is not None else np.zeros((nm, nm))
     a[grp] = (node[None, :] + extra * lam_m[None, :])[grp]
     cost = np.minimum(a, b)
     cost[:, ~dp.opened[v]] = np.inf
@@ -367,11 +365,12 @@ def _lagrange_value(dp: RelaxedDP, lam: np.ndarray) -> Tuple[float, np.ndarray]:
         arg, use_a = choice[v - 1]
         prev = int(arg[m])
         busy += dp.node[v, m]
+        spine_comm, hand = dp.spine_comm[v], dp.hand[v]
         if use_a[m]:
-            if dp.spine_comm[v] is not None and not dp.single[m]:
-                busy += dp.spine_comm[v][dp.pu[prev], dp.pu[m]] * dp.member[m]
-        elif dp.hand[v] is not None:
-            busy += dp.hand[v][prev, m] * dp.charge[m]
+            if spine_comm is not None and not dp.single[m]:
+                busy += spine_comm[dp.pu[prev], dp.pu[m]] * dp.member[m]
+        elif hand is not None:
+            busy += hand[prev, m] * dp.charge[m]
         m = prev
     busy += dp.node[0, m]
     return float(val[end]), busy

@@ -215,8 +215,8 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
                     mask |= rep_runs[c].mask
                 if not ok:
                     continue
-                stops = set.intersection(*(set(rep_runs[c].by_stop) for c in combo))
-                stops = sorted(j for j in stops if cut_ok[j])
+                common = set.intersection(*(set(rep_runs[c].by_stop) for c in combo))
+                stops = sorted(j for j in common if cut_ok[j])
                 if stops:
                     combos.append((mask, tuple(rep_runs[c] for c in combo), stops))
         for sid in here:

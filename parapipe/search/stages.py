@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -31,7 +31,7 @@ STAGE_KINDS = ("single-pu", "list-scheduled")
 """Stage kinds the search uses by default (see the module docstring)."""
 
 
-def all_groups(k: int, max_size: int = None) -> List[Tuple[int, ...]]:
+def all_groups(k: int, max_size: Optional[int] = None) -> List[Tuple[int, ...]]:
     """Every non-empty subset of ``range(k)`` with at most ``max_size`` members, smallest first."""
     top = k if max_size is None else min(k, max_size)
     return [g for r in range(1, top + 1) for g in combinations(range(k), r)]

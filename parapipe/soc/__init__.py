@@ -5,6 +5,7 @@
 >>> soc.pu_names
 ['big', 'little', 'gpu', 'npu']
 """
-from parapipe.soc.profile import PU, Execution, SoC, list_socs, load_soc
+from parapipe.soc.loader import list_socs, load_soc, save_soc, soc_to_yaml_dict
+from parapipe.soc.profile import PU, Execution, SoC
 
-__all__ = ["PU", "Execution", "SoC", "load_soc", "list_socs"]
+__all__ = ["PU", "Execution", "SoC", "load_soc", "list_socs", "save_soc", "soc_to_yaml_dict"]

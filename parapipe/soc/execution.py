@@ -35,10 +35,10 @@ class Execution(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     cpus: Optional[tuple[int, ...]] = None
-    threads: int = Field(1, ge=1)
-    runtime: str = Field("onnxruntime", pattern=r"^[A-Za-z][A-Za-z0-9_]*$")
+    threads: int = Field(default=1, ge=1)
+    runtime: str = Field(default="onnxruntime", pattern=r"^[A-Za-z][A-Za-z0-9_]*$")
     runtime_options: dict[str, str] = {}
-    provider: str = Field("CPUExecutionProvider", min_length=1)
+    provider: str = Field(default="CPUExecutionProvider", min_length=1)
     provider_options: dict[str, str] = {}
 
     @model_validator(mode="before")

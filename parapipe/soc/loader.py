@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 #: Source key written by :func:`soc_to_yaml_dict` for numbers without recorded provenance.
 GENERATED_SOURCE = "generated"
-GENERATED_CITATION = ("Written by parapipe (SoC.to_yaml_dict) from values given in Python, e.g. measured on the "
+GENERATED_CITATION = ("Written by parapipe (soc_to_yaml_dict) from values given in Python, e.g. measured on the "
                       "host; no further citation.")
 
 
@@ -243,7 +243,12 @@ _PIPELINE_SCALARS = ("dispatch_s", "handoff_s", "contention", "slowdown", "shari
 
 
 def soc_to_yaml_dict(soc: SoC) -> dict:
-    """The file-format dict of ``soc`` (see :meth:`SoC.to_yaml_dict`)."""
+    """The profile as a YAML-ready dict in the file format (soc_profiles/README.md).
+
+    Every number is written as ``{value: ..., source: ...}`` with its recorded provenance, or with
+    ``source: generated`` (added to ``sources:``) where none was recorded. Loading the result with
+    :func:`soc_from_yaml_dict` gives an equal SoC (apart from :attr:`SoC.path`).
+    """
     sources = dict(soc.sources)
 
     def quantity(field: str, value: float) -> dict:
@@ -310,7 +315,7 @@ def soc_to_yaml_dict(soc: SoC) -> dict:
 def save_soc(soc: SoC, path: Union[str, os.PathLike]) -> Path:
     """Write ``soc`` as a profile YAML file (temporary file, then ``os.replace``); returns the path."""
     target = Path(path)
-    text = yaml.safe_dump(soc.to_yaml_dict(), sort_keys=False, width=110, allow_unicode=True)
+    text = yaml.safe_dump(soc_to_yaml_dict(soc), sort_keys=False, width=110, allow_unicode=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or Path("."))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -1,7 +1,7 @@
 """Operator classes: the groups of ONNX op types that share one efficiency value in a PU profile.
 
 A PU's ``efficiency`` maps each class to the fraction of its ``peak_flops`` that operators of that class achieve
-(the compute ceiling of the roofline, GUIDE §2). The classes and the op types in them are this project's choice;
+(the compute ceiling of the roofline, :mod:`parapipe.cost.roofline`). The classes and the op types in them are this project's choice;
 the bundled profiles were calibrated with exactly this classification (soc_profiles/README.md, "Calibration").
 """
 from __future__ import annotations

@@ -33,11 +33,11 @@ class PipelineParams(BaseModel):
 
     model_config = _CONFIG
     overlap: dict[str, float] = {}
-    dispatch_s: float = Field(0.0, ge=0)
-    handoff_s: float = Field(0.0, ge=0)
-    contention: float = Field(0.0, ge=0)
-    slowdown: float = Field(1.0, gt=0)
-    sharing: float = Field(0.0, ge=0)
+    dispatch_s: float = Field(default=0.0, ge=0)
+    handoff_s: float = Field(default=0.0, ge=0)
+    contention: float = Field(default=0.0, ge=0)
+    slowdown: float = Field(default=1.0, gt=0)
+    sharing: float = Field(default=0.0, ge=0)
 
     @field_validator("overlap")
     @classmethod
@@ -74,7 +74,7 @@ class PowerSensor(BaseModel):
     paths: tuple[str, ...] = ()
     rails: tuple[str, ...] = ()
     command: tuple[str, ...] = ()
-    interval_s: float = Field(0.1, gt=0, le=10)
+    interval_s: float = Field(default=0.1, gt=0, le=10)
 
     @model_validator(mode="after")
     def _command_given(self) -> "PowerSensor":

@@ -2,11 +2,12 @@
 
 These are the types every other module codes against. They hold plain SI numbers (seconds, bytes, watts, hertz,
 FLOP/s); the YAML files they come from also carry a source for each number, kept in :attr:`SoC.provenance` so that
-:meth:`SoC.to_yaml_dict` can write it back. Build them with :func:`load_soc` (a bundled name or a YAML path) or
+:func:`parapipe.soc.loader.soc_to_yaml_dict` can write it back. Build them with
+:func:`parapipe.soc.loader.load_soc` (a bundled name or a YAML path) or
 :meth:`SoC.from_values` (numbers from Python, e.g. a profile measured on the host).
 
-Transfer cost between PUs (GUIDE §2): ``comm(src, dst, nbytes) = alpha_s + nbytes / beta_bytes_per_s``, zero on
-the same PU.
+Transfer cost between PUs (the alpha-beta, i.e. latency-bandwidth, model):
+``comm(src, dst, nbytes) = alpha_s + nbytes / beta_bytes_per_s``, zero on the same PU.
 """
 from __future__ import annotations
 
@@ -23,21 +24,19 @@ from parapipe.errors import input_error
 from parapipe.soc.execution import Execution
 from parapipe.soc.op_classes import OP_CLASSES
 from parapipe.soc.pipeline import PipelineParams, PowerSensor
-from parapipe.soc.validation import FieldProblem, to_input_error
+from parapipe.soc.validation import NAME_PATTERN, FieldProblem, to_input_error
 
 logger = logging.getLogger(__name__)
 
-#: PU kinds a profile may declare (GUIDE §1: big/LITTLE CPU clusters, GPU, NPU, DLA, DSP).
+#: PU kinds a profile may declare: CPU clusters (big/LITTLE) or cores, GPU, NPU, DLA, DSP.
 PU_KINDS = ("cpu", "gpu", "npu", "dla", "dsp")
 #: Native precisions a PU may run a model in.
 PRECISIONS = ("fp32", "fp16", "int8")
-#: PU names: usable as ``--pus big,gpu`` and as YAML keys without quoting.
-NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
 
 _CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-__all__ = ["Execution", "PU", "Transfer", "TransferPair", "Transfers", "Provenance", "SoC", "load_soc", "list_socs",
-           "PU_KINDS", "PRECISIONS", "NAME_PATTERN"]
+__all__ = ["Execution", "PU", "Transfer", "TransferPair", "Transfers", "Provenance", "SoC", "PU_KINDS",
+           "PRECISIONS"]
 
 
 class PU(BaseModel):
@@ -89,7 +88,7 @@ class PU(BaseModel):
     idle_power_w: float = Field(ge=0)
     supported_ops: Optional[frozenset[str]] = None
     execution: Execution = Execution()
-    memory_bytes: Optional[float] = Field(None, gt=0)
+    memory_bytes: Optional[float] = Field(default=None, gt=0)
 
     @field_validator("efficiency")
     @classmethod
@@ -237,14 +236,15 @@ class SoC(BaseModel):
                 raise FieldProblem(f"transfers.pairs.{i}", f"src and dst are both '{pair.src}'",
                                    "a PU hands tensors to itself for free; remove this pair")
             directions = [(pair.src, pair.dst)] + ([(pair.dst, pair.src)] if pair.symmetric else [])
-            for key in directions:
-                if key in seen:
-                    raise FieldProblem(f"transfers.pairs.{i}", f"{key[0]} -> {key[1]} is already given by "
-                                       f"transfers.pairs.{seen[key]}", "give each direction once")
-                seen[key] = i
-        for pu in (self.pipeline.overlap if self.pipeline is not None else {}):
-            if pu not in self.pus:
-                raise FieldProblem(f"pipeline.overlap.{pu}", f"unknown PU '{pu}'", f"choose from {', '.join(self.pus)}")
+            for direction in directions:
+                if direction in seen:
+                    raise FieldProblem(f"transfers.pairs.{i}", f"{direction[0]} -> {direction[1]} is already given "
+                                       f"by transfers.pairs.{seen[direction]}", "give each direction once")
+                seen[direction] = i
+        for pu_name in (self.pipeline.overlap if self.pipeline is not None else {}):
+            if pu_name not in self.pus:
+                raise FieldProblem(f"pipeline.overlap.{pu_name}", f"unknown PU '{pu_name}'",
+                                   f"choose from {', '.join(self.pus)}")
         return self
 
     def model_post_init(self, __context) -> None:
@@ -310,7 +310,8 @@ class SoC(BaseModel):
             if name in pu_names[:i]:
                 raise input_error("--pus", None, f"PU '{name}' given twice", "list each PU once")
         keep = [n for n in self.pus if n in pu_names]
-        pairs, new_index = [], {}
+        pairs: list[TransferPair] = []
+        new_index: dict[str, str] = {}
         for i, pair in enumerate(self.transfers.pairs):
             if pair.src in keep and pair.dst in keep:
                 new_index[str(i)] = str(len(pairs))
@@ -335,17 +336,6 @@ class SoC(BaseModel):
             **fields, "pus": {n: self.pus[n] for n in keep}, "provenance": provenance,
             "transfers": Transfers(default=self.transfers.default, pairs=tuple(pairs)),
         })
-
-    def to_yaml_dict(self) -> dict:
-        """The profile as a YAML-ready dict in the file format (soc_profiles/README.md).
-
-        Every number is written as ``{value: ..., source: ...}`` with its recorded provenance, or with
-        ``source: generated`` (added to ``sources:``) where none was recorded. Loading the result gives an equal
-        SoC (apart from :attr:`path`).
-        """
-        from parapipe.soc.loader import soc_to_yaml_dict
-
-        return soc_to_yaml_dict(self)
 
     @classmethod
     def from_values(cls, name: str, pus: Sequence[Union[PU, Mapping]], static_power_w: float,
@@ -391,19 +381,3 @@ class SoC(BaseModel):
         except ValidationError as err:
             raise to_input_error(err, f"SoC {name!r}", cls) from None
 
-
-def load_soc(spec: Union[str, Path]) -> SoC:
-    """Load a bundled profile by name (file stem in soc_profiles/) or a profile YAML file by path.
-
-    See :func:`parapipe.soc.loader.load_soc`, which this calls.
-    """
-    from parapipe.soc.loader import load_soc as _load
-
-    return _load(spec)
-
-
-def list_socs() -> list[str]:
-    """Names of the bundled profiles (file stems in soc_profiles/), sorted."""
-    from parapipe.soc.loader import list_socs as _list
-
-    return _list()

@@ -11,6 +11,7 @@ import hashlib
 import json
 from typing import Optional, Sequence
 
+from parapipe.soc.loader import soc_to_yaml_dict
 from parapipe.soc.profile import SoC
 
 #: ``--soc`` value for the measured profile of the machine the command (or the remote agent) runs on.
@@ -59,7 +60,7 @@ def resolve_soc(spec: str, runner=None, pus: Optional[Sequence[str]] = None) -> 
 
 def soc_sha256(soc: SoC) -> str:
     """SHA-256 of the profile's canonical form (its YAML dict as sorted JSON): equal profiles, equal digests."""
-    text = json.dumps(soc.to_yaml_dict(), sort_keys=True, default=str)
+    text = json.dumps(soc_to_yaml_dict(soc), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

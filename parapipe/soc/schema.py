@@ -11,8 +11,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
-from parapipe.soc.profile import NAME_PATTERN
-from parapipe.soc.validation import FieldProblem
+from parapipe.soc.validation import NAME_PATTERN, FieldProblem
 
 #: The file format version this parapipe reads and writes.
 SCHEMA_VERSION = 1

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import difflib
 import typing
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from pydantic import BaseModel, ValidationError
 
 from parapipe.errors import InputError, input_error
+
+#: PU names: usable as ``--pus big,gpu`` and as YAML keys without quoting.
+NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
 
 #: How to fix a bad value, by field name (the last matching component of the error's path wins). Units follow
 #: the SI names of the fields; the example values are the orders of magnitude in the bundled profiles.
@@ -100,7 +103,7 @@ def _is_model(annotation: Any) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
-def _owner_model(root: Optional[type], loc: Sequence[Any]) -> Optional[type]:
+def _owner_model(root: Optional[type], loc: Sequence[Any]) -> Optional[type[BaseModel]]:
     """The model class whose fields the last component of ``loc`` is looked up in (None if unknown).
 
     Walks ``root``'s annotations along ``loc[:-1]``: a model field name enters that field's annotation, a dict
@@ -121,15 +124,16 @@ def _owner_model(root: Optional[type], loc: Sequence[Any]) -> Optional[type]:
     return current if _is_model(current) else None
 
 
-def _describe(error: dict, root: Optional[type]) -> tuple[list, str, str]:
+def _describe(error: Mapping[str, Any], root: Optional[type]) -> tuple[list, str, str]:
     """(location, problem, fix) for one pydantic error dict."""
     loc = list(error.get("loc", ()))
     kind = error.get("type", "")
     ctx = error.get("ctx") or {}
     value = error.get("input")
     hint = _hint(loc)
-    if getattr(value, "yaml_problem", ""):  # parapipe.soc.loader.YamlAmbiguous: a YAML 1.1 surprise
-        return loc, value.yaml_problem, value.yaml_fix
+    yaml_problem = getattr(value, "yaml_problem", "")
+    if yaml_problem:  # parapipe.soc.loader.YamlAmbiguous: a YAML 1.1 surprise
+        return loc, yaml_problem, getattr(value, "yaml_fix", "")
     got = f"got {type(value).__name__} {_show(value)}"
     if kind == "value_error" and isinstance(ctx.get("error"), FieldProblem):
         problem = ctx["error"]
