@@ -8,7 +8,7 @@ from parapipe.cost.evaluate import Mapping, StageMapping, evaluate
 from parapipe.cost.problem import MappingProblem
 from parapipe.cost.tasks import stage_tasks
 from parapipe.runtime.plan import StageSpec, _block_graph, _split_stage
-from parapipe.workflow import prepare
+from parapipe.app.prepare import prepare
 
 
 @pytest.mark.parametrize("model", ["squeezenet", "inception_v1", "shufflenet"])

@@ -19,7 +19,7 @@ from ssh_faults import StallingServer
 from deploy_mappings import replicated_doc, two_stage_doc, write_doc
 from parapipe.cli import main
 from parapipe.deploy.bundle import build_bundle
-from parapipe.deploy.deploy import DeployOptions, deploy_bundle, deploy_mapping, remote_files, upload_bundle
+from parapipe.app.deploy import DeployOptions, deploy_bundle, deploy_mapping, remote_files, upload_bundle
 from parapipe.deploy.host import HostSpec, RemoteHost
 from parapipe.errors import ExecutionError, HostError, InputError
 from parapipe.runtime.mapping import load_mapping

@@ -46,7 +46,7 @@ from ppexec import RunReport, bundle_run
 log = logging.getLogger(__name__)
 
 __all__ = ["DeployOptions", "DeployReport", "deploy", "deploy_mapping", "deploy_bundle", "describe_event",
-           "DEFAULT_REMOTE_DIR"]
+           "ssh_timeouts", "DEFAULT_REMOTE_DIR"]
 
 #: Default folder of bundles on the host, relative to the remote home.
 DEFAULT_REMOTE_DIR = ".cache/parapipe/deploy"
@@ -54,7 +54,7 @@ DEFAULT_REMOTE_DIR = ".cache/parapipe/deploy"
 AGENT_FILES_PREFIXES = ("agent.py", "ppexec/")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DeployOptions:
     """Options of :func:`deploy`.
 
@@ -69,8 +69,8 @@ class DeployOptions:
     distinct_frames : int
         Distinct frames, fed cyclically; the unsplit model runs once on each for the output check.
     atol : float
-        Largest absolute difference of a model output to the unsplit model's that counts as a match (1e-5:
-        issue 2's bound).
+        Largest absolute difference of a model output to the unsplit model's that counts as a match (1e-5, the
+        bound ``parapipe run`` checks outputs against).
     rtol : float
         Largest difference of a tensor handed between tasks, relative to its largest magnitude, that counts
         as a match (1e-5, the same order as ``atol``; these activations reach 1e4 in the light zoo models).
@@ -116,7 +116,7 @@ class DeployOptions:
     command_timeout_s: float = 120.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class DeployReport:
     """What a deploy did and measured.
 
@@ -161,6 +161,12 @@ class DeployReport:
 
 
 Progress = Optional[Callable[[Dict[str, Any]], None]]
+
+
+def ssh_timeouts(timeout_s: Optional[float]) -> Dict[str, float]:
+    """The :class:`DeployOptions` fields that ``--ssh-timeout S`` sets: ``connect_timeout_s`` and
+    ``command_timeout_s`` = ``timeout_s`` s (empty for None: the options' defaults, 10 s and 120 s)."""
+    return {} if timeout_s is None else {"connect_timeout_s": float(timeout_s), "command_timeout_s": float(timeout_s)}
 
 
 def _check_options(options: DeployOptions) -> None:
