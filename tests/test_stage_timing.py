@@ -7,7 +7,8 @@
   throughput point, and the times land in a new problem for every PU (the prepared problem stays as it was);
 * stages are timed loaded with the plain model and alone with a fitted co-running term;
 * the real host measurement (:func:`parapipe.profiling.host.measure_stages`) on squeezenet;
-* :func:`parapipe.app.stage_timing.time_mapping_stages`, which ``evaluate --soc host`` uses for the mappings it is given.
+* :func:`parapipe.app.stage_timing.time_mapping_stages`, which ``evaluate --soc host`` uses for the mappings it is
+  given.
 """
 from __future__ import annotations
 

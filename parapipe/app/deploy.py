@@ -25,9 +25,9 @@ from __future__ import annotations
 import logging
 import posixpath
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import paramiko
 
@@ -46,7 +46,7 @@ from ppexec import RunReport, bundle_run
 log = logging.getLogger(__name__)
 
 __all__ = ["DeployOptions", "DeployReport", "deploy", "deploy_mapping", "deploy_bundle", "describe_event",
-           "ssh_timeouts", "DEFAULT_REMOTE_DIR"]
+           "with_ssh_timeout", "DEFAULT_REMOTE_DIR"]
 
 #: Default folder of bundles on the host, relative to the remote home.
 DEFAULT_REMOTE_DIR = ".cache/parapipe/deploy"
@@ -163,10 +163,12 @@ class DeployReport:
 Progress = Optional[Callable[[Dict[str, Any]], None]]
 
 
-def ssh_timeouts(timeout_s: Optional[float]) -> Dict[str, float]:
-    """The :class:`DeployOptions` fields that ``--ssh-timeout S`` sets: ``connect_timeout_s`` and
-    ``command_timeout_s`` = ``timeout_s`` s (empty for None: the options' defaults, 10 s and 120 s)."""
-    return {} if timeout_s is None else {"connect_timeout_s": float(timeout_s), "command_timeout_s": float(timeout_s)}
+def with_ssh_timeout(options: DeployOptions, timeout_s: Optional[float]) -> DeployOptions:
+    """``options`` with the deadlines ``--ssh-timeout S`` sets: ``connect_timeout_s`` and ``command_timeout_s`` =
+    ``timeout_s`` s (``options`` as they are for None: their defaults are 10 s and 120 s)."""
+    if timeout_s is None:
+        return options
+    return replace(options, connect_timeout_s=float(timeout_s), command_timeout_s=float(timeout_s))
 
 
 def _check_options(options: DeployOptions) -> None:
@@ -330,7 +332,7 @@ def deploy_bundle(host: RemoteHost, bundle: Bundle, out_dir: Path, options: Opti
 
 def deploy(model: str, mapping_path: str, point: str, spec: HostSpec, out_dir: Path,
            options: Optional[DeployOptions] = None, on_event: Progress = None,
-           binds: Optional[Dict[str, Any]] = None, input_shapes: Optional[Dict[str, List[int]]] = None,
+           binds: Optional[Dict[str, Any]] = None, input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
            feeds: Optional[str] = None) -> DeployReport:
     """Run one point of a mapping on an SSH host and fetch its report and trace.
 

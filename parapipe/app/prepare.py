@@ -11,6 +11,7 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Mapping as TypingMapping
 
 import numpy as np
 
@@ -79,7 +80,7 @@ class Prepared:
 
 def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_blocks: Optional[int] = DEFAULT_MAX_BLOCKS,
             measure_progress: Optional[Callable[[int, int], None]] = None, db: Optional[str] = None,
-            input_shapes: Optional[Dict[str, Sequence[int]]] = None, feeds: Optional[str] = None,
+            input_shapes: Optional[TypingMapping[str, Sequence[int]]] = None, feeds: Optional[str] = None,
             loaded: Optional[LoadedModel] = None) -> Prepared:
     """Load ``model`` (registry name or .onnx path), coarsen it, and build its problem on ``soc``.
     ``loaded``: ``model`` already loaded (:func:`parapipe.graph.zoo.load_model`), so it is not read again.

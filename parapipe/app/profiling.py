@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import onnx
 
@@ -71,7 +71,7 @@ def with_batch(model: onnx.ModelProto, batch: int, source: str) -> onnx.ModelPro
 
 
 def load_graph(model: str, batch: Optional[int] = None, max_blocks: Optional[int] = 48,
-               input_shapes: Optional[Dict[str, Sequence[int]]] = None) -> Tuple[LoadedModel, OpGraph, BlockGraph]:
+               input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> Tuple[LoadedModel, OpGraph, BlockGraph]:
     """Load ``model`` (registry name or .onnx path), optionally at another batch size or with the
     ``--input-shape`` values ``input_shapes``; return ``(LoadedModel, OpGraph, BlockGraph)`` coarsened as
     ``parapipe optimize`` does by default (48 blocks).
@@ -107,7 +107,7 @@ def _check_db(path: PathArg) -> Optional[ProfileDB]:
 def profile_job(model: str, soc: str, db_path: PathArg, host: Optional[HostSpec] = None,
                 python: Optional[str] = None, options: Optional[ProfileOptions] = None, batch: Optional[int] = None,
                 max_blocks: Optional[int] = 48, progress: Progress = None,
-                input_shapes: Optional[Dict[str, Sequence[int]]] = None) -> ProfileReport:
+                input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> ProfileReport:
     """``parapipe profile``: returns the :class:`~parapipe.profiling.profile.ProfileReport`.
 
     Parameters
@@ -224,7 +224,7 @@ def calibrate_job(soc: str, db_path: PathArg, models: Sequence[str] = (), host: 
 
 
 def import_job(csv_path: PathArg, soc: str, db_path: Optional[PathArg] = None,
-               out: Optional[PathArg] = None) -> Tuple[List[ImportedGraph], List[Path], int]:
+               out: Optional[str] = None) -> Tuple[List[ImportedGraph], List[Path], int]:
     """``parapipe import``: returns ``(graphs, block table paths, rows written to the database)``.
 
     Raises

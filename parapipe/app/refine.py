@@ -18,7 +18,8 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Set, Tuple
+from typing import Mapping as TypingMapping
 
 from parapipe.app.prepare import Prepared
 from parapipe.cost.evaluate import Mapping as CostMapping
@@ -73,7 +74,7 @@ def refine(prep: Prepared, options: SearchOptions, out_dir: Path, rounds: int, m
            points: int = 3, tolerance: float = REFINE_TOLERANCE, db: Optional[str] = None,
            host: Optional[HostSpec] = None, python: str = "python3", plot: bool = True,
            progress: Optional[Callable[[int], None]] = None, on_step: Optional[Callable[[RefineStep], None]] = None,
-           input_shapes: Optional[Dict[str, Sequence[int]]] = None, feeds: Optional[str] = None) -> RefineResult:
+           input_shapes: Optional[TypingMapping[str, Sequence[int]]] = None, feeds: Optional[str] = None) -> RefineResult:
     """Run the loop of the module docstring.
 
     Parameters
@@ -114,7 +115,7 @@ def refine(prep: Prepared, options: SearchOptions, out_dir: Path, rounds: int, m
         if value < 1:
             raise input_error(name, None, f"must be >= 1, got {value}", "give a positive count")
     out_dir = Path(out_dir)
-    base, terms = prep.terms, prep.terms
+    base = terms = prep.terms if prep.terms is not None else PipelineTerms()  # None: the plain model
     measured: List[MeasuredRun] = []
     seen: Set[tuple] = set()
     steps: List[RefineStep] = []
@@ -168,19 +169,19 @@ def refine(prep: Prepared, options: SearchOptions, out_dir: Path, rounds: int, m
 
 
 def _run_point(model: str, out_dir: Path, point: str, frames: int, host: Optional[HostSpec], python: str, rnd: int,
-               input_shapes: Optional[Dict[str, Sequence[int]]], feeds: Optional[str]) -> Tuple["RunReport", str]:
+               input_shapes: Optional[TypingMapping[str, Sequence[int]]], feeds: Optional[str]) -> Tuple["RunReport", str]:
     """``(RunReport, runner)`` of one point of ``out_dir/pareto.json``, here or on ``host`` (deployed with
-    ``host.timeout_s`` as the SSH deadlines, :func:`parapipe.app.deploy.ssh_timeouts`)."""
+    ``host.timeout_s`` as the SSH deadlines, :func:`parapipe.app.deploy.with_ssh_timeout`)."""
     mapping = str(out_dir / "pareto.json")
     if host is None:
         from parapipe.runtime.run import run_local
 
         _, rep = run_local(model, mapping, point, frames=frames, input_shapes=input_shapes, feeds=feeds)
         return rep, "local"
-    from parapipe.app.deploy import DeployOptions, deploy, ssh_timeouts
+    from parapipe.app.deploy import DeployOptions, deploy, with_ssh_timeout
 
-    res = deploy(model, mapping, point, host, out_dir / "refine" / f"round{rnd}-{point}",
-                 DeployOptions(frames=frames, python=python, **ssh_timeouts(host.timeout_s)),
+    options = with_ssh_timeout(DeployOptions(frames=frames, python=python), host.timeout_s)
+    res = deploy(model, mapping, point, host, out_dir / "refine" / f"round{rnd}-{point}", options,
                  input_shapes=input_shapes, feeds=feeds)
     return res.report, res.host
 

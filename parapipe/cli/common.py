@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Mapping, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
     from ppexec import RunReport
@@ -126,7 +126,7 @@ def pct(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.1f}%"
 
 
-def problem_for(args: argparse.Namespace, input_shapes: Optional[Dict[str, Sequence[int]]] = None,
+def problem_for(args: argparse.Namespace, input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
                 loaded: Optional["LoadedModel"] = None) -> Tuple["MappingProblem", "SoC", Optional["Prepared"]]:
     """(problem, SoC, Prepared or None) from ``MODEL`` (``loaded``: already loaded) or ``--blocks FILE``, and
     ``--soc``, ``--pus``, ``--max-blocks``, ``--input-shape`` (``input_shapes`` first).

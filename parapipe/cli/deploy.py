@@ -16,7 +16,7 @@ __all__ = ["add_parser", "handle"]
 def handle(args: argparse.Namespace) -> int:
     """``parapipe deploy``: one mapping run on a board over SSH, results fetched and recorded; 1 when outputs
     differ."""
-    from parapipe.app.deploy import DeployOptions, deploy, describe_event, ssh_timeouts
+    from parapipe.app.deploy import DeployOptions, deploy, describe_event, with_ssh_timeout
     from parapipe.deploy.hostspec import HostSpec
     from parapipe.mapping import read_pareto, select_point
     from parapipe.runtime.mapping import parse_binds
@@ -24,9 +24,9 @@ def handle(args: argparse.Namespace) -> int:
 
     spec = HostSpec.parse(args.host, identity=args.identity, known_hosts=args.known_hosts,
                           trust_new_host=args.trust_new_host, timeout_s=args.ssh_timeout)
-    options = DeployOptions(frames=args.frames, warmup=args.warmup, seed=args.seed, keep=args.keep,
-                            remote_dir=args.remote_dir, python=args.python, dispatch=args.replica_dispatch,
-                            **ssh_timeouts(args.ssh_timeout))
+    options = with_ssh_timeout(DeployOptions(frames=args.frames, warmup=args.warmup, seed=args.seed, keep=args.keep,
+                                             remote_dir=args.remote_dir, python=args.python,
+                                             dispatch=args.replica_dispatch), args.ssh_timeout)
     binds = parse_binds(args.bind)
 
     def show(event: Dict[str, Any]) -> None:

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Tuple
 
 from parapipe.cli.common import (
     ProgressBar, add_host_options, add_input_options, host_spec, parsed_input_shapes, print_model_notes,
@@ -28,7 +28,8 @@ def front_table(doc: ParetoDoc) -> str:
     baseline that is also a front point is named in its ``same as`` column, not repeated)."""
     from parapipe.mapping import stages_text
 
-    rows, same = [], {}
+    rows: List[Tuple[Any, List[str]]] = []
+    same: Dict[str, List[str]] = {}
     for p in doc.points:
         key = json.dumps([[st.pus, st.blocks, st.assignment, st.order,
                            [[r.pus, r.assignment, r.order] for r in st.replicas or []]] for st in p.stages])
