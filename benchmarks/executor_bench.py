@@ -18,7 +18,7 @@ Prints (stderr is left to logging):
    (:func:`parapipe.cost.replicated_baseline`: the whole model replicated on cpu0 and cpu1, each replica pulling the
    next frame when it is free) run by the pipelined executor;
    and the best-throughput point of parapipe's search for ``--soc host`` (this machine measured with
-   :func:`parapipe.workflow.prepare`, searched with :func:`parapipe.workflow.search_prepared` as ``optimize``
+   :func:`parapipe.app.prepare.prepare`, searched with :func:`parapipe.app.optimize.search_prepared` as ``optimize``
    does: replicated stages included, so the replicated baseline is one of its candidates, and the leading
    points' stages timed as sub-models). All ratios are to ORT with 2 threads, same run. parapipe runs go
    through the deploy bundle's run-and-verify (every output and handed-over tensor compared with the unsplit
@@ -88,19 +88,20 @@ def ort_throughput(model: onnx.ModelProto, frames: List[Dict[str, np.ndarray]], 
 
 def host_mappings(model: str, time_limit_s: float, terms_from: Optional[str] = None):
     """Measure this host for ``model`` and search it as ``optimize --soc host`` does
-    (:func:`parapipe.workflow.search_prepared`: replicated stages included, the leading points' stages timed as
+    (:func:`parapipe.app.optimize.search_prepared`: replicated stages included, the leading points' stages timed as
     sub-models), and load the best-throughput point and the ``replicated`` baseline (``replicated-0``) as
     LoadedMappings: ``(pp, rep, prep, seconds, block_prediction)``. ``block_prediction``: the two points'
     predicted throughput from block sums alone (no stage-level time). ``terms_from``: a calibrated host profile
     (``calibrate --runs``) whose pipeline terms the search uses, as ``optimize --refine`` does once it has
     fitted them."""
-    import copy
+    import dataclasses
 
     from parapipe.mapping.index import mapping_from_point
     from parapipe.mapping import write_pareto
     from parapipe.app.run import load_mapping
     from parapipe.search.api import SearchOptions
-    from parapipe.workflow import prepare, result_doc, search_prepared
+    from parapipe.app.optimize import result_doc, search_prepared
+    from parapipe.app.prepare import prepare
 
     t0 = time.perf_counter()
     prep = prepare(model, "host")
@@ -108,8 +109,10 @@ def host_mappings(model: str, time_limit_s: float, terms_from: Optional[str] = N
         from parapipe.cost.pipeline_terms import terms_from_soc
         from parapipe.soc.loader import load_soc
 
-        prep.terms = terms_from_soc(load_soc(terms_from))
-    doc = result_doc(prep, search_prepared(prep, SearchOptions(time_limit_s=time_limit_s, seed=0)), 0)
+        prep = dataclasses.replace(prep, terms=terms_from_soc(load_soc(terms_from)))
+    result = search_prepared(prep, SearchOptions(time_limit_s=time_limit_s, seed=0))
+    prep = dataclasses.replace(prep, problem=result.problem)  # with the stage-level times the search measured
+    doc = result_doc(prep, result, 0)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "pareto.json")
         write_pareto(doc, path)
@@ -117,8 +120,7 @@ def host_mappings(model: str, time_limit_s: float, terms_from: Optional[str] = N
         rep = load_mapping(model, path, "replicated-0")
     from parapipe.cost.evaluate import evaluate
 
-    plain = copy.copy(prep.problem)
-    plain.range_time_s = plain.task_time_s = None
+    plain = dataclasses.replace(prep.problem, range_time_s=None, task_time_s=None)  # block sums only
     block_prediction = {key: evaluate(plain, mapping_from_point(plain, m.point, "benchmark"),
                                       prep.terms).throughput_per_s for key, m in (("pp", pp), ("rep", rep))}
     return pp, rep, prep, time.perf_counter() - t0, block_prediction

@@ -7,12 +7,12 @@ Run from the repository root (about 10 minutes on the 2-core machine)::
         [--work out/fidelity] [--reuse]
 
 1. Per model (the onnx wheel's light zoo models), this machine is measured as ``--soc host`` does
-   (:func:`parapipe.workflow.prepare`: one PU per core, every block timed), the search runs
+   (:func:`parapipe.app.prepare.prepare`: one PU per core, every block timed), the search runs
    (:func:`parapipe.search.api.search`; its front and baselines bring multi-PU stages: intra-stage
    parallelism), and hand-made mappings are added: single core, two-stage cuts, a core serving two stages
    (cpu0 | cpu1 | cpu0), four alternating stages. Every single-PU stage's block range, and every task of a
    multi-PU stage (the blocks the executor runs as one sub-model), is timed as one sub-model as ``optimize``
-   times its leading points (:func:`parapipe.workflow.time_mapping_stages`: profiling, not a pipeline run;
+   times its leading points (:func:`parapipe.app.stage_timing.time_mapping_stages`: profiling, not a pipeline run;
    isolated block times miss the fusions a stage's sub-model keeps) and written beside the block table
    (``tables/<model>.ranges.csv``). Every mapping runs for real with :func:`parapipe.app.run.
    run_local` (about ``--run-s`` seconds each, outputs checked against the unsplit model) and is recorded in
@@ -77,20 +77,21 @@ def searched_mappings(problem) -> List[Tuple[str, Mapping]]:
     return [(p.id, p.mapping) for p in res.points]
 
 
-def stage_level_times(prep, mappings: List[Mapping]) -> int:
+def stage_level_times(prep, mappings: List[Mapping]):
     """Time every single-PU stage's block range of ``mappings``, every replica and every task of their multi-PU
     stages (:func:`parapipe.cost.tasks.stage_block_sets`, what the executor runs as one sub-model), as one
-    sub-model each, as ``optimize --soc host`` times its leading points (:func:`parapipe.workflow.
+    sub-model each, as ``optimize --soc host`` times its leading points (:func:`parapipe.app.stage_timing.
     time_mapping_stages`: interleaved passes, the median of the passes' medians, each at least
     :data:`parapipe.profiling.host.STAGE_MIN_S` of runs; alone while the host prior's pipeline terms model
-    co-running, as they do), into ``prep.problem.range_time_s`` / ``task_time_s`` for every PU (this machine's
+    co-running, as they do), into a new problem's ``range_time_s`` / ``task_time_s`` for every PU (this machine's
     cores are identical). This is profiling, not a pipeline run: each sub-model runs by itself, like a block
     (a single one-shot timing let one disturbance through: shufflenet's whole model came out at 5.85 ms where
-    every run measured 4.2-4.6 ms). Returns the number of ranges and tasks."""
-    from parapipe.workflow import time_mapping_stages
+    every run measured 4.2-4.6 ms). Returns ``prep`` with the times installed and the number of ranges and
+    tasks."""
+    from parapipe.app.stage_timing import time_mapping_stages
 
-    ranges, tasks = time_mapping_stages(prep, mappings, passes=3)
-    return len(ranges) + len(tasks)
+    timed = time_mapping_stages(prep, mappings, passes=3)
+    return timed.prepared, len(timed.ranges) + len(timed.tasks)
 
 
 def make_doc(prep, named: List[Tuple[str, Mapping]]):
@@ -98,8 +99,8 @@ def make_doc(prep, named: List[Tuple[str, Mapping]]):
     from parapipe.mapping import doc_from_result
     from parapipe.search.api import SearchPoint, SearchResult
     from parapipe.search.bounds import lower_bounds
-    from parapipe.soc.resolve import soc_ref
-    from parapipe.workflow import model_notes
+    from parapipe.app.prepare import model_notes
+    from parapipe.app.resolve import soc_ref
 
     pr = prep.problem
     points = []
@@ -115,8 +116,8 @@ def make_doc(prep, named: List[Tuple[str, Mapping]]):
 def measure(models: List[str], work: Path, run_s: float, db: Path, repeats: int) -> None:
     from parapipe.cost.blocktable import write_block_table
     from parapipe.mapping import write_pareto
+    from parapipe.app.prepare import prepare
     from parapipe.soc.loader import save_soc
-    from parapipe.workflow import prepare
 
     print(f"load average before measuring: {os.getloadavg()}  (cores: {len(os.sched_getaffinity(0))})")
     (work / "tables").mkdir(parents=True, exist_ok=True)
@@ -132,7 +133,7 @@ def measure(models: List[str], work: Path, run_s: float, db: Path, repeats: int)
             if key not in seen:
                 seen.add(key)
                 named.append((label, m))
-        n_ranges = stage_level_times(prep, [m for _, m in named])
+        prep, n_ranges = stage_level_times(prep, [m for _, m in named])
         write_block_table(work / "tables" / f"{prep.loaded.name}.blocks.csv", prep.problem)
         doc = make_doc(prep, named)
         path = work / f"{prep.loaded.name}.pareto.json"

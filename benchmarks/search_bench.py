@@ -33,8 +33,8 @@ from experiments import tables  # noqa: E402
 from parapipe.cost.problem import MappingProblem  # noqa: E402
 from parapipe.mapping import doc_from_result  # noqa: E402
 from parapipe.search.api import search  # noqa: E402
-from parapipe.soc.resolve import soc_ref  # noqa: E402
-from parapipe.workflow import prepare  # noqa: E402
+from parapipe.app.prepare import prepare  # noqa: E402
+from parapipe.app.resolve import soc_ref  # noqa: E402
 
 ZOO = ["alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet", "vgg19",
        "zfnet512"]

@@ -32,7 +32,7 @@ FULL_CONFIG = CONFIG_DIR / "full.yaml"
 QUICK_CONFIG = CONFIG_DIR / "quick.yaml"
 
 _TOP_KEYS = ("name", "models", "socs", "workers", "figures", "search")
-#: Search keys that are not SearchOptions fields: handed to parapipe.workflow.prepare.
+#: Search keys that are not SearchOptions fields: handed to parapipe.app.prepare.prepare.
 _PREPARE_KEYS = ("max_blocks",)
 
 
@@ -55,7 +55,7 @@ class SweepConfig:
     search : dict
         ``parapipe.search.api.SearchOptions`` keyword arguments.
     max_blocks : int or None
-        Coarsening target handed to :func:`parapipe.workflow.prepare`.
+        Coarsening target handed to :func:`parapipe.app.prepare.prepare`.
     source : str
         The file the configuration came from.
     """

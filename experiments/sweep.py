@@ -113,8 +113,8 @@ def run_job(job: Job) -> JobResult:
     """
     from parapipe.mapping import doc_from_result
     from parapipe.search.api import SearchOptions, search
-    from parapipe.soc.resolve import soc_ref
-    from parapipe.workflow import prepare
+    from parapipe.app.prepare import prepare
+    from parapipe.app.resolve import soc_ref
 
     t0 = time.perf_counter()
     prep = prepare(job.model, job.soc, max_blocks=job.max_blocks)

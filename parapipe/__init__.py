@@ -1,8 +1,9 @@
 """parapipe: map ONNX inference onto heterogeneous SoCs with pipelined, intra-stage parallel mappings.
 
-The package is organised by concern: ``graph`` (ONNX import, coarsening, sub-models), ``soc`` (SoC profiles),
-``cost`` (the shared analytical model), ``search`` (mapping search, Pareto fronts, baselines), ``runtime``
-(pipelined ONNX Runtime executor), ``profiling`` (measurements), ``deploy`` (SSH hosts), ``report`` (plots).
+The package is organised by concern: ``cli`` (the ``parapipe`` command), ``app`` (the library behind each
+command), ``graph`` (ONNX import, coarsening, sub-models), ``soc`` (SoC profiles), ``cost`` (the shared analytical
+model), ``search`` (mapping search, Pareto fronts, baselines), ``runtime`` (pipelined ONNX Runtime executor),
+``profiling`` (measurements), ``deploy`` (SSH hosts), ``report`` (plots).
 """
 import logging
 

@@ -136,7 +136,7 @@ def test_run_under_a_narrower_affinity_is_refused_before_it_starts(tmp_path, cap
     code, _, err = cli(capsys, "optimize", "squeezenet", "--soc", "amlogic_a311d", "--pus", "big", "--out",
                        tmp_path / "o", "--no-plot", "--time-limit", "1")
     assert code == 0, err
-    base = ["taskset", "-c", "1", sys.executable, "-m", "parapipe.cli", "run", "squeezenet", "--mapping",
+    base = ["taskset", "-c", "1", sys.executable, "-m", "parapipe", "run", "squeezenet", "--mapping",
             str(tmp_path / "o" / "pareto.json"), "--point", "best-throughput", "--frames", "5", "--db", ""]
     repo = Path(__file__).resolve().parents[1]  # the code under test, not whatever is installed
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(repo), str(repo / "device_agents"),

@@ -17,7 +17,7 @@ from parapipe.profiling.calibrated import CALIBRATION_SOURCE, Calibration, calib
 from parapipe.profiling.catalog import OpFeatures
 from parapipe.profiling.db import ProfileDB
 from parapipe.profiling.host import block_signature, host_soc
-from parapipe.profiling.jobs import profile_job
+from parapipe.app.profiling import profile_job
 from parapipe.profiling.profile import ProfileOptions
 from parapipe.soc.loader import load_soc, save_soc
 from parapipe.soc.profile import PU
@@ -167,7 +167,7 @@ def test_calibrate_reports_operator_and_stage_mape(measured, capsys):
 
 @pytest.mark.slow
 def test_optimize_db_uses_measurements_and_the_calibrated_model(measured, tmp_path):
-    from parapipe.workflow import prepare
+    from parapipe.app.prepare import prepare
 
     folder, db = measured
     soc_path = tmp_path / "host.yaml"

@@ -213,7 +213,7 @@ def test_pus_unknown(capsys, tmp_path):
 def test_pus_exclude_every_pu_of_a_block(capsys, tmp_path):
     # SqueezeNet ends in Softmax, which the A1000 DLA does not run (soc_profiles/black_sesame_a1000.yaml).
     from parapipe.errors import InfeasibleError
-    from parapipe.workflow import prepare
+    from parapipe.app.prepare import prepare
 
     with pytest.raises(InfeasibleError):
         prepare("squeezenet", "black_sesame_a1000", pus=["dla"])
@@ -335,6 +335,21 @@ def test_error_line_from_a_real_process(tmp_path, light_file):
     assert not (tmp_path / "out").exists()
 
 
+
+@pytest.mark.parametrize("argv", [["socs"], ["models"], ["optimize", "--help"], ["run", "--help"]])
+def test_listing_and_help_do_not_load_onnxruntime(tmp_path, argv):
+    """Building the parser and the commands that only read data load neither the executor (ONNX Runtime) nor
+    matplotlib: the command modules import the application layer inside their handlers."""
+    code = ("import sys\nfrom parapipe.cli import main\ntry:\n    main(%r)\nexcept SystemExit:\n    pass\n"
+            "print(sorted({'onnxruntime', 'ppexec', 'matplotlib', 'parapipe.app'} & set(sys.modules)))" % (argv,))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "device_agents"),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout
+
+
 # -------------------------------------------------------------------------------------- run: end to end
 
 @pytest.fixture(scope="module")
@@ -454,7 +469,7 @@ def test_a_bad_option_value_is_one_line_naming_the_option(capsys, tmp_path, monk
 
 
 def test_front_table_lists_each_mapping_once_and_explains_gap():
-    from parapipe.cli_optimize import _front_table
+    from parapipe.cli.optimize import front_table
     from parapipe.mapping import ParetoDoc
 
     def pt(pid, strategy, pus):
@@ -471,7 +486,7 @@ def test_front_table_lists_each_mapping_once_and_explains_gap():
                    pt("single-gpu", "single", ["gpu"]), pt("parallel-0", "parallel", ["gpu"])],
         "bounds": {"period_lb_s": 0.08, "latency_lb_s": 0.1},
         "search": {"search_s": 1.0, "exact": True, "bound": {"period_method": "relaxed-dp"}}})
-    lines = _front_table(doc).splitlines()
+    lines = front_table(doc).splitlines()
     assert lines[0].startswith("gap = period / period lower bound - 1 (bound 80.000 ms, relaxed-dp)")
     rows = [ln.split()[0] for ln in lines[2:-1]]
     assert rows == ["p0", "single-gpu"]

@@ -114,7 +114,7 @@ def test_custom_domain_op_refused_by_optimize(capsys, tmp_path):
 
 
 def test_profile_loads_the_graph_with_the_given_shapes(tmp_path):
-    from parapipe.profiling.jobs import load_graph
+    from parapipe.app.profiling import load_graph
 
     net = _save(tmp_path, "net", hm.unpadded_conv_net())
     _, og, bg = load_graph(str(net), None, 48, {"x": (1, 3, 16, 16)})

@@ -11,7 +11,7 @@ from parapipe.cost.tasks import stage_tasks
 from parapipe.execution.plan import build_plan
 from parapipe.mapping import Stage
 from ppexec.plan import PUBinding
-from parapipe.workflow import prepare
+from parapipe.app.prepare import prepare
 
 
 @pytest.mark.parametrize("model", ["squeezenet", "inception_v1", "shufflenet"])

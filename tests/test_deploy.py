@@ -19,7 +19,7 @@ from ssh_faults import StallingServer
 from deploy_mappings import replicated_doc, two_stage_doc, write_doc
 from parapipe.cli import main
 from parapipe.deploy.bundle import build_bundle
-from parapipe.deploy.deploy import DeployOptions, deploy_bundle, deploy_mapping, remote_files, upload_bundle
+from parapipe.app.deploy import DeployOptions, deploy_bundle, deploy_mapping, remote_files, upload_bundle
 from parapipe.remote.host import RemoteHost
 from parapipe.remote.hostspec import HostSpec
 from parapipe.errors import ExecutionError, HostError, InputError

@@ -14,7 +14,8 @@ from parapipe.mapping import parse_pareto, read_pareto, select_point, write_pare
 from parapipe.execution.facts import check_board
 from parapipe.execution.bindings import parse_binds
 from parapipe.soc import load_soc
-from parapipe.soc.resolve import resolve_soc, soc_ref, soc_sha256
+from parapipe.app.resolve import resolve_soc, soc_ref
+from parapipe.soc.identity import soc_sha256
 from ppexec.plan import PUBinding
 from ppexec.reference import dtype_tolerance, within_tolerance
 

@@ -13,7 +13,7 @@ from onnx import numpy_helper
 
 from parapipe.cli import main as cli_main
 from parapipe.graph import zoo
-from parapipe.workflow import prepare
+from parapipe.app.prepare import prepare
 
 GENERATED = {
     # name: {output name: shape}

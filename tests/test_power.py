@@ -114,7 +114,7 @@ def test_detect_sensor(tmp_path, monkeypatch):
 def test_profile_power_sensor_section_round_trips_and_travels_in_the_soc_ref(tmp_path):
     from parapipe.soc import load_soc
     from parapipe.soc.loader import save_soc, soc_to_yaml_dict
-    from parapipe.soc.resolve import soc_ref
+    from parapipe.app.resolve import soc_ref
 
     soc = load_soc("jetson_agx_orin")
     assert soc.power_sensor is None and soc_ref(soc).power_sensor is None

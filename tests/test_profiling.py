@@ -12,7 +12,7 @@ from parapipe.errors import InputError
 from parapipe.profiling import plan
 from parapipe.profiling.catalog import Catalog, OpFeatures
 from parapipe.profiling.db import ProfileDB
-from parapipe.profiling.jobs import load_graph, profile_job
+from parapipe.app.profiling import load_graph, profile_job
 from parapipe.profiling.profile import ProfileOptions
 from parapipe.profiling.runner import open_runner
 

@@ -16,7 +16,7 @@ from ssh_faults import FaultProxy, StallingServer, known_hosts_for
 from parapipe.cli import main
 from parapipe.remote.hostspec import HostSpec
 from parapipe.profiling.db import ProfileDB
-from parapipe.profiling.jobs import profile_job
+from parapipe.app.profiling import profile_job
 from parapipe.profiling.profile import ProfileOptions
 from parapipe.soc.loader import load_soc
 

@@ -1,5 +1,6 @@
-"""``parapipe optimize --refine N`` (parapipe/refine.py): the loop converges on a board whose pipeline terms it
-does not know (runs drawn from the full model with known terms), and runs for real on this machine."""
+"""``parapipe optimize --refine N`` (:mod:`parapipe.app.refine`): the loop converges on a board whose pipeline terms
+it does not know (runs drawn from the full model with known terms), runs for real on this machine, and deploys to
+``--host`` with its ``--ssh-timeout``."""
 from __future__ import annotations
 
 import json
@@ -14,23 +15,29 @@ from parapipe.cost.pipeline_terms import PipelineTerms
 
 
 def test_refine_converges_on_a_board_with_unknown_terms(tmp_path, monkeypatch):
-    import parapipe.refine as refine_mod
+    import parapipe.app.refine as refine_mod
+    from parapipe.app.prepare import prepare
     from parapipe.search.api import SearchOptions
     from parapipe.soc import load_soc
-    from parapipe.workflow import prepare
 
     prep = prepare("squeezenet", "amlogic_a311d")
     board = PipelineTerms(overlap={"gpu": 0.5, "big": 0.3}, dispatch_s=2e-3, handoff_s=1e-3, slowdown=1.3,
                           memory_bandwidth_bytes_per_s=prep.soc.memory_bandwidth_bytes_per_s)
     ran = []
+    board_s = {}  # (round, point) -> (period, latency) the board ran it at
+    first_round_s = {}  # point -> period the starting terms predict, computed here, apart from the loop
 
     def fake_run(model, out_dir, point, frames, host, python, rnd, input_shapes, feeds):
         doc = json.loads((out_dir / "pareto.json").read_text())
         from parapipe.mapping import parse_pareto
 
         pt = next(p for p in parse_pareto(doc, "pareto.json").points if p.id == point)
-        ev = evaluate(prep.problem, mapping_from_point(prep.problem, pt, "pareto.json"), board)
+        m = mapping_from_point(prep.problem, pt, "pareto.json")
+        ev = evaluate(prep.problem, m, board)
         ran.append((rnd, point))
+        board_s[rnd, point] = (ev.period_s, ev.latency_s)
+        if rnd == 1:
+            first_round_s[point] = evaluate(prep.problem, m, prep.terms).period_s
         return SimpleNamespace(throughput_per_s=1.0 / ev.period_s, idle_latency_s=ev.latency_s, energy_j=None), "fake"
 
     monkeypatch.setattr(refine_mod, "_run_point", fake_run)
@@ -41,8 +48,12 @@ def test_refine_converges_on_a_board_with_unknown_terms(tmp_path, monkeypatch):
     assert len(first) == 3 and max(abs(s.error) for s in first) > 0.05  # the plain model is off on this board
     assert res.converged and all(abs(s.error) <= 0.05 for s in res.steps if s.round == res.steps[-1].round)
     assert res.steps[-1].round > 1 and len(ran) == len(res.steps)
-    for s in res.steps:  # every prediction was made before its run: the measured figure is the board's
-        assert s.measured_period_s == pytest.approx(s.predicted_period_s / (1 + s.error))
+    for s in res.steps:  # the measured figures are the board's, the error is the prediction's against them
+        period_s, latency_s = board_s[s.round, s.point]
+        assert s.measured_period_s == pytest.approx(period_s) and s.measured_latency_s == pytest.approx(latency_s)
+        assert s.error == pytest.approx(s.predicted_period_s / period_s - 1.0)
+    # the first round predicts with the profile's own terms, before any run (out of sample)
+    assert {s.point: s.predicted_period_s for s in first} == pytest.approx(first_round_s)
     doc = json.loads((tmp_path / "pareto.json").read_text())
     traj = doc["search"]["refine"]
     assert traj["converged"] is True and len(traj["trajectory"]) == len(res.steps)
@@ -51,7 +62,8 @@ def test_refine_converges_on_a_board_with_unknown_terms(tmp_path, monkeypatch):
     assert traj["terms"]["slowdown"] == pytest.approx(res.terms.slowdown)
     cal = load_soc(str(res.calibrated))
     assert cal.provenance["pipeline.slowdown"].source == "runs" and cal.pipeline.slowdown == res.terms.slowdown
-    assert prep.terms is res.terms  # what the search is to re-evaluate its points with
+    assert res.prepared.terms is res.terms  # what the search is to re-evaluate its points with
+    assert prep.terms is not res.terms  # the prepared problem passed in is left as it was
 
 
 @pytest.mark.slow
@@ -87,3 +99,30 @@ def test_refine_needs_a_model(tmp_path, capsys):
     assert "--refine: needs a model" in capsys.readouterr().err
     assert main(["optimize", "squeezenet", "--soc", "amlogic_a311d", "--host", "me@board"]) == 2
     assert "--host: is only used with --refine" in capsys.readouterr().err
+
+
+def test_refine_on_a_host_deploys_with_the_ssh_timeout(tmp_path, capsys, monkeypatch):
+    """``optimize --refine N --host H --ssh-timeout S``: every deploy of the loop gets the board with ``S`` as its
+    SSH deadline and ``S`` as the options' connect and command timeouts, as ``parapipe deploy --ssh-timeout S``."""
+    import parapipe.app.deploy as deploy_mod
+    from parapipe.cli import main
+
+    seen = []
+
+    def fake_deploy(model, mapping, point, spec, out_dir, options=None, on_event=None, binds=None,
+                    input_shapes=None, feeds=None):
+        seen.append((spec, options))
+        report = SimpleNamespace(throughput_per_s=100.0, idle_latency_s=0.01, energy_j=None)
+        return SimpleNamespace(report=report, host=str(spec))
+
+    monkeypatch.setattr(deploy_mod, "deploy", fake_deploy)
+    monkeypatch.setattr("parapipe.app.run.record_run", lambda *args: None)  # no RunReport to record
+    code = main(["optimize", "squeezenet", "--soc", "amlogic_a311d", "--refine", "1", "--refine-points", "1",
+                 "--host", "me@board:2222", "--ssh-timeout", "7.5", "--python", "/opt/py3", "--frames", "5",
+                 "--out", str(tmp_path / "o"), "--no-plot", "--time-limit", "1"])
+    assert code == 0, capsys.readouterr().err
+    assert len(seen) == 1
+    spec, options = seen[0]
+    assert (spec.user, spec.address, spec.port, spec.timeout_s) == ("me", "board", 2222, 7.5)
+    assert options.connect_timeout_s == options.command_timeout_s == 7.5
+    assert options.frames == 5 and options.python == "/opt/py3"

@@ -163,7 +163,7 @@ def test_zoo_registry_names():
 @pytest.mark.parametrize("soc", ZOO_SOCS)
 @pytest.mark.parametrize("model", ZOO_MODELS)
 def test_search_zoo_dp_covers_baselines_and_bound_holds(model, soc):
-    from parapipe.workflow import prepare
+    from parapipe.app.prepare import prepare
 
     result = search(prepare(model, soc).problem)
     _check_points(result)
@@ -184,7 +184,7 @@ def test_search_zoo_dp_covers_baselines_and_bound_holds(model, soc):
 
 
 def test_search_same_seed_same_front_squeezenet():
-    from parapipe.workflow import prepare
+    from parapipe.app.prepare import prepare
 
     prep = prepare("squeezenet", "black_sesame_a1000")
     runs = [search(prep.problem, SearchOptions(time_limit_s=2, seed=0)) for _ in range(2)]

@@ -1,12 +1,15 @@
-"""Stage timing of the leading points (``optimize --soc host``, :func:`parapipe.workflow.search_prepared`).
+"""Stage timing of the leading points (``optimize --soc host``, :func:`parapipe.app.optimize.search_prepared`,
+:mod:`parapipe.app.stage_timing`).
 
 * :func:`parapipe.cost.tasks.stage_block_sets` lists what the executor runs as one sub-model, per kind;
 * the measure-and-search-again loop: on a two-core problem where a pessimistic whole-model time and optimistic
   block sums make a two-stage pipeline look best, the stages' measured times make the replicated model the best
-  throughput point (block sums alone rank the two wrongly), and the times land in the problem for every PU;
+  throughput point (block sums alone rank the two wrongly), and the times land in a new problem for every PU (the
+  prepared problem stays as it was);
 * stages are timed loaded with the plain model and alone with a fitted co-running term;
 * the real host measurement (:func:`parapipe.profiling.host.measure_stages`) on squeezenet;
-* :func:`parapipe.workflow.time_mapping_stages`, which ``evaluate --soc host`` uses for the mappings it is given.
+* :func:`parapipe.app.stage_timing.time_mapping_stages`, which ``evaluate --soc host`` uses for the mappings it is
+  given.
 """
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ from parapipe.cost.problem import MappingProblem
 from parapipe.cost.tasks import stage_block_sets, stage_tasks
 from parapipe.errors import InputError
 from parapipe.search.api import SearchOptions
-from parapipe.workflow import STAGE_TIMING_ROUNDS, Prepared, search_prepared
+from parapipe.app.optimize import search_prepared
+from parapipe.app.prepare import Prepared
+from parapipe.app.stage_timing import STAGE_TIMING_ROUNDS
 
 MS = 1e-3
 
@@ -75,14 +80,17 @@ def test_measured_stages_turn_the_ranking_to_the_replicated_model():
     assert best.evaluation.period_s < before.best("throughput").evaluation.period_s
     assert calls and all(c[2] is True for c in calls)  # plain model: stages timed loaded
     assert (0, 4) in calls[0][0] and "stage_timing" in after.info and after.info["stage_timing"]["rounds"] >= 1
-    assert pr.range_time_s[(0, 4, 1)] == pytest.approx(4.0 * MS)  # every core takes the measured time
+    timed = after.problem
+    assert timed is not pr and pr.range_time_s == {(0, 4, p): 4.2 * MS for p in range(2)}  # prep left as it was
+    assert prep.problem is pr and pr.task_time_s is None
+    assert timed.range_time_s[(0, 4, 1)] == pytest.approx(4.0 * MS)  # every core takes the measured time
     assert not any(r in c[0] for c in calls[1:] for r in calls[0][0])  # never timed twice
     # converged: every sub-model of the leading front points and the replicated model has a measured time
     assert after.info["stage_timing"]["rounds"] < STAGE_TIMING_ROUNDS
     leading = sorted(after.front(), key=lambda p: p.objectives())[:3] + after.front("replicated")
-    ranges, tasks = stage_block_sets(pr, [p.mapping for p in leading])
-    assert all((a, b, 0) in pr.range_time_s for a, b in ranges)
-    assert all((0, t) in (pr.task_time_s or {}) for t in tasks)
+    ranges, tasks = stage_block_sets(timed, [p.mapping for p in leading])
+    assert all((a, b, 0) in timed.range_time_s for a, b in ranges)
+    assert all((0, t) in (timed.task_time_s or {}) for t in tasks)
     # the document names the points predicted from measured stages: the leading ones, not a cut never timed
     ids = after.info["stage_timing"]["timed_point_ids"]
     assert {p.id for p in leading} <= set(ids)
@@ -91,7 +99,7 @@ def test_measured_stages_turn_the_ranking_to_the_replicated_model():
 def test_stage_timed_ids_needs_every_range_and_task_of_a_point():
     from types import SimpleNamespace
 
-    from parapipe.workflow import stage_timed_ids
+    from parapipe.app.stage_timing import stage_timed_ids
 
     pr = _two_cores()
     whole = Mapping((StageMapping(0, 4, (0,), (0,) * 4, replicas=(ReplicaMapping((1,), (1,) * 4),)),))
@@ -191,8 +199,8 @@ def test_time_mapping_stages_installs_the_times_evaluate_uses():
     """``evaluate --soc host`` times the given mappings' stages as the search does: the measured time replaces
     the block sum of every stage it covers (on every core), ranges in ``skip`` are not timed again, and a profile
     that is not the host measures nothing."""
+    from parapipe.app.stage_timing import time_mapping_stages
     from parapipe.cost.evaluate import evaluate
-    from parapipe.workflow import time_mapping_stages
 
     pr = _two_cores()
     prep = Prepared(None, None, None, None, pr, None, host=True)
@@ -204,14 +212,16 @@ def test_time_mapping_stages_installs_the_times_evaluate_uses():
         return {r: 3.0 * MS if r == (0, 2) else 1.5 * MS for r in ranges}, {}
 
     assert evaluate(pr, pipeline).period_s == pytest.approx(2.0 * MS)  # block sums
-    ranges, tasks = time_mapping_stages(prep, [pipeline], measure=measure)
-    assert sorted(ranges) == [(0, 2), (2, 4)] and tasks == []
-    assert evaluate(pr, pipeline).period_s == pytest.approx(3.0 * MS)
-    assert pr.range_time_s[(0, 2, 1)] == pytest.approx(3.0 * MS)
-    assert time_mapping_stages(prep, [pipeline], measure=measure, skip=(set(ranges), set())) == ([], [])
-    assert len(calls) == 1
+    timed = time_mapping_stages(prep, [pipeline], measure=measure)
+    assert sorted(timed.ranges) == [(0, 2), (2, 4)] and timed.tasks == []
+    assert evaluate(timed.prepared.problem, pipeline).period_s == pytest.approx(3.0 * MS)
+    assert timed.prepared.problem.range_time_s[(0, 2, 1)] == pytest.approx(3.0 * MS)
+    assert evaluate(pr, pipeline).period_s == pytest.approx(2.0 * MS) and pr.range_time_s is None  # unchanged
+    again = time_mapping_stages(timed.prepared, [pipeline], measure=measure, skip=(set(timed.ranges), set()))
+    assert again.prepared is timed.prepared and (again.ranges, again.tasks) == ([], []) and len(calls) == 1
     off_host = Prepared(None, None, None, None, _two_cores(), None, host=False)
-    assert time_mapping_stages(off_host, [pipeline], measure=measure) == ([], []) and len(calls) == 1
+    untimed = time_mapping_stages(off_host, [pipeline], measure=measure)
+    assert untimed.prepared is off_host and (untimed.ranges, untimed.tasks) == ([], []) and len(calls) == 1
 
 
 def test_evaluate_on_the_host_times_the_stages(capsys):

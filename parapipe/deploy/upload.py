@@ -1,6 +1,6 @@
 """Bundle files on an SSH host: what is there (SHA-256 per file), resumable upload, stray removal, fetch.
 
-Used by :mod:`parapipe.deploy.deploy`. Every remote command is shell-quoted by
+Used by :mod:`parapipe.app.deploy`. Every remote command is shell-quoted by
 :meth:`~parapipe.remote.host.RemoteHost.exec`; uploads are atomic (temp file + rename), over SFTP or, on
 servers without it, through exec channels with a SHA-256 check on the host before the rename, so an
 interrupted upload leaves at most a temporary file, which :func:`remove_strays` deletes on the next attempt.

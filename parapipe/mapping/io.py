@@ -68,13 +68,13 @@ def doc_from_result(result, model_name: str, model_sha256: str, soc: SocRef,
     result : SearchResult
     model_name, model_sha256 : str
     soc : SocRef
-        From :func:`parapipe.soc.resolve.soc_ref` of the profile searched.
+        From :func:`parapipe.app.resolve.soc_ref` of the profile searched.
     blocks : dict, optional
         Block name -> its operators, in the problem's block order (default: the problem's blocks, no ops).
     search : dict, optional
         Settings to record next to the search's own statistics.
     input_shapes, cost_notes : dict, optional
-        The model's input shapes and cost notes (:func:`parapipe.workflow.model_notes`).
+        The model's input shapes and cost notes (:func:`parapipe.app.prepare.model_notes`).
     """
     pr = result.problem
     return ParetoDoc(

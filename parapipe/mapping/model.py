@@ -27,10 +27,10 @@ Schema (``schema_version`` 2)::
 ``search.bound.period_proved_optimal``). ``search.exact`` is true when the front is exact for every space
 searched; ``search.spaces`` says, per space, what bounded it otherwise
 (:class:`parapipe.search.passes.SpaceReport`); ``search.cpsat.time_unit_s`` is CP-SAT's time tick;
-``search.stage_timing`` (``--soc host``) what :func:`parapipe.workflow.search_prepared` timed as sub-models. Times are seconds, energies joules. Documents
+``search.stage_timing`` (``--soc host``) what :func:`parapipe.app.optimize.search_prepared` timed as sub-models. Times are seconds, energies joules. Documents
 of a model (not a block table) also carry ``"input_shapes": {input: [dims]}`` (checked by ``run``) and
 ``"cost_notes": {"input_dims_chosen", "ops_without_flop_formula", "data_dependent_ops"}``
-(:func:`parapipe.workflow.model_notes`).
+(:func:`parapipe.app.prepare.model_notes`).
 
 A **replicated stage** (data parallelism, :mod:`parapipe.cost.replication`) lists ``replicas``: every replica of
 the stage, the stage's own first (its ``pus``, ``assignment`` and ``order`` are the first replica's), each
@@ -83,7 +83,7 @@ class SocRef(BaseModel):
     name : str
         Profile name (``host`` for this machine's measured profile).
     sha256 : str
-        SHA-256 of the profile's canonical YAML form (:func:`parapipe.soc.resolve.soc_sha256`); measured
+        SHA-256 of the profile's canonical YAML form (:func:`parapipe.soc.identity.soc_sha256`); measured
         profiles (``host``) change with every measurement, so this records which one was used.
     pus : dict of str to PURef
         Every PU of the (possibly ``--pus``-restricted) profile.

@@ -44,7 +44,7 @@ from parapipe.profiling.machine import (_copy_bandwidth, _frequency_hz, _gemm_an
                                         _timed, allowed_cpus, measure_transfer)
 from parapipe.soc.op_classes import OP_CLASSES
 from parapipe.soc.profile import PU, Provenance, SoC
-from parapipe.soc.resolve import HOST_SOC
+from parapipe.soc.identity import HOST_SOC
 
 logger = logging.getLogger(__name__)
 

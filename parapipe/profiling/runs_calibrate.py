@@ -57,8 +57,8 @@ class _Problems:
                                       "to cost the model itself")
                 self.cache[model] = read_block_table(path, self.soc, name=model)
             else:
-                from parapipe.soc.resolve import is_host
-                from parapipe.workflow import prepare
+                from parapipe.app.prepare import prepare
+                from parapipe.soc.identity import is_host
 
                 db = self.db_path if is_host(self.soc_spec) else None
                 self.cache[model] = prepare(model, self.soc_spec, max_blocks=self.max_blocks, db=db).problem
@@ -254,7 +254,7 @@ def calibrate_runs_job(soc_spec: str, runs_csv: Optional[str] = None, db_path: O
         Bad SoC, CSV, database, block table or ``--fit``; ``out`` not a .yaml path; no run.
     """
     from parapipe.cost.pipeline_terms import terms_from_soc
-    from parapipe.soc.resolve import resolve_soc
+    from parapipe.app.resolve import resolve_soc
 
     if out is not None and not str(out).endswith((".yaml", ".yml")):
         raise input_error("--out", None, f"{out} is not a .yaml file", "give a path ending in .yaml")

@@ -3,24 +3,18 @@
 ``host`` is a profile like the others: this machine measured as :func:`parapipe.profiling.host.host_soc` does
 (one PU per allowed core, pinned, one thread), or, with a remote runner, the board measured by
 :func:`parapipe.profiling.detect.detect_soc` per core. Every command (optimize, evaluate, profile, calibrate,
-import, soc detect) resolves ``--soc`` here.
+import, soc detect) resolves ``--soc`` here; :func:`soc_ref` is how a document names the profile it was computed
+for.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Optional, Sequence
 
-from parapipe.soc.loader import soc_to_yaml_dict
+from parapipe.mapping.model import PURef, SocRef
+from parapipe.soc.identity import HOST_SOC, is_host, soc_sha256
 from parapipe.soc.profile import SoC
 
-#: ``--soc`` value for the measured profile of the machine the command (or the remote agent) runs on.
-HOST_SOC = "host"
-
-
-def is_host(spec: str) -> bool:
-    """Whether ``--soc`` names the measured profile of this machine (``host``)."""
-    return str(spec) == HOST_SOC
+__all__ = ["resolve_soc", "soc_ref"]
 
 
 def resolve_soc(spec: str, runner=None, pus: Optional[Sequence[str]] = None) -> SoC:
@@ -58,16 +52,9 @@ def resolve_soc(spec: str, runner=None, pus: Optional[Sequence[str]] = None) -> 
     return soc.restrict(list(pus)) if pus else soc
 
 
-def soc_sha256(soc: SoC) -> str:
-    """SHA-256 of the profile's canonical form (its YAML dict as sorted JSON): equal profiles, equal digests."""
-    text = json.dumps(soc_to_yaml_dict(soc), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def soc_ref(soc: SoC):
-    """The :class:`parapipe.mapping.SocRef` of ``soc``: name, SHA-256 and every PU's kind and execution."""
-    from parapipe.mapping.model import PURef, SocRef
-
+def soc_ref(soc: SoC) -> SocRef:
+    """The :class:`parapipe.mapping.SocRef` of ``soc``: name, SHA-256 (:func:`parapipe.soc.identity.soc_sha256`)
+    and every PU's kind and execution."""
     return SocRef(name=soc.name, sha256=soc_sha256(soc),
                   pus={name: PURef(kind=pu.kind, execution=pu.execution) for name, pu in soc.pus.items()},
                   power_sensor=soc.power_sensor.to_doc() if soc.power_sensor is not None else None)

@@ -1,20 +1,35 @@
 """``parapipe optimize``: search a model (or a block table) on a SoC, write the front, print its table; with
-``--refine N`` the closed loop of :mod:`parapipe.refine`. The parser lives in :mod:`parapipe.cli`."""
+``--refine N`` the closed loop of :mod:`parapipe.app.refine`."""
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Tuple
 
-from .cli import _Bar, _input_shapes, _print_model_notes, _problem_for, _progress_bar
+from parapipe.cli.common import (
+    ProgressBar, add_host_options, add_input_options, host_spec, parsed_input_shapes, print_model_notes,
+    problem_for, progress_bar)
+
+if TYPE_CHECKING:
+    from parapipe.app.prepare import Prepared
+    from parapipe.app.refine import RefineStep
+    from parapipe.cost.problem import MappingProblem
+    from parapipe.mapping.model import ParetoDoc
+    from parapipe.search.api import SearchOptions
+    from parapipe.soc.profile import SoC
+
+__all__ = ["add_parser", "handle", "front_table"]
 
 
-def _front_table(doc) -> str:
+def front_table(doc: ParetoDoc) -> str:
     """The points of a :class:`parapipe.mapping.ParetoDoc` as a text table, one row per distinct mapping (a
     baseline that is also a front point is named in its ``same as`` column, not repeated)."""
-    from .mapping import stages_text
+    from parapipe.mapping import stages_text
 
-    rows, same = [], {}
+    rows: List[Tuple[Any, List[str]]] = []
+    same: Dict[str, List[str]] = {}
     for p in doc.points:
         key = json.dumps([[st.pus, st.blocks, st.assignment, st.order,
                            [[r.pus, r.assignment, r.order] for r in st.replicas or []]] for st in p.stages])
@@ -46,47 +61,51 @@ def _front_table(doc) -> str:
     return "\n".join(lines)
 
 
-def cmd_optimize(args) -> int:
-    from .search.api import SearchOptions
-    from .workflow import HOST_SOC, STAGE_TIMING_MARGIN, STAGE_TIMING_POINTS, optimize, prepare
+def handle(args: argparse.Namespace) -> int:
+    """``parapipe optimize``: search, write OUT/pareto.json (and .png), print the front table."""
+    from parapipe.app.optimize import optimize
+    from parapipe.app.prepare import prepare
+    from parapipe.app.stage_timing import STAGE_TIMING_MARGIN, STAGE_TIMING_POINTS
+    from parapipe.search.api import SearchOptions
+    from parapipe.soc.identity import is_host
 
     objectives = tuple(o.strip() for o in args.objectives.split(",") if o.strip())
     options = SearchOptions(objectives=objectives, max_stages=args.max_stages, time_limit_s=args.time_limit,
                             seed=args.seed)
     pus = [p.strip() for p in args.pus.split(",")] if args.pus else None
     if (args.host or args.refine) and (args.blocks or not args.model or not args.refine):
-        from .errors import input_error
+        from parapipe.errors import input_error
 
         raise input_error("--refine" if args.refine else "--host", None, "needs a model and --refine N"
                           if args.refine else "is only used with --refine", "give MODEL and --refine N (the loop "
                           "runs the model's points)" if args.refine else "add --refine N, or drop --host")
     if args.time_stages is not None and (args.time_stages < 0 or args.time_stages > 0 and (
-            args.soc != HOST_SOC or args.blocks or args.refine)):
-        from .errors import input_error
+            not is_host(args.soc) or args.blocks or args.refine)):
+        from parapipe.errors import input_error
 
         raise input_error("--time-stages", None, f"must be >= 0, got {args.time_stages}" if args.time_stages < 0
                           else "is only used with a model on --soc host (without --refine)",
                           "give a count of front points, 0 to skip" if args.time_stages < 0
                           else "drop --time-stages or give 0")
     if args.blocks or not args.model:
-        problem, soc, _ = _problem_for(args)
+        problem, soc, _ = problem_for(args)
         return _optimize_blocks(args, problem, soc, options)
-    bar = _Bar("measuring blocks")
+    bar = ProgressBar("measuring blocks")
     try:
         prep = prepare(args.model, args.soc, pus=pus, max_blocks=args.max_blocks, measure_progress=bar,
-                       db=args.db, input_shapes=_input_shapes(args), feeds=args.feeds)
+                       db=args.db, input_shapes=parsed_input_shapes(args), feeds=args.feeds)
     finally:
         bar.close()
-    sbar = _progress_bar(prep.problem.n_blocks, "searching")
+    sbar = progress_bar(prep.problem.n_blocks, "searching")
 
-    def progress(done):
+    def progress(done: int) -> None:
         sbar.n = done
         sbar.refresh()
 
     try:
         if args.refine:
             return _optimize_refine(args, prep, options, progress)
-        doc = optimize(prep, options, Path(args.out), progress=progress, plot=not args.no_plot,
+        doc, prep = optimize(prep, options, Path(args.out), progress=progress, plot=not args.no_plot,
                        time_stages=STAGE_TIMING_POINTS if args.time_stages is None else args.time_stages)
     finally:
         sbar.close()
@@ -95,8 +114,8 @@ def cmd_optimize(args) -> int:
     else:
         print(f"{prep.loaded.name} on {prep.soc.name}: {prep.problem.n_blocks} blocks x {prep.problem.n_pus} PUs "
               f"({', '.join(prep.problem.pu_names)})")
-        print(_front_table(doc))
-        _print_model_notes(prep.opgraph)
+        print(front_table(doc))
+        print_model_notes(prep.opgraph)
         timing = doc.search.get("stage_timing")
         if timing and timing["rounds"]:
             ids = timing.get("timed_point_ids") or []
@@ -116,28 +135,25 @@ def cmd_optimize(args) -> int:
     return 0
 
 
-def _optimize_refine(args, prep, options, progress) -> int:
-    """optimize --refine N: search, run the most promising points, re-calibrate, search again (parapipe.refine)."""
-    from .refine import refine, trajectory_table
+def _optimize_refine(args: argparse.Namespace, prep: "Prepared", options: "SearchOptions",
+                     progress: Callable[[int], None]) -> int:
+    """optimize --refine N: search, run the most promising points, re-calibrate, search again
+    (:func:`parapipe.app.refine.refine`); ``--host`` with its ``--ssh-timeout``."""
+    from parapipe.app.refine import refine, trajectory_table
 
-    host = None
-    if args.host:
-        from .remote.hostspec import HostSpec
+    host = host_spec(args)
 
-        host = HostSpec.parse(args.host, identity=args.identity, known_hosts=args.known_hosts,
-                              trust_new_host=args.trust_new_host)
-
-    def show(step) -> None:
+    def show(step: "RefineStep") -> None:
         print(f"parapipe: refine round {step.round}: {step.point} predicted {step.predicted_period_s * 1e3:.3f} ms, "
               f"measured {step.measured_period_s * 1e3:.3f} ms ({step.error * 100:+.1f}%)", file=sys.stderr, flush=True)
 
     res = refine(prep, options, Path(args.out), args.refine, args.model, frames=args.frames, points=args.refine_points,
                  db=args.db or "profile.sqlite", host=host, python=args.python or "python3", plot=not args.no_plot,
-                 progress=progress, on_step=show, input_shapes=_input_shapes(args), feeds=args.feeds)
+                 progress=progress, on_step=show, input_shapes=parsed_input_shapes(args), feeds=args.feeds)
     if args.json:
         print(json.dumps(res.doc.model_dump(mode="json")))
         return 0
-    print(_front_table(res.doc))
+    print(front_table(res.doc))
     print(trajectory_table(res.steps))
     print(("converged: measured and predicted period within " if res.converged else "not converged within ")
           + f"{res.doc.search['refine']['tolerance'] * 100:.0f}%" + ("" if res.converged else f" in {args.refine} round(s)"))
@@ -145,18 +161,19 @@ def _optimize_refine(args, prep, options, progress) -> int:
     return 0
 
 
-def _optimize_blocks(args, problem, soc, options) -> int:
+def _optimize_blocks(args: argparse.Namespace, problem: "MappingProblem", soc: "SoC",
+                     options: "SearchOptions") -> int:
     """optimize --blocks FILE: search a block table and write pareto.json/pareto.png like for a model."""
     import hashlib
 
-    from .cost.pipeline_terms import terms_from_soc
-    from .mapping import doc_from_result
-    from .search.api import search
-    from .soc.resolve import soc_ref
-    from .workflow import _check_out_dir, write_outputs
+    from parapipe.app.optimize import check_out_dir, write_outputs
+    from parapipe.app.resolve import soc_ref
+    from parapipe.cost.pipeline_terms import terms_from_soc
+    from parapipe.mapping import doc_from_result
+    from parapipe.search.api import search
 
     out = Path(args.out)
-    _check_out_dir(out)
+    check_out_dir(out)
     sha = hashlib.sha256(Path(args.blocks).read_bytes()).hexdigest()
     result = search(problem, options, terms=terms_from_soc(soc))
     doc = doc_from_result(result, problem.name, sha, soc_ref(soc), blocks={b: [] for b in problem.block_names},
@@ -166,5 +183,36 @@ def _optimize_blocks(args, problem, soc, options) -> int:
         print(json.dumps(doc.model_dump(mode="json")))
     else:
         print(f"{problem.name} on {soc.name}: {problem.n_blocks} blocks x {problem.n_pus} PUs")
-        print(_front_table(doc))
+        print(front_table(doc))
     return 0
+
+
+def add_parser(sub) -> None:
+    """Register ``optimize`` on the ``parapipe`` sub-command parser ``sub``."""
+    s = sub.add_parser("optimize", help="search mappings; write OUT/pareto.json and OUT/pareto.png")
+    s.add_argument("model", nargs="?", help="registry name or path to an .onnx file (or use --blocks)")
+    s.add_argument("--blocks", default=None, help="a block table CSV instead of a model (block,deps,out_bytes,t_<pu>…)")
+    s.add_argument("--soc", required=True, help="bundled profile name, a profile YAML path, or 'host'")
+    s.add_argument("--out", default="out", help="output folder (default: out)")
+    s.add_argument("--seed", type=int, default=0, help="CP-SAT seed; same seed, same front (default 0)")
+    s.add_argument("--time-limit", type=float, default=20.0, help="CP-SAT budget in seconds (default 20)")
+    s.add_argument("--objectives", default="throughput,latency,energy",
+                   help="comma-separated subset of throughput, latency, energy (default: all three)")
+    s.add_argument("--max-stages", type=int, default=None, help="most pipeline stages (default: no limit)")
+    s.add_argument("--pus", default=None, help="comma-separated PUs to use (default: all)")
+    s.add_argument("--max-blocks", type=int, default=48, help="search granularity in blocks (default 48)")
+    s.add_argument("--no-plot", action="store_true", help="write pareto.json only")
+    s.add_argument("--json", action="store_true", help="print the pareto.json document on stdout")
+    s.add_argument("--db", default=None, help="profile database: measured times where they exist, the model "
+                   "calibrated on it elsewhere (with --refine: its runs table keeps the runs; default profile.sqlite)")
+    s.add_argument("--refine", type=int, default=0, metavar="N", help="closed loop: run the front's most promising "
+                   "points (here, or on --host), fit the pipeline terms on the runs, search again; until measured "
+                   "and predicted period agree within 5%% or N rounds")
+    s.add_argument("--refine-points", type=int, default=3, help="points run per round (default 3)")
+    s.add_argument("--time-stages", type=int, default=None, metavar="K", help="--soc host: after the search, time "
+                   "the stages of the K front points of highest throughput (and of the replicated model) as the "
+                   "executor runs them, and search again with those times (default 3; 0: block times only)")
+    s.add_argument("--frames", type=int, default=100, help="frames per run with --refine (default 100)")
+    add_host_options(s)
+    add_input_options(s, feeds=True)
+    s.set_defaults(func=handle)

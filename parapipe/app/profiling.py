@@ -4,30 +4,39 @@ command.
 Each job validates its inputs before it touches the database, so a bad model, SoC, PU, host, key or CSV leaves
 the database file as it was: an existing file is only checked (never written) until the host has answered and
 every PU passed its checks, and a missing one is created only then. The CLI (:mod:`parapipe.cli`) formats what
-the jobs return.
+the jobs return; ``calibrate --runs`` is :func:`parapipe.profiling.runs_calibrate.calibrate_runs_job`.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import onnx
 
+from parapipe.app.resolve import resolve_soc
+from parapipe.remote.hostspec import HostSpec
 from parapipe.errors import input_error
+from parapipe.graph.coarsen import BlockGraph
+from parapipe.graph.opgraph import OpGraph
+from parapipe.graph.zoo import LoadedModel
+from parapipe.profiling.accuracy import AccuracyReport
+from parapipe.profiling.calibrated import Calibration
 from parapipe.profiling.catalog import Catalog
 from parapipe.profiling.db import ProfileDB
+from parapipe.profiling.importer import ImportedGraph
+from parapipe.profiling.profile import ProfileOptions, ProfileReport
+from parapipe.soc.identity import HOST_SOC
 from parapipe.soc.profile import SoC
-from parapipe.soc.resolve import HOST_SOC, resolve_soc
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HOST_SOC", "load_graph", "with_batch", "resolve_soc", "profile_job", "calibrate_job",
-           "CalibrateResult",
-           "import_job", "detect_job"]
+__all__ = ["load_graph", "with_batch", "profile_job", "calibrate_job", "CalibrateResult", "import_job",
+           "detect_job"]
 
 Progress = Optional[Callable[[int, int], None]]
+PathArg = Union[str, Path]
 
 
 def with_batch(model: onnx.ModelProto, batch: int, source: str) -> onnx.ModelProto:
@@ -61,7 +70,8 @@ def with_batch(model: onnx.ModelProto, batch: int, source: str) -> onnx.ModelPro
     return out
 
 
-def load_graph(model: str, batch: Optional[int] = None, max_blocks: Optional[int] = 48, input_shapes=None):
+def load_graph(model: str, batch: Optional[int] = None, max_blocks: Optional[int] = 48,
+               input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> Tuple[LoadedModel, OpGraph, BlockGraph]:
     """Load ``model`` (registry name or .onnx path), optionally at another batch size or with the
     ``--input-shape`` values ``input_shapes``; return ``(LoadedModel, OpGraph, BlockGraph)`` coarsened as
     ``parapipe optimize`` does by default (48 blocks).
@@ -89,14 +99,15 @@ def load_graph(model: str, batch: Optional[int] = None, max_blocks: Optional[int
     return lm, og, coarsen(og, max_blocks=max_blocks)
 
 
-def _check_db(path) -> Optional[ProfileDB]:
+def _check_db(path: PathArg) -> Optional[ProfileDB]:
     """Open an existing database now (its checks never write); a missing one is created later."""
     return ProfileDB(path) if Path(path).exists() else None
 
 
-def profile_job(model: str, soc: str, db_path, host=None, python: Optional[str] = None, options=None,
-                batch: Optional[int] = None, max_blocks: Optional[int] = 48, progress: Progress = None,
-                input_shapes=None):
+def profile_job(model: str, soc: str, db_path: PathArg, host: Optional[HostSpec] = None,
+                python: Optional[str] = None, options: Optional[ProfileOptions] = None, batch: Optional[int] = None,
+                max_blocks: Optional[int] = 48, progress: Progress = None,
+                input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> ProfileReport:
     """``parapipe profile``: returns the :class:`~parapipe.profiling.profile.ProfileReport`.
 
     Parameters
@@ -123,7 +134,7 @@ def profile_job(model: str, soc: str, db_path, host=None, python: Optional[str] 
         Before anything is written: bad model, SoC, PU, batch, budget, database; unreachable host, refused or
         unknown key, no onnxruntime or too old a Python there, a PU whose provider or CPUs it lacks.
     """
-    from parapipe.profiling.profile import ProfileOptions, check_pus, profile_model
+    from parapipe.profiling.profile import check_pus, profile_model
     from parapipe.profiling.runner import open_runner
 
     options = options or ProfileOptions()
@@ -146,19 +157,20 @@ def profile_job(model: str, soc: str, db_path, host=None, python: Optional[str] 
             db.close()
 
 
-@dataclass
+@dataclass(frozen=True)
 class CalibrateResult:
     """What ``parapipe calibrate`` found: the fits, their accuracy, stage measurements taken, profile
-    written."""
+    written (None without ``--out``)."""
 
-    calibration: object
-    accuracy: object
+    calibration: Calibration
+    accuracy: AccuracyReport
     stages_measured: int
     out: Optional[Path]
 
 
-def calibrate_job(soc: str, db_path, models: Sequence[str] = (), host=None, python: Optional[str] = None,
-                  out=None, pus: Optional[Sequence[str]] = None, splits: Sequence[int] = (1, 2, 4),
+def calibrate_job(soc: str, db_path: PathArg, models: Sequence[str] = (), host: Optional[HostSpec] = None,
+                  python: Optional[str] = None, out: Optional[PathArg] = None, pus: Optional[Sequence[str]] = None,
+                  splits: Sequence[int] = (1, 2, 4),
                   warmup: int = 3, repeats: int = 10, max_blocks: Optional[int] = 48,
                   progress: Progress = None, rounds: int = 3) -> CalibrateResult:
     """``parapipe calibrate``: fit, optionally time stages of ``models`` first, evaluate, optionally write
@@ -211,7 +223,8 @@ def calibrate_job(soc: str, db_path, models: Sequence[str] = (), host=None, pyth
     return CalibrateResult(cal, accuracy, measured, path)
 
 
-def import_job(csv_path, soc: str, db_path=None, out=None) -> Tuple[list, List[Path], int]:
+def import_job(csv_path: PathArg, soc: str, db_path: Optional[PathArg] = None,
+               out: Optional[str] = None) -> Tuple[List[ImportedGraph], List[Path], int]:
     """``parapipe import``: returns ``(graphs, block table paths, rows written to the database)``.
 
     Raises
@@ -241,8 +254,8 @@ def import_job(csv_path, soc: str, db_path=None, out=None) -> Tuple[list, List[P
     return graphs, paths, written
 
 
-def detect_job(out, host=None, python: Optional[str] = None, name: Optional[str] = None,
-               per_core: bool = False) -> Tuple[SoC, Path]:
+def detect_job(out: PathArg, host: Optional[HostSpec] = None, python: Optional[str] = None,
+               name: Optional[str] = None, per_core: bool = False) -> Tuple[SoC, Path]:
     """``parapipe soc detect``: measure the machine and write its profile YAML to ``out``.
 
     Raises

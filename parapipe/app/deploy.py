@@ -25,9 +25,9 @@ from __future__ import annotations
 import logging
 import posixpath
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import paramiko
 
@@ -46,7 +46,7 @@ from ppexec.report import RunReport
 log = logging.getLogger(__name__)
 
 __all__ = ["DeployOptions", "DeployReport", "deploy", "deploy_mapping", "deploy_bundle", "describe_event",
-           "DEFAULT_REMOTE_DIR"]
+           "with_ssh_timeout", "DEFAULT_REMOTE_DIR"]
 
 #: Default folder of bundles on the host, relative to the remote home.
 DEFAULT_REMOTE_DIR = ".cache/parapipe/deploy"
@@ -54,7 +54,7 @@ DEFAULT_REMOTE_DIR = ".cache/parapipe/deploy"
 AGENT_FILES_PREFIXES = ("agent.py", "ppexec/")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DeployOptions:
     """Options of :func:`deploy`.
 
@@ -69,8 +69,8 @@ class DeployOptions:
     distinct_frames : int
         Distinct frames, fed cyclically; the unsplit model runs once on each for the output check.
     atol : float
-        Largest absolute difference of a model output to the unsplit model's that counts as a match (1e-5:
-        issue 2's bound).
+        Largest absolute difference of a model output to the unsplit model's that counts as a match (1e-5, the
+        bound ``parapipe run`` checks outputs against).
     rtol : float
         Largest difference of a tensor handed between tasks, relative to its largest magnitude, that counts
         as a match (1e-5, the same order as ``atol``; these activations reach 1e4 in the light zoo models).
@@ -116,7 +116,7 @@ class DeployOptions:
     command_timeout_s: float = 120.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class DeployReport:
     """What a deploy did and measured.
 
@@ -161,6 +161,14 @@ class DeployReport:
 
 
 Progress = Optional[Callable[[Dict[str, Any]], None]]
+
+
+def with_ssh_timeout(options: DeployOptions, timeout_s: Optional[float]) -> DeployOptions:
+    """``options`` with the deadlines ``--ssh-timeout S`` sets: ``connect_timeout_s`` and ``command_timeout_s`` =
+    ``timeout_s`` s (``options`` as they are for None: their defaults are 10 s and 120 s)."""
+    if timeout_s is None:
+        return options
+    return replace(options, connect_timeout_s=float(timeout_s), command_timeout_s=float(timeout_s))
 
 
 def _check_options(options: DeployOptions) -> None:
@@ -324,7 +332,7 @@ def deploy_bundle(host: RemoteHost, bundle: Bundle, out_dir: Path, options: Opti
 
 def deploy(model: str, mapping_path: str, point: str, spec: HostSpec, out_dir: Path,
            options: Optional[DeployOptions] = None, on_event: Progress = None,
-           binds: Optional[Dict[str, Any]] = None, input_shapes: Optional[Dict[str, List[int]]] = None,
+           binds: Optional[Dict[str, Any]] = None, input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
            feeds: Optional[str] = None) -> DeployReport:
     """Run one point of a mapping on an SSH host and fetch its report and trace.
 

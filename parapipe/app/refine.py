@@ -1,9 +1,9 @@
 """``parapipe optimize --refine N``: close the loop between the cost model and the machine that runs the mapping.
 
-Each round: search (:func:`parapipe.workflow.optimize`, as ``optimize`` does); rank the front's points by the
+Each round: search (:func:`parapipe.app.optimize.optimize`, as ``optimize`` does); rank the front's points by the
 period the full model (:func:`parapipe.cost.evaluate.evaluate` with the terms learnt so far) predicts;
 run the most promising ones (the best and the next ``points`` − 1 not yet measured) on this machine
-(:func:`parapipe.app.run.run_local`) or on a board (:func:`parapipe.deploy.deploy`), record them in the
+(:func:`parapipe.app.run.run_local`) or on a board (:func:`parapipe.app.deploy.deploy`), record them in the
 ``runs`` table; stop when every point of the round was predicted within ``tolerance`` (5 %) of its measured
 period, or after ``rounds`` rounds; otherwise fit the pipeline terms on every run so far
 (:func:`parapipe.profiling.runfit.calibrate_runs`) and search again. Each prediction in the trajectory was made
@@ -16,19 +16,30 @@ one row per run: round, point, predicted and measured period and latency, error)
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Set, Tuple
+from typing import Mapping as TypingMapping
+
+from parapipe.app.prepare import Prepared
+from parapipe.cost.mapping import Mapping as CostMapping
+from parapipe.cost.pipeline_terms import PipelineTerms
+from parapipe.remote.hostspec import HostSpec
+from parapipe.mapping.model import ParetoDoc
+from parapipe.search.api import SearchOptions
+
+if TYPE_CHECKING:  # the executor's report type only: importing ppexec loads ONNX Runtime
+    from ppexec.report import RunReport
 
 log = logging.getLogger(__name__)
 
 __all__ = ["RefineStep", "RefineResult", "refine", "trajectory_table", "REFINE_TOLERANCE"]
 
-#: Relative period error at which the loop stops (the issue's 5 %).
+#: Relative period error at which the loop stops (5 %: a prediction this close ranks mappings as runs do).
 REFINE_TOLERANCE = 0.05
 
 
-@dataclass
+@dataclass(frozen=True)
 class RefineStep:
     """One measured point of the loop (s): predicted before it ran, then measured."""
 
@@ -41,31 +52,35 @@ class RefineStep:
     error: float  # predicted / measured − 1 (period)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RefineResult:
-    """The last document, the trajectory, whether it converged, the fitted terms, the profile written."""
+    """The last document, the trajectory, whether it converged, the fitted terms, the profile written
+    (``OUT/calibrated.yaml``; None when no round fitted terms), and the prepared problem of the last round with
+    ``terms`` (what the points are to be re-evaluated with)."""
 
-    doc: Any
+    doc: ParetoDoc
     steps: List[RefineStep]
     converged: bool
-    terms: Any
+    terms: PipelineTerms
     calibrated: Optional[Path]
+    prepared: Prepared
 
 
-def _key(mapping) -> tuple:
+def _key(mapping: CostMapping) -> tuple:
     return tuple((st.start, st.stop, st.pus, st.assignment) for st in mapping.stages)
 
 
-def refine(prep, options, out_dir: Path, rounds: int, model: str, frames: int = 100, points: int = 3,
-           tolerance: float = REFINE_TOLERANCE, db: Optional[str] = None, host=None, python: str = "python3",
-           plot: bool = True, progress=None, on_step: Optional[Callable[[RefineStep], None]] = None,
-           input_shapes=None, feeds: Optional[str] = None) -> RefineResult:
+def refine(prep: Prepared, options: SearchOptions, out_dir: Path, rounds: int, model: str, frames: int = 100,
+           points: int = 3, tolerance: float = REFINE_TOLERANCE, db: Optional[str] = None,
+           host: Optional[HostSpec] = None, python: str = "python3", plot: bool = True,
+           progress: Optional[Callable[[int], None]] = None, on_step: Optional[Callable[[RefineStep], None]] = None,
+           input_shapes: Optional[TypingMapping[str, Sequence[int]]] = None, feeds: Optional[str] = None) -> RefineResult:
     """Run the loop of the module docstring.
 
     Parameters
     ----------
-    prep : parapipe.workflow.Prepared
-        Its ``terms`` are the starting terms and are updated each round.
+    prep : parapipe.app.prepare.Prepared
+        Its ``terms`` are the starting terms (``prep`` is not changed: the result's ``prepared`` has the last).
     options : parapipe.search.api.SearchOptions
     out_dir : Path
     rounds : int
@@ -79,7 +94,8 @@ def refine(prep, options, out_dir: Path, rounds: int, model: str, frames: int = 
     db : str, optional
         Profile database whose ``runs`` table keeps every run.
     host : parapipe.remote.hostspec.HostSpec, optional
-        Run on this board (``deploy``) instead of this machine.
+        Run on this board (``deploy``) instead of this machine; its ``timeout_s`` (``--ssh-timeout``) bounds
+        connecting and each short SSH step of every deploy, as for ``parapipe deploy``.
     python : str
         The board's interpreter.
 
@@ -88,26 +104,25 @@ def refine(prep, options, out_dir: Path, rounds: int, model: str, frames: int = 
     InputError
         ``rounds`` or ``points`` < 1; what search, run or deploy raise.
     """
-    from parapipe.mapping.index import mapping_from_point
+    from parapipe.app.optimize import optimize, write_outputs
+    from parapipe.app.run import record_run
     from parapipe.cost.evaluate import evaluate
     from parapipe.errors import input_error
+    from parapipe.mapping.index import mapping_from_point
     from parapipe.profiling.runfit import MeasuredRun, calibrate_runs
-    from parapipe.app.run import record_run
-    from parapipe.workflow import optimize, write_outputs
 
     for name, value in (("--refine", rounds), ("--refine-points", points), ("--frames", frames)):
         if value < 1:
             raise input_error(name, None, f"must be >= 1, got {value}", "give a positive count")
     out_dir = Path(out_dir)
-    base, terms = prep.terms, prep.terms
+    base = terms = prep.terms if prep.terms is not None else PipelineTerms()  # None: the plain model
     measured: List[MeasuredRun] = []
-    seen = set()
+    seen: Set[tuple] = set()
     steps: List[RefineStep] = []
     converged, fit = False, None
-    doc = None
+    doc: Optional[ParetoDoc] = None
     for rnd in range(1, rounds + 1):
-        prep.terms = terms
-        doc = optimize(prep, options, out_dir, progress=progress, plot=False)
+        doc, prep = optimize(replace(prep, terms=terms), options, out_dir, progress=progress, plot=False)
         ranked = []
         for pt in doc.points:
             if pt.strategy != "parapipe":
@@ -136,7 +151,8 @@ def refine(prep, options, out_dir: Path, rounds: int, model: str, frames: int = 
         if rnd < rounds:
             fit = calibrate_runs(measured, base, soc=prep.soc, loo=False)
             terms = fit.terms
-    prep.terms = terms
+    prep = replace(prep, terms=terms)
+    assert doc is not None  # rounds >= 1: the loop ran
     doc.search["refine"] = {"rounds": steps[-1].round, "tolerance": tolerance, "converged": converged,
                             "terms": terms.to_json(),
                             "trajectory": [asdict(s) for s in steps]}
@@ -149,26 +165,28 @@ def refine(prep, options, out_dir: Path, rounds: int, model: str, frames: int = 
         calibrated = out_dir / "calibrated.yaml"
         save_soc(calibrated_profile(prep.soc, fit, f"parapipe optimize --refine: {len(measured)} runs of "
                                     f"{prep.loaded.name}"), calibrated)
-    return RefineResult(doc, steps, converged, terms, calibrated)
+    return RefineResult(doc, steps, converged, terms, calibrated, prep)
 
 
-def _run_point(model: str, out_dir: Path, point: str, frames: int, host, python: str, rnd: int, input_shapes,
-               feeds) -> tuple:
-    """``(RunReport, runner)`` of one point of ``out_dir/pareto.json``, here or on ``host``."""
+def _run_point(model: str, out_dir: Path, point: str, frames: int, host: Optional[HostSpec], python: str, rnd: int,
+               input_shapes: Optional[TypingMapping[str, Sequence[int]]], feeds: Optional[str]) -> Tuple["RunReport", str]:
+    """``(RunReport, runner)`` of one point of ``out_dir/pareto.json``, here or on ``host`` (deployed with
+    ``host.timeout_s`` as the SSH deadlines, :func:`parapipe.app.deploy.with_ssh_timeout`)."""
     mapping = str(out_dir / "pareto.json")
     if host is None:
         from parapipe.app.run import run_local
 
         _, rep = run_local(model, mapping, point, frames=frames, input_shapes=input_shapes, feeds=feeds)
         return rep, "local"
-    from parapipe.deploy.deploy import DeployOptions, deploy
+    from parapipe.app.deploy import DeployOptions, deploy, with_ssh_timeout
 
-    res = deploy(model, mapping, point, host, out_dir / "refine" / f"round{rnd}-{point}",
-                 DeployOptions(frames=frames, python=python), input_shapes=input_shapes, feeds=feeds)
+    options = with_ssh_timeout(DeployOptions(frames=frames, python=python), host.timeout_s)
+    res = deploy(model, mapping, point, host, out_dir / "refine" / f"round{rnd}-{point}", options,
+                 input_shapes=input_shapes, feeds=feeds)
     return res.report, res.host
 
 
-def trajectory_table(steps: List[RefineStep]) -> str:
+def trajectory_table(steps: Sequence[RefineStep]) -> str:
     """The trajectory as text (ms, %)."""
     lines = [f"{'round':>5} {'point':<8} {'predicted ms':>12} {'measured ms':>11} {'error':>7}"]
     for s in steps:

@@ -1,0 +1,159 @@
+"""``parapipe optimize``: search a prepared problem, time the leading stages on ``--soc host``, write the front.
+
+:func:`optimize` = :func:`search_prepared` + :func:`result_doc` + :func:`write_outputs`. Functions log instead of
+printing and raise :class:`parapipe.errors.ParapipeError` subclasses for user errors; the CLI
+(:mod:`parapipe.cli.optimize`) formats what they return.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Optional, Set, Tuple
+
+from parapipe.app.prepare import Prepared, model_notes, timed_loaded
+from parapipe.app.stage_timing import (
+    STAGE_TIMING_POINTS, STAGE_TIMING_ROUNDS, BlockSet, Measure, Range, leading_points, stage_timed_ids,
+    time_mapping_stages)
+from parapipe.cost.mapping import Mapping as CostMapping
+from parapipe.errors import input_error
+from parapipe.mapping.model import ParetoDoc
+from parapipe.search.api import SearchOptions, SearchResult
+
+log = logging.getLogger(__name__)
+
+__all__ = ["search_prepared", "optimize", "result_doc", "write_outputs", "check_out_dir"]
+
+
+def search_prepared(prep: Prepared, options: SearchOptions, progress: Optional[Callable[[int], None]] = None,
+                    time_stages: int = STAGE_TIMING_POINTS, rounds: int = STAGE_TIMING_ROUNDS, passes: int = 3,
+                    measure: Optional[Measure] = None) -> SearchResult:
+    """Search ``prep`` (:func:`parapipe.search.api.search`); on ``--soc host`` then time the stages of the
+    ``time_stages`` front points of highest throughput (those within
+    :data:`~parapipe.app.stage_timing.STAGE_TIMING_MARGIN` of the best) and of the replicated baseline, as the
+    executor runs them (:func:`parapipe.app.stage_timing.time_mapping_stages`), and search again on a new
+    problem holding those times, until the leading points' stages are all timed or ``rounds`` rounds have run.
+
+    Why: the search ranks by block sums, and isolated blocks mislead on stages (a stage sub-model ran 0.7-1.4x
+    its blocks' sum); two candidates predicted within a few per cent of each other from measurements taken at
+    different moments were ranked wrongly on a shared two-core machine (a shared-core pipeline predicted 62.7/s
+    ran at 61.1/s, the replicated model predicted 62.0/s ran at 67.0/s). The leading candidates' stages are
+    timed in the same interleaved passes (:func:`parapipe.profiling.host.measure_stages`), so they are compared
+    on one footing. They are timed loaded unless ``prep.terms`` carry a co-running term of their own
+    (:meth:`parapipe.cost.pipeline_terms.PipelineTerms.models_corunning`).
+
+    ``measure`` replaces the host measurement (default :func:`parapipe.profiling.host.measure_stages` with
+    ``passes``). ``prep`` is not changed. Returns the last :class:`parapipe.search.api.SearchResult`: its
+    ``problem`` holds the stage-level times measured (``prep.problem`` when none were), its
+    ``info["stage_timing"]`` says what was timed (``points`` asked for, distinct mappings timed, rounds, ranges,
+    tasks, ``loaded``, ``timed_point_ids``: the points whose every stage has a measured time, seconds).
+
+    Raises
+    ------
+    parapipe.errors.InfeasibleError, parapipe.errors.ExecutionError
+        As the search and the host measurement.
+    """
+    from parapipe.search.api import search
+
+    result = search(prep.problem, options, progress=progress, terms=prep.terms)
+    if not prep.host or time_stages <= 0:
+        return result
+    timed_ranges: Set[Range] = set()
+    timed_tasks: Set[BlockSet] = set()
+    timed_points: Set[CostMapping] = set()
+    done_rounds, t0 = 0, time.perf_counter()
+    for _ in range(rounds):
+        leading = leading_points(result, time_stages)
+        timed = time_mapping_stages(prep, [p.mapping for p in leading], passes, measure,
+                                    skip=(timed_ranges, timed_tasks))
+        if not (timed.ranges or timed.tasks):
+            break
+        prep = timed.prepared
+        timed_points.update(p.mapping for p in leading)
+        timed_ranges.update(timed.ranges)
+        timed_tasks.update(timed.tasks)
+        result = search(prep.problem, options, progress=progress, terms=prep.terms)
+        done_rounds += 1
+    result.info["stage_timing"] = {"points": time_stages, "points_timed": len(timed_points), "rounds": done_rounds,
+                                   "ranges": len(timed_ranges), "tasks": len(timed_tasks),
+                                   "loaded": timed_loaded(prep.terms),
+                                   "timed_point_ids": stage_timed_ids(prep.problem, result.points),
+                                   "seconds": time.perf_counter() - t0}
+    return result
+
+
+def optimize(prep: Prepared, options: SearchOptions, out_dir: Path, progress: Optional[Callable[[int], None]] = None,
+             plot: bool = True, time_stages: int = STAGE_TIMING_POINTS) -> Tuple[ParetoDoc, Prepared]:
+    """Search ``prep`` (:func:`search_prepared`, which times the leading points' stages on ``--soc host``) and
+    write ``out_dir/pareto.json`` and ``out_dir/pareto.png`` (both or neither).
+
+    Returns the document and ``prep`` with the problem searched last (the stage-level times measured
+    installed; ``prep`` itself when none were).
+
+    Raises
+    ------
+    parapipe.errors.InputError
+        ``out_dir`` cannot be created or written (checked before the search).
+    """
+    out_dir = Path(out_dir)
+    check_out_dir(out_dir)
+    result = search_prepared(prep, options, progress=progress, time_stages=time_stages)
+    if result.problem is not prep.problem:
+        prep = replace(prep, problem=result.problem)
+    doc = result_doc(prep, result, options.seed)
+    write_outputs(doc, out_dir, plot)
+    return doc, prep
+
+
+def result_doc(prep: Prepared, result: SearchResult, seed: int) -> ParetoDoc:
+    """The pareto.json document of ``result``, a search of ``prep``: its blocks' operators, the search settings
+    and timings, the model notes."""
+    from parapipe.app.resolve import soc_ref
+    from parapipe.mapping import doc_from_result
+
+    blocks = {b.name: list(b.ops) for b in prep.block_graph.blocks}
+    return doc_from_result(result, prep.loaded.name, prep.loaded.sha256, soc_ref(prep.soc), blocks=blocks,
+                           search={"max_blocks": prep.max_blocks, "seed": seed, **prep.timings_s},
+                           **model_notes(prep.opgraph))
+
+
+def write_outputs(doc: ParetoDoc, out_dir: Path, plot: bool = True) -> None:
+    """Write ``out_dir/pareto.json`` and, with ``plot``, ``out_dir/pareto.png`` (both or neither); without a
+    plot, remove an earlier result's pareto.png so that no stale plot sits next to the new pareto.json."""
+    from parapipe.files import atomic_path
+    from parapipe.mapping import write_pareto
+
+    png = out_dir / "pareto.png"
+    if not plot:
+        write_pareto(doc, out_dir / "pareto.json")
+        if png.exists():
+            png.unlink()
+        return
+    from parapipe.report.plots import plot_pareto
+
+    with atomic_path(png, suffix=".png") as tmp_png:
+        plot_pareto(doc.model_dump(mode="json"), tmp_png)
+        write_pareto(doc, out_dir / "pareto.json")
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Create ``out_dir`` and check that a file can be written in it.
+
+    Raises
+    ------
+    parapipe.errors.InputError
+        ``--out``: the folder cannot be created, or is not writable.
+    """
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise input_error("--out", str(out_dir), f"cannot create the output folder ({exc.strerror or exc})",
+                          "choose a writable folder") from None
+    probe = out_dir / ".parapipe-write-test"
+    try:
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise input_error("--out", str(out_dir), f"output folder is not writable ({exc.strerror or exc})",
+                          "choose a writable folder") from None

@@ -1,0 +1,84 @@
+"""The ``parapipe`` command: subcommands, ``-v`` counting, ``main(argv) -> int``, domain errors to exit code 2.
+
+Human-readable text goes to stderr/stdout as tables; machine output to files or ``--json`` (stdout). One module
+per command holds its parser (``add_parser(sub)``) and its handler (``handle(args) -> int``); what they share is
+:mod:`parapipe.cli.common`. The handlers import the application layer (:mod:`parapipe.app`) and the executor
+when they run, so ``parapipe socs`` or ``--help`` loads neither ONNX Runtime nor matplotlib.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import List, NoReturn, Optional
+
+from parapipe import __version__
+from parapipe.cli import (
+    calibrate, deploy, evaluate, import_csv, inspect, models, optimize, plot, profile, run, runs, soc_detect, socs)
+from parapipe.errors import ParapipeError
+
+__all__ = ["build_parser", "main", "entry"]
+
+log = logging.getLogger("parapipe")
+
+#: The command modules, in the order ``parapipe --help`` lists them.
+COMMANDS = (models, socs, inspect, optimize, evaluate, run, deploy, runs, plot, profile, calibrate, import_csv,
+            soc_detect)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (what is wrong and where help is) instead of the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``parapipe`` parser: global options and every command of :data:`COMMANDS` (``args.func`` is the
+    command's handler)."""
+    p = _Parser(prog="parapipe", description="Map ONNX inference onto heterogeneous SoCs: pipelined stages x "
+                "intra-stage parallelism, Pareto fronts of throughput, latency and energy.")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-v info, -vv debug)")
+    p.add_argument("--version", action="version", version=f"parapipe {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        command.add_parser(sub)
+    return p
+
+
+def _executor_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of the executor's own errors (:class:`ppexec.PlanError`,
+    :class:`ppexec.PipelineError`; ppexec knows nothing of parapipe). Looked up among the loaded modules: a
+    command that never loaded the executor (which loads ONNX Runtime) cannot have raised one."""
+    ppexec = sys.modules.get("ppexec")
+    return ppexec is not None and isinstance(exc, (ppexec.PlanError, ppexec.PipelineError))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 1 outputs differ, 2 user error, 130 interrupted)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        return int(args.func(args))
+    except ParapipeError as exc:
+        print(f"parapipe: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("parapipe: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if not _executor_error(exc):
+            raise
+        print(f"parapipe: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return ParapipeError.exit_code
+
+
+def entry() -> None:
+    """Console-script entry point (a closed stdout pipe, e.g. ``| head``, ends quietly)."""
+    import signal
+
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""What the ``parapipe`` commands share: option groups, progress bars, ``--input-shape``, ``--host``, the problem
+of ``MODEL``/``--blocks``, and the measured-next-to-predicted table of a run.
+
+Command modules import from here and from the layers below, never from one another. Nothing heavy is imported
+at module level (tqdm, the application layer and ppexec are imported where used), so building the parser
+stays cheap.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Dict, Mapping, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    from ppexec.report import RunReport
+    from tqdm import tqdm
+
+    from parapipe.app.prepare import Prepared
+    from parapipe.cost.problem import MappingProblem
+    from parapipe.remote.hostspec import HostSpec
+    from parapipe.graph.opgraph import OpGraph
+    from parapipe.graph.zoo import LoadedModel
+    from parapipe.soc.profile import SoC
+
+__all__ = ["progress_bar", "ProgressBar", "parsed_input_shapes", "add_input_options", "print_model_notes",
+           "add_host_options", "host_spec", "pct", "problem_for", "print_run_report", "add_run_options"]
+
+
+def progress_bar(total: int, desc: str) -> "tqdm":
+    """A tqdm bar on stderr (hidden when stderr is not a terminal and the job is short)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, mininterval=0.5,
+                disable=not sys.stderr.isatty())
+
+
+class ProgressBar:
+    """A progress callback (done, total) drawing a tqdm bar on stderr, created on the first call."""
+
+    def __init__(self, desc: str):
+        self.desc: str = desc
+        self.bar: Optional["tqdm"] = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            self.bar = progress_bar(total, self.desc)
+        self.bar.total = total
+        self.bar.n = done
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def parsed_input_shapes(args: argparse.Namespace) -> Optional[Dict[str, Tuple[int, ...]]]:
+    """``--input-shape`` values as ``{name: shape}`` (None when none were given).
+
+    Raises
+    ------
+    parapipe.errors.InputError
+        A value that is not ``NAME:D0xD1x...``.
+    """
+    from parapipe.graph.inputs import parse_input_shapes
+
+    return parse_input_shapes(getattr(args, "input_shape", None)) or None
+
+
+def add_input_options(s: argparse.ArgumentParser, feeds: bool = False) -> None:
+    """``--input-shape NAME:D0xD1x...`` (repeatable) and, with ``feeds``, ``--feeds FILE.npz``."""
+    s.add_argument("--input-shape", action="append", default=None, metavar="NAME:D0xD1x...",
+                   help="static shape of a model input with symbolic dims, e.g. images:1x3x640x640 "
+                   "(repeatable; a symbolic batch dim defaults to 1, any other symbolic dim must be given)")
+    if feeds:
+        s.add_argument("--feeds", default=None, metavar="FILE.npz",
+                       help="real input values: one array per model input, named like it, of the input's shape "
+                       "or with a leading frame axis (default: seeded values valid for the graph)")
+
+
+def print_model_notes(og: "OpGraph") -> None:
+    """The ``note:`` lines of a model: input dims chosen, ops without a FLOP formula, data-dependent shapes."""
+    for note in og.input_notes:
+        print(f"note: {note}")
+    missing = og.ops_without_flop_formula
+    if missing:
+        print("note: no FLOP formula (counted as 0 FLOPs, costed by the bytes they move): "
+              + ", ".join(f"{op} x{n}" for op, n in missing.items()))
+    dd = og.data_dependent_ops
+    if dd:
+        print(f"note: {len(dd)} operator(s) with data-dependent shapes, costed on one sample: "
+              + ", ".join(dd[:8]) + (", ..." if len(dd) > 8 else ""))
+
+
+def add_host_options(s: argparse.ArgumentParser) -> None:
+    """--host/--identity/--known-hosts/--trust-new-host/--python/--ssh-timeout of the commands that reach a
+    board (read back by :func:`host_spec`)."""
+    s.add_argument("--host", default=None, help="user@address[:port] of the board (default: this machine)")
+    s.add_argument("--identity", default=None, help="private key file (default: ssh-agent and ~/.ssh/id_*)")
+    s.add_argument("--known-hosts", default=None, help="known_hosts file (default ~/.ssh/known_hosts)")
+    s.add_argument("--trust-new-host", action="store_true",
+                   help="accept a host key not in known_hosts and save it (a changed key is always refused)")
+    s.add_argument("--python", default=None, help="Python on the board (default python3; here: this one)")
+    s.add_argument("--ssh-timeout", type=float, default=None, metavar="S",
+                   help="deadline of connecting and of each short SSH step, s (default 10 s to connect, 60 s "
+                   "a step); a host that stops answering fails after it")
+
+
+def host_spec(args: argparse.Namespace) -> Optional["HostSpec"]:
+    """The board of :func:`add_host_options` (``--ssh-timeout`` included), or None without ``--host``.
+
+    Raises
+    ------
+    parapipe.errors.InputError
+        A malformed ``--host`` or ``--ssh-timeout``.
+    """
+    if not args.host:
+        return None
+    from parapipe.remote.hostspec import HostSpec
+
+    return HostSpec.parse(args.host, identity=args.identity, known_hosts=args.known_hosts,
+                          trust_new_host=args.trust_new_host, timeout_s=args.ssh_timeout)
+
+
+def pct(value: Optional[float]) -> str:
+    """A percentage with one decimal, or ``-`` for None."""
+    return "-" if value is None else f"{value:.1f}%"
+
+
+def problem_for(args: argparse.Namespace, input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+                loaded: Optional["LoadedModel"] = None) -> Tuple["MappingProblem", "SoC", Optional["Prepared"]]:
+    """(problem, SoC, Prepared or None) from ``MODEL`` (``loaded``: already loaded) or ``--blocks FILE``, and
+    ``--soc``, ``--pus``, ``--max-blocks``, ``--input-shape`` (``input_shapes`` first).
+
+    Raises
+    ------
+    parapipe.errors.InputError
+        Both or neither of ``MODEL`` and ``--blocks``; what :func:`parapipe.app.prepare.prepare` raises.
+    """
+    from parapipe.app.prepare import prepare
+
+    pus = [p.strip() for p in args.pus.split(",")] if getattr(args, "pus", None) else None
+    if args.blocks:
+        if args.model:
+            from parapipe.errors import input_error
+
+            raise input_error("--blocks", None, "give either MODEL or --blocks FILE, not both", "drop one of them")
+        from parapipe.app.resolve import resolve_soc
+        from parapipe.cost.blocktable import read_block_table
+
+        soc = resolve_soc(args.soc, pus=pus)
+        return read_block_table(args.blocks, soc), soc, None
+    if not args.model:
+        from parapipe.errors import input_error
+
+        raise input_error("MODEL", None, "missing", "give a model name/path or --blocks FILE")
+    prep = prepare(args.model, args.soc, pus=pus, max_blocks=args.max_blocks,
+                   input_shapes=input_shapes or parsed_input_shapes(args), loaded=loaded)
+    return prep.problem, prep.soc, prep
+
+
+def print_run_report(head: str, rep: "RunReport") -> None:
+    """The measured-next-to-predicted table of a :class:`ppexec.RunReport`, shared by ``run`` and ``deploy``."""
+    def fmt(value: Optional[float], scale: float = 1.0) -> str:
+        return f"{value * scale:>10.2f}" if value is not None else f"{'-':>10}"
+
+    print(head)
+    print(f"{'':<20} {'measured':>10} {'predicted':>10}")
+    print(f"{'throughput/s':<20} {rep.throughput_per_s:>10.2f} {fmt(rep.predicted_throughput_per_s)}")
+    print(f"{'latency idle ms':<20} {rep.idle_latency_s * 1e3:>10.2f} {fmt(rep.predicted_latency_s, 1e3)}"
+          f"  (one frame at a time, {rep.idle_frames} frames)")
+    print(f"{'latency loaded ms':<20} {rep.latency_p50_s * 1e3:>10.2f} {'':>10}  (p50 with the pipeline full; "
+          f"p99 {rep.latency_p99_s * 1e3:.2f})")
+    predicted_j = rep.predicted.get("energy_j")
+    if rep.energy_j is not None:
+        print(f"{'energy mJ':<20} {rep.energy_j * 1e3:>10.2f} {fmt(predicted_j, 1e3)}  (measured with the "
+              "profile's power sensor)")
+    else:
+        print(f"{'energy mJ':<20} {'-':>10} {fmt(predicted_j, 1e3)}  (estimate: the profile names no power sensor)")
+    if rep.dispatch:
+        how = ("each replica took the next frame when free" if rep.dispatch == "pull"
+               else "dealt in the predicted shares")
+        print(f"replicated stages: {how} (--replica-dispatch {rep.dispatch})")
+    print(f"outputs_match: {str(rep.outputs_match).lower()}  (max abs diff {rep.max_abs_diff:.3g}; "
+          f"{rep.checked_tensors} handed-over tensors, max relative diff {rep.max_scaled_diff:.3g})")
+    if rep.substituted:
+        subs = ", ".join(f"{pu}=CPUs {','.join(map(str, cpus))}" for pu, cpus in rep.substituted.items())
+        print(f"substituted: {subs} (CPU provider); the prediction is for the profile's bindings and does not "
+              "apply to this run")
+
+
+def add_run_options(s: argparse.ArgumentParser) -> None:
+    """``--bind``, ``--replica-dispatch`` and ``--db`` of ``run`` and ``deploy``."""
+    s.add_argument("--bind", action="append", default=[], metavar="PU=CPUS",
+                   help="run PU on these CPUs (0, 0-3, 0,2) with ONNX Runtime's CPU provider instead of its profile "
+                   "binding; repeatable. The report names substituted PUs (their prediction does not apply)")
+    s.add_argument("--replica-dispatch", default="pull", metavar="POLICY",
+                   help="how a replicated stage's frames reach its replicas: pull (default; each replica takes the "
+                   "next frame when it is free, so each gets frames in proportion to its speed as it runs) or "
+                   "shares (dealt in the proportions the cost model predicted, the same sequence every run)")
+    s.add_argument("--db", default="profile.sqlite", help="profile database whose 'runs' table keeps the run "
+                   "(default profile.sqlite, as 'parapipe profile'); '' keeps nothing")

@@ -1,0 +1,65 @@
+"""``parapipe plot``: Gantt charts, predicted from a pareto.json point or measured from a run's trace."""
+from __future__ import annotations
+
+import argparse
+from typing import Optional, Tuple
+
+__all__ = ["add_parser", "handle"]
+
+
+def _frames_window(text: Optional[str]) -> Optional[Tuple[int, int]]:
+    """``--frames-window A:B`` -> (A, B) (frames A <= f < B; ``A:`` to the end, ``:B`` from 0), or None."""
+    if text is None:
+        return None
+    from parapipe.errors import input_error
+
+    first, colon, stop = text.partition(":")
+    try:
+        window = (int(first) if first.strip() else 0, int(stop) if stop.strip() else 1 << 62)
+    except ValueError:
+        window = None
+    if not colon or window is None or window[0] < 0 or window[1] <= window[0]:
+        raise input_error("--frames-window", None, f"{text!r} is not FIRST:STOP with 0 <= FIRST < STOP",
+                          "write e.g. --frames-window 0:20 (frames 0 to 19)")
+    return window
+
+
+def handle(args: argparse.Namespace) -> int:
+    """``parapipe plot``: a predicted (``--gantt``) or measured (``--trace``) Gantt chart as a PNG."""
+    from parapipe.errors import input_error
+
+    if args.gantt == bool(args.trace):
+        raise input_error("parapipe plot", None, "give exactly one of --gantt and --trace",
+                          "use --gantt --mapping FILE --point ID (predicted) or --trace TRACE.json (measured)")
+    if args.gantt:
+        from parapipe.mapping import read_pareto, select_point
+        from parapipe.report import plot_gantt
+
+        if not args.mapping:
+            raise input_error("--mapping", None, "is required with --gantt", "pass the pareto.json to draw")
+        doc = read_pareto(args.mapping)
+        point = select_point(doc, args.point, path=args.mapping)
+        plot_gantt(doc.model_dump(mode="json"), point.id, args.out, n_frames=args.frames, source=args.mapping)
+    else:
+        from parapipe.report import gantt_from_trace
+        from parapipe.execution.traces import read_run_trace
+
+        events, info = read_run_trace(args.trace)
+        gantt_from_trace(events, args.out, frames_window=_frames_window(args.frames_window), info=info)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    """Register ``plot`` on the ``parapipe`` sub-command parser ``sub``."""
+    s = sub.add_parser("plot", help="draw a Gantt chart: predicted (--gantt) or measured (--trace)")
+    s.add_argument("--gantt", action="store_true", help="the modelled schedule of --point in --mapping")
+    s.add_argument("--mapping", default=None, help="pareto.json (with --gantt)")
+    s.add_argument("--point", default="best-throughput", help="point id or best-* (with --gantt)")
+    s.add_argument("--frames", type=int, default=3, help="frames drawn (with --gantt; default 3)")
+    s.add_argument("--trace", default=None, help="Chrome trace JSON of a run ('parapipe run --trace', deploy)")
+    s.add_argument("--frames-window", default=None, metavar="FIRST:STOP",
+                   help="with --trace: draw frames FIRST <= f < STOP (default: all up to 20 frames, else 20 "
+                   "from the middle of the run)")
+    s.add_argument("--out", required=True, help="PNG to write")
+    s.set_defaults(func=handle)

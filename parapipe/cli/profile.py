@@ -1,0 +1,68 @@
+"""``parapipe profile``: time a model's distinct operators and blocks on a SoC's PUs into a profile database
+(the job is :func:`parapipe.app.profiling.profile_job`)."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from parapipe.cli.common import (
+    ProgressBar, add_host_options, add_input_options, host_spec, parsed_input_shapes, pct)
+
+__all__ = ["add_parser", "handle"]
+
+
+def handle(args: argparse.Namespace) -> int:
+    """``parapipe profile``: time every distinct operator (and block) into the profile database."""
+    from parapipe.app.profiling import profile_job
+    from parapipe.profiling.profile import ProfileOptions
+
+    pus = [p.strip() for p in args.pus.split(",") if p.strip()] if args.pus else None
+    options = ProfileOptions(pus=pus, budget=args.budget, warmup=args.warmup, repeats=args.repeats,
+                             blocks=not args.no_blocks, transfers=not args.no_transfers, seed=args.seed,
+                             rounds=args.rounds)
+    bar = ProgressBar("profiling")
+    try:
+        rep = profile_job(args.model, args.soc, args.db, host_spec(args), args.python, options, args.batch,
+                          args.max_blocks, bar, input_shapes=parsed_input_shapes(args))
+    finally:
+        bar.close()
+    if args.json:
+        print(json.dumps(rep.to_json()))
+        return 0
+    print(f"{rep.model} (batch {rep.batch}) on {rep.soc} via {rep.host} (onnxruntime {rep.ort_version}), PUs "
+          f"{', '.join(rep.pus)}: {rep.operators} operators = {rep.signatures} signatures, {rep.blocks} blocks = "
+          f"{rep.block_signatures} distinct")
+    print(f"measurements: {rep.planned} planned, {rep.measured} taken, {rep.skipped} already in {args.db}, "
+          f"{len(rep.failed)} failed; {rep.elapsed_s:.1f} s")
+    if rep.budget < 1.0:
+        print(f"budget {rep.budget:g}: {rep.selected_signatures} of {rep.signatures} signatures fitted, "
+              f"{rep.holdout_signatures} held out; calibrated prediction error on the held-out operators: MAPE "
+              f"{pct(rep.holdout_mape_percent)} ({rep.holdout_measurements} measurements)")
+    for line in rep.failed[:10]:
+        print(f"  failed: {line}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    """Register ``profile`` on the ``parapipe`` sub-command parser ``sub``."""
+    s = sub.add_parser("profile", help="time every distinct operator (and block) of a model on the PUs of a SoC "
+                       "into a profile database")
+    s.add_argument("model", help="registry name or path to an .onnx file")
+    s.add_argument("--soc", required=True, help="bundled profile name, a profile YAML path, or 'host'")
+    s.add_argument("--db", default="profile.sqlite", help="profile database (default profile.sqlite)")
+    s.add_argument("--pus", default=None, help="comma-separated PUs to profile (default: all)")
+    s.add_argument("--budget", type=float, default=1.0, help="fraction of operator signatures to measure; the "
+                   "calibrated model predicts the rest (default 1: all)")
+    s.add_argument("--batch", type=int, default=None, help="batch size (default: the model's)")
+    s.add_argument("--repeats", type=int, default=10, help="timed runs per measurement (default 10)")
+    s.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
+    s.add_argument("--rounds", type=int, default=1, help="attempts per measurement spread over the run, lowest "
+                   "median kept (default 1; more on a busy machine)")
+    s.add_argument("--max-blocks", type=int, default=48, help="blocks as 'optimize --max-blocks' (default 48)")
+    s.add_argument("--no-blocks", action="store_true", help="time operators only")
+    s.add_argument("--no-transfers", action="store_true", help="do not time hand-offs between PUs")
+    s.add_argument("--seed", type=int, default=0, help="seed of the held-out sample of --budget")
+    add_input_options(s)
+    add_host_options(s)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=handle)

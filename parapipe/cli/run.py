@@ -1,0 +1,90 @@
+"""``parapipe run``: execute one mapping of a pareto.json on this machine, check its outputs, record the
+run (the library is :mod:`parapipe.app.run`)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING, Any, Dict, Optional
+
+from parapipe.cli.common import (
+    add_input_options, add_run_options, parsed_input_shapes, print_run_report, progress_bar)
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+__all__ = ["add_parser", "handle"]
+
+
+class _RunProgress:
+    """Progress of a run on stderr: a tqdm bar of frames with the current throughput on a terminal, else the
+    frame lines ``deploy`` prints (at most two a second)."""
+
+    def __init__(self, frames: int):
+        self.frames: int = frames
+        self.bar: Optional["tqdm"] = None
+
+    def __call__(self, event: Dict[str, Any]) -> None:
+        if event.get("event") != "progress":
+            return
+        if not sys.stderr.isatty():
+            from parapipe.app.deploy import describe_event
+
+            # frames and throughput only: set-up steps stay quiet, so a refused run is one error line
+            line = describe_event(event) if event.get("phase") in ("run", "done") else None
+            if line:
+                print(f"parapipe: {line}", file=sys.stderr, flush=True)
+            return
+        if event.get("phase") == "run":
+            if self.bar is None:
+                self.bar = progress_bar(self.frames, "frames")
+            self.bar.n = int(event.get("frames_done", 0))
+            self.bar.set_postfix_str(f"{event.get('throughput_per_s', 0.0):.1f} inf/s", refresh=True)
+        elif event.get("phase") in ("idle", "done"):
+            self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def handle(args: argparse.Namespace) -> int:
+    """``parapipe run``: one mapping run on this machine, checked, recorded; 1 when outputs differ."""
+    from parapipe.execution.bindings import parse_binds
+    from parapipe.app.run import record_run, run_local
+
+    binds = parse_binds(args.bind)
+    progress = _RunProgress(args.frames)
+    try:
+        lm, rep = run_local(args.model, args.mapping, args.point, frames=args.frames, seed=args.seed, binds=binds,
+                            trace=args.trace, on_event=progress, input_shapes=parsed_input_shapes(args),
+                            feeds=args.feeds, dispatch=args.replica_dispatch)
+    finally:
+        progress.close()
+    record_run(args.db, lm.doc, lm.point, rep, "local")
+    if args.json:
+        print(json.dumps(rep.to_json()))
+    else:
+        from parapipe.mapping import stages_text
+
+        print_run_report(f"point {rep.point}: {rep.stages} stage(s) ({stages_text(lm.point.stages)}), "
+                          f"{rep.frames} frames", rep)
+    return 0 if rep.outputs_match else 1
+
+
+def add_parser(sub) -> None:
+    """Register ``run`` on the ``parapipe`` sub-command parser ``sub``."""
+    s = sub.add_parser("run", help="execute one mapping of a pareto.json on this machine, each PU bound as its "
+                       "profile says (or substituted with --bind); check outputs; record the run")
+    s.add_argument("model", help="the model the mapping was computed for (registry name or .onnx path)")
+    s.add_argument("--mapping", required=True, help="pareto.json written by 'parapipe optimize'")
+    s.add_argument("--point", default="best-throughput",
+                   help="point id, or best-throughput | best-latency | best-energy (default best-throughput)")
+    s.add_argument("--frames", type=int, default=200, help="frames to push through the pipeline (default 200)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--trace", default=None, help="write a Chrome trace (Perfetto) of the run to this file")
+    add_run_options(s)
+    add_input_options(s, feeds=True)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=handle)

@@ -1,0 +1,37 @@
+"""``parapipe soc detect``: measure a machine (here or over SSH) and write its profile YAML (the job is
+:func:`parapipe.app.profiling.detect_job`)."""
+from __future__ import annotations
+
+import argparse
+
+from parapipe.cli.common import add_host_options, host_spec
+
+__all__ = ["add_parser", "handle"]
+
+
+def handle(args: argparse.Namespace) -> int:
+    """``parapipe soc detect``: measure a machine and write its profile YAML."""
+    from parapipe.app.profiling import detect_job
+
+    soc, path = detect_job(args.out, host_spec(args), args.python, args.name, args.per_core)
+    for pu in soc.pus.values():
+        print(f"{pu.name:<10} {pu.kind:<4} cores {pu.cores:<3} peak {pu.peak_flops / 1e9:8.1f} GFLOPS  bandwidth "
+              f"{pu.memory_bandwidth_bytes_per_s / 1e9:6.1f} GB/s  overhead {pu.op_overhead_s * 1e6:6.1f} us")
+    t = soc.transfers.default
+    print(f"transfer (default): alpha {t.alpha_s * 1e6:.1f} us, beta {t.beta_bytes_per_s / 1e9:.2f} GB/s; "
+          f"{len(soc.transfers.pairs)} pair(s)")
+    print(f"wrote {path}")
+    return 0
+
+
+def add_parser(sub) -> None:
+    """Register ``soc detect`` on the ``parapipe`` sub-command parser ``sub``."""
+    s = sub.add_parser("soc", help="SoC profile tools")
+    socsub = s.add_subparsers(dest="soc_command", required=True)
+    d = socsub.add_parser("detect", help="measure a machine (CPU clusters, GEMM peak, bandwidth, hand-offs) and "
+                          "write its profile YAML")
+    d.add_argument("--out", required=True, help="profile .yaml to write")
+    d.add_argument("--name", default=None, help="profile name (default detected_<hostname>)")
+    d.add_argument("--per-core", action="store_true", help="one PU per core instead of one per CPU cluster")
+    add_host_options(d)
+    d.set_defaults(func=handle)
