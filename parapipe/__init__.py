@@ -2,7 +2,8 @@
 
 The package is organised by concern: ``graph`` (ONNX import, coarsening, sub-models), ``soc`` (SoC profiles),
 ``cost`` (the shared analytical model), ``search`` (mapping search, Pareto fronts, baselines), ``runtime``
-(pipelined ONNX Runtime executor), ``profiling`` (measurements), ``deploy`` (SSH hosts), ``report`` (plots).
+(pipelined ONNX Runtime executor), ``measure`` (measuring), ``profiledb``
+(the profile database), ``calibration`` (fitting the cost model), ``deploy`` (SSH hosts), ``report`` (plots).
 """
 import logging
 

@@ -35,7 +35,7 @@ def _pct(value) -> str:
 
 def cmd_profile(args) -> int:
     from .profiling.jobs import profile_job
-    from .profiling.profile import ProfileOptions
+    from .measure.profile import ProfileOptions
 
     pus = [p.strip() for p in args.pus.split(",") if p.strip()] if args.pus else None
     options = ProfileOptions(pus=pus, budget=args.budget, warmup=args.warmup, repeats=args.repeats,
@@ -72,8 +72,8 @@ def cmd_calibrate_runs(args) -> int:
     """``calibrate --runs``: fit the pipeline-level terms on measured runs; print parameters and errors."""
     from dataclasses import asdict
 
-    from .profiling.runfit import TERM_NAMES
-    from .profiling.runs_calibrate import calibrate_runs_job
+    from .calibration.runfit import TERM_NAMES
+    from .calibration.runs_calibrate import calibrate_runs_job
 
     fit = tuple(t.strip() for t in (args.fit or ",".join(TERM_NAMES)).split(",") if t.strip())
     res = calibrate_runs_job(args.soc, args.runs or None, args.db, args.blocks, args.out, args.model or (), fit,

@@ -134,8 +134,8 @@ def cmd_deploy(args) -> int:
 
 
 def cmd_runs(args) -> int:
-    from .profiling.predict import open_existing_db
-    from .profiling.runs import list_runs, write_runs_csv
+    from .calibration.predict import open_existing_db
+    from .profiledb.runs import list_runs, write_runs_csv
 
     db = open_existing_db(args.db)
     try:

@@ -6,7 +6,7 @@ run the most promising ones (the best and the next ``points`` − 1 not yet meas
 (:func:`parapipe.runtime.run.run_local`) or on a board (:func:`parapipe.deploy.deploy`), record them in the
 ``runs`` table; stop when every point of the round was predicted within ``tolerance`` (5 %) of its measured
 period, or after ``rounds`` rounds; otherwise fit the pipeline terms on every run so far
-(:func:`parapipe.profiling.runfit.calibrate_runs`) and search again. Each prediction in the trajectory was made
+(:func:`parapipe.calibration.runfit.calibrate_runs`) and search again. Each prediction in the trajectory was made
 before the run it is compared with (out of sample).
 
 The trajectory goes into ``pareto.json`` (``search.refine``: rounds, tolerance, converged, the fitted terms and
@@ -91,7 +91,7 @@ def refine(prep, options, out_dir: Path, rounds: int, model: str, frames: int = 
     from parapipe.cost.mapping_spec import mapping_from_point
     from parapipe.cost.pipeline_terms import reevaluate
     from parapipe.errors import input_error
-    from parapipe.profiling.runfit import MeasuredRun, calibrate_runs
+    from parapipe.calibration.runfit import MeasuredRun, calibrate_runs
     from parapipe.runtime.run import record_run
     from parapipe.workflow import optimize, write_outputs
 
@@ -143,7 +143,7 @@ def refine(prep, options, out_dir: Path, rounds: int, model: str, frames: int = 
     write_outputs(doc, out_dir, plot)
     calibrated = None
     if fit is not None:
-        from parapipe.profiling.runs_calibrate import calibrated_profile
+        from parapipe.calibration.runs_calibrate import calibrated_profile
         from parapipe.soc.loader import save_soc
 
         calibrated = out_dir / "calibrated.yaml"

@@ -66,10 +66,10 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     ``loaded``: ``model`` already loaded (:func:`parapipe.graph.zoo.load_model`), so it is not read again.
 
     ``soc`` is a bundled profile name, a YAML path, or ``"host"``: this machine, each core a PU, with every block
-    measured for real with ONNX Runtime (:func:`parapipe.profiling.host.measure_host`). ``db``, a profile database:
+    measured for real with ONNX Runtime (:func:`parapipe.measure.local.measure_host`). ``db``, a profile database:
     on ``host`` its block measurements are reused (and new ones stored); on another SoC the measured times replace
     the model where they exist and the model calibrated on the database fills the rest
-    (:func:`parapipe.profiling.predict.costs_from_db`). ``input_shapes`` (``--input-shape``) fix symbolic input
+    (:func:`parapipe.calibration.predict.costs_from_db`). ``input_shapes`` (``--input-shape``) fix symbolic input
     dims (:func:`parapipe.graph.inputs.resolve_input_shapes`); ``feeds`` (an .npz, ``--feeds``) are the input
     values the host measurement uses (default: :func:`parapipe.graph.feeds.make_frames`). A custom-domain
     operator no PU declares is refused before anything is measured
@@ -92,13 +92,13 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     measured = None
     if is_host(soc):
         from .graph.feeds import load_feeds
-        from .profiling.host import measure_host, measure_ranges
+        from .measure.local import measure_host, measure_ranges
 
         check_declared(og.model, source, HOST_SOC, [])  # host PUs run ONNX Runtime's CPU operators only
         frame = load_feeds(feeds, og)[0] if feeds else None
         t1 = time.perf_counter()
         if db:
-            from .profiling.db import ProfileDB
+            from .profiledb.db import ProfileDB
 
             with ProfileDB(db) as profile_db:
                 hp = measure_host(bg, progress=measure_progress, db=profile_db, feeds=frame)
@@ -117,7 +117,7 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
         soc_obj = resolve_soc(soc)
         check_declared(og.model, source, soc_obj.name, [p.supported_ops for p in soc_obj.pus.values()])
         if db:
-            from .profiling.predict import costs_from_db
+            from .calibration.predict import costs_from_db
 
             soc_obj, measured = costs_from_db(bg, soc_obj, db)
     if pus:
@@ -142,12 +142,12 @@ def search_prepared(prep: Prepared, options, progress=None, time_stages: int = S
     its blocks' sum, issue 13); two candidates predicted within a few per cent of each other from measurements
     taken at different moments were ranked wrongly on this shared 2-core VM (a shared-core pipeline predicted
     62.7/s ran at 61.1/s, the replicated model predicted 62.0/s ran at 67.0/s). The leading candidates' stages
-    are timed in the same interleaved passes (:func:`parapipe.profiling.host.measure_stages`), so they are
+    are timed in the same interleaved passes (:func:`parapipe.measure.local.measure_stages`), so they are
     compared on one footing. They are timed loaded unless ``prep.terms`` carry a co-running term of their own
     (:meth:`parapipe.cost.pipeline_terms.PipelineTerms.models_corunning`).
 
     ``measure(ranges, tasks, loaded) -> (range_s, task_s)`` replaces the host measurement (default
-    :func:`parapipe.profiling.host.measure_stages` with ``passes``). Returns the last
+    :func:`parapipe.measure.local.measure_stages` with ``passes``). Returns the last
     :class:`parapipe.search.api.SearchResult`; its ``info["stage_timing"]`` says what was timed (``points``
     asked for, distinct mappings timed, rounds, ranges, tasks, ``timed_point_ids``: the points whose every
     stage has a measured time, seconds).
@@ -211,7 +211,7 @@ def time_mapping_stages(prep: Prepared, mappings: Sequence, passes: int = 3, mea
     (:meth:`parapipe.cost.pipeline_terms.PipelineTerms.models_corunning`).
 
     ``measure(ranges, tasks, loaded) -> (range_s, task_s)`` replaces the host measurement (default
-    :func:`parapipe.profiling.host.measure_stages` with ``passes``). Returns the ranges and tasks timed (empty
+    :func:`parapipe.measure.local.measure_stages` with ``passes``). Returns the ranges and tasks timed (empty
     when ``prep`` is not ``--soc host``).
 
     Raises
@@ -224,7 +224,7 @@ def time_mapping_stages(prep: Prepared, mappings: Sequence, passes: int = 3, mea
     if not prep.host:
         return [], []
     if measure is None:
-        from .profiling.host import measure_stages
+        from .measure.local import measure_stages
 
         def measure(ranges, tasks, loaded):
             return measure_stages(prep.block_graph, ranges, tasks, loaded, passes=passes, feeds=prep.host_feeds)

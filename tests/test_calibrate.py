@@ -11,14 +11,14 @@ import yaml
 
 from parapipe.cli import main
 from parapipe.cost.roofline import block_time_s
-from parapipe.profiling.calibrate import (PUParams, Sample, fit_boundary, fit_cache, fit_pu, fit_transfer,
+from parapipe.calibration.calibrate import (PUParams, Sample, fit_boundary, fit_cache, fit_pu, fit_transfer,
                                           op_time, predict)
-from parapipe.profiling.calibrated import CALIBRATION_SOURCE, Calibration, calibrated_soc
-from parapipe.profiling.catalog import OpFeatures
-from parapipe.profiling.db import ProfileDB
-from parapipe.profiling.host import block_signature, host_soc
+from parapipe.calibration.calibrated import CALIBRATION_SOURCE, Calibration, calibrated_soc
+from parapipe.profiledb.catalog import OpFeatures
+from parapipe.profiledb.db import ProfileDB
+from parapipe.measure.local import block_signature, host_soc
 from parapipe.profiling.jobs import profile_job
-from parapipe.profiling.profile import ProfileOptions
+from parapipe.measure.profile import ProfileOptions
 from parapipe.soc.loader import load_soc, save_soc
 from parapipe.soc.profile import PU
 

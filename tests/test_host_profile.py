@@ -10,16 +10,16 @@ import yaml
 
 from parapipe.errors import ExecutionError, InputError
 from parapipe.graph.coarsen import coarsen
-from parapipe.profiling import host
-from parapipe.profiling.db import ProfileDB
-from parapipe.profiling.host import allowed_cpus, block_signature, host_soc, measure_host, measure_transfer
+from parapipe.measure import local
+from parapipe.profiledb.db import ProfileDB
+from parapipe.measure.local import allowed_cpus, block_signature, host_soc, measure_host, measure_transfer
 from ppexec import PUBinding
 from ppexec.session import create_session, pin_current_thread
 from parapipe.soc.loader import load_soc
 
 
 class _Spy:
-    """Counts the sessions measure_host creates (wraps host.create_session)."""
+    """Counts the sessions measure_host creates (wraps local.create_session)."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -48,7 +48,7 @@ def first(squeezenet, tmp_path_factory):
     db = ProfileDB(tmp_path_factory.mktemp("hostdb") / "profile.sqlite")
     spy, calls = _Spy(), []
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(host, "create_session", spy)
+        mp.setattr(local, "create_session", spy)
 
         def progress(done: int, total: int) -> None:
             calls.append((done, total, threading.get_ident()))
@@ -94,7 +94,7 @@ def test_second_call_with_the_same_db_measures_nothing(squeezenet, first, monkey
     profile, db, _, _ = first
     rows_before = len(db)
     spy = _Spy()
-    monkeypatch.setattr(host, "create_session", spy)
+    monkeypatch.setattr(local, "create_session", spy)
     again = measure_host(bg, repeats=5, warmup=2, db=db)
     assert spy.calls == 0
     assert again.block_time_s == profile.block_time_s
@@ -156,7 +156,7 @@ def test_sum_of_block_times_is_close_to_one_whole_model_run(squeezenet, first):
         sess = create_session(og.model, PUBinding(cpus=(cpu,), threads=1), "CPUExecutionProvider")
         for _ in range(2):
             sess.run(None, feeds)
-        box["times"] = [host._timed(lambda: sess.run(None, feeds)) for _ in range(5)]
+        box["times"] = [local._timed(lambda: sess.run(None, feeds)) for _ in range(5)]
 
     thread = threading.Thread(target=whole)
     thread.start()
@@ -205,11 +205,11 @@ def test_measure_transfer_names_an_unusable_cpu():
 
 @pytest.mark.skipif(len(allowed_cpus()) < 2, reason="needs two allowed CPUs (the load runs on the others)")
 def test_loaded_stage_level_times_keep_every_other_core_running_the_range(squeezenet, monkeypatch):
-    from parapipe.profiling.host import measure_ranges
+    from parapipe.measure.local import measure_ranges
 
     _, bg = squeezenet
     spy = _Spy()
-    monkeypatch.setattr(host, "create_session", spy)
+    monkeypatch.setattr(local, "create_session", spy)
     before = set(t.name for t in threading.enumerate())
     times = measure_ranges(bg, [(0, 4)], repeats=3, warmup=1)  # the default: loaded
     assert times[(0, 4)] > 0
@@ -221,12 +221,12 @@ def test_loaded_stage_level_times_keep_every_other_core_running_the_range(squeez
 
 
 def test_stage_level_times_run_each_range_as_one_pinned_sub_model(squeezenet, monkeypatch):
-    from parapipe.profiling.host import measure_ranges
+    from parapipe.measure.local import measure_ranges
 
     _, bg = squeezenet
     n = len(bg.blocks)
     spy = _Spy()
-    monkeypatch.setattr(host, "create_session", spy)
+    monkeypatch.setattr(local, "create_session", spy)
     times = measure_ranges(bg, [(0, n), (0, 3), (0, n)], repeats=2, warmup=1, loaded=False)
     assert list(times) == [(0, n), (0, 3)] and all(t > 0 for t in times.values())
     assert spy.calls == 2 and spy.affinities == [frozenset({allowed_cpus()[0]})] * 2

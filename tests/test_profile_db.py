@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from parapipe.errors import InputError
-from parapipe.profiling.db import SCHEMA_VERSION, ProfileDB
-from parapipe.profiling.records import Measurement, utc_now_iso
+from parapipe.profiledb.db import SCHEMA_VERSION, ProfileDB
+from parapipe.profiledb.records import Measurement, utc_now_iso
 
 
 def make(signature: str = "conv:1x3x32x32", **overrides) -> Measurement:
@@ -97,7 +97,7 @@ def test_a_killed_run_keeps_finished_batches_and_resumes(tmp_path):
         import os, signal, sys
         sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
         from test_profile_db import make
-        from parapipe.profiling.db import ProfileDB, _UPSERT, _COLUMNS
+        from parapipe.profiledb.db import ProfileDB, _UPSERT, _COLUMNS
         db = ProfileDB({str(path)!r})
         db.put([make("op0"), make("op1")])            # batch 1: committed
         rows = [tuple(getattr(make(s), c) for c in _COLUMNS) for s in ("op2", "op3")]

@@ -9,12 +9,12 @@ import yaml
 
 from parapipe.cli import main
 from parapipe.errors import InputError
-from parapipe.profiling import plan
-from parapipe.profiling.catalog import Catalog, OpFeatures
-from parapipe.profiling.db import ProfileDB
+from parapipe.measure import plan
+from parapipe.profiledb.catalog import Catalog, OpFeatures
+from parapipe.profiledb.db import ProfileDB
 from parapipe.profiling.jobs import load_graph, profile_job
-from parapipe.profiling.profile import ProfileOptions
-from parapipe.profiling.runner import open_runner
+from parapipe.measure.profile import ProfileOptions
+from parapipe.measure.agent_timer import open_runner
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +79,7 @@ def test_second_run_measures_nothing(first_run):
 
 
 def host_soc_stub():
-    from parapipe.profiling.host import host_soc
+    from parapipe.measure.local import host_soc
 
     return host_soc(n_cpus=1, transfer=(1e-5, 1e10))
 
@@ -188,7 +188,7 @@ def test_bad_options_exit_2_without_a_database(tmp_path, capsys, args, words):
 
 def _soc_yaml(tmp_path, execution: dict) -> str:
     """A one-PU profile whose PU runs as ``execution`` (built from the measured host profile)."""
-    from parapipe.profiling.host import host_soc
+    from parapipe.measure.local import host_soc
     soc = host_soc(n_cpus=1, transfer=(1e-5, 1e10))
     pu = soc.pus["cpu0"]
     raw = soc.to_yaml_dict()

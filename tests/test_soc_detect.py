@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from parapipe.cli import main
-from parapipe.profiling.detect import _cpu_pus, detect_soc
-from parapipe.profiling.runner import open_runner
+from parapipe.measure.detect import _cpu_pus, detect_soc
+from parapipe.measure.agent_timer import open_runner
 from parapipe.soc.loader import load_soc
 
 pytestmark = pytest.mark.slow

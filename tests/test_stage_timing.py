@@ -5,7 +5,7 @@
   block sums make a two-stage pipeline look best, the stages' measured times make the replicated model the best
   throughput point (the ranking error of issue 13's run E), and the times land in the problem for every PU;
 * stages are timed loaded with the plain model and alone with a fitted co-running term;
-* the real host measurement (:func:`parapipe.profiling.host.measure_stages`) on squeezenet;
+* the real host measurement (:func:`parapipe.measure.local.measure_stages`) on squeezenet;
 * :func:`parapipe.workflow.time_mapping_stages`, which ``evaluate --soc host`` uses for the mappings it is given.
 """
 from __future__ import annotations
@@ -138,19 +138,19 @@ def test_no_stage_timing_off_the_host_or_when_disabled():
 
 def test_measure_stages_on_squeezenet(zoo_opgraph, monkeypatch):
     from parapipe.graph.coarsen import coarsen
-    from parapipe.profiling import host
-    from parapipe.profiling.host import allowed_cpus, measure_stages
+    from parapipe.measure import local
+    from parapipe.measure.local import allowed_cpus, measure_stages
 
     bg = coarsen(zoo_opgraph("squeezenet"))
     n = len(bg.blocks)
     sessions = []
-    real = host.create_session
+    real = local.create_session
 
     def spy(model, binding, provider):
         sessions.append(threading.current_thread().name)
         return real(model, binding, provider)
 
-    monkeypatch.setattr(host, "create_session", spy)
+    monkeypatch.setattr(local, "create_session", spy)
     ranges, tasks = measure_stages(bg, [(0, 3), (3, n), (0, n)], [(0, 1)], loaded=False, passes=2, repeats=2,
                                    warmup=1, min_s=0.0)
     assert set(ranges) == {(0, 3), (3, n), (0, n)} and set(tasks) == {(0, 1)}

@@ -6,7 +6,7 @@ each integer input must lie in: following the input through value-preserving ope
 Unsqueeze, Expand, Slice, Concat, ...) to the operators that use it as an index -- ``Gather`` /
 ``GatherElements`` (rows of their data along ``axis``), ``OneHot`` (``depth``) and ``com.microsoft``
 ``EmbedLayerNormalization`` (rows of the word/segment embedding) -- and keeping the tightest bound. Inputs with
-no such use get 0 (the value the host measurement feeds, :mod:`parapipe.profiling.host`).
+no such use get 0 (the value the host measurement feeds, :mod:`parapipe.measure.local`).
 """
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import onnx
 
 from parapipe.errors import input_error
-from parapipe.profiling.catalog import Catalog
-from parapipe.profiling.db import ProfileDB
+from parapipe.profiledb.catalog import Catalog
+from parapipe.profiledb.db import ProfileDB
 from parapipe.soc.profile import SoC
 from parapipe.soc.resolve import HOST_SOC, resolve_soc
 
@@ -97,7 +97,7 @@ def _check_db(path) -> Optional[ProfileDB]:
 def profile_job(model: str, soc: str, db_path, host=None, python: Optional[str] = None, options=None,
                 batch: Optional[int] = None, max_blocks: Optional[int] = 48, progress: Progress = None,
                 input_shapes=None):
-    """``parapipe profile``: returns the :class:`~parapipe.profiling.profile.ProfileReport`.
+    """``parapipe profile``: returns the :class:`~parapipe.measure.profile.ProfileReport`.
 
     Parameters
     ----------
@@ -123,8 +123,8 @@ def profile_job(model: str, soc: str, db_path, host=None, python: Optional[str] 
         Before anything is written: bad model, SoC, PU, batch, budget, database; unreachable host, refused or
         unknown key, no onnxruntime or too old a Python there, a PU whose provider or CPUs it lacks.
     """
-    from parapipe.profiling.profile import ProfileOptions, check_pus, profile_model
-    from parapipe.profiling.runner import open_runner
+    from parapipe.measure.profile import ProfileOptions, check_pus, profile_model
+    from parapipe.measure.agent_timer import open_runner
 
     options = options or ProfileOptions()
     if not (isinstance(options.budget, (int, float)) and 0.0 < options.budget <= 1.0):
@@ -171,11 +171,11 @@ def calibrate_job(soc: str, db_path, models: Sequence[str] = (), host=None, pyth
     HostError
         As :func:`profile_job`, when stages are timed.
     """
-    from parapipe.profiling.accuracy import evaluate
-    from parapipe.profiling.calibrated import calibrated_soc, fit_calibration
-    from parapipe.profiling.predict import open_existing_db
-    from parapipe.profiling.profile import check_pus, profile_stages
-    from parapipe.profiling.runner import open_runner
+    from parapipe.calibration.accuracy import evaluate
+    from parapipe.calibration.calibrated import calibrated_soc, fit_calibration
+    from parapipe.calibration.predict import open_existing_db
+    from parapipe.measure.profile import check_pus, profile_stages
+    from parapipe.measure.agent_timer import open_runner
 
     if out is not None and not str(out).endswith((".yaml", ".yml")):
         raise input_error("--out", None, f"{out} is not a .yaml file", "give a path ending in .yaml")
@@ -219,7 +219,7 @@ def import_job(csv_path, soc: str, db_path=None, out=None) -> Tuple[list, List[P
     InputError
         Bad CSV (missing columns, unknown PUs, ...), bad SoC, corrupt database: nothing is written.
     """
-    from parapipe.profiling.importer import read_long_csv, to_measurements, write_tables
+    from parapipe.profiledb.importer import read_long_csv, to_measurements, write_tables
 
     if soc == HOST_SOC:
         raise input_error("--soc", None, "'host' is measured, not imported",
@@ -252,8 +252,8 @@ def detect_job(out, host=None, python: Optional[str] = None, name: Optional[str]
     HostError
         As :func:`profile_job`.
     """
-    from parapipe.profiling.detect import detect_soc
-    from parapipe.profiling.runner import open_runner
+    from parapipe.measure.detect import detect_soc
+    from parapipe.measure.agent_timer import open_runner
     from parapipe.soc.loader import load_soc, save_soc
 
     if not str(out).endswith((".yaml", ".yml")):

@@ -1,5 +1,5 @@
 """Micro-measurements of the machine parapipe runs on, for the measured ``host`` profile
-(:mod:`parapipe.profiling.host`): peak FLOP/s and per-operator overhead (an ORT MatMul), memory bandwidth (a numpy
+(:mod:`parapipe.measure.local`): peak FLOP/s and per-operator overhead (an ORT MatMul), memory bandwidth (a numpy
 copy), the clock (sysfs or /proc/cpuinfo), and the hand-off cost between two pinned cores (a queue hand-off as
 the pipelined executor does it). Each runs on a thread pinned to one core.
 """

@@ -1,6 +1,6 @@
 """What each measured signature computes, kept next to the measurements so calibration needs no model.
 
-A measurement row (:mod:`parapipe.profiling.db`) names its work by a signature only. The catalog, two tables
+A measurement row (:mod:`parapipe.profiledb.db`) names its work by a signature only. The catalog, two tables
 in the same SQLite file, says what that work is:
 
 * ``op_catalog``: one row per operator signature with its cost features (:class:`OpFeatures`: op type, op
@@ -13,7 +13,7 @@ in the same SQLite file, says what that work is:
   activations entering and leaving the work (:func:`boundary_nbytes`).
 
 The tables are created on first use (``CREATE TABLE IF NOT EXISTS``);
-:class:`~parapipe.profiling.db.ProfileDB` ignores tables it does not own. Open the catalog after ``ProfileDB``
+:class:`~parapipe.profiledb.db.ProfileDB` ignores tables it does not own. Open the catalog after ``ProfileDB``
 accepted the file.
 """
 from __future__ import annotations
@@ -164,7 +164,7 @@ class Catalog:
     Parameters
     ----------
     path : str or Path
-        The profile database (already opened once by :class:`~parapipe.profiling.db.ProfileDB`).
+        The profile database (already opened once by :class:`~parapipe.profiledb.db.ProfileDB`).
     create : bool
         Create the tables when missing (default). With False the file is never written: reading a file without
         the tables gives empty results, and writing raises.

@@ -1,6 +1,6 @@
 """``parapipe calibrate --runs``: measured runs in, the pipeline-level terms (and powers) of a SoC profile out.
 
-Runs come from the ``runs`` table of a profile database (:mod:`parapipe.profiling.runs`, what ``parapipe run``
+Runs come from the ``runs`` table of a profile database (:mod:`parapipe.profiledb.runs`, what ``parapipe run``
 and ``deploy`` record) or from a CSV: the long format ``model,soc,mapping,period_s,latency_s[,energy_j]``
 (``mapping``: one PU per block, as ``parapipe evaluate --mapping`` takes it; seconds and joules per inference;
 a byte-order mark and CRLF line ends are fine), or the export of ``parapipe runs --csv`` (its ``pu_list``,
@@ -8,7 +8,7 @@ stage ``mapping`` and ``idle_latency_s`` columns). Each model's problem comes fr
 (``DIR/<model>.blocks.csv``, the block table ``parapipe import`` writes) or, without it, from the model itself
 costed on the profile (on ``host``: its blocks measured, reusing the database's measurements).
 
-The fit is :func:`parapipe.profiling.runfit.calibrate_runs`; :func:`calibrated_profile` writes its terms into the
+The fit is :func:`parapipe.calibration.runfit.calibrate_runs`; :func:`calibrated_profile` writes its terms into the
 profile's ``pipeline:`` section (and fitted powers into the PUs) with ``source: runs`` provenance.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from types import SimpleNamespace
 from typing import Dict, List, Optional, Sequence
 
 from parapipe.errors import input_error
-from parapipe.profiling.runfit import TERM_NAMES, MeasuredRun, RunsFit, calibrate_runs
+from parapipe.calibration.runfit import TERM_NAMES, MeasuredRun, RunsFit, calibrate_runs
 
 log = logging.getLogger(__name__)
 
@@ -168,8 +168,8 @@ def runs_from_db(db_path: str, soc, problems: _Problems, models: Sequence[str] =
     InputError
         Missing database, or no usable run.
     """
-    from parapipe.profiling.predict import open_existing_db
-    from parapipe.profiling.runs import list_runs
+    from parapipe.calibration.predict import open_existing_db
+    from parapipe.profiledb.runs import list_runs
 
     db = open_existing_db(db_path)
     try:

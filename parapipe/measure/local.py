@@ -37,9 +37,9 @@ from parapipe.errors import ExecutionError, input_error
 from parapipe.graph.coarsen import Block, BlockGraph
 from parapipe.graph.extract import extract_submodel
 from parapipe.graph.opgraph import OpGraph
-from parapipe.profiling.db import ProfileDB
-from parapipe.profiling.records import Measurement, utc_now_iso
-from parapipe.profiling.machine import (_copy_bandwidth, _frequency_hz, _gemm_and_overhead, _on_cpu, _start_pinned,
+from parapipe.profiledb.db import ProfileDB
+from parapipe.profiledb.records import Measurement, utc_now_iso
+from parapipe.measure.machine import (_copy_bandwidth, _frequency_hz, _gemm_and_overhead, _on_cpu, _start_pinned,
                                         _timed, allowed_cpus, measure_transfer)
 from parapipe.soc.op_classes import OP_CLASSES
 from parapipe.soc.profile import PU, Provenance, SoC
@@ -58,7 +58,7 @@ PLACEHOLDER_ACTIVE_POWER_W = 5.0
 PLACEHOLDER_IDLE_POWER_W = 1.0
 PLACEHOLDER_STATIC_POWER_W = 10.0
 _SOURCES = {
-    "measured": "Measured on this machine by parapipe.profiling.host when the profile was built "
+    "measured": "Measured on this machine by parapipe.measure.local when the profile was built "
                 "(ONNX Runtime MatMul, numpy copy, queue hand-off between pinned threads).",
     "cpuinfo": "Linux sysfs cpufreq/cpuinfo_max_freq, else 'cpu MHz' in /proc/cpuinfo, on this machine.",
     "parapipe": "parapipe's choice for the host profile: efficiency 1.0 for every op class, since measured "

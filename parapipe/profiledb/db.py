@@ -1,6 +1,6 @@
 """The profile database: measurements in one SQLite file, resumable and safe to kill.
 
-One table, ``measurements``, with the columns of :class:`~parapipe.profiling.records.Measurement` and
+One table, ``measurements``, with the columns of :class:`~parapipe.profiledb.records.Measurement` and
 ``UNIQUE(soc, pu, signature, batch, ort_version, kind)``; a newer measurement with the same key replaces the
 older one. The schema version lives in ``PRAGMA user_version``. Each :meth:`ProfileDB.put` is one transaction,
 so a run killed half-way keeps every batch it finished and nothing of the batch it was writing; a rerun skips
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable, List, Optional, Union
 
 from parapipe.errors import input_error
-from parapipe.profiling.records import Measurement
+from parapipe.profiledb.records import Measurement
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM measurements"
 
 
 class ProfileDB:
-    """A SQLite profile database of :class:`~parapipe.profiling.records.Measurement` rows.
+    """A SQLite profile database of :class:`~parapipe.profiledb.records.Measurement` rows.
 
     Parameters
     ----------
@@ -71,7 +71,7 @@ class ProfileDB:
     Examples
     --------
     >>> import tempfile, os
-    >>> from parapipe.profiling.records import Measurement
+    >>> from parapipe.profiledb.records import Measurement
     >>> db = ProfileDB(os.path.join(tempfile.mkdtemp(), "profile.sqlite"))
     >>> m = Measurement("a311d", "big", "conv:1x3x224x224", "Conv", 1, "1.19.2", 0.012, 0.013, 10,
     ...                 "2025-01-31T12:00:00+00:00", "local", "op", 602112)
@@ -203,7 +203,7 @@ class ProfileDB:
         Parameters
         ----------
         soc, pu, signature : str
-            As in :class:`~parapipe.profiling.records.Measurement`.
+            As in :class:`~parapipe.profiledb.records.Measurement`.
         batch : int
             Batch size (default 1).
         kind : str

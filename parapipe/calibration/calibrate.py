@@ -15,12 +15,12 @@ over the log parameters on grids (to get near the minimum from far-off profile v
 Levenberg-Marquardt with iteratively reweighted least squares (to settle it jointly). Parameters the samples
 do not constrain keep the SoC profile's values.
 
-Two fits are made per PU (:func:`parapipe.profiling.calibrated.fit_calibration`):
+Two fits are made per PU (:func:`parapipe.calibration.calibrated.fit_calibration`):
 
 * **isolated**: on single-operator measurements (optimisation off, one operator per session run), the
   per-operator cost as profiled;
 * **in graph**: on block measurements (optimisation on), with the operators that ONNX Runtime fuses away in a
-  graph (:func:`parapipe.profiling.catalog.in_graph_free`) costing nothing, plus one session boundary per
+  graph (:func:`parapipe.profiledb.catalog.in_graph_free`) costing nothing, plus one session boundary per
   timed sub-model: ``run_overhead_s + boundary bytes / boundary_bandwidth`` (:meth:`PUParams.boundary_s`).
   The boundary is what makes a stage of 30 blocks faster than its 30 blocks timed alone (squeezenet on this
   machine: 5.6 ms against 7.6 ms): each sub-model converts its activations to ONNX Runtime's blocked layout
@@ -41,7 +41,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from parapipe.cost.roofline import PRECISION_BYTE_SCALE
-from parapipe.profiling.catalog import OpFeatures
+from parapipe.profiledb.catalog import OpFeatures
 from parapipe.soc.op_classes import OP_CLASSES
 from parapipe.soc.profile import PU
 

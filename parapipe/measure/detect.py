@@ -1,6 +1,6 @@
 """``parapipe soc detect``: write the SoC profile of a machine from measurements taken by the agent on it.
 
-:func:`detect_soc` asks the agent (local or over SSH, :mod:`parapipe.profiling.runner`) for its ``hello``,
+:func:`detect_soc` asks the agent (local or over SSH, :mod:`parapipe.measure.agent_timer`) for its ``hello``,
 makes one PU per CPU cluster (CPUs grouped by sysfs ``cpu_capacity`` / ``cpuinfo_max_freq``; or one PU per
 core with ``per_core``) and one per accelerator execution provider it reports, and measures on each PU,
 through ONNX Runtime:
@@ -29,8 +29,8 @@ import numpy as np
 
 from parapipe.deploy.agent_client import AgentRequestError
 from parapipe.errors import HostError
-from parapipe.profiling.calibrate import fit_transfer
-from parapipe.profiling.runner import Runner
+from parapipe.calibration.calibrate import fit_transfer
+from parapipe.measure.agent_timer import Runner
 from parapipe.soc.profile import PU, Provenance, SoC
 
 log = logging.getLogger(__name__)
@@ -39,19 +39,19 @@ __all__ = ["detect_soc", "gemm_model", "scale_model", "identity_model", "PROVIDE
            "COPY_NBYTES"]
 
 #: Side of the square fp32 MatMul timed for peak FLOP/s (2·N³ = 0.27 GFLOP; a few ms on a desktop core, about
-#: 50 ms on a Cortex-A53). Same size as :data:`parapipe.profiling.machine.GEMM_N`.
+#: 50 ms on a Cortex-A53). Same size as :data:`parapipe.measure.machine.GEMM_N`.
 GEMM_N = 512
 #: Bytes of the tensor scaled for memory bandwidth (64 MiB: well beyond the last-level cache of the boards in
 #: soc_profiles/; a 256+ MiB LLC server would measure cache bandwidth).
 COPY_NBYTES = 64 * 2**20
-#: Hand-off sizes of the transfer fit, bytes (as :mod:`parapipe.profiling.host`).
+#: Hand-off sizes of the transfer fit, bytes (as :mod:`parapipe.measure.local`).
 TRANSFER_NBYTES = (2**10, 4 * 2**20)
 #: Above this many CPU PUs (one per core of a large host) only the first two are timed against each other and
 #: their cost becomes the default for every pair; below, every ordered pair is timed. A parapipe choice.
 MAX_PAIR_PUS = 4
 #: Clock used when sysfs gives none, Hz (a round guess, marked low confidence).
 FALLBACK_FREQUENCY_HZ = 1e9
-#: Placeholder powers, W (no meter; parapipe's round guesses, as in parapipe.profiling.host).
+#: Placeholder powers, W (no meter; parapipe's round guesses, as in parapipe.measure.local).
 PLACEHOLDER_ACTIVE_POWER_W = 5.0
 PLACEHOLDER_IDLE_POWER_W = 1.0
 PLACEHOLDER_STATIC_POWER_W = 10.0

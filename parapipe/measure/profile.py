@@ -1,6 +1,6 @@
 """Profile a model on the PUs of a SoC through the agent, into the profile database, resumably.
 
-:func:`profile_model` plans the work (:mod:`parapipe.profiling.plan`): every distinct operator signature on
+:func:`profile_model` plans the work (:mod:`parapipe.measure.plan`): every distinct operator signature on
 every PU that runs it (optimisation off), every distinct block, pair of consecutive blocks and longer spans
 of blocks (optimisation on, as the executor runs them) and the hand-offs between CPU PUs. It records in the
 catalog what each signature computes, then measures what the database does not hold yet (:func:`execute`),
@@ -8,7 +8,7 @@ storing each measurement in its own transaction as soon as it is taken: a run ki
 it finished and a rerun measures only the rest; a second run of the same profile measures nothing.
 
 With ``budget < 1`` only the most informative fraction of operator signatures and blocks is measured
-(:func:`parapipe.profiling.plan.select_informative`); a seeded random held-out sample of the other operators
+(:func:`parapipe.measure.plan.select_informative`); a seeded random held-out sample of the other operators
 is measured too but kept out of the fit, and the calibrated model's error on it is reported
 (:attr:`ProfileReport.holdout_mape_percent`).
 """
@@ -24,13 +24,13 @@ from parapipe.deploy.agent_client import AgentRequestError
 from parapipe.errors import input_error
 from parapipe.graph.coarsen import BlockGraph
 from parapipe.graph.opgraph import OpGraph
-from parapipe.profiling import plan
-from parapipe.profiling.calibrate import mape_percent, op_time
-from parapipe.profiling.calibrated import fit_calibration, latest_rows
-from parapipe.profiling.catalog import Catalog, op_features
-from parapipe.profiling.db import ProfileDB
-from parapipe.profiling.records import Measurement, utc_now_iso
-from parapipe.profiling.runner import Runner
+from parapipe.measure import plan
+from parapipe.calibration.calibrate import mape_percent, op_time
+from parapipe.calibration.calibrated import fit_calibration, latest_rows
+from parapipe.profiledb.catalog import Catalog, op_features
+from parapipe.profiledb.db import ProfileDB
+from parapipe.profiledb.records import Measurement, utc_now_iso
+from parapipe.measure.agent_timer import Runner
 from parapipe.soc.profile import SoC
 
 log = logging.getLogger(__name__)
@@ -159,8 +159,8 @@ def execute(items: Sequence[plan.WorkItem], runner: Runner, db: ProfileDB, soc: 
     items : sequence of WorkItem
     runner : Runner
     db : ProfileDB
-        Checked with :meth:`~parapipe.profiling.db.ProfileDB.has` for ``(soc, pu, signature, batch, kind,
-        ort_version)``; each new :class:`~parapipe.profiling.records.Measurement` is one transaction.
+        Checked with :meth:`~parapipe.profiledb.db.ProfileDB.has` for ``(soc, pu, signature, batch, kind,
+        ort_version)``; each new :class:`~parapipe.profiledb.records.Measurement` is one transaction.
     soc : SoC
     batch, warmup, repeats : int
     progress : callable (done, total), optional
@@ -324,8 +324,8 @@ def profile_model(og: OpGraph, bg: BlockGraph, soc: SoC, runner: Runner, db: Pro
 
 
 def _block_proxy(sig: str, block) -> "plan.OpFeatures":
-    """A block as pseudo operator features (for :func:`~parapipe.profiling.plan.select_informative`)."""
-    from parapipe.profiling.catalog import OpFeatures
+    """A block as pseudo operator features (for :func:`~parapipe.measure.plan.select_informative`)."""
+    from parapipe.profiledb.catalog import OpFeatures
     from parapipe.soc.op_classes import op_class
 
     main = op_class(block.op_types[0]) if block.op_types else "other"
@@ -370,9 +370,9 @@ def profile_stages(og: OpGraph, bg: BlockGraph, soc: SoC, runner: Runner, db: Pr
     """Time contiguous block ranges of ``og`` as whole stages (optimisation on) for validating the
     calibration.
 
-    Stages are :func:`parapipe.profiling.plan.stage_ranges` of ``bg`` for each ``k`` in ``splits``; they are
+    Stages are :func:`parapipe.measure.plan.stage_ranges` of ``bg`` for each ``k`` in ``splits``; they are
     stored as rows of kind ``stage`` and recorded in the catalog with their blocks and operators, so
-    :func:`parapipe.profiling.accuracy.evaluate` can compare predictions with them. Resumable like
+    :func:`parapipe.calibration.accuracy.evaluate` can compare predictions with them. Resumable like
     :func:`execute`; each stage is timed in ``rounds`` rounds and its least disturbed median kept.
 
     Raises

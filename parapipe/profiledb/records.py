@@ -1,6 +1,6 @@
 """Typed measurement records: one timed operator, block, stage or transfer on one PU of one SoC.
 
-A :class:`Measurement` is what the profile database stores (:mod:`parapipe.profiling.db`) and what runners
+A :class:`Measurement` is what the profile database stores (:mod:`parapipe.profiledb.db`) and what runners
 produce. Its identity (:attr:`Measurement.key`) is ``(soc, pu, signature, batch, ort_version, kind)``: a newer
 measurement with the same key replaces the older one.
 """
