@@ -193,8 +193,8 @@ def main(argv=None) -> int:
             have = list_runs(d)
     if not (args.reuse and have):
         if db.exists():
-            with ProfileDB(db) as d:
-                d._conn.execute("DROP TABLE IF EXISTS runs")
+            with ProfileDB(db) as d, d.transaction("runs") as conn:
+                conn.execute("DELETE FROM runs")
         measure(args.models, work, args.run_s, db, args.repeats)
     with ProfileDB(db) as d:
         all_runs = list_runs(d)

@@ -16,7 +16,8 @@ from parapipe.calibration.calibrate import (PUParams, Sample, fit_boundary, fit_
 from parapipe.calibration.calibrated import CALIBRATION_SOURCE, Calibration, calibrated_soc
 from parapipe.profiledb.catalog import OpFeatures
 from parapipe.profiledb.db import ProfileDB
-from parapipe.measure.local import block_signature, host_soc
+from parapipe.profiledb.catalog import block_signature
+from parapipe.measure.local import host_soc
 from parapipe.profiling.jobs import profile_job
 from parapipe.measure.profile import ProfileOptions
 from parapipe.soc.loader import load_soc, save_soc

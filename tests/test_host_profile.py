@@ -12,7 +12,8 @@ from parapipe.errors import ExecutionError, InputError
 from parapipe.graph.coarsen import coarsen
 from parapipe.measure import local
 from parapipe.profiledb.db import ProfileDB
-from parapipe.measure.local import allowed_cpus, block_signature, host_soc, measure_host, measure_transfer
+from parapipe.profiledb.catalog import block_signature
+from parapipe.measure.local import allowed_cpus, host_soc, measure_host, measure_transfer
 from ppexec import PUBinding
 from ppexec.session import create_session, pin_current_thread
 from parapipe.soc.loader import load_soc

@@ -50,6 +50,8 @@ def test_profile_fills_the_database(first_run, squeezenet):
     assert not report.failed
     with ProfileDB(path) as db:
         rows = db.all("host")
+        catalog = Catalog(db)
+        catalog_ops, work = catalog.ops(), catalog.work()
     ops = [r for r in rows if r.kind == "op"]
     assert {r.signature for r in ops} == signatures
     assert {r.pu for r in rows} == {"cpu0"} and {r.host for r in rows} == {"local"}
@@ -58,9 +60,7 @@ def test_profile_fills_the_database(first_run, squeezenet):
     conv = max((r for r in ops if r.op_type == "Conv"), key=lambda r: r.median_s)
     relu = min((r for r in ops if r.op_type == "Relu"), key=lambda r: r.median_s)
     assert conv.median_s > 5 * relu.median_s  # the 7x7 stem conv is real work, a tiny Relu is not
-    with Catalog(path) as catalog:
-        assert set(catalog.ops()) == signatures
-        work = catalog.work()
+    assert set(catalog_ops) == signatures
     assert {s for s, e in work.items() if e.kind == "block"} == set(blocks)
     assert {s for s, e in work.items() if e.kind == "pair"} == pairs
     assert {s for s, e in work.items() if e.kind == "span"} == spans

@@ -31,9 +31,9 @@ from parapipe.errors import input_error
 from parapipe.graph.coarsen import BlockGraph
 from parapipe.calibration.calibrate import op_time
 from parapipe.calibration.calibrated import Calibration, block_weight_nbytes, calibrated_soc, fit_calibration
-from parapipe.profiledb.catalog import Catalog, OpFeatures, block_parts, boundary_nbytes, op_features
+from parapipe.profiledb.catalog import (Catalog, OpFeatures, block_parts, block_signature, boundary_nbytes,
+                                       op_features)
 from parapipe.profiledb.db import ProfileDB
-from parapipe.measure.local import block_signature
 from parapipe.soc.profile import SoC
 
 log = logging.getLogger(__name__)
@@ -145,8 +145,7 @@ def costs_from_db(bg: BlockGraph, soc: SoC, db_path) -> Tuple[SoC, Dict[Tuple[st
     """
     og = bg.opgraph
     with open_existing_db(db_path) as db:
-        with Catalog(db_path, create=False) as catalog:
-            cal = fit_calibration(soc, db, catalog)
+        cal = fit_calibration(soc, db, Catalog(db))
     extra = {og.op(n).signature: op_features(og, n) for n in og.topo_order}
     model = CostModel(cal, extra)
     pus = [p for p in soc.pu_names if p in model.measured_pus()]

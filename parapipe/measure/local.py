@@ -18,7 +18,6 @@ that time is used for every PU. These measured times replace the roofline wherev
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import math
 import threading
@@ -37,6 +36,7 @@ from parapipe.errors import ExecutionError, input_error
 from parapipe.graph.coarsen import Block, BlockGraph
 from parapipe.graph.extract import extract_submodel
 from parapipe.graph.opgraph import OpGraph
+from parapipe.profiledb.catalog import block_signature
 from parapipe.profiledb.db import ProfileDB
 from parapipe.profiledb.records import Measurement, utc_now_iso
 from parapipe.measure.machine import (_copy_bandwidth, _frequency_hz, _gemm_and_overhead, _on_cpu, _start_pinned,
@@ -48,7 +48,7 @@ from parapipe.soc.resolve import HOST_SOC
 logger = logging.getLogger(__name__)
 
 __all__ = ["HostProfile", "host_soc", "measure_host", "measure_ranges", "measure_block_sets", "measure_stages",
-           "block_signature", "measure_transfer", "allowed_cpus", "HOST_SOC_NAME"]
+           "measure_transfer", "allowed_cpus", "HOST_SOC_NAME"]
 
 #: SoC name of the measured profile (reserved: soc_profiles/README.md forbids a bundled host.yaml).
 HOST_SOC_NAME = HOST_SOC
@@ -185,14 +185,6 @@ def host_soc(n_cpus: Optional[int] = None, transfer: tuple[float, float] | None 
     sensor = detect_sensor()  # RAPL or a Jetson's INA3221 where readable: run/deploy then measure energy
     return SoC.model_validate({**fields, "sources": dict(_SOURCES), "provenance": provenance,
                                "power_sensor": sensor})
-
-
-def block_signature(og: OpGraph, block: Block) -> str:
-    """Stable id of what a block computes: ``"block:"`` + SHA-256 (first 24 hex digits) of its operators'
-    :attr:`~parapipe.graph.opgraph.Operator.signature` strings in block order (op types, input shapes/dtypes,
-    attributes); equal for blocks that cost the same, in this model or another."""
-    text = "\n".join(og.graph.nodes[op]["op"].signature for op in block.ops)
-    return "block:" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
 def _random_feeds(og: OpGraph, names: Sequence[str], rng: np.random.Generator,

@@ -2,7 +2,7 @@
 
 Each piece of work becomes a :class:`WorkItem` (one measurement on one PU). Operators are deduplicated by
 signature (op type, input shapes and dtypes, attributes: :attr:`parapipe.graph.opgraph.Operator.signature`),
-blocks by :func:`parapipe.measure.local.block_signature`, stages by :func:`stage_signature`, so a model with
+blocks by :func:`parapipe.profiledb.catalog.block_signature`, stages by :func:`stage_signature`, so a model with
 26 Conv operators of 18 kinds is timed 18 times per PU. A PU gets an item only if it runs every op type
 involved.
 
@@ -23,8 +23,7 @@ import onnx
 from parapipe.graph.coarsen import Block, BlockGraph
 from parapipe.graph.extract import extract_submodel
 from parapipe.graph.opgraph import OpGraph
-from parapipe.profiledb.catalog import OpFeatures, WorkEntry, block_parts, boundary_nbytes
-from parapipe.measure.local import block_signature
+from parapipe.profiledb.catalog import OpFeatures, WorkEntry, block_parts, block_signature, boundary_nbytes
 from parapipe.soc.profile import SoC
 
 __all__ = ["WorkItem", "distinct_ops", "distinct_blocks", "op_items", "block_items", "pair_items",

@@ -139,8 +139,7 @@ def profile_job(model: str, soc: str, db_path, host=None, python: Optional[str] 
             soc_obj = resolve_soc(soc, runner)
             runner.check_pus(soc_obj, check_pus(soc_obj, options.pus))
             db = db or ProfileDB(db_path)
-            with Catalog(db_path) as catalog:
-                return profile_model(og, bg, soc_obj, runner, db, catalog, options, progress)
+            return profile_model(og, bg, soc_obj, runner, db, Catalog(db), options, progress)
     finally:
         if db is not None:
             db.close()
@@ -188,16 +187,14 @@ def calibrate_job(soc: str, db_path, models: Sequence[str] = (), host=None, pyth
                 soc_obj = resolve_soc(soc, runner)
                 chosen = check_pus(soc_obj, pus)
                 runner.check_pus(soc_obj, chosen)
-                with Catalog(db_path) as catalog:
-                    for _, og, bg in graphs:
-                        res = profile_stages(og, bg, soc_obj, runner, db, catalog, chosen, splits, warmup,
-                                             repeats, progress, rounds)
-                        measured += res.measured
+                for _, og, bg in graphs:
+                    res = profile_stages(og, bg, soc_obj, runner, db, Catalog(db), chosen, splits, warmup,
+                                         repeats, progress, rounds)
+                    measured += res.measured
         else:
             soc_obj = resolve_soc(soc)
             check_pus(soc_obj, pus)
-        with Catalog(db_path, create=False) as catalog:
-            cal = fit_calibration(soc_obj, db, catalog)
+        cal = fit_calibration(soc_obj, db, Catalog(db))
     finally:
         db.close()
     accuracy = evaluate(cal)
