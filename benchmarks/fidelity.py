@@ -212,7 +212,9 @@ def main(argv=None) -> int:
         return code
     from parapipe.calibration.runs_calibrate import calibrate_runs_job
 
-    res = calibrate_runs_job(soc, str(work / "runs.csv"), blocks_dir=str(work / "tables")).fit
+    from parapipe.soc.resolve import resolve_soc
+
+    res = calibrate_runs_job(resolve_soc(soc), str(work / "runs.csv"), blocks_dir=str(work / "tables")).fit
     periods = {}
     for r in all_runs:
         periods.setdefault((r.model, r.point), []).append(r.period_s)

@@ -75,9 +75,17 @@ def cmd_calibrate_runs(args) -> int:
     from .calibration.runfit import TERM_NAMES
     from .calibration.runs_calibrate import calibrate_runs_job
 
+    from .soc.resolve import is_host, resolve_soc
+    from .workflow import prepare
+
     fit = tuple(t.strip() for t in (args.fit or ",".join(TERM_NAMES)).split(",") if t.strip())
-    res = calibrate_runs_job(args.soc, args.runs or None, args.db, args.blocks, args.out, args.model or (), fit,
-                             args.max_blocks)
+    db = args.db if is_host(args.soc) else None  # on host: the blocks' measurements come from the database
+
+    def problem_of(model: str):
+        return prepare(model, args.soc, max_blocks=args.max_blocks, db=db).problem
+
+    res = calibrate_runs_job(resolve_soc(args.soc), args.runs or None, args.db, args.blocks, args.out,
+                             args.model or (), fit, problem_of)
     f = res.fit
     if args.json:
         def finite(d: dict) -> dict:  # strict JSON: an unbounded parameter's upper bound is null
