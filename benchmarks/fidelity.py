@@ -23,7 +23,7 @@ Run from the repository root (about 10 minutes on the 2-core machine)::
    cost measured at step 1) as ``WORK/host.yaml``; ``parapipe calibrate --runs RUNS.csv --blocks DIR --soc
    WORK/host.yaml`` (the CLI, in process) fits the pipeline terms.
 3. Prints the fitted parameters, the period/latency MAPE and worst error before (the host profile as built:
-   its prior pipeline terms, :data:`parapipe.measure.local.HOST_PRIOR_TERMS`) and after
+   its prior pipeline terms, :data:`parapipe.measure.local.LOCAL_PRIOR_TERMS`) and after
    (in sample, leave-one-out), per model, and one line per run.
 
 ``--reuse`` skips step 1 when ``WORK/fidelity.sqlite`` already holds runs. The machine is shared with other

@@ -14,7 +14,7 @@ from parapipe.profiledb.catalog import Catalog, OpFeatures
 from parapipe.profiledb.db import ProfileDB
 from parapipe.profiling.jobs import load_graph, profile_job
 from parapipe.measure.profile import ProfileOptions
-from parapipe.measure.agent_timer import open_runner
+from parapipe.measure.agent_timer import open_agent_timer
 
 pytestmark = pytest.mark.slow
 
@@ -79,9 +79,9 @@ def test_second_run_measures_nothing(first_run):
 
 
 def host_soc_stub():
-    from parapipe.measure.local import host_soc
+    from parapipe.measure.local import local_soc
 
-    return host_soc(n_cpus=1, transfer=(1e-5, 1e10))
+    return local_soc(n_cpus=1, transfer=(1e-5, 1e10))
 
 
 class Stop(Exception):
@@ -188,8 +188,8 @@ def test_bad_options_exit_2_without_a_database(tmp_path, capsys, args, words):
 
 def _soc_yaml(tmp_path, execution: dict) -> str:
     """A one-PU profile whose PU runs as ``execution`` (built from the measured host profile)."""
-    from parapipe.measure.local import host_soc
-    soc = host_soc(n_cpus=1, transfer=(1e-5, 1e10))
+    from parapipe.measure.local import local_soc
+    soc = local_soc(n_cpus=1, transfer=(1e-5, 1e10))
     pu = soc.pus["cpu0"]
     raw = soc.to_yaml_dict()
     raw["pus"]["cpu0"]["execution"] = execution
@@ -219,7 +219,7 @@ def test_runner_check_pus_names_the_provider():
     from parapipe.soc.loader import load_soc
 
     soc = load_soc("amlogic_a311d")
-    with open_runner() as runner:
+    with open_agent_timer() as runner:
         with pytest.raises(InputError, match=r"PU gpu: needs runtime adapter 'ncnn'.*--bind gpu=CPUS"):
             runner.check_pus(soc, ["gpu"])  # the Mali GPU is a declared adapter slot, shipped nowhere
         with pytest.raises(InputError, match=r"PU npu: needs execution provider VSINPUExecutionProvider"):

@@ -124,7 +124,7 @@ def profile_job(model: str, soc: str, db_path, host=None, python: Optional[str] 
         unknown key, no onnxruntime or too old a Python there, a PU whose provider or CPUs it lacks.
     """
     from parapipe.measure.profile import ProfileOptions, check_pus, profile_model
-    from parapipe.measure.agent_timer import open_runner
+    from parapipe.measure.agent_timer import open_agent_timer
 
     options = options or ProfileOptions()
     if not (isinstance(options.budget, (int, float)) and 0.0 < options.budget <= 1.0):
@@ -135,7 +135,7 @@ def profile_job(model: str, soc: str, db_path, host=None, python: Optional[str] 
         check_pus(resolve_soc(soc), options.pus)
     db = _check_db(db_path)
     try:
-        with open_runner(host, python) as runner:
+        with open_agent_timer(host, python) as runner:
             soc_obj = resolve_soc(soc, runner)
             runner.check_pus(soc_obj, check_pus(soc_obj, options.pus))
             db = db or ProfileDB(db_path)
@@ -174,7 +174,7 @@ def calibrate_job(soc: str, db_path, models: Sequence[str] = (), host=None, pyth
     from parapipe.calibration.calibrated import calibrated_soc, fit_calibration
     from parapipe.calibration.predict import open_existing_db
     from parapipe.measure.profile import check_pus, profile_stages
-    from parapipe.measure.agent_timer import open_runner
+    from parapipe.measure.agent_timer import open_agent_timer
 
     if out is not None and not str(out).endswith((".yaml", ".yml")):
         raise input_error("--out", None, f"{out} is not a .yaml file", "give a path ending in .yaml")
@@ -183,7 +183,7 @@ def calibrate_job(soc: str, db_path, models: Sequence[str] = (), host=None, pyth
     measured = 0
     try:
         if graphs or (soc == HOST_SOC and host is not None):
-            with open_runner(host, python) as runner:
+            with open_agent_timer(host, python) as runner:
                 soc_obj = resolve_soc(soc, runner)
                 chosen = check_pus(soc_obj, pus)
                 runner.check_pus(soc_obj, chosen)
@@ -250,12 +250,12 @@ def detect_job(out, host=None, python: Optional[str] = None, name: Optional[str]
         As :func:`profile_job`.
     """
     from parapipe.measure.detect import detect_soc
-    from parapipe.measure.agent_timer import open_runner
+    from parapipe.measure.agent_timer import open_agent_timer
     from parapipe.soc.loader import load_soc, save_soc
 
     if not str(out).endswith((".yaml", ".yml")):
         raise input_error("--out", None, f"{out} is not a .yaml file", "give a path ending in .yaml")
-    with open_runner(host, python) as runner:
+    with open_agent_timer(host, python) as runner:
         soc = detect_soc(runner, name=name, per_core=per_core)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """The one resolution of ``--soc``: a bundled profile name, a profile YAML path, or ``host``.
 
-``host`` is a profile like the others: this machine measured as :func:`parapipe.measure.local.host_soc` does
+``host`` is a profile like the others: this machine measured as :func:`parapipe.measure.local.local_soc` does
 (one PU per allowed core, pinned, one thread), or, with a remote runner, the board measured by
 :func:`parapipe.measure.detect.detect_soc` per core. Every command (optimize, evaluate, profile, calibrate,
 import, soc detect) resolves ``--soc`` here.
@@ -29,7 +29,7 @@ def resolve_soc(spec: str, runner=None, pus: Optional[Sequence[str]] = None) -> 
     ----------
     spec : str
         ``host``, a bundled profile name (``parapipe socs``) or a path to a profile YAML.
-    runner : parapipe.measure.agent_timer.Runner, optional
+    runner : parapipe.measure.agent_timer.AgentTimer, optional
         With ``host``: a remote runner measures the board (``host@<user@address:port>``); None or a local
         runner measures this machine.
     pus : sequence of str, optional
@@ -47,9 +47,9 @@ def resolve_soc(spec: str, runner=None, pus: Optional[Sequence[str]] = None) -> 
 
         soc = load_soc(spec)
     elif runner is None or getattr(runner, "host", "local") == "local":
-        from parapipe.measure.local import host_soc
+        from parapipe.measure.local import local_soc
 
-        soc = host_soc()
+        soc = local_soc()
     else:
         from parapipe.measure.detect import detect_soc
 
