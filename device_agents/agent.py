@@ -3,8 +3,8 @@
 
 A program for a board that has only Python >= 3.8, numpy and onnxruntime >= 1.19, run next to the executor
 core ``ppexec/`` (a deploy bundle and the agent upload ship both; ``ppexec/timing.py`` is what every measuring op
-runs, the same code parapipe runs in process for ``--soc host``). It never imports parapipe. It reads one JSON request per line on stdin and writes one JSON reply per line on stdout
-(flushed after each); logs go to stderr. The same program therefore serves a local subprocess and an SSH exec
+runs, the same code parapipe runs in process for ``--soc host``). It never imports parapipe. It reads one JSON
+request per line on stdin and writes one JSON reply per line on stdout (flushed after each); logs go to stderr. The same program therefore serves a local subprocess and an SSH exec
 channel alike. Run ``python3 agent.py --help`` for its options.
 
 Protocol (version :data:`PROTOCOL_VERSION`)

@@ -1,8 +1,9 @@
 """Calibrate the analytical cost model (roofline) of each PU, and the transfer cost of each PU pair, on
 measurements.
 
-The model is the one :mod:`parapipe.cost.roofline` evaluates (:func:`parapipe.cost.roofline.roofline_s`; Williams, Waterman & Patterson,
-"Roofline", CACM 52(4), 2009): an operator of class ``c`` takes
+The model is the one :mod:`parapipe.cost.roofline` evaluates (:func:`parapipe.cost.roofline.roofline_s`, the one
+place the formula is written; Williams, Waterman & Patterson, "Roofline", CACM 52(4), 2009): an operator of class
+``c`` takes
 
     t = max(flops / (peak_flops · efficiency[c]),  bytes · s / memory_bandwidth) + op_overhead_s
 

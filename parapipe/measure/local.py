@@ -458,12 +458,13 @@ def measure_ranges(bg: BlockGraph, ranges: Sequence[tuple[int, int]], repeats: i
 
     A stage's sub-model keeps the fusions and layout changes ONNX Runtime makes across its blocks (and pays one
     session call), which isolated block times miss: the sum of a stage's block times measured here was
-    0.7–1.4× the stage's own time on a 2-core x86 virtual machine. The result goes to ``MappingProblem.range_time_s``.
+    0.7–1.4× the stage's own time on a 2-core x86 virtual machine. The result goes to
+    ``MappingProblem.range_time_s``.
 
     ``loaded`` (default): while a range is timed, every other allowed core runs the same sub-model in its own
     pinned session, as in a saturated pipeline or replicated stage, where all cores compute at once and share
-    caches, the memory bus and the package's all-core clock. Measured on a 2-core x86 virtual machine: a whole model
-    runs 1.00-1.06× slower so (median 1.02 over squeezenet, inception_v1, resnet50, 3 repeats each), which is
+    caches, the memory bus and the package's all-core clock. Measured on a 2-core x86 virtual machine: a whole
+    model runs 1.00-1.06× slower so (median 1.02 over squeezenet, inception_v1, resnet50, 3 repeats each), which is
     the gap between a replicated mapping's measured throughput and one predicted from the model timed alone.
 
     Returns
