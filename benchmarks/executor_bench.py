@@ -25,7 +25,7 @@ Prints (stderr is left to logging):
    model's).
 2. Measured / predicted throughput of the parapipe mappings, with the prediction from isolated block times
    alone (the host profile) and the search's (its leading points' stages timed as sub-models,
-   :func:`parapipe.profiling.host.measure_stages`); per stage
+   :func:`parapipe.measure.local.measure_stages`); per stage
    the predicted time, the sub-model alone on its core and its busy time in the pipeline; and the work ratios:
    the stages' sub-models timed alone, summed, over the whole model timed alone (the cost of splitting), and
    the sum of the block times over the whole model.

@@ -23,7 +23,7 @@ Run from the repository root (about 10 minutes on the 2-core machine)::
    cost measured at step 1) as ``WORK/host.yaml``; ``parapipe calibrate --runs RUNS.csv --blocks DIR --soc
    WORK/host.yaml`` (the CLI, in process) fits the pipeline terms.
 3. Prints the fitted parameters, the period/latency MAPE and worst error before (the host profile as built:
-   its prior pipeline terms, :data:`parapipe.profiling.host.HOST_PRIOR_TERMS`) and after
+   its prior pipeline terms, :data:`parapipe.measure.local.LOCAL_PRIOR_TERMS`) and after
    (in sample, leave-one-out), per model, and one line per run.
 
 ``--reuse`` skips step 1 when ``WORK/fidelity.sqlite`` already holds runs. The machine is shared with other
@@ -82,7 +82,7 @@ def stage_level_times(prep, mappings: List[Mapping]):
     stages (:func:`parapipe.cost.tasks.stage_block_sets`, what the executor runs as one sub-model), as one
     sub-model each, as ``optimize --soc host`` times its leading points (:func:`parapipe.app.stage_timing.
     time_mapping_stages`: interleaved passes, the median of the passes' medians, each at least
-    :data:`parapipe.profiling.host.STAGE_MIN_S` of runs; alone while the host prior's pipeline terms model
+    :data:`parapipe.measure.local.STAGE_MIN_S` of runs; alone while the host prior's pipeline terms model
     co-running, as they do), into a new problem's ``range_time_s`` / ``task_time_s`` for every PU (this machine's
     cores are identical). This is profiling, not a pipeline run: each sub-model runs by itself, like a block
     (a single one-shot timing let one disturbance through: shufflenet's whole model came out at 5.85 ms where
@@ -186,8 +186,8 @@ def main(argv=None) -> int:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     db = work / "fidelity.sqlite"
-    from parapipe.profiling.db import ProfileDB
-    from parapipe.profiling.runs import list_runs, write_runs_csv
+    from parapipe.profiledb.db import ProfileDB
+    from parapipe.profiledb.runs import list_runs, write_runs_csv
 
     have = []
     if db.exists():
@@ -195,8 +195,8 @@ def main(argv=None) -> int:
             have = list_runs(d)
     if not (args.reuse and have):
         if db.exists():
-            with ProfileDB(db) as d:
-                d._conn.execute("DROP TABLE IF EXISTS runs")
+            with ProfileDB(db) as d, d.transaction("runs") as conn:
+                conn.execute("DELETE FROM runs")
         measure(args.models, work, args.run_s, db, args.repeats)
     with ProfileDB(db) as d:
         all_runs = list_runs(d)
@@ -212,9 +212,11 @@ def main(argv=None) -> int:
                 "--out", str(work / "host-calibrated.yaml")])
     if code:
         return code
-    from parapipe.profiling.runs_calibrate import calibrate_runs_job
+    from parapipe.calibration.runs_calibrate import runs_calibration
 
-    res = calibrate_runs_job(soc, str(work / "runs.csv"), blocks_dir=str(work / "tables")).fit
+    from parapipe.app.resolve import resolve_soc
+
+    res = runs_calibration(resolve_soc(soc), str(work / "runs.csv"), blocks_dir=str(work / "tables")).fit
     periods = {}
     for r in all_runs:
         periods.setdefault((r.model, r.point), []).append(r.period_s)

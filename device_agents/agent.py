@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """parapipe on-device agent: profile ONNX models and tensor hand-offs on a host, driven over JSON lines.
 
-ONE self-contained program for a board that has only Python >= 3.8, numpy and onnxruntime >= 1.19. It never
-imports parapipe. It reads one JSON request per line on stdin and writes one JSON reply per line on stdout
-(flushed after each); logs go to stderr. The same program therefore serves a local subprocess and an SSH exec
+A program for a board that has only Python >= 3.8, numpy and onnxruntime >= 1.19, run next to the executor
+core ``ppexec/`` (a deploy bundle and the agent upload ship both; ``ppexec/timing.py`` is what every measuring op
+runs, the same code parapipe runs in process for ``--soc host``). It never imports parapipe. It reads one JSON
+request per line on stdin and writes one JSON reply per line on stdout (flushed after each); logs go to stderr. The same program therefore serves a local subprocess and an SSH exec
 channel alike. Run ``python3 agent.py --help`` for its options.
 
 Protocol (version :data:`PROTOCOL_VERSION`)
@@ -17,7 +18,8 @@ Ops (see each ``op_*`` function for its fields):
 - ``hello``: Python / ONNX Runtime versions, execution providers, runtimes, CPU clusters, memory, platform.
 - ``profile``: time a model on one processing unit (a CPU set, a provider, or another runtime's device)
   through the PU's runtime adapter (``ppexec/runtimes.py``).
-- ``transfer``: time to hand a tensor of ``nbytes`` from a thread on one CPU set to a thread on another.
+- ``transfer``: cost of handing a tensor of ``nbytes`` from a thread on one CPU set to a thread on another
+  (beyond the receiver's read of it from its own cache: :func:`ppexec.timing.handoff_costs`).
 - ``run_pipeline``: run a deploy bundle's pipelined plan (the executor core, ``ppexec/`` next to this file),
   streaming progress events, and reply with the report.
 - ``clean``: remove stale deploy bundles (left by a dropped connection) under a folder.
@@ -26,7 +28,8 @@ Ops (see each ``op_*`` function for its fields):
 Events: while a request runs, the agent may write lines ``{"id": ..., "event": NAME, ...}`` (no ``ok``)
 before the reply; ``run_pipeline`` sends ``progress`` events. A client that does not expect them skips them.
 
-Error types: ``BadRequest`` (malformed JSON or fields), ``UnknownOp``, ``ProviderUnavailable``, ``PinError``
+Error types: ``BadRequest`` (malformed JSON or fields; also every op but ``bye`` when ``ppexec/`` is not next to
+the agent), ``UnknownOp``, ``ProviderUnavailable``, ``PinError``
 (CPUs that this process may not use), ``ModelError`` (the model does not load or the session cannot be built),
 ``RunError`` (the session failed while running), ``Internal`` (a bug in the agent; its traceback goes to
 stderr).
@@ -41,9 +44,7 @@ import json
 import logging
 import os
 import platform
-import queue
 import sys
-import threading
 import time
 import traceback
 
@@ -54,10 +55,6 @@ DEFAULT_WARMUP = 3
 DEFAULT_REPEATS = 10
 #: Default number of timed hand-offs for ``transfer``.
 DEFAULT_TRANSFER_REPEATS = 20
-#: Linux sysfs folder that describes CPUs (kernel Documentation/ABI/testing/sysfs-devices-system-cpu).
-SYSFS_CPU = "/sys/devices/system/cpu"
-#: Seconds a helper thread may take beyond its own work before the agent reports it as stuck.
-THREAD_JOIN_TIMEOUT_S = 3600.0
 
 log = logging.getLogger("parapipe-agent")
 
@@ -103,7 +100,7 @@ def _cpu_list(request, name, required):
     if not cpus or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cpus):
         raise AgentError("BadRequest",
                          "field %r must be a non-empty list of CPU numbers, got %r" % (name, cpus))
-    allowed = _allowed_cpus()
+    allowed = _core().timing.allowed_cpus()
     missing = sorted(set(cpus) - set(allowed))
     if missing:
         raise AgentError("PinError", "CPUs %s in %r are not available to the agent; available: %s"
@@ -111,196 +108,24 @@ def _cpu_list(request, name, required):
     return sorted(set(cpus))
 
 
-def _allowed_cpus():
-    if hasattr(os, "sched_getaffinity"):
-        return sorted(os.sched_getaffinity(0))
-    return list(range(os.cpu_count() or 1))
-
-
-def _pin_current_thread(cpus):
-    """Pin the calling thread (Linux: pid 0 is the calling thread) to ``cpus``; threads it starts inherit."""
-    if cpus is None:
-        return None
-    if not hasattr(os, "sched_setaffinity"):
-        raise AgentError("PinError", "this platform (%s) cannot pin threads to CPUs" % platform.system())
-    try:
-        os.sched_setaffinity(0, cpus)
-    except OSError as exc:
-        raise AgentError("PinError", "cannot pin to CPUs %s: %s" % (cpus, exc))
-    return sorted(os.sched_getaffinity(0))
-
-
-def _stats(times_s):
-    """Median, p90 (nearest rank), min and spread of a list of durations in seconds."""
-    ordered = sorted(times_s)
-    n = len(ordered)
-    mid = n // 2
-    median = ordered[mid] if n % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
-    # Nearest-rank percentile: the smallest value with at least 90 % of the samples at or below it.
-    p90 = ordered[max(0, -(-9 * n // 10) - 1)]
-    p90 = max(p90, median)
-    spread = (p90 / median - 1.0) if median > 0 else 0.0
-    return {"median_s": median, "p90_s": p90, "min_s": ordered[0], "spread": spread, "repeats": n}
-
-
-def _run_in_thread(name, target):
-    """Run ``target()`` in a new thread and return its result, re-raising its exception here."""
-    box = {}
-
-    def body():
-        try:
-            box["result"] = target()
-        except BaseException as exc:  # carried back to the caller, which turns it into a reply
-            box["error"] = exc
-            box["traceback"] = traceback.format_exc()
-
-    worker = threading.Thread(target=body, name=name, daemon=True)
-    worker.start()
-    worker.join(THREAD_JOIN_TIMEOUT_S)
-    if worker.is_alive():
-        raise AgentError("Internal", "thread %s did not finish within %.0f s" % (name, THREAD_JOIN_TIMEOUT_S))
-    if "error" in box:
-        if not isinstance(box["error"], AgentError):
-            log.error("%s failed:\n%s", name, box["traceback"])
-        raise box["error"]
-    return box["result"]
-
-
 # ----------------------------------------------------------------------------------------------------------
 # hello
 # ------------------------------------------------------------------------------------------------------------
 
-def _read_int(path):
-    try:
-        with open(path) as handle:
-            return int(handle.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _parse_cpu_ranges(text):
-    """Parse a kernel CPU list such as ``"0-3,6"`` into ``[0, 1, 2, 3, 6]``."""
-    cpus = []
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        if "-" in part:
-            low, high = part.split("-", 1)
-            cpus.extend(range(int(low), int(high) + 1))
-        else:
-            cpus.append(int(part))
-    return cpus
-
-
-def cpu_clusters(sysfs=SYSFS_CPU):
-    """Group the online CPUs into clusters of equal ``cpu_capacity`` and ``cpuinfo_max_freq``.
-
-    Returns ``(clusters, source)``: clusters sorted fastest first, each ``{"cpus": [...], "capacity": int
-    or None, "max_freq_hz": int or None}``; ``source`` names the sysfs files used, or ``"fallback"`` (one
-    cluster of all CPUs) when neither file exists. ``cpuinfo_max_freq`` is in kHz (kernel cpufreq ABI).
-    """
-    try:
-        with open(os.path.join(sysfs, "online")) as handle:
-            cpus = _parse_cpu_ranges(handle.read())
-    except (OSError, ValueError):
-        cpus = list(range(os.cpu_count() or 1))
-    groups = {}
-    used = set()
-    for cpu in cpus:
-        base = os.path.join(sysfs, "cpu%d" % cpu)
-        capacity = _read_int(os.path.join(base, "cpu_capacity"))
-        freq_khz = _read_int(os.path.join(base, "cpufreq", "cpuinfo_max_freq"))
-        if capacity is not None:
-            used.add("cpu_capacity")
-        if freq_khz is not None:
-            used.add("cpuinfo_max_freq")
-        groups.setdefault((capacity, freq_khz), []).append(cpu)
-    if not used:
-        return [{"cpus": cpus, "capacity": None, "max_freq_hz": None}], "fallback"
-    clusters = []
-    for (capacity, freq_khz), members in sorted(groups.items(),
-                                                key=lambda kv: (-(kv[0][0] or 0), -(kv[0][1] or 0))):
-        clusters.append({"cpus": sorted(members), "capacity": capacity,
-                         "max_freq_hz": None if freq_khz is None else freq_khz * 1000})
-    return clusters, "+".join(sorted(used))
-
-
-def _memory_bytes():
-    total = available = None
-    try:
-        with open("/proc/meminfo") as handle:
-            for line in handle:
-                key, _, rest = line.partition(":")
-                if key in ("MemTotal", "MemAvailable"):
-                    value = int(rest.split()[0]) * 1024  # /proc/meminfo reports kB (proc(5))
-                    if key == "MemTotal":
-                        total = value
-                    else:
-                        available = value
-    except (OSError, ValueError, IndexError):
-        pass
-    if total is None:
-        try:
-            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (AttributeError, OSError, ValueError):
-            total = None
-    return total, available
-
-
 def op_hello(request):
-    """Describe the host. Fields: none. Returns versions, providers, ``runtimes`` (``{name: {"available",
-    "version", "reason", ...}}`` of every runtime adapter of ``ppexec/runtimes.py``; ``onnxruntime`` only when
-    ``ppexec/`` is not next to the agent), CPU clusters, memory, platform."""
-    import numpy
-    try:
-        import onnxruntime as ort
-        ort_version = ort.__version__
-        providers = list(ort.get_available_providers())
-    except ImportError as exc:
-        ort_version, providers = None, []
-        log.warning("onnxruntime does not import: %s", exc)
-    core = _core(required=False)
-    if core is not None:
-        runtimes = core.runtimes.probe_all()
-    else:  # the agent alone (profiling uploads agent.py only): ONNX Runtime is all it can run
-        runtimes = {"onnxruntime": {"available": ort_version is not None, "version": ort_version,
-                                    "reason": None if ort_version else "onnxruntime does not import",
-                                    "providers": providers}}
-    clusters, source = cpu_clusters()
-    total, available = _memory_bytes()
-    return {
-        "protocol_version": PROTOCOL_VERSION,
-        "python_version": platform.python_version(),
-        "numpy_version": numpy.__version__,
-        "onnxruntime_version": ort_version,
-        "providers": providers,
-        "runtimes": runtimes,
-        "cpu_clusters": clusters,
-        "cpu_topology_source": source,
-        "cpu_count": os.cpu_count(),
-        "cpus_allowed": _allowed_cpus(),
-        "memory_bytes": total,
-        "memory_available_bytes": available,
-        "machine": platform.machine(),
-        "platform": platform.platform(),
-        "hostname": platform.node(),
-        "pid": os.getpid(),
-        "ops": sorted(OPS),
-    }
+    """Describe the host. Fields: none. Returns ``protocol_version``, ``ops``, ``pid`` and the machine's facts
+    (:func:`ppexec.timing.machine_facts`: versions, providers, ``runtimes`` (``{name: {"available", "version",
+    "reason", ...}}`` of every runtime adapter of ``ppexec/runtimes.py``), CPU clusters, memory, platform)."""
+    facts = _core().timing.machine_facts()
+    reply = {"protocol_version": PROTOCOL_VERSION}
+    reply.update(facts)
+    reply.update({"pid": os.getpid(), "ops": sorted(OPS)})
+    return reply
 
 
 # ----------------------------------------------------------------------------------------------------------
 # profile
 # ------------------------------------------------------------------------------------------------------------
-
-_ORT_TYPES = {
-    "tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
-    "tensor(int8)": "int8", "tensor(uint8)": "uint8", "tensor(int16)": "int16", "tensor(uint16)": "uint16",
-    "tensor(int32)": "int32", "tensor(uint32)": "uint32",
-    "tensor(int64)": "int64", "tensor(uint64)": "uint64",
-    "tensor(bool)": "bool",
-}
-
 
 def _load_model(request):
     b64 = _field(request, "model_b64", str)
@@ -360,89 +185,12 @@ def _random_feeds(specs, overrides, seed):
     return feeds, shapes
 
 
-def _session_options(ort, optimization, threads, provider, allow_spinning):
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimization == "all"
-                                        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    options.log_severity_level = 3  # errors only; ORT warnings would flood stderr
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if allow_spinning else "0")
-    if provider != "CPUExecutionProvider":
-        # Never book CPU time as accelerator time: fail instead of falling back (ORT session option).
-        options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-    return options
-
-
-class _SessionRunner(object):
-    """An ORT session behind ppexec's Runner protocol, for an agent running without ``ppexec/`` next to it
-    (profiling uploads ``agent.py`` alone): the ``onnxruntime`` runtime only."""
-
-    def __init__(self, session, ort):
-        self.session, self.version = session, ort.__version__
-        self.input_specs = [(i.name, [d if isinstance(d, int) else None for d in (i.shape or [])],
-                             _ORT_TYPES.get(i.type)) for i in session.get_inputs()]
-        self.output_names = [o.name for o in session.get_outputs()]
-
-    def run(self, output_names, feeds):
-        return self.session.run(output_names, feeds)
-
-    def describe(self):
-        used = self.session.get_providers()
-        return {"runtime": "onnxruntime", "version": self.version, "provider": used[0], "providers": used}
-
-    def close(self):
-        self.session = None
-
-
-def _profile_runner(runtime, pu_spec, model, optimization, allow_spinning):
-    """Load ``model`` for the PU described by ``pu_spec`` on the calling (pinned) thread.
-
-    With ``ppexec/`` next to the agent the PU's runtime adapter loads it (``ppexec.runtimes``: what the
-    deployed pipeline runs); without, only the ``onnxruntime`` runtime, through :class:`_SessionRunner`.
-    """
-    what = pu_spec["provider"] if runtime == "onnxruntime" else "runtime %s" % runtime
-    core = _core(required=runtime != "onnxruntime")
-    if core is None:
-        import onnxruntime as ort
-        provider, provider_options = pu_spec["provider"], pu_spec["provider_options"]
-        available = list(ort.get_available_providers())
-        if provider not in available:
-            raise AgentError("ProviderUnavailable",
-                             "execution provider %s is not available in onnxruntime %s on this host; "
-                             "available: %s" % (provider, ort.__version__, ", ".join(available)))
-        options = _session_options(ort, optimization, pu_spec["threads"], provider, allow_spinning)
-        providers = [(provider, provider_options)] if provider_options else [provider]
-        load = lambda: _SessionRunner(ort.InferenceSession(model, sess_options=options, providers=providers),
-                                      ort)
-    else:
-        try:
-            adapter = core.runtimes.get_adapter(runtime, pu="profile")
-        except core.errors.PlanError as exc:
-            raise AgentError("BadRequest", str(exc))
-        binding = core.plan.PUBinding(cpus=pu_spec["cpus"], threads=pu_spec["threads"],
-                                 provider=pu_spec["provider"], provider_options=pu_spec["provider_options"],
-                                 runtime=runtime, runtime_options=pu_spec["runtime_options"])
-        problem = adapter.check("profile", binding)
-        if problem is not None:
-            raise AgentError("ProviderUnavailable", problem)
-        load = lambda: adapter.load(model, binding, "profile")
-    try:
-        return load()
-    except AgentError:
-        raise
-    except Exception as exc:  # runtimes raise several unrelated exception types here
-        raise AgentError("ModelError",
-                         "cannot create a session with %s: %s" % (what, " ".join(str(exc).split())))
-
-
 def op_profile(request):
     """Time a model on one processing unit, with the runtime the PU is bound to.
 
     Fields: ``model_b64`` or ``model_path``; ``pu``: ``{"cpus": [int], "threads": int}`` or
     ``{"provider": str, "provider_options": {}, "cpus": [int] (optional)}``, either with ``"runtime"``
-    (default ``"onnxruntime"``; another one needs ``ppexec/`` next to the agent) and ``"runtime_options"``
+    (default ``"onnxruntime"``) and ``"runtime_options"``
     (the runtime adapter's, ``ppexec/runtimes.py``); ``optimization``: ``"all"`` or ``"disabled"``
     (default ``"disabled"``, so per-op figures are not fused away; ONNX Runtime only); ``warmup``
     (default 3); ``repeats`` (default 10); ``inputs``: ``{name: {"shape": [...], "dtype": "float32"}}``
@@ -474,39 +222,34 @@ def op_profile(request):
     allow_spinning = bool(_field(request, "allow_spinning", bool, False))
     if runtime == "onnxruntime":
         pu_spec["runtime_options"].update(optimization=optimization, allow_spinning=allow_spinning)
+    core = _core()
+    binding = core.plan.PUBinding(cpus=None if cpus is None else tuple(cpus), threads=pu_spec["threads"],
+                             provider=provider, provider_options=pu_spec["provider_options"], runtime=runtime,
+                             runtime_options=pu_spec["runtime_options"])
+    timed = _timing_call(lambda: core.timing.time_model(
+        model, binding, warmup, repeats, lambda specs: _random_feeds(specs, overrides, seed)))
+    info = timed["runtime_info"]
+    result = core.timing.stats(timed["times_s"])
+    result.update({"runtime": runtime, "runtime_info": info, "provider": info.get("provider"),
+                   "providers": info.get("providers", []), "cpus": timed["cpus"],
+                   "threads": pu_spec["threads"], "inputs": timed["fed"][1],
+                   "optimization": optimization if runtime == "onnxruntime" else None,
+                   "onnxruntime_version": _ort_version()})
+    return result
+
+
+def _ort_version():
+    import onnxruntime as ort
+    return ort.__version__
+
+
+def _timing_call(fn):
+    """Run a :mod:`ppexec.timing` measurement; its ``TimingError`` becomes the reply's error type."""
+    core = _core()
     try:
-        import onnxruntime as ort
-    except ImportError as exc:
-        raise AgentError("ProviderUnavailable", "onnxruntime does not import: %s" % exc)
-
-    def measure():
-        pinned = _pin_current_thread(cpus)  # before loading: the runtime's pool threads inherit the mask
-        runner = _profile_runner(runtime, pu_spec, model, optimization, allow_spinning)
-        try:
-            feeds, shapes = _random_feeds(runner.input_specs, overrides, seed)
-            times = []
-            try:
-                for index in range(warmup + repeats):
-                    start = time.perf_counter()
-                    runner.run(runner.output_names, feeds)
-                    elapsed = time.perf_counter() - start
-                    if index >= warmup:
-                        times.append(elapsed)
-            except Exception as exc:
-                raise AgentError("RunError",
-                                 "the model failed on %s: %s" % (runtime, " ".join(str(exc).split())))
-            info = runner.describe()
-        finally:
-            runner.close()
-        result = _stats(times)
-        result.update({"runtime": runtime, "runtime_info": info, "provider": info.get("provider"),
-                       "providers": info.get("providers", []), "cpus": pinned if pinned else _allowed_cpus(),
-                       "threads": pu_spec["threads"], "inputs": shapes,
-                       "optimization": optimization if runtime == "onnxruntime" else None,
-                       "onnxruntime_version": ort.__version__})
-        return result
-
-    return _run_in_thread("profile", measure)
+        return fn()
+    except core.timing.TimingError as exc:
+        raise AgentError(exc.error_type, exc.message)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -516,13 +259,13 @@ def op_profile(request):
 def op_transfer(request):
     """Time handing a tensor of ``nbytes`` from a thread pinned to ``src_cpus`` to one pinned to ``dst_cpus``.
 
-    The producer writes its numpy buffer (so it is hot in the source caches), stamps the time and puts it on a
-    queue; the consumer copies it into its own buffer and stamps the time; one hand-off is the difference. The
-    producer waits for each hand-off to finish before the next. Fields: ``nbytes`` (>= 1), ``src_cpus``,
-    ``dst_cpus``, ``warmup`` (default 3), ``repeats`` (default 20). Returns ``median_s``, ``p90_s``,
-    ``min_s``, ``spread``, ``repeats``, ``nbytes``, ``bandwidth_bytes_per_s`` (nbytes / median_s).
+    :func:`ppexec.timing.handoff_costs`: the producer writes its buffer and puts it on the executor's stage
+    queue; the consumer reads every byte; one cost is the time from the put until the read is done, less the
+    consumer's read of the same bytes from its own cache. Fields: ``nbytes`` (>= 1), ``src_cpus``, ``dst_cpus``,
+    ``warmup`` (default 3), ``repeats`` (default 20). Returns ``median_s``, ``p90_s``, ``min_s``, ``spread``,
+    ``repeats``, ``nbytes``, ``src_cpus``, ``dst_cpus``, ``bandwidth_bytes_per_s`` (nbytes / median_s; None for a
+    zero median).
     """
-    import numpy as np
     nbytes = _field(request, "nbytes", int, required=True)
     if isinstance(nbytes, bool) or nbytes < 1:
         raise AgentError("BadRequest", "field 'nbytes' must be an integer >= 1, got %r" % nbytes)
@@ -530,55 +273,9 @@ def op_transfer(request):
     dst = _cpu_list(request, "dst_cpus", required=True)
     warmup = _int_field(request, "warmup", DEFAULT_WARMUP, 0)
     repeats = _int_field(request, "repeats", DEFAULT_TRANSFER_REPEATS, 1)
-    total = warmup + repeats
-    handoff = queue.Queue(maxsize=1)
-    done = queue.Queue(maxsize=1)
-    errors = []
-
-    def consumer():
-        try:
-            _pin_current_thread(dst)
-            out = np.empty(nbytes, dtype=np.uint8)
-            while True:
-                item = handoff.get()
-                if item is None:
-                    return
-                index, buffer = item
-                np.copyto(out, buffer)
-                stamp = time.perf_counter()
-                if out[0] != index % 256 or out[-1] != index % 256:
-                    raise AgentError("Internal", "transfer check failed at hand-off %d" % index)
-                done.put(stamp)
-        except BaseException as exc:
-            errors.append(exc)
-            done.put(None)
-
-    def producer():
-        _pin_current_thread(src)
-        buffer = np.empty(nbytes, dtype=np.uint8)
-        times = []
-        worker = threading.Thread(target=consumer, name="transfer-consumer", daemon=True)
-        worker.start()
-        try:
-            for index in range(total):
-                buffer.fill(index % 256)
-                start = time.perf_counter()
-                handoff.put((index, buffer))
-                stamp = done.get(timeout=THREAD_JOIN_TIMEOUT_S)
-                if stamp is None:
-                    break
-                if index >= warmup:
-                    times.append(stamp - start)
-        finally:
-            if not errors:
-                handoff.put(None)
-            worker.join(THREAD_JOIN_TIMEOUT_S)
-        if errors:
-            raise errors[0]
-        return times
-
-    times = _run_in_thread("transfer-producer", producer)
-    result = _stats(times)
+    core = _core()
+    costs = _timing_call(lambda: core.timing.handoff_costs(nbytes, src, dst, warmup, repeats))
+    result = core.timing.stats(costs)
     result.update({"nbytes": nbytes, "src_cpus": src, "dst_cpus": dst,
                    "bandwidth_bytes_per_s": nbytes / result["median_s"] if result["median_s"] > 0 else None})
     return result
@@ -600,15 +297,12 @@ def _emit(request, event):
         _event_writer(line)
 
 
-def _core(required=True):
-    """Import the executor core ``ppexec`` from this file's folder (a deploy bundle ships it there).
-
-    Without it (or when it does not import): ``None`` if not ``required``, else a ``BadRequest``.
-    """
+def _core():
+    """Import the executor core ``ppexec`` from this file's folder (a deploy bundle and the agent upload ship it
+    there); a ``BadRequest`` without it, ``ProviderUnavailable`` when it does not import (numpy or onnxruntime
+    missing)."""
     here = os.path.dirname(os.path.abspath(__file__))
     if not os.path.isfile(os.path.join(here, "ppexec", "__init__.py")):
-        if not required:
-            return None
         raise AgentError("BadRequest", "the executor core ppexec/ is not next to %s; run the agent from a "
                          "deploy bundle" % here)
     if here not in sys.path:
@@ -619,10 +313,8 @@ def _core(required=True):
         import ppexec.errors
         import ppexec.plan
         import ppexec.runtimes
+        import ppexec.timing
     except ImportError as exc:  # numpy or onnxruntime missing on this host
-        if not required:
-            log.warning("the executor core ppexec/ does not import: %s", exc)
-            return None
         raise AgentError("ProviderUnavailable", "the executor core ppexec/ does not import: %s" % exc)
     return ppexec
 

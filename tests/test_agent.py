@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import ast
 import base64
-import importlib.util
 import json
 import os
 import subprocess
@@ -39,14 +38,6 @@ def tiny_conv_model(channels_out: int = 8, size: int = 32) -> onnx.ModelProto:
 
 def model_b64(model: onnx.ModelProto) -> str:
     return base64.b64encode(model.SerializeToString()).decode("ascii")
-
-
-def load_agent_module():
-    """Import agent.py as a module (it is a standalone program, not part of the parapipe package)."""
-    spec = importlib.util.spec_from_file_location("parapipe_agent_under_test", AGENT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +205,7 @@ def test_client_reports_a_missing_interpreter():
 
 
 def test_cpu_clusters_from_sysfs(tmp_path):
-    module = load_agent_module()
+    from ppexec import timing as module  # what the agent's hello reports
     (tmp_path / "online").write_text("0-5\n")
     for cpu in range(6):
         base = tmp_path / f"cpu{cpu}" / "cpufreq"
@@ -240,8 +231,9 @@ def test_cpu_clusters_from_sysfs(tmp_path):
 
 
 def test_stats_use_nearest_rank_p90():
-    module = load_agent_module()
-    stats = module._stats([0.010 + 0.001 * i for i in range(10)])  # 10 ms .. 19 ms
+    from ppexec.timing import stats as timing_stats  # what the agent's profile and transfer reply
+
+    stats = timing_stats([0.010 + 0.001 * i for i in range(10)])  # 10 ms .. 19 ms
     assert stats["median_s"] == pytest.approx(0.0145)
     assert stats["p90_s"] == pytest.approx(0.018)
     assert stats["min_s"] == pytest.approx(0.010)

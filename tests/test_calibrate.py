@@ -11,14 +11,15 @@ import yaml
 
 from parapipe.cli import main
 from parapipe.cost.roofline import block_time_s
-from parapipe.profiling.calibrate import (PUParams, Sample, fit_boundary, fit_cache, fit_pu, fit_transfer,
+from parapipe.calibration.calibrate import (PUParams, Sample, fit_boundary, fit_cache, fit_pu, fit_transfer,
                                           op_time, predict)
-from parapipe.profiling.calibrated import CALIBRATION_SOURCE, Calibration, calibrated_soc
-from parapipe.profiling.catalog import OpFeatures
-from parapipe.profiling.db import ProfileDB
-from parapipe.profiling.host import block_signature, host_soc
+from parapipe.calibration.calibrated import CALIBRATION_SOURCE, Calibration, calibrated_soc
+from parapipe.profiledb.catalog import OpFeatures
+from parapipe.profiledb.db import ProfileDB
+from parapipe.profiledb.catalog import block_signature
+from parapipe.measure.local import local_soc
 from parapipe.app.profiling import profile_job
-from parapipe.profiling.profile import ProfileOptions
+from parapipe.measure.profile import ProfileOptions
 from parapipe.soc.loader import load_soc, save_soc
 from parapipe.soc.profile import PU
 
@@ -112,7 +113,7 @@ def test_transfer_fit():
 
 
 def test_calibrated_soc_keeps_predictions_when_efficiency_exceeds_one(tmp_path):
-    soc = host_soc(transfer=(1e-5, 1e10))
+    soc = local_soc(transfer=(1e-5, 1e10))
     pu = soc.pus["cpu0"]
     fast = PUParams({**{c: 1.0 for c in pu.efficiency}, "conv": 2.0, "pool": 0.3}, 3e-6, 2e10, samples=10,
                     fitted=("efficiency.conv", "efficiency.pool", "op_overhead_s",
@@ -171,7 +172,7 @@ def test_optimize_db_uses_measurements_and_the_calibrated_model(measured, tmp_pa
 
     folder, db = measured
     soc_path = tmp_path / "host.yaml"
-    save_soc(host_soc(transfer=(3e-5, 1e10)), soc_path)  # a saved host profile: rows of soc 'host' apply
+    save_soc(local_soc(transfer=(3e-5, 1e10)), soc_path)  # a saved host profile: rows of soc 'host' apply
     plain = prepare("squeezenet", str(soc_path))
     prep = prepare("squeezenet", str(soc_path), db=str(db))
     cpu0, cpu1 = prep.problem.pu_names.index("cpu0"), prep.problem.pu_names.index("cpu1")

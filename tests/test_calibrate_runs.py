@@ -13,7 +13,7 @@ from parapipe.cli import main
 from parapipe.cost.blocktable import read_block_table
 from parapipe.mapping.index import parse_pu_list
 from parapipe.cost.pipeline_terms import PipelineTerms
-from parapipe.profiling.runfit import MeasuredRun
+from parapipe.calibration.runfit import MeasuredRun
 from parapipe.soc import load_soc
 
 SOC = "amlogic_a311d"
@@ -80,7 +80,7 @@ def draw_runs(folder: Path, rng: np.random.Generator, per_model: int = 16, model
 
     Mappings: random PU lists (PUs serving several stages), half of them with the GPU on both ends
     (GPU → other → GPU, the case the plain model gets worst)."""
-    from parapipe.profiling.runs_calibrate import _stage_mapping
+    from parapipe.calibration.runs_calibrate import _stage_mapping
 
     soc = load_soc(SOC)
     terms = true_terms(soc)
@@ -211,8 +211,8 @@ def test_shared_pu_runs_calibrated_end_to_end_from_the_cli(tmp_path, capsys):
 
 
 def test_runs_table_and_its_csv_export_are_inputs(tmp_path, capsys):
-    from parapipe.profiling.db import ProfileDB
-    from parapipe.profiling.runs import RunRecord, append_run, list_runs, write_runs_csv
+    from parapipe.profiledb.db import ProfileDB
+    from parapipe.profiledb.runs import RunRecord, append_run, list_runs, write_runs_csv
 
     rng = np.random.default_rng(2)
     write_tables(tmp_path / "tables", rng, models=("m0",))
@@ -278,7 +278,7 @@ def test_replicated_runs_are_fitted_with_slowdown_and_dispatch(tmp_path):
     not skipped: drawn from κ = 1.1, d = 0.4 ms next to plain pipelines, the fit recovers both, and its
     replicated predictions are the cost model's under the fitted terms."""
     from parapipe.cost.evaluate import evaluate
-    from parapipe.profiling.runfit import calibrate_runs
+    from parapipe.calibration.runfit import calibrate_runs
 
     rng = np.random.default_rng(11)
     write_tables(tmp_path, rng)

@@ -9,8 +9,8 @@ import pytest
 from parapipe.cli import main
 from parapipe.cost.blocktable import read_block_table
 from parapipe.errors import InputError
-from parapipe.profiling.db import ProfileDB
-from parapipe.profiling.importer import read_long_csv, write_tables
+from parapipe.profiledb.db import ProfileDB
+from parapipe.profiledb.importer import read_long_csv, write_tables
 from parapipe.soc.loader import load_soc
 
 SOC = "amlogic_a311d"

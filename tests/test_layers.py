@@ -37,7 +37,8 @@ LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("cli", ("parapipe.cli", "parapipe.__main__")),
     ("app", ("parapipe.app",)),
     ("report | deploy", ("parapipe.report", "parapipe.deploy")),
-    ("execution | measure | calibration", ("parapipe.execution", "parapipe.measure", "parapipe.calibration")),
+    ("measure", ("parapipe.measure",)),
+    ("execution | calibration", ("parapipe.execution", "parapipe.calibration")),
     ("remote | profiledb", ("parapipe.remote", "parapipe.profiledb")),
     ("mapping", ("parapipe.mapping",)),
     ("search", ("parapipe.search",)),
@@ -47,7 +48,7 @@ LAYERS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
 )
 
 #: The lowest layer that may import ``ppexec`` (the executor, shared with the boards): this one and those above.
-PPEXEC_FROM = "execution | measure | calibration"
+PPEXEC_FROM = "execution | calibration"
 
 #: Allowed imports against the layers: (importing module, imported module) -> why. Keep it short.
 EXCEPTIONS: Dict[Tuple[str, str], str] = {

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from parapipe.errors import InputError
-from parapipe.profiling.db import SCHEMA_VERSION, ProfileDB
-from parapipe.profiling.records import Measurement, utc_now_iso
+from parapipe.profiledb.db import SCHEMA_VERSION, ProfileDB
+from parapipe.profiledb.records import Measurement, utc_now_iso
 
 
 def make(signature: str = "conv:1x3x32x32", **overrides) -> Measurement:
@@ -97,13 +97,13 @@ def test_a_killed_run_keeps_finished_batches_and_resumes(tmp_path):
         import os, signal, sys
         sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
         from test_profile_db import make
-        from parapipe.profiling.db import ProfileDB, _UPSERT, _COLUMNS
+        from parapipe.profiledb.db import ProfileDB, _UPSERT, _COLUMNS
         db = ProfileDB({str(path)!r})
         db.put([make("op0"), make("op1")])            # batch 1: committed
         rows = [tuple(getattr(make(s), c) for c in _COLUMNS) for s in ("op2", "op3")]
-        db._conn.execute("BEGIN IMMEDIATE")           # batch 2: killed half-way through its transaction
-        db._conn.executemany(_UPSERT, rows)
-        os.kill(os.getpid(), signal.SIGKILL)
+        with db.transaction() as conn:                # batch 2: killed half-way through its transaction
+            conn.executemany(_UPSERT, rows)
+            os.kill(os.getpid(), signal.SIGKILL)
     """)
     result = subprocess.run([sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert result.returncode == -9, result.stdout.decode()
@@ -189,3 +189,76 @@ def test_measurement_validation(field, value, words):
 
 def test_utc_now_is_accepted():
     assert make(measured_at=utc_now_iso()).measured_at.endswith("+00:00")
+
+
+#: The layout parapipe wrote before schema 2 (version 1): measurements made by ProfileDB; the catalog tables
+#: (work_catalog without boundary_nbytes in the first releases) and runs made on first use by their modules.
+_V1_MEASUREMENTS = """CREATE TABLE measurements (
+    id INTEGER PRIMARY KEY, soc TEXT NOT NULL, pu TEXT NOT NULL, signature TEXT NOT NULL, op_type TEXT NOT NULL,
+    batch INTEGER NOT NULL CHECK (batch >= 1), ort_version TEXT NOT NULL,
+    median_s REAL NOT NULL CHECK (median_s >= 0), p90_s REAL NOT NULL CHECK (p90_s >= median_s),
+    repeats INTEGER NOT NULL CHECK (repeats >= 1), measured_at TEXT NOT NULL, host TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('op', 'block', 'stage', 'transfer')),
+    nbytes INTEGER NOT NULL CHECK (nbytes >= 0), power_w REAL,
+    UNIQUE (soc, pu, signature, batch, ort_version, kind))"""
+_V1_OP_CATALOG = """CREATE TABLE op_catalog (signature TEXT PRIMARY KEY, op_type TEXT NOT NULL,
+    op_class TEXT NOT NULL, flops REAL NOT NULL, in_nbytes INTEGER NOT NULL, out_nbytes INTEGER NOT NULL,
+    param_nbytes INTEGER NOT NULL)"""
+_V1_WORK_CATALOG_OLDEST = """CREATE TABLE work_catalog (signature TEXT PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('block', 'pair', 'span', 'stage')), parts TEXT NOT NULL,
+    label TEXT NOT NULL)"""
+
+
+def _v1_file(path, catalog: bool):
+    conn = sqlite3.connect(str(path))
+    conn.execute(_V1_MEASUREMENTS)
+    row = dataclasses.astuple(make())
+    conn.execute(f"INSERT INTO measurements ({', '.join(Measurement.field_names())}) "
+                 f"VALUES ({', '.join('?' for _ in row)})", row)
+    if catalog:
+        conn.execute(_V1_OP_CATALOG)
+        conn.execute(_V1_WORK_CATALOG_OLDEST)
+        conn.execute("INSERT INTO op_catalog VALUES ('conv:1x3x32x32', 'Conv', 'conv', 1e6, 12288, 32768, 432)")
+        conn.execute("""INSERT INTO work_catalog VALUES ('block:ab', 'block', '[["conv:1x3x32x32", false]]',
+                        'm/b0')""")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("catalog", [False, True], ids=["measurements-only", "with-oldest-catalog"])
+def test_a_version_1_database_is_migrated_keeping_its_rows(tmp_path, catalog):
+    from parapipe.profiledb.catalog import Catalog, OpFeatures, WorkEntry
+    from parapipe.profiledb.runs import list_runs
+
+    path = tmp_path / "old.sqlite"
+    _v1_file(path, catalog)
+    with ProfileDB(path) as db:
+        assert db.all() == [make()]
+        assert list_runs(db) == []
+        cat = Catalog(db)
+        if catalog:
+            assert cat.ops() == {"conv:1x3x32x32": OpFeatures("conv:1x3x32x32", "Conv", "conv", 1e6, 12288,
+                                                              32768, 432)}
+            assert cat.work() == {"block:ab": WorkEntry("block:ab", "block", (("conv:1x3x32x32", False),),
+                                                        "m/b0", 0)}
+        else:
+            assert cat.ops() == {} and cat.work() == {}
+        cat.add_work([WorkEntry("block:cd", "block", (("x", True),), "m/b1", 64)])
+        assert cat.work()["block:cd"].boundary_nbytes == 64
+    conn = sqlite3.connect(str(path))
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"measurements", "op_catalog", "work_catalog", "runs"} <= tables
+    conn.close()
+    with ProfileDB(path) as db:  # opening again: nothing left to migrate
+        assert len(db) == 1
+
+
+def test_a_new_file_holds_every_table_at_once(tmp_path):
+    path = tmp_path / "new.sqlite"
+    ProfileDB(path).close()
+    conn = sqlite3.connect(str(path))
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert tables == {"measurements", "op_catalog", "work_catalog", "runs"}
+    conn.close()

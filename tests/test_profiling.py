@@ -9,12 +9,12 @@ import yaml
 
 from parapipe.cli import main
 from parapipe.errors import InputError
-from parapipe.profiling import plan
-from parapipe.profiling.catalog import Catalog, OpFeatures
-from parapipe.profiling.db import ProfileDB
+from parapipe.measure import plan
+from parapipe.profiledb.catalog import Catalog, OpFeatures
+from parapipe.profiledb.db import ProfileDB
 from parapipe.app.profiling import load_graph, profile_job
-from parapipe.profiling.profile import ProfileOptions
-from parapipe.profiling.runner import open_runner
+from parapipe.measure.profile import ProfileOptions
+from parapipe.measure.agent_timer import open_agent_timer
 
 pytestmark = pytest.mark.slow
 
@@ -50,6 +50,8 @@ def test_profile_fills_the_database(first_run, squeezenet):
     assert not report.failed
     with ProfileDB(path) as db:
         rows = db.all("host")
+        catalog = Catalog(db)
+        catalog_ops, work = catalog.ops(), catalog.work()
     ops = [r for r in rows if r.kind == "op"]
     assert {r.signature for r in ops} == signatures
     assert {r.pu for r in rows} == {"cpu0"} and {r.host for r in rows} == {"local"}
@@ -58,9 +60,7 @@ def test_profile_fills_the_database(first_run, squeezenet):
     conv = max((r for r in ops if r.op_type == "Conv"), key=lambda r: r.median_s)
     relu = min((r for r in ops if r.op_type == "Relu"), key=lambda r: r.median_s)
     assert conv.median_s > 5 * relu.median_s  # the 7x7 stem conv is real work, a tiny Relu is not
-    with Catalog(path) as catalog:
-        assert set(catalog.ops()) == signatures
-        work = catalog.work()
+    assert set(catalog_ops) == signatures
     assert {s for s, e in work.items() if e.kind == "block"} == set(blocks)
     assert {s for s, e in work.items() if e.kind == "pair"} == pairs
     assert {s for s, e in work.items() if e.kind == "span"} == spans
@@ -79,9 +79,9 @@ def test_second_run_measures_nothing(first_run):
 
 
 def host_soc_stub():
-    from parapipe.profiling.host import host_soc
+    from parapipe.measure.local import local_soc
 
-    return host_soc(n_cpus=1, transfer=(1e-5, 1e10))
+    return local_soc(n_cpus=1, transfer=(1e-5, 1e10))
 
 
 class Stop(Exception):
@@ -188,9 +188,9 @@ def test_bad_options_exit_2_without_a_database(tmp_path, capsys, args, words):
 
 def _soc_yaml(tmp_path, execution: dict) -> str:
     """A one-PU profile whose PU runs as ``execution`` (built from the measured host profile)."""
-    from parapipe.profiling.host import host_soc
+    from parapipe.measure.local import local_soc
     from parapipe.soc.loader import soc_to_yaml_dict
-    soc = host_soc(n_cpus=1, transfer=(1e-5, 1e10))
+    soc = local_soc(n_cpus=1, transfer=(1e-5, 1e10))
     pu = soc.pus["cpu0"]
     raw = soc_to_yaml_dict(soc)
     raw["pus"]["cpu0"]["execution"] = execution
@@ -220,7 +220,7 @@ def test_runner_check_pus_names_the_provider():
     from parapipe.soc.loader import load_soc
 
     soc = load_soc("amlogic_a311d")
-    with open_runner() as runner:
+    with open_agent_timer() as runner:
         with pytest.raises(InputError, match=r"PU gpu: needs runtime adapter 'ncnn'.*--bind gpu=CPUS"):
             runner.check_pus(soc, ["gpu"])  # the Mali GPU is a declared adapter slot, shipped nowhere
         with pytest.raises(InputError, match=r"PU npu: needs execution provider VSINPUExecutionProvider"):

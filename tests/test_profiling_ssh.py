@@ -15,9 +15,9 @@ import sshd
 from ssh_faults import FaultProxy, StallingServer, known_hosts_for
 from parapipe.cli import main
 from parapipe.remote.hostspec import HostSpec
-from parapipe.profiling.db import ProfileDB
+from parapipe.profiledb.db import ProfileDB
 from parapipe.app.profiling import profile_job
-from parapipe.profiling.profile import ProfileOptions
+from parapipe.measure.profile import ProfileOptions
 from parapipe.soc.loader import load_soc
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slow]

@@ -283,15 +283,15 @@ def test_agent_lists_runtimes_and_profiles_through_the_openvino_adapter():
     assert "runtime 'tflite' is not implemented in this ppexec" in unknown["error"]["message"]
 
 
-def test_an_agent_without_ppexec_next_to_it_answers_hello_and_refuses_to_profile(tmp_path):
-    # profiling uploads the agent with ppexec/ (its runtime adapters and its one rule for random inputs)
+def test_an_agent_without_ppexec_next_to_it_refuses_every_measuring_op_and_keeps_serving(tmp_path):
     import base64
-    shutil.copyfile(AGENTS / "agent.py", tmp_path / "agent.py")  # alone
+    shutil.copyfile(AGENTS / "agent.py", tmp_path / "agent.py")  # ppexec/ missing: no upload path does this
     model_b64 = base64.b64encode(chain_model(3).SerializeToString()).decode("ascii")
-    hello, ort_reply, ov = _agent_session(tmp_path / "agent.py", [
+    replies = _agent_session(tmp_path / "agent.py", [
         {"op": "hello"},
         {"op": "profile", "model_b64": model_b64, "repeats": 2, "pu": {"cpus": [0]}},
-        {"op": "profile", "model_b64": model_b64, "pu": {"cpus": [1], "runtime": "openvino"}}])
-    assert list(hello["runtimes"]) == ["onnxruntime"]
-    for reply in (ort_reply, ov):
+        {"op": "transfer", "nbytes": 1024, "src_cpus": [0], "dst_cpus": [0]},
+        {"op": "bye"}])
+    for reply in replies[:3]:
         assert reply["error"]["type"] == "BadRequest" and "ppexec/ is not next to" in reply["error"]["message"]
+    assert replies[3]["ok"] and replies[3]["bye"]

@@ -11,7 +11,7 @@ from parapipe._paths import data_dir
 from parapipe.cli import main
 from parapipe.cost.blocktable import read_block_table
 from parapipe.errors import InputError
-from parapipe.profiling.importer import read_long_csv
+from parapipe.profiledb.importer import read_long_csv
 from parapipe.soc import load_soc
 
 A311D = (data_dir("soc_profiles") / "amlogic_a311d.yaml").read_text()

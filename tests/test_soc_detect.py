@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from parapipe.cli import main
-from parapipe.profiling.detect import _cpu_pus, detect_soc
-from parapipe.profiling.runner import open_runner
+from parapipe.measure.detect import _cpu_pus, detect_soc
+from parapipe.measure.agent_timer import open_agent_timer
 from parapipe.soc.loader import load_soc
 
 pytestmark = pytest.mark.slow
@@ -41,7 +41,7 @@ def test_detected_profile_loads_and_is_measured(detected):
 
 
 def test_per_core_profile_has_one_pu_per_core():
-    with open_runner() as runner:
+    with open_agent_timer() as runner:
         soc = detect_soc(runner, name="cores", per_core=True, repeats=2)
     cpus = sorted(os.sched_getaffinity(0))
     assert soc.pu_names == [f"cpu{c}" for c in cpus]

@@ -7,7 +7,7 @@
   throughput point (block sums alone rank the two wrongly), and the times land in a new problem for every PU (the
   prepared problem stays as it was);
 * stages are timed loaded with the plain model and alone with a fitted co-running term;
-* the real host measurement (:func:`parapipe.profiling.host.measure_stages`) on squeezenet;
+* the real host measurement (:func:`parapipe.measure.local.measure_stages`) on squeezenet;
 * :func:`parapipe.app.stage_timing.time_mapping_stages`, which ``evaluate --soc host`` uses for the mappings it is
   given.
 """
@@ -146,19 +146,22 @@ def test_no_stage_timing_off_the_host_or_when_disabled():
 
 def test_measure_stages_on_squeezenet(zoo_opgraph, monkeypatch):
     from parapipe.graph.coarsen import coarsen
-    from parapipe.profiling import host
-    from parapipe.profiling.host import allowed_cpus, measure_stages
+    from parapipe.measure import local
+    from parapipe.measure.local import allowed_cpus, measure_stages
 
     bg = coarsen(zoo_opgraph("squeezenet"))
     n = len(bg.blocks)
+    import ppexec.runtimes
+
     sessions = []
-    real = host.create_session
+    real = local.create_session
 
     def spy(model, binding, provider):
         sessions.append(threading.current_thread().name)
         return real(model, binding, provider)
 
-    monkeypatch.setattr(host, "create_session", spy)
+    monkeypatch.setattr(ppexec.runtimes, "create_session", spy)  # timed sessions: the runtime adapter's
+    monkeypatch.setattr(local, "create_session", spy)  # load sessions on the other cores
     ranges, tasks = measure_stages(bg, [(0, 3), (3, n), (0, n)], [(0, 1)], loaded=False, passes=2, repeats=2,
                                    warmup=1, min_s=0.0)
     assert set(ranges) == {(0, 3), (3, n), (0, n)} and set(tasks) == {(0, 1)}

@@ -39,11 +39,11 @@ def search_prepared(prep: Prepared, options: SearchOptions, progress: Optional[C
     its blocks' sum); two candidates predicted within a few per cent of each other from measurements taken at
     different moments were ranked wrongly on a shared two-core machine (a shared-core pipeline predicted 62.7/s
     ran at 61.1/s, the replicated model predicted 62.0/s ran at 67.0/s). The leading candidates' stages are
-    timed in the same interleaved passes (:func:`parapipe.profiling.host.measure_stages`), so they are compared
+    timed in the same interleaved passes (:func:`parapipe.measure.local.measure_stages`), so they are compared
     on one footing. They are timed loaded unless ``prep.terms`` carry a co-running term of their own
     (:meth:`parapipe.cost.pipeline_terms.PipelineTerms.models_corunning`).
 
-    ``measure`` replaces the host measurement (default :func:`parapipe.profiling.host.measure_stages` with
+    ``measure`` replaces the host measurement (default :func:`parapipe.measure.local.measure_stages` with
     ``passes``). ``prep`` is not changed. Returns the last :class:`parapipe.search.api.SearchResult`: its
     ``problem`` holds the stage-level times measured (``prep.problem`` when none were), its
     ``info["stage_timing"]`` says what was timed (``points`` asked for, distinct mappings timed, rounds, ranges,

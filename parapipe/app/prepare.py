@@ -86,10 +86,10 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     ``loaded``: ``model`` already loaded (:func:`parapipe.graph.zoo.load_model`), so it is not read again.
 
     ``soc`` is a bundled profile name, a YAML path, or ``"host"``: this machine, each core a PU, with every block
-    measured for real with ONNX Runtime (:func:`parapipe.profiling.host.measure_host`). ``db``, a profile database:
+    measured for real with ONNX Runtime (:func:`parapipe.measure.local.measure_local`). ``db``, a profile database:
     on ``host`` its block measurements are reused (and new ones stored); on another SoC the measured times replace
     the model where they exist and the model calibrated on the database fills the rest
-    (:func:`parapipe.profiling.predict.costs_from_db`). ``input_shapes`` (``--input-shape``) fix symbolic input
+    (:func:`parapipe.calibration.predict.costs_from_db`). ``input_shapes`` (``--input-shape``) fix symbolic input
     dims (:func:`parapipe.graph.inputs.resolve_input_shapes`); ``feeds`` (an .npz, ``--feeds``) are the input
     values the host measurement uses (default: one frame drawn by :func:`ppexec.frames.draw_frames`). A custom-domain
     operator no PU declares is refused before anything is measured
@@ -112,18 +112,18 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     measured = None
     if is_host(soc):
         from parapipe.graph.feeds import load_feeds
-        from parapipe.profiling.host import measure_host, measure_ranges
+        from parapipe.measure.local import measure_local, measure_ranges
 
         check_declared(og.model, source, HOST_SOC, [])  # host PUs run ONNX Runtime's CPU operators only
         frame = load_feeds(feeds, og)[0] if feeds else None
         t1 = time.perf_counter()
         if db:
-            from parapipe.profiling.db import ProfileDB
+            from parapipe.profiledb.db import ProfileDB
 
             with ProfileDB(db) as profile_db:
-                hp = measure_host(bg, progress=measure_progress, db=profile_db, feeds=frame)
+                hp = measure_local(bg, progress=measure_progress, db=profile_db, feeds=frame)
         else:
-            hp = measure_host(bg, progress=measure_progress, feeds=frame)
+            hp = measure_local(bg, progress=measure_progress, feeds=frame)
         soc_obj, measured = hp.soc, hp.block_time_s
         # the whole model as one sub-model, as the single and replicated mappings run it; alone when the
         # profile's pipeline terms model co-running (the host's prior does), else with every other core running
@@ -137,7 +137,7 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
         soc_obj = resolve_soc(soc)
         check_declared(og.model, source, soc_obj.name, [p.supported_ops for p in soc_obj.pus.values()])
         if db:
-            from parapipe.profiling.predict import costs_from_db
+            from parapipe.calibration.predict import costs_from_db
 
             soc_obj, measured = costs_from_db(bg, soc_obj, db)
     if pus:

@@ -4,7 +4,8 @@ command.
 Each job validates its inputs before it touches the database, so a bad model, SoC, PU, host, key or CSV leaves
 the database file as it was: an existing file is only checked (never written) until the host has answered and
 every PU passed its checks, and a missing one is created only then. The CLI (:mod:`parapipe.cli`) formats what
-the jobs return; ``calibrate --runs`` is :func:`parapipe.profiling.runs_calibrate.calibrate_runs_job`.
+the jobs return; ``calibrate --runs`` is :func:`calibrate_runs_job` (the fit is
+:func:`parapipe.calibration.runs_calibrate.runs_calibration`).
 """
 from __future__ import annotations
 
@@ -21,19 +22,19 @@ from parapipe.errors import input_error
 from parapipe.graph.coarsen import BlockGraph
 from parapipe.graph.opgraph import OpGraph
 from parapipe.graph.zoo import LoadedModel
-from parapipe.profiling.accuracy import AccuracyReport
-from parapipe.profiling.calibrated import Calibration
-from parapipe.profiling.catalog import Catalog
-from parapipe.profiling.db import ProfileDB
-from parapipe.profiling.importer import ImportedGraph
-from parapipe.profiling.profile import ProfileOptions, ProfileReport
+from parapipe.calibration.accuracy import AccuracyReport
+from parapipe.calibration.calibrated import Calibration
+from parapipe.profiledb.catalog import Catalog
+from parapipe.profiledb.db import ProfileDB
+from parapipe.profiledb.importer import ImportedGraph
+from parapipe.measure.profile import ProfileOptions, ProfileReport
 from parapipe.soc.identity import HOST_SOC
 from parapipe.soc.profile import SoC
 
 log = logging.getLogger(__name__)
 
-__all__ = ["load_graph", "with_batch", "profile_job", "calibrate_job", "CalibrateResult", "import_job",
-           "detect_job"]
+__all__ = ["load_graph", "with_batch", "profile_job", "calibrate_job", "CalibrateResult", "calibrate_runs_job",
+           "import_job", "detect_job"]
 
 Progress = Optional[Callable[[int, int], None]]
 PathArg = Union[str, Path]
@@ -108,7 +109,7 @@ def profile_job(model: str, soc: str, db_path: PathArg, host: Optional[HostSpec]
                 python: Optional[str] = None, options: Optional[ProfileOptions] = None, batch: Optional[int] = None,
                 max_blocks: Optional[int] = 48, progress: Progress = None,
                 input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> ProfileReport:
-    """``parapipe profile``: returns the :class:`~parapipe.profiling.profile.ProfileReport`.
+    """``parapipe profile``: returns the :class:`~parapipe.measure.profile.ProfileReport`.
 
     Parameters
     ----------
@@ -134,8 +135,8 @@ def profile_job(model: str, soc: str, db_path: PathArg, host: Optional[HostSpec]
         Before anything is written: bad model, SoC, PU, batch, budget, database; unreachable host, refused or
         unknown key, no onnxruntime or too old a Python there, a PU whose provider or CPUs it lacks.
     """
-    from parapipe.profiling.profile import check_pus, profile_model
-    from parapipe.profiling.runner import open_runner
+    from parapipe.measure.profile import check_pus, profile_model
+    from parapipe.measure.agent_timer import open_agent_timer
 
     options = options or ProfileOptions()
     if not (isinstance(options.budget, (int, float)) and 0.0 < options.budget <= 1.0):
@@ -146,12 +147,11 @@ def profile_job(model: str, soc: str, db_path: PathArg, host: Optional[HostSpec]
         check_pus(resolve_soc(soc), options.pus)
     db = _check_db(db_path)
     try:
-        with open_runner(host, python) as runner:
+        with open_agent_timer(host, python) as runner:
             soc_obj = resolve_soc(soc, runner)
             runner.check_pus(soc_obj, check_pus(soc_obj, options.pus))
             db = db or ProfileDB(db_path)
-            with Catalog(db_path) as catalog:
-                return profile_model(og, bg, soc_obj, runner, db, catalog, options, progress)
+            return profile_model(og, bg, soc_obj, runner, db, Catalog(db), options, progress)
     finally:
         if db is not None:
             db.close()
@@ -183,11 +183,11 @@ def calibrate_job(soc: str, db_path: PathArg, models: Sequence[str] = (), host: 
     HostError
         As :func:`profile_job`, when stages are timed.
     """
-    from parapipe.profiling.accuracy import evaluate
-    from parapipe.profiling.calibrated import calibrated_soc, fit_calibration
-    from parapipe.profiling.predict import open_existing_db
-    from parapipe.profiling.profile import check_pus, profile_stages
-    from parapipe.profiling.runner import open_runner
+    from parapipe.calibration.accuracy import evaluate
+    from parapipe.calibration.calibrated import calibrated_soc, fit_calibration
+    from parapipe.calibration.predict import open_existing_db
+    from parapipe.measure.profile import check_pus, profile_stages
+    from parapipe.measure.agent_timer import open_agent_timer
 
     if out is not None and not str(out).endswith((".yaml", ".yml")):
         raise input_error("--out", None, f"{out} is not a .yaml file", "give a path ending in .yaml")
@@ -196,20 +196,18 @@ def calibrate_job(soc: str, db_path: PathArg, models: Sequence[str] = (), host: 
     measured = 0
     try:
         if graphs or (soc == HOST_SOC and host is not None):
-            with open_runner(host, python) as runner:
+            with open_agent_timer(host, python) as runner:
                 soc_obj = resolve_soc(soc, runner)
                 chosen = check_pus(soc_obj, pus)
                 runner.check_pus(soc_obj, chosen)
-                with Catalog(db_path) as catalog:
-                    for _, og, bg in graphs:
-                        res = profile_stages(og, bg, soc_obj, runner, db, catalog, chosen, splits, warmup,
-                                             repeats, progress, rounds)
-                        measured += res.measured
+                for _, og, bg in graphs:
+                    res = profile_stages(og, bg, soc_obj, runner, db, Catalog(db), chosen, splits, warmup,
+                                         repeats, progress, rounds)
+                    measured += res.measured
         else:
             soc_obj = resolve_soc(soc)
             check_pus(soc_obj, pus)
-        with Catalog(db_path, create=False) as catalog:
-            cal = fit_calibration(soc_obj, db, catalog)
+        cal = fit_calibration(soc_obj, db, Catalog(db))
     finally:
         db.close()
     accuracy = evaluate(cal)
@@ -232,7 +230,7 @@ def import_job(csv_path: PathArg, soc: str, db_path: Optional[PathArg] = None,
     InputError
         Bad CSV (missing columns, unknown PUs, ...), bad SoC, corrupt database: nothing is written.
     """
-    from parapipe.profiling.importer import read_long_csv, to_measurements, write_tables
+    from parapipe.profiledb.importer import read_long_csv, to_measurements, write_tables
 
     if soc == HOST_SOC:
         raise input_error("--soc", None, "'host' is measured, not imported",
@@ -265,16 +263,43 @@ def detect_job(out: PathArg, host: Optional[HostSpec] = None, python: Optional[s
     HostError
         As :func:`profile_job`.
     """
-    from parapipe.profiling.detect import detect_soc
-    from parapipe.profiling.runner import open_runner
+    from parapipe.measure.detect import detect_soc
+    from parapipe.measure.agent_timer import open_agent_timer
     from parapipe.soc.loader import load_soc, save_soc
 
     if not str(out).endswith((".yaml", ".yml")):
         raise input_error("--out", None, f"{out} is not a .yaml file", "give a path ending in .yaml")
-    with open_runner(host, python) as runner:
+    with open_agent_timer(host, python) as runner:
         soc = detect_soc(runner, name=name, per_core=per_core)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     save_soc(soc, path)
     load_soc(str(path))  # the written file must load; a failure here is a bug in detect_soc
     return soc, path
+
+
+def calibrate_runs_job(soc: str, runs_csv: Optional[str], db_path: Optional[str], blocks_dir: Optional[str],
+                       out: Optional[PathArg], models: Sequence[str], fit: Sequence[str],
+                       max_blocks: Optional[int] = 48):
+    """``parapipe calibrate --runs``: resolve ``soc``, fit the pipeline-level terms (and powers) on measured runs.
+
+    A model the runs name without a block table in ``blocks_dir`` is prepared here (:func:`parapipe.app.prepare.
+    prepare`, at ``max_blocks``; on ``host`` its blocks' measurements come from ``db_path``) and handed to the fit
+    (:func:`parapipe.calibration.runs_calibrate.runs_calibration`) as a callable, so fitting never imports this
+    layer. Returns its :class:`~parapipe.calibration.runs_calibrate.RunsCalibration`.
+
+    Raises
+    ------
+    InputError
+        Unknown ``soc``; bad CSV, database, block table or ``fit``; ``out`` not a .yaml path; no run.
+    """
+    from parapipe.app.prepare import prepare
+    from parapipe.calibration.runs_calibrate import runs_calibration
+    from parapipe.soc.identity import is_host
+
+    db = db_path if is_host(soc) else None  # on host: the blocks' measurements come from the database
+
+    def problem_of(model: str):
+        return prepare(model, soc, max_blocks=max_blocks, db=db).problem
+
+    return runs_calibration(resolve_soc(soc), runs_csv, db_path, blocks_dir, out, models, fit, problem_of)

@@ -6,7 +6,7 @@ run the most promising ones (the best and the next ``points`` − 1 not yet meas
 (:func:`parapipe.app.run.run_local`) or on a board (:func:`parapipe.app.deploy.deploy`), record them in the
 ``runs`` table; stop when every point of the round was predicted within ``tolerance`` (5 %) of its measured
 period, or after ``rounds`` rounds; otherwise fit the pipeline terms on every run so far
-(:func:`parapipe.profiling.runfit.calibrate_runs`) and search again. Each prediction in the trajectory was made
+(:func:`parapipe.calibration.runfit.calibrate_runs`) and search again. Each prediction in the trajectory was made
 before the run it is compared with (out of sample).
 
 The trajectory goes into ``pareto.json`` (``search.refine``: rounds, tolerance, converged, the fitted terms and
@@ -109,7 +109,7 @@ def refine(prep: Prepared, options: SearchOptions, out_dir: Path, rounds: int, m
     from parapipe.cost.evaluate import evaluate
     from parapipe.errors import input_error
     from parapipe.mapping.index import mapping_from_point
-    from parapipe.profiling.runfit import MeasuredRun, calibrate_runs
+    from parapipe.calibration.runfit import MeasuredRun, calibrate_runs
 
     for name, value in (("--refine", rounds), ("--refine-points", points), ("--frames", frames)):
         if value < 1:
@@ -159,7 +159,7 @@ def refine(prep: Prepared, options: SearchOptions, out_dir: Path, rounds: int, m
     write_outputs(doc, out_dir, plot)
     calibrated = None
     if fit is not None:
-        from parapipe.profiling.runs_calibrate import calibrated_profile
+        from parapipe.calibration.runs_calibrate import calibrated_profile
         from parapipe.soc.loader import save_soc
 
         calibrated = out_dir / "calibrated.yaml"

@@ -1,8 +1,8 @@
 """The one resolution of ``--soc``: a bundled profile name, a profile YAML path, or ``host``.
 
-``host`` is a profile like the others: this machine measured as :func:`parapipe.profiling.host.host_soc` does
+``host`` is a profile like the others: this machine measured as :func:`parapipe.measure.local.local_soc` does
 (one PU per allowed core, pinned, one thread), or, with a remote runner, the board measured by
-:func:`parapipe.profiling.detect.detect_soc` per core. Every command (optimize, evaluate, profile, calibrate,
+:func:`parapipe.measure.detect.detect_soc` per core. Every command (optimize, evaluate, profile, calibrate,
 import, soc detect) resolves ``--soc`` here; :func:`soc_ref` is how a document names the profile it was computed
 for.
 """
@@ -24,7 +24,7 @@ def resolve_soc(spec: str, runner=None, pus: Optional[Sequence[str]] = None) -> 
     ----------
     spec : str
         ``host``, a bundled profile name (``parapipe socs``) or a path to a profile YAML.
-    runner : parapipe.profiling.runner.Runner, optional
+    runner : parapipe.measure.agent_timer.AgentTimer, optional
         With ``host``: a remote runner measures the board (``host@<user@address:port>``); None or a local
         runner measures this machine.
     pus : sequence of str, optional
@@ -42,11 +42,11 @@ def resolve_soc(spec: str, runner=None, pus: Optional[Sequence[str]] = None) -> 
 
         soc = load_soc(spec)
     elif runner is None or getattr(runner, "host", "local") == "local":
-        from parapipe.profiling.host import host_soc
+        from parapipe.measure.local import local_soc
 
-        soc = host_soc()
+        soc = local_soc()
     else:
-        from parapipe.profiling.detect import detect_soc
+        from parapipe.measure.detect import detect_soc
 
         soc = detect_soc(runner, name=f"{HOST_SOC}@{runner.host}", per_core=True)
     return soc.restrict(list(pus)) if pus else soc

@@ -223,8 +223,8 @@ def record_run(db_path: Optional[str], doc, point, report: RunReport, runner: st
     """
     if not db_path:
         return None
-    from parapipe.profiling.db import ProfileDB
-    from parapipe.profiling.runs import append_run, record_from_run
+    from parapipe.profiledb.db import ProfileDB
+    from parapipe.profiledb.runs import append_run, record_from_run
 
     with ProfileDB(db_path) as db:
         row = append_run(db, record_from_run(doc, point, report, runner))

@@ -92,7 +92,7 @@ def time_mapping_stages(prep: Prepared, mappings: Sequence[CostMapping], passes:
     collections) are not timed again. Timed loaded unless ``prep.terms`` model co-running
     (:func:`parapipe.app.prepare.timed_loaded`).
 
-    ``measure`` replaces the host measurement (default :func:`parapipe.profiling.host.measure_stages` with
+    ``measure`` replaces the host measurement (default :func:`parapipe.measure.local.measure_stages` with
     ``passes``). Returns the ranges and tasks timed and ``prep`` with their times installed
     (:func:`with_stage_times`); nothing is timed, and ``prep`` comes back as it is, when ``prep`` is not
     ``--soc host`` or everything is in ``skip``.
@@ -107,7 +107,7 @@ def time_mapping_stages(prep: Prepared, mappings: Sequence[CostMapping], passes:
     if not prep.host:
         return TimedStages(prep, [], [])
     if measure is None:
-        from parapipe.profiling.host import measure_stages
+        from parapipe.measure.local import measure_stages
 
         def measure(ranges: List[Range], tasks: List[BlockSet], loaded: bool):
             return measure_stages(prep.block_graph, ranges, tasks, loaded, passes=passes, feeds=prep.host_feeds)

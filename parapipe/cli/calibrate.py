@@ -1,6 +1,6 @@
 """``parapipe calibrate``: fit the cost model on a profile database and report its error; with
 ``--runs``, fit the pipeline-level terms on measured runs (the jobs are
-:func:`parapipe.app.profiling.calibrate_job` and :func:`parapipe.profiling.runs_calibrate.calibrate_runs_job`)."""
+:func:`parapipe.app.profiling.calibrate_job` and :func:`parapipe.app.profiling.calibrate_runs_job`)."""
 from __future__ import annotations
 
 import argparse
@@ -20,8 +20,8 @@ def _calibrate_runs(args: argparse.Namespace) -> int:
     """``calibrate --runs``: fit the pipeline-level terms on measured runs; print parameters and errors."""
     from dataclasses import asdict
 
-    from parapipe.profiling.runfit import TERM_NAMES
-    from parapipe.profiling.runs_calibrate import calibrate_runs_job
+    from parapipe.app.profiling import calibrate_runs_job
+    from parapipe.calibration.runfit import TERM_NAMES
 
     fit = tuple(t.strip() for t in (args.fit or ",".join(TERM_NAMES)).split(",") if t.strip())
     res = calibrate_runs_job(args.soc, args.runs or None, args.db, args.blocks, args.out, args.model or (), fit,

@@ -14,7 +14,7 @@ __all__ = ["add_parser", "handle"]
 def handle(args: argparse.Namespace) -> int:
     """``parapipe profile``: time every distinct operator (and block) into the profile database."""
     from parapipe.app.profiling import profile_job
-    from parapipe.profiling.profile import ProfileOptions
+    from parapipe.measure.profile import ProfileOptions
 
     pus = [p.strip() for p in args.pus.split(",") if p.strip()] if args.pus else None
     options = ProfileOptions(pus=pus, budget=args.budget, warmup=args.warmup, repeats=args.repeats,

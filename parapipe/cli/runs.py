@@ -11,8 +11,8 @@ __all__ = ["add_parser", "handle"]
 
 def handle(args: argparse.Namespace) -> int:
     """``parapipe runs``: the runs kept in a profile database, as a table, JSON or CSV."""
-    from parapipe.profiling.predict import open_existing_db
-    from parapipe.profiling.runs import list_runs, write_runs_csv
+    from parapipe.calibration.predict import open_existing_db
+    from parapipe.profiledb.runs import list_runs, write_runs_csv
 
     db = open_existing_db(args.db)
     try:

@@ -18,7 +18,7 @@ PU names must exist in the SoC profile given with ``--soc``; idle/static power a
 Rows may come in any order; they are sorted topologically (ties in file order).
 
 **Stage-level times** (optional): ``<name>.ranges.csv`` beside ``<name>.blocks.csv``, one row per block range
-timed as one sub-model (:func:`parapipe.profiling.host.measure_ranges`; a stage's sub-model keeps the fusions
+timed as one sub-model (:func:`parapipe.measure.local.measure_ranges`; a stage's sub-model keeps the fusions
 its isolated blocks lose)::
 
     first,last,pu,time_s

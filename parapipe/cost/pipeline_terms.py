@@ -139,7 +139,7 @@ class PipelineTerms:
         """True when the terms slow a stage for running beside others (``slowdown`` ≠ 1 or ``contention`` > 0).
         Stage-level times are then measured alone (the terms were fitted so, benchmarks/fidelity.py); without
         such a term they are measured with the other cores loaded, so that the times carry it
-        (:func:`parapipe.profiling.host.measure_stages`)."""
+        (:func:`parapipe.measure.local.measure_stages`)."""
         return self.slowdown != 1.0 or self.contention > 0.0
 
     def to_json(self) -> Dict[str, object]:

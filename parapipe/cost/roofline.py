@@ -22,6 +22,23 @@ PRECISION_BYTE_SCALE = {"fp32": 1.0, "fp16": 0.5, "int8": 0.25}
 """Bytes per element relative to fp32 for each native PU precision (IEEE 754 binary32/binary16, int8)."""
 
 
+def roofline_s(flops, nbytes, peak_flops: float, efficiency, memory_bandwidth_bytes_per_s):
+    """The roofline term, s: ``max(flops / (peak_flops · efficiency), nbytes / memory_bandwidth_bytes_per_s)``,
+    with no compute time where ``flops`` is 0 (per-operator overhead not included).
+
+    The one place the formula is written: :func:`op_time_s` and the calibration's fits
+    (:mod:`parapipe.calibration.calibrate`) call it. Takes floats (returns a float) or numpy arrays of equal
+    shape for ``flops``, ``nbytes`` and ``efficiency`` (returns an array; ``memory_bandwidth_bytes_per_s`` may
+    be a scalar). ``nbytes`` already carries the precision's byte scale (:data:`PRECISION_BYTE_SCALE`).
+    """
+    if np.ndim(flops) == 0 and np.ndim(efficiency) == 0 and np.ndim(nbytes) == 0:
+        compute = flops / (peak_flops * efficiency) if flops > 0 else 0.0
+        return max(compute, nbytes / memory_bandwidth_bytes_per_s)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        compute = np.where(flops > 0, flops / (peak_flops * efficiency), 0.0)
+    return np.maximum(compute, nbytes / memory_bandwidth_bytes_per_s)
+
+
 def _op_class(op) -> str:
     from ..soc.op_classes import op_class
 
@@ -38,9 +55,9 @@ def op_time_s(op, pu) -> float:
     if not pu.supports(op.op_type):
         return float("inf")
     scale = PRECISION_BYTE_SCALE.get(pu.precision, 1.0)
-    compute = op.flops / (pu.peak_flops * pu.efficiency[_op_class(op)]) if op.flops > 0 else 0.0
-    memory = (op.in_nbytes + op.out_nbytes + op.param_nbytes) * scale / pu.memory_bandwidth_bytes_per_s
-    return max(compute, memory) + pu.op_overhead_s
+    nbytes = (op.in_nbytes + op.out_nbytes + op.param_nbytes) * scale
+    return roofline_s(op.flops, nbytes, pu.peak_flops, pu.efficiency[_op_class(op)],
+                      pu.memory_bandwidth_bytes_per_s) + pu.op_overhead_s
 
 
 def block_time_s(block, opgraph, pu) -> float:

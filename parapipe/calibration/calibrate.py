@@ -1,8 +1,9 @@
 """Calibrate the analytical cost model (roofline) of each PU, and the transfer cost of each PU pair, on
 measurements.
 
-The model is the one :mod:`parapipe.cost.roofline` evaluates (GUIDE §2; Williams, Waterman & Patterson,
-"Roofline", CACM 52(4), 2009): an operator of class ``c`` takes
+The model is the one :mod:`parapipe.cost.roofline` evaluates (:func:`parapipe.cost.roofline.roofline_s`, the one
+place the formula is written; Williams, Waterman & Patterson, "Roofline", CACM 52(4), 2009): an operator of class
+``c`` takes
 
     t = max(flops / (peak_flops · efficiency[c]),  bytes · s / memory_bandwidth) + op_overhead_s
 
@@ -15,12 +16,12 @@ over the log parameters on grids (to get near the minimum from far-off profile v
 Levenberg-Marquardt with iteratively reweighted least squares (to settle it jointly). Parameters the samples
 do not constrain keep the SoC profile's values.
 
-Two fits are made per PU (:func:`parapipe.profiling.calibrated.fit_calibration`):
+Two fits are made per PU (:func:`parapipe.calibration.calibrated.fit_calibration`):
 
 * **isolated**: on single-operator measurements (optimisation off, one operator per session run), the
   per-operator cost as profiled;
 * **in graph**: on block measurements (optimisation on), with the operators that ONNX Runtime fuses away in a
-  graph (:func:`parapipe.profiling.catalog.in_graph_free`) costing nothing, plus one session boundary per
+  graph (:func:`parapipe.profiledb.catalog.in_graph_free`) costing nothing, plus one session boundary per
   timed sub-model: ``run_overhead_s + boundary bytes / boundary_bandwidth`` (:meth:`PUParams.boundary_s`).
   The boundary is what makes a stage of 30 blocks faster than its 30 blocks timed alone (squeezenet on this
   machine: 5.6 ms against 7.6 ms): each sub-model converts its activations to ONNX Runtime's blocked layout
@@ -40,8 +41,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from parapipe.cost.roofline import PRECISION_BYTE_SCALE
-from parapipe.profiling.catalog import OpFeatures
+from parapipe.cost.roofline import PRECISION_BYTE_SCALE, roofline_s
+from parapipe.profiledb.catalog import OpFeatures
 from parapipe.soc.op_classes import OP_CLASSES
 from parapipe.soc.profile import PU
 
@@ -143,14 +144,14 @@ class Sample:
 def op_time(op: OpFeatures, pu: PU, params: PUParams) -> float:
     """Roofline time of one operator on ``pu`` with ``params``, s; ``inf`` if the PU does not run its op type.
 
-    Mirrors :func:`parapipe.cost.roofline.op_time_s` with the PU's fields replaced by ``params``.
+    :func:`parapipe.cost.roofline.roofline_s` (the formula :func:`parapipe.cost.roofline.op_time_s` uses) with
+    the PU's efficiency, bandwidth and overhead replaced by ``params``.
     """
     if not pu.supports(op.op_type):
         return math.inf
     scale = PRECISION_BYTE_SCALE.get(pu.precision, 1.0)
-    compute = op.flops / (pu.peak_flops * params.efficiency[op.op_class]) if op.flops > 0 else 0.0
-    memory = op.nbytes * scale / params.memory_bandwidth_bytes_per_s
-    return max(compute, memory) + params.op_overhead_s
+    return roofline_s(op.flops, op.nbytes * scale, pu.peak_flops, params.efficiency[op.op_class],
+                      params.memory_bandwidth_bytes_per_s) + params.op_overhead_s
 
 
 def compute_time(ops: Sequence[Tuple[OpFeatures, bool]], pu: PU, params: PUParams, in_graph: bool) -> float:
@@ -240,9 +241,7 @@ class _Design:
 
     def predict(self, theta: np.ndarray) -> np.ndarray:
         eff = np.exp(theta[:len(OP_CLASSES)])[self.cls]
-        with np.errstate(divide="ignore"):
-            compute = np.where(self.flops > 0, self.flops / (self.peak * eff), 0.0)
-        t = np.maximum(compute, self.nbytes / math.exp(theta[_BW]))
+        t = roofline_s(self.flops, self.nbytes, self.peak, eff, math.exp(theta[_BW]))
         total = np.bincount(self.owner, weights=t, minlength=self.n) + math.exp(theta[_OVH]) * self.counts
         if self.in_graph:
             total = total + math.exp(theta[_RUN]) + self.boundary / math.exp(theta[_BBW])

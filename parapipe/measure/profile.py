@@ -1,6 +1,7 @@
-"""Profile a model on the PUs of a SoC through the agent, into the profile database, resumably.
+"""Profile a model on the PUs of a SoC through a :class:`~parapipe.measure.timer.Timer` (the agent, local or
+over SSH), into the profile database, resumably.
 
-:func:`profile_model` plans the work (:mod:`parapipe.profiling.plan`): every distinct operator signature on
+:func:`profile_model` plans the work (:mod:`parapipe.measure.plan`): every distinct operator signature on
 every PU that runs it (optimisation off), every distinct block, pair of consecutive blocks and longer spans
 of blocks (optimisation on, as the executor runs them) and the hand-offs between CPU PUs. It records in the
 catalog what each signature computes, then measures what the database does not hold yet (:func:`execute`),
@@ -8,7 +9,7 @@ storing each measurement in its own transaction as soon as it is taken: a run ki
 it finished and a rerun measures only the rest; a second run of the same profile measures nothing.
 
 With ``budget < 1`` only the most informative fraction of operator signatures and blocks is measured
-(:func:`parapipe.profiling.plan.select_informative`); a seeded random held-out sample of the other operators
+(:func:`parapipe.measure.plan.select_informative`); a seeded random held-out sample of the other operators
 is measured too but kept out of the fit, and the calibrated model's error on it is reported
 (:attr:`ProfileReport.holdout_mape_percent`).
 """
@@ -24,13 +25,13 @@ from parapipe.remote.agent_client import AgentRequestError
 from parapipe.errors import input_error
 from parapipe.graph.coarsen import BlockGraph
 from parapipe.graph.opgraph import OpGraph
-from parapipe.profiling import plan
-from parapipe.profiling.calibrate import mape_percent, op_time
-from parapipe.profiling.calibrated import fit_calibration, latest_rows
-from parapipe.profiling.catalog import Catalog, op_features
-from parapipe.profiling.db import ProfileDB
-from parapipe.profiling.records import Measurement, utc_now_iso
-from parapipe.profiling.runner import Runner
+from parapipe.measure import plan
+from parapipe.calibration.calibrate import mape_percent, op_time
+from parapipe.calibration.calibrated import fit_calibration, latest_rows
+from parapipe.profiledb.catalog import Catalog, op_features
+from parapipe.profiledb.db import ProfileDB
+from parapipe.profiledb.records import Measurement, utc_now_iso
+from parapipe.measure.timer import Timer
 from parapipe.soc.profile import SoC
 
 log = logging.getLogger(__name__)
@@ -145,7 +146,7 @@ def check_pus(soc: SoC, pus: Optional[Sequence[str]]) -> List[str]:
     return list(soc.restrict(list(pus)).pu_names)
 
 
-def execute(items: Sequence[plan.WorkItem], runner: Runner, db: ProfileDB, soc: SoC, batch: int, warmup: int,
+def execute(items: Sequence[plan.WorkItem], timer: Timer, db: ProfileDB, soc: SoC, batch: int, warmup: int,
             repeats: int, progress: Optional[Callable[[int, int], None]] = None,
             rounds: int = 1) -> ExecuteResult:
     """Measure the items the database does not hold yet, storing each one as soon as it is taken.
@@ -157,10 +158,10 @@ def execute(items: Sequence[plan.WorkItem], runner: Runner, db: ProfileDB, soc: 
     Parameters
     ----------
     items : sequence of WorkItem
-    runner : Runner
+    timer : Timer
     db : ProfileDB
-        Checked with :meth:`~parapipe.profiling.db.ProfileDB.has` for ``(soc, pu, signature, batch, kind,
-        ort_version)``; each new :class:`~parapipe.profiling.records.Measurement` is one transaction.
+        Checked with :meth:`~parapipe.profiledb.db.ProfileDB.has` for ``(soc, pu, signature, batch, kind,
+        ort_version)``; each new :class:`~parapipe.profiledb.records.Measurement` is one transaction.
     soc : SoC
     batch, warmup, repeats : int
     progress : callable (done, total), optional
@@ -183,7 +184,7 @@ def execute(items: Sequence[plan.WorkItem], runner: Runner, db: ProfileDB, soc: 
     result = ExecuteResult()
     todo = []
     for item in items:
-        if db.has(soc.name, item.pu, item.signature, batch, item.kind, runner.ort_version):
+        if db.has(soc.name, item.pu, item.signature, batch, item.kind, timer.ort_version):
             result.skipped += 1
         else:
             todo.append(item)
@@ -196,7 +197,7 @@ def execute(items: Sequence[plan.WorkItem], runner: Runner, db: ProfileDB, soc: 
             if index in failed:
                 continue
             try:
-                reply = _measure(item, runner, soc, warmup, repeats)
+                reply = _measure(item, timer, soc, warmup, repeats)
             except AgentRequestError as exc:
                 if exc.error_type not in _SKIPPABLE:
                     raise
@@ -208,8 +209,8 @@ def execute(items: Sequence[plan.WorkItem], runner: Runner, db: ProfileDB, soc: 
                 if index not in best or median < best[index]:
                     best[index] = median
                     db.put([Measurement(soc.name, item.pu, item.signature, item.op_type, batch,
-                                        runner.ort_version, median, max(float(reply["p90_s"]), median),
-                                        int(reply["repeats"]), utc_now_iso(), runner.host, item.kind,
+                                        timer.ort_version, median, max(float(reply["p90_s"]), median),
+                                        int(reply["repeats"]), utc_now_iso(), timer.host, item.kind,
                                         int(item.nbytes))])
                 if round_ == 0:
                     result.measured += 1
@@ -218,17 +219,17 @@ def execute(items: Sequence[plan.WorkItem], runner: Runner, db: ProfileDB, soc: 
     return result
 
 
-def _measure(item: plan.WorkItem, runner: Runner, soc: SoC, warmup: int, repeats: int) -> dict:
+def _measure(item: plan.WorkItem, timer: Timer, soc: SoC, warmup: int, repeats: int) -> dict:
     """One measurement, retaken while disturbed (see :data:`MAX_SPREAD`); the lowest-median attempt."""
     model = item.build() if item.build is not None else None
     best = None
     for _ in range(1 + RETRIES):
         if item.kind == "transfer":
             src, dst = item.pu.split("->")
-            reply = runner.transfer(item.nbytes, runner.target(soc.pus[src])["cpus"],
-                                    runner.target(soc.pus[dst])["cpus"], repeats=max(repeats, 20))
+            reply = timer.time_handoff(item.nbytes, timer.target(soc.pus[src])["cpus"],
+                                       timer.target(soc.pus[dst])["cpus"], repeats=max(repeats, 20))
         else:
-            reply = runner.profile(model, soc.pus[item.pu], item.optimization, warmup, repeats)
+            reply = timer.time_model(model, soc.pus[item.pu], item.optimization, warmup, repeats)
         if best is None or reply["median_s"] < best["median_s"]:
             best = reply
         if float(reply.get("spread", 0.0)) <= MAX_SPREAD:
@@ -238,10 +239,10 @@ def _measure(item: plan.WorkItem, runner: Runner, soc: SoC, warmup: int, repeats
     return best
 
 
-def profile_model(og: OpGraph, bg: BlockGraph, soc: SoC, runner: Runner, db: ProfileDB, catalog: Catalog,
+def profile_model(og: OpGraph, bg: BlockGraph, soc: SoC, timer: Timer, db: ProfileDB, catalog: Catalog,
                   options: ProfileOptions = ProfileOptions(),
                   progress: Optional[Callable[[int, int], None]] = None) -> ProfileReport:
-    """Profile ``og`` on ``soc`` through ``runner`` into ``db`` (see the module docstring).
+    """Profile ``og`` on ``soc`` through ``timer`` into ``db`` (see the module docstring).
 
     Parameters
     ----------
@@ -250,7 +251,7 @@ def profile_model(og: OpGraph, bg: BlockGraph, soc: SoC, runner: Runner, db: Pro
         Blocks of ``og`` (coarsened as the search will use them).
     soc : SoC
         Its name is the ``soc`` column; its PUs say how each PU runs (CPU set and threads, or provider).
-    runner : Runner
+    timer : Timer
     db : ProfileDB
     catalog : Catalog
         Of the same file as ``db``.
@@ -278,7 +279,7 @@ def profile_model(og: OpGraph, bg: BlockGraph, soc: SoC, runner: Runner, db: Pro
                           "use the defaults (10, 3, 1)")
     start = time.perf_counter()
     pus = check_pus(soc, options.pus)
-    runner.check_pus(soc, pus)
+    timer.check_pus(soc, pus)
     batch = model_batch(og)
     first_op = plan.distinct_ops(og)
     features = {sig: op_features(og, name) for sig, name in first_op.items()}
@@ -309,23 +310,23 @@ def profile_model(og: OpGraph, bg: BlockGraph, soc: SoC, runner: Runner, db: Pro
     if options.transfers:
         items += plan.transfer_items(soc, pus)
     log.info("profiling %s on %s (%s): %d operators, %d signatures, %d blocks; %d measurement(s) planned",
-             og.name, soc.name, runner.host, len(og.topo_order), len(signatures), len(bg.blocks), len(items))
-    result = execute(items, runner, db, soc, batch, options.warmup, options.repeats, progress, options.rounds)
+             og.name, soc.name, timer.host, len(og.topo_order), len(signatures), len(bg.blocks), len(items))
+    result = execute(items, timer, db, soc, batch, options.warmup, options.repeats, progress, options.rounds)
     report = ProfileReport(
-        model=og.name, soc=soc.name, host=runner.host, ort_version=runner.ort_version, batch=batch, pus=pus,
+        model=og.name, soc=soc.name, host=timer.host, ort_version=timer.ort_version, batch=batch, pus=pus,
         operators=len(og.topo_order), signatures=len(signatures), blocks=len(bg.blocks),
         block_signatures=len(blocks), planned=len(items), measured=result.measured, skipped=result.skipped,
         failed=result.failed, elapsed_s=0.0, budget=float(options.budget), selected_signatures=len(chosen),
         holdout_signatures=len(holdout))
     if holdout:
-        _score_holdout(report, soc, db, catalog, chosen, holdout, features, batch, runner.ort_version)
+        _score_holdout(report, soc, db, catalog, chosen, holdout, features, batch, timer.ort_version)
     report.elapsed_s = time.perf_counter() - start
     return report
 
 
 def _block_proxy(sig: str, block) -> "plan.OpFeatures":
-    """A block as pseudo operator features (for :func:`~parapipe.profiling.plan.select_informative`)."""
-    from parapipe.profiling.catalog import OpFeatures
+    """A block as pseudo operator features (for :func:`~parapipe.measure.plan.select_informative`)."""
+    from parapipe.profiledb.catalog import OpFeatures
     from parapipe.soc.op_classes import op_class
 
     main = op_class(block.op_types[0]) if block.op_types else "other"
@@ -362,7 +363,7 @@ STAGE_ROUNDS = 3
 DEFAULT_STAGE_SPLITS = (1, 2, 4)
 
 
-def profile_stages(og: OpGraph, bg: BlockGraph, soc: SoC, runner: Runner, db: ProfileDB, catalog: Catalog,
+def profile_stages(og: OpGraph, bg: BlockGraph, soc: SoC, timer: Timer, db: ProfileDB, catalog: Catalog,
                    pus: Optional[Sequence[str]] = None, splits: Sequence[int] = DEFAULT_STAGE_SPLITS,
                    warmup: int = 3, repeats: int = 10,
                    progress: Optional[Callable[[int, int], None]] = None,
@@ -370,9 +371,9 @@ def profile_stages(og: OpGraph, bg: BlockGraph, soc: SoC, runner: Runner, db: Pr
     """Time contiguous block ranges of ``og`` as whole stages (optimisation on) for validating the
     calibration.
 
-    Stages are :func:`parapipe.profiling.plan.stage_ranges` of ``bg`` for each ``k`` in ``splits``; they are
+    Stages are :func:`parapipe.measure.plan.stage_ranges` of ``bg`` for each ``k`` in ``splits``; they are
     stored as rows of kind ``stage`` and recorded in the catalog with their blocks and operators, so
-    :func:`parapipe.profiling.accuracy.evaluate` can compare predictions with them. Resumable like
+    :func:`parapipe.calibration.accuracy.evaluate` can compare predictions with them. Resumable like
     :func:`execute`; each stage is timed in ``rounds`` rounds and its least disturbed median kept.
 
     Raises
@@ -383,8 +384,8 @@ def profile_stages(og: OpGraph, bg: BlockGraph, soc: SoC, runner: Runner, db: Pr
         A PU the host cannot run; a dead agent.
     """
     pus = check_pus(soc, pus)
-    runner.check_pus(soc, pus)
+    timer.check_pus(soc, pus)
     items, entries = plan.stage_items(og, bg, soc, pus, plan.stage_ranges(bg, splits))
     catalog.add_ops(op_features(og, n) for n in og.topo_order)
     catalog.add_work(entries)
-    return execute(items, runner, db, soc, model_batch(og), warmup, repeats, progress, rounds)
+    return execute(items, timer, db, soc, model_batch(og), warmup, repeats, progress, rounds)

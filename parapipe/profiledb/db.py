@@ -1,25 +1,37 @@
-"""The profile database: measurements in one SQLite file, resumable and safe to kill.
+"""The profile database: one SQLite file, one connection, one schema version for every table.
 
-One table, ``measurements``, with the columns of :class:`~parapipe.profiling.records.Measurement` and
+Tables: ``measurements`` (the columns of :class:`~parapipe.profiledb.records.Measurement` and
 ``UNIQUE(soc, pu, signature, batch, ort_version, kind)``; a newer measurement with the same key replaces the
-older one. The schema version lives in ``PRAGMA user_version``. Each :meth:`ProfileDB.put` is one transaction,
-so a run killed half-way keeps every batch it finished and nothing of the batch it was writing; a rerun skips
-what :meth:`ProfileDB.has` already finds.
+older one), ``op_catalog`` and ``work_catalog`` (what each signature computes: :mod:`parapipe.profiledb.catalog`)
+and ``runs`` (measured runs of mappings: :mod:`parapipe.profiledb.runs`). :class:`ProfileDB` owns the one
+connection; the catalog and the runs table go through it (:meth:`ProfileDB.transaction`,
+:meth:`ProfileDB.execute`). The schema version lives in ``PRAGMA user_version``: a new file gets every table at
+:data:`SCHEMA_VERSION`; an older file is migrated when opened, one step per version (:data:`_MIGRATIONS`), in one
+transaction, keeping every row. Each :meth:`ProfileDB.put` is one transaction, so a run killed half-way keeps
+every batch it finished and nothing of the batch it was writing; a rerun skips what :meth:`ProfileDB.has` already
+finds.
+
+Versions: 1 had ``measurements`` only, with the catalog tables and ``runs`` created on first use by their own
+modules (``work_catalog`` without ``boundary_nbytes`` before that column existed); 2 creates all four tables at
+once.
 """
 from __future__ import annotations
 
 import logging
 import sqlite3
 from pathlib import Path
-from typing import Any, Iterable, List, Optional, Union
+import contextlib
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
 
 from parapipe.errors import input_error
-from parapipe.profiling.records import Measurement
+from parapipe.profiledb.records import Measurement
 
 log = logging.getLogger(__name__)
 
+__all__ = ["ProfileDB", "SCHEMA_VERSION", "SQLITE_HEADER", "LOCK_TIMEOUT_S"]
+
 #: Version of the table layout below, stored in PRAGMA user_version (0 means "not created yet").
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: First 16 bytes of every SQLite 3 database file (https://www.sqlite.org/fileformat.html, section 1.3.1).
 SQLITE_HEADER = b"SQLite format 3\x00"
 #: Seconds to wait for another process's write lock before giving up (sqlite3.connect's timeout).
@@ -27,7 +39,7 @@ LOCK_TIMEOUT_S = 30.0
 
 _COLUMNS = Measurement.field_names()
 _KEY = ("soc", "pu", "signature", "batch", "ort_version", "kind")
-_SCHEMA = """
+_MEASUREMENTS = """
 CREATE TABLE IF NOT EXISTS measurements (
     id INTEGER PRIMARY KEY,
     soc TEXT NOT NULL,
@@ -47,6 +59,62 @@ CREATE TABLE IF NOT EXISTS measurements (
     UNIQUE (soc, pu, signature, batch, ort_version, kind)
 )
 """
+_OP_CATALOG = """
+CREATE TABLE IF NOT EXISTS op_catalog (
+    signature TEXT PRIMARY KEY, op_type TEXT NOT NULL, op_class TEXT NOT NULL, flops REAL NOT NULL,
+    in_nbytes INTEGER NOT NULL, out_nbytes INTEGER NOT NULL, param_nbytes INTEGER NOT NULL)
+"""
+_WORK_CATALOG = """
+CREATE TABLE IF NOT EXISTS work_catalog (
+    signature TEXT PRIMARY KEY, kind TEXT NOT NULL CHECK (kind IN ('block', 'pair', 'span', 'stage')),
+    parts TEXT NOT NULL, label TEXT NOT NULL, boundary_nbytes INTEGER NOT NULL)
+"""
+_RUNS = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    recorded_at TEXT NOT NULL,
+    model TEXT NOT NULL,
+    model_sha256 TEXT NOT NULL,
+    soc TEXT NOT NULL,
+    soc_sha256 TEXT NOT NULL,
+    point TEXT NOT NULL,
+    pu_list TEXT NOT NULL,
+    mapping TEXT NOT NULL,
+    frames INTEGER NOT NULL CHECK (frames >= 1),
+    throughput_per_s REAL NOT NULL,
+    period_s REAL NOT NULL,
+    latency_p50_s REAL NOT NULL,
+    latency_p99_s REAL NOT NULL,
+    idle_latency_s REAL NOT NULL,
+    pu_busy_s TEXT NOT NULL,
+    energy_j REAL,
+    predicted_period_s REAL,
+    predicted_latency_s REAL,
+    predicted_energy_j REAL,
+    prediction_applies INTEGER NOT NULL,
+    substituted TEXT NOT NULL,
+    outputs_match INTEGER NOT NULL,
+    runner TEXT NOT NULL,
+    board TEXT NOT NULL
+)
+"""
+#: Every table of the current layout (:data:`SCHEMA_VERSION`), as created in a new file.
+_SCHEMA = (_MEASUREMENTS, _OP_CATALOG, _WORK_CATALOG, _RUNS)
+
+
+def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
+    """Version 1 -> 2: create the catalog and runs tables where missing; give ``work_catalog`` its
+    ``boundary_nbytes`` column (0: unknown) where it was created before that column existed."""
+    for statement in (_OP_CATALOG, _WORK_CATALOG, _RUNS):
+        conn.execute(statement)
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(work_catalog)")}
+    if "boundary_nbytes" not in columns:
+        conn.execute("ALTER TABLE work_catalog ADD COLUMN boundary_nbytes INTEGER NOT NULL DEFAULT 0")
+
+
+#: ``{version: step}``: the step that takes a file of that version to the next; run in order on open.
+_MIGRATIONS: Dict[int, Callable[[sqlite3.Connection], None]] = {1: _migrate_1_to_2}
+
 _UPSERT = (f"INSERT INTO measurements ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)}) "
            f"ON CONFLICT ({', '.join(_KEY)}) DO UPDATE SET "
            + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c not in _KEY))
@@ -54,7 +122,7 @@ _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM measurements"
 
 
 class ProfileDB:
-    """A SQLite profile database of :class:`~parapipe.profiling.records.Measurement` rows.
+    """A SQLite profile database of :class:`~parapipe.profiledb.records.Measurement` rows.
 
     Parameters
     ----------
@@ -71,7 +139,7 @@ class ProfileDB:
     Examples
     --------
     >>> import tempfile, os
-    >>> from parapipe.profiling.records import Measurement
+    >>> from parapipe.profiledb.records import Measurement
     >>> db = ProfileDB(os.path.join(tempfile.mkdtemp(), "profile.sqlite"))
     >>> m = Measurement("a311d", "big", "conv:1x3x224x224", "Conv", 1, "1.19.2", 0.012, 0.013, 10,
     ...                 "2025-01-31T12:00:00+00:00", "local", "op", 602112)
@@ -117,31 +185,46 @@ class ProfileDB:
             status = conn.execute("PRAGMA quick_check").fetchone()[0]  # read-only: a corrupt file stays as is
             if status != "ok":
                 raise self._not_ours(f"corrupt: {status}")
-            if version == 0 and not tables:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    version, tables = self._describe(conn)  # another process may have created it meanwhile
-                    if version == 0 and not tables:
-                        conn.execute(_SCHEMA)
-                        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                        log.info("created profile database %s", self.path)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                version, tables = self._describe(conn)
             if version > SCHEMA_VERSION:
                 raise input_error(str(self.path), None, f"written by a newer parapipe (schema {version}, "
                                   f"this one reads {SCHEMA_VERSION})",
                                   "upgrade parapipe or pass another --db")
-            if version != SCHEMA_VERSION or "measurements" not in tables:
+            if (version == 0 and tables) or (version != 0 and "measurements" not in tables):
                 raise self._not_ours(f"schema {version}, tables: {', '.join(sorted(tables)) or 'none'}")
+            if version < SCHEMA_VERSION:
+                self._create_or_migrate(conn)
             columns = [row[1] for row in conn.execute("PRAGMA table_info(measurements)")]
             missing = [c for c in _COLUMNS if c not in columns]
             if missing:
                 raise self._not_ours(f"table measurements lacks {', '.join(missing)}")
         except sqlite3.DatabaseError as exc:
             raise self._not_ours(" ".join(str(exc).split())) from None
+
+    def _create_or_migrate(self, conn: sqlite3.Connection) -> None:
+        """Create every table in an empty file, or migrate an older one step by step, in one transaction
+        (another process may have done it meanwhile: the version is read again under the lock)."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version, tables = self._describe(conn)
+            if version == 0 and not tables:
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                log.info("created profile database %s", self.path)
+            elif 0 < version < SCHEMA_VERSION:
+                for step in range(version, SCHEMA_VERSION):
+                    _MIGRATIONS[step](conn)
+                log.info("migrated profile database %s from schema %d to %d", self.path, version,
+                         SCHEMA_VERSION)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            conn.execute("ROLLBACK")
+            raise input_error(str(self.path), None, f"cannot bring the database to schema {SCHEMA_VERSION} "
+                              f"({' '.join(str(exc).split())})",
+                              "check that the file is writable and not locked by a hung run") from None
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
     @staticmethod
     def _describe(conn: sqlite3.Connection) -> tuple:
@@ -150,6 +233,35 @@ class ProfileDB:
         return version, tables
 
     # ------------------------------------------------------------------------------------------------writing
+    @contextlib.contextmanager
+    def transaction(self, table: Optional[str] = None) -> Iterator[sqlite3.Connection]:
+        """One write transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``, ``ROLLBACK`` on any error): yields the
+        connection to write with. The one way the catalog and the runs table write to this file.
+
+        Raises
+        ------
+        InputError
+            The file cannot be written (read-only, disk full, locked longer than :data:`LOCK_TIMEOUT_S`);
+            nothing of the transaction is written. ``table`` names what was being written in the message.
+        """
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.DatabaseError as exc:
+            raise input_error(str(self.path), table, f"cannot write ({' '.join(str(exc).split())})",
+                              "check that the file is writable, not locked by a hung run, and the disk has "
+                              "space") from None
+
+    def execute(self, sql: str, args: Iterable[Any] = ()) -> sqlite3.Cursor:
+        """Run one read query on the connection (the catalog and runs modules read through this)."""
+        return self._conn.execute(sql, tuple(args))
+
     def put(self, records: Iterable[Measurement]) -> int:
         """Insert or replace measurements, all in one transaction (all are written or none).
 
@@ -177,23 +289,13 @@ class ProfileDB:
             rows.append(tuple(getattr(record, c) for c in _COLUMNS))
         if not rows:
             return 0
-        try:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                self._conn.executemany(_UPSERT, rows)
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-        except sqlite3.DatabaseError as exc:
-            raise input_error(str(self.path), None, f"cannot write ({' '.join(str(exc).split())})",
-                              "check that the file is writable, not locked by a hung run, and the disk has "
-                              "space") from None
+        with self.transaction() as conn:
+            conn.executemany(_UPSERT, rows)
         return len(rows)
 
     # ------------------------------------------------------------------------------------------------reading
     def _query(self, where: str, args: tuple, suffix: str = "") -> List[Measurement]:
-        cursor = self._conn.execute(f"{_SELECT} {where} {suffix}", args)
+        cursor = self.execute(f"{_SELECT} {where} {suffix}", args)
         return [Measurement(**dict(zip(_COLUMNS, row))) for row in cursor]
 
     def get(self, soc: str, pu: str, signature: str, batch: int = 1, kind: str = "op",
@@ -203,7 +305,7 @@ class ProfileDB:
         Parameters
         ----------
         soc, pu, signature : str
-            As in :class:`~parapipe.profiling.records.Measurement`.
+            As in :class:`~parapipe.profiledb.records.Measurement`.
         batch : int
             Batch size (default 1).
         kind : str
@@ -234,7 +336,7 @@ class ProfileDB:
         return self._query(where, args, "ORDER BY soc, pu, kind, signature, batch, ort_version")
 
     def __len__(self) -> int:
-        return self._conn.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
+        return self.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
 
     def close(self) -> None:
         """Close the connection (idempotent)."""

@@ -1,10 +1,10 @@
 """A SoC profile calibrated on the profile database: fits for every PU and PU pair, and the profile they give.
 
-:func:`fit_calibration` reads the measurements of one SoC (:class:`~parapipe.profiling.db.ProfileDB`) and the
-catalog of what they measured (:class:`~parapipe.profiling.catalog.Catalog`), and fits per PU the isolated and
-in-graph roofline parameters and per ordered PU pair the transfer cost (:mod:`parapipe.profiling.calibrate`).
+:func:`fit_calibration` reads the measurements of one SoC (:class:`~parapipe.profiledb.db.ProfileDB`) and the
+catalog of what they measured (:class:`~parapipe.profiledb.catalog.Catalog`), and fits per PU the isolated and
+in-graph roofline parameters and per ordered PU pair the transfer cost (:mod:`parapipe.calibration.calibrate`).
 Stage measurements are not used for fitting: they are kept to validate the fit
-(:mod:`parapipe.profiling.accuracy`).
+(:mod:`parapipe.calibration.accuracy`).
 
 :func:`calibrated_soc` writes the in-graph fit and the transfer fits into a copy of the SoC profile, with
 their provenance, so that ``parapipe calibrate --out FILE.yaml`` gives a profile any command can load.
@@ -15,11 +15,11 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from parapipe.profiling.calibrate import (PUParams, TransferFit, fit_boundary, fit_cache, fit_pu,
+from parapipe.calibration.calibrate import (PUParams, TransferFit, fit_boundary, fit_cache, fit_pu,
                                           fit_transfer, samples_by_pu)
-from parapipe.profiling.catalog import Catalog, OpFeatures, ops_of
-from parapipe.profiling.db import ProfileDB
-from parapipe.profiling.records import Measurement, utc_now_iso
+from parapipe.profiledb.catalog import Catalog, OpFeatures, ops_of
+from parapipe.profiledb.db import ProfileDB
+from parapipe.profiledb.records import Measurement, utc_now_iso
 from parapipe.soc.op_classes import OP_CLASSES
 from parapipe.soc.profile import Provenance, SoC, Transfer, TransferPair, Transfers
 
@@ -54,7 +54,7 @@ class Calibration:
     soc : SoC
         The profile the fits start from (its peaks and precisions are kept).
     isolated, in_graph : dict of str to PUParams
-        Per PU: fit on single-operator rows / on block rows (see :mod:`parapipe.profiling.calibrate`). PUs
+        Per PU: fit on single-operator rows / on block rows (see :mod:`parapipe.calibration.calibrate`). PUs
         without rows keep the profile's values (``samples == 0``).
     transfers : dict of (str, str) to TransferFit
         Per ordered PU pair with transfer rows.
@@ -192,7 +192,7 @@ def calibrated_soc(cal: Calibration, citation: str) -> SoC:
     the same factor, so every prediction is unchanged and every efficiency stays in (0, 1]. Each fitted pair
     becomes a directed entry of ``transfers.pairs`` (replacing what covered that direction before).
 
-    The session boundary of the in-graph fits (:meth:`~parapipe.profiling.calibrate.PUParams.boundary_s`)
+    The session boundary of the in-graph fits (:meth:`~parapipe.calibration.calibrate.PUParams.boundary_s`)
     has no field of its own in a profile; it is charged where a pipeline pays it, on the tensors handed from
     one stage to the next: every transfer from ``a`` to ``b`` gets ``run_overhead_s`` of ``b`` added to its
     alpha and ``1 / boundary_bandwidth`` of ``a`` and of ``b`` added to its ``1 / beta`` (the default

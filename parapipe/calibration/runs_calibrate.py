@@ -1,14 +1,15 @@
 """``parapipe calibrate --runs``: measured runs in, the pipeline-level terms (and powers) of a SoC profile out.
 
-Runs come from the ``runs`` table of a profile database (:mod:`parapipe.profiling.runs`, what ``parapipe run``
+Runs come from the ``runs`` table of a profile database (:mod:`parapipe.profiledb.runs`, what ``parapipe run``
 and ``deploy`` record) or from a CSV: the long format ``model,soc,mapping,period_s,latency_s[,energy_j]``
 (``mapping``: one PU per block, as ``parapipe evaluate --mapping`` takes it; seconds and joules per inference;
 a byte-order mark and CRLF line ends are fine), or the export of ``parapipe runs --csv`` (its ``pu_list``,
 stage ``mapping`` and ``idle_latency_s`` columns). Each model's problem comes from ``--blocks DIR``
 (``DIR/<model>.blocks.csv``, the block table ``parapipe import`` writes) or, without it, from the model itself
-costed on the profile (on ``host``: its blocks measured, reusing the database's measurements).
+costed on the profile by the caller's ``problem_of`` (the application layer prepares it; on ``host``: its blocks
+measured, reusing the database's measurements).
 
-The fit is :func:`parapipe.profiling.runfit.calibrate_runs`; :func:`calibrated_profile` writes its terms into the
+The fit is :func:`parapipe.calibration.runfit.calibrate_runs`; :func:`calibrated_profile` writes its terms into the
 profile's ``pipeline:`` section (and fitted powers into the PUs) with ``source: runs`` provenance.
 """
 from __future__ import annotations
@@ -21,14 +22,16 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
+from parapipe.cost.problem import MappingProblem
 from parapipe.errors import input_error
-from parapipe.profiling.runfit import TERM_NAMES, MeasuredRun, RunsFit, calibrate_runs
+from parapipe.calibration.runfit import TERM_NAMES, MeasuredRun, RunsFit, calibrate_runs
+from parapipe.soc.profile import SoC
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RunsCalibration", "read_runs_csv", "runs_from_db", "calibrate_runs_job", "calibrated_profile",
+__all__ = ["RunsCalibration", "read_runs_csv", "runs_from_db", "runs_calibration", "calibrated_profile",
            "RUNS_SOURCE"]
 
 #: Source key of the numbers ``calibrate --runs`` writes into a profile.
@@ -36,13 +39,15 @@ RUNS_SOURCE = "runs"
 _LONG_COLUMNS = ("model", "soc", "mapping", "period_s", "latency_s")
 
 
-class _Problems:
-    """Each model's problem, built once: from ``blocks_dir/<model>.blocks.csv`` or from the model itself."""
+#: Builds the mapping problem of a model by name (the application layer's ``prepare(...).problem``).
+ProblemOf = Callable[[str], MappingProblem]
 
-    def __init__(self, soc, soc_spec: str, blocks_dir: Optional[str], max_blocks: Optional[int],
-                 db_path: Optional[str]):
-        self.soc, self.soc_spec, self.blocks_dir = soc, soc_spec, blocks_dir
-        self.max_blocks, self.db_path = max_blocks, db_path
+
+class _Problems:
+    """Each model's problem, built once: from ``blocks_dir/<model>.blocks.csv``, else with ``problem_of``."""
+
+    def __init__(self, soc, blocks_dir: Optional[str], problem_of: Optional[ProblemOf]):
+        self.soc, self.blocks_dir, self.problem_of = soc, blocks_dir, problem_of
         self.cache: Dict[str, object] = {}
 
     def get(self, model: str, source: str):
@@ -56,12 +61,11 @@ class _Problems:
                                       "write it with 'parapipe import' (DIR/<model>.blocks.csv) or drop --blocks "
                                       "to cost the model itself")
                 self.cache[model] = read_block_table(path, self.soc, name=model)
+            elif self.problem_of is not None:
+                self.cache[model] = self.problem_of(model)
             else:
-                from parapipe.app.prepare import prepare
-                from parapipe.soc.identity import is_host
-
-                db = self.db_path if is_host(self.soc_spec) else None
-                self.cache[model] = prepare(model, self.soc_spec, max_blocks=self.max_blocks, db=db).problem
+                raise input_error(source, "model", f"no block table for model {model!r}",
+                                  "give --blocks DIR holding <model>.blocks.csv")
         return self.cache[model]
 
 
@@ -168,8 +172,8 @@ def runs_from_db(db_path: str, soc, problems: _Problems, models: Sequence[str] =
     InputError
         Missing database, or no usable run.
     """
-    from parapipe.profiling.predict import open_existing_db
-    from parapipe.profiling.runs import list_runs
+    from parapipe.calibration.predict import open_existing_db
+    from parapipe.profiledb.runs import list_runs
 
     db = open_existing_db(db_path)
     try:
@@ -242,19 +246,27 @@ def calibrated_profile(soc, fit: RunsFit, citation: str):
     return type(soc).model_validate(fields)
 
 
-def calibrate_runs_job(soc_spec: str, runs_csv: Optional[str] = None, db_path: Optional[str] = None,
+def runs_calibration(soc: SoC, runs_csv: Optional[str] = None, db_path: Optional[str] = None,
                        blocks_dir: Optional[str] = None, out=None, models: Sequence[str] = (),
-                       fit: Sequence[str] = TERM_NAMES, max_blocks: Optional[int] = 48,
+                       fit: Sequence[str] = TERM_NAMES, problem_of: Optional[ProblemOf] = None,
                        loo: bool = True) -> RunsCalibration:
     """``parapipe calibrate --runs``: read the runs, fit, optionally write the calibrated profile (atomically).
+
+    Parameters
+    ----------
+    soc : SoC
+        The resolved profile the runs ran on (``--soc``).
+    problem_of : callable (model name) -> MappingProblem, optional
+        Costs a model the runs name when ``blocks_dir`` has no table for it: the caller's way of preparing a
+        model (the application layer's ``prepare``), so that fitting needs no import of that layer.
 
     Raises
     ------
     InputError
-        Bad SoC, CSV, database, block table or ``--fit``; ``out`` not a .yaml path; no run.
+        Bad CSV, database, block table or ``--fit``; ``out`` not a .yaml path; no run; a model with neither a
+        block table nor ``problem_of``.
     """
     from parapipe.cost.pipeline_terms import terms_from_soc
-    from parapipe.app.resolve import resolve_soc
 
     if out is not None and not str(out).endswith((".yaml", ".yml")):
         raise input_error("--out", None, f"{out} is not a .yaml file", "give a path ending in .yaml")
@@ -262,8 +274,7 @@ def calibrate_runs_job(soc_spec: str, runs_csv: Optional[str] = None, db_path: O
     if bad or not fit:
         raise input_error("--fit", None, f"unknown term(s) {', '.join(bad) or '(none)'}",
                           f"choose among {', '.join(TERM_NAMES)}, comma-separated")
-    soc = resolve_soc(soc_spec)
-    problems = _Problems(soc, soc_spec, blocks_dir, max_blocks, db_path)
+    problems = _Problems(soc, blocks_dir, problem_of)
     if runs_csv:
         runs = read_runs_csv(runs_csv, soc, problems)
         runs = [r for r in runs if not models or r.model in models]

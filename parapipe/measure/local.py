@@ -1,132 +1,199 @@
-"""A measured SoC profile of the machine parapipe runs on (``--soc host``): one PU per allowed CPU core.
+"""This machine, measured in process: the :class:`LocalTimer`, the ``host`` profile and block/stage times.
 
-:func:`host_soc` builds the SoC: every core in ``os.sched_getaffinity(0)`` becomes a PU ``cpu<i>`` (kind
-``cpu``, one core, pinned with ``execution.cpus = (i,)``, one ORT thread, all op types, fp32). Its peak
-FLOP/s, per-operator overhead, memory bandwidth and the hand-off cost between two cores are measured on the
-spot (about half a second); the clock comes from sysfs or ``/proc/cpuinfo``. There is no power meter on this
-machine, so the powers are placeholders (:data:`PLACEHOLDER_ACTIVE_POWER_W` and friends), marked
-``confidence: low`` in the profile's provenance: energy figures computed with them are illustrative only.
+:class:`LocalTimer` is the in-process :class:`~parapipe.measure.timer.Timer`: its facts, model timings and
+hand-offs come from :mod:`ppexec.timing`, the code the agent's ``hello``, ``profile`` and ``transfer`` run, so
+the ``--soc host`` profile, ``soc detect`` and ``profile`` measure alike.
 
-:func:`measure_host` also times every block of a :class:`~parapipe.graph.coarsen.BlockGraph` the way the
-pipelined executor runs it: the block's sub-model (:func:`~parapipe.graph.extract.extract_submodel`) in an
-ORT session made by :func:`ppexec.session.create_session` (one thread, no spinning,
-``ORT_ENABLE_ALL``) on a thread pinned to one core, fed seeded random inputs of the block's shapes and dtypes.
-The cores of one machine are taken as identical: each block is measured on the first allowed core only and
-that time is used for every PU. These measured times replace the roofline wherever the cost model has them
-(GUIDE §2).
+:func:`local_soc` builds the SoC of ``--soc host`` with :func:`parapipe.measure.detect.measured_soc` (the builder
+``soc detect`` uses): every core in ``os.sched_getaffinity(0)`` becomes a PU ``cpu<i>`` (kind ``cpu``, one core,
+pinned with ``execution.cpus = (i,)``, one ORT thread, all op types, fp32); peak FLOP/s, per-operator overhead,
+memory bandwidth and the hand-off cost between every two cores are measured on the spot; the clock comes from
+sysfs. No power meter is read, so the powers are placeholders marked ``confidence: low``: energy figures computed
+with them are illustrative only.
+
+:func:`measure_local` also times every block of a :class:`~parapipe.graph.coarsen.BlockGraph` the way the
+pipelined executor runs it: the block's sub-model (:func:`~parapipe.graph.extract.extract_submodel`) loaded by the
+PU's runtime adapter (:func:`ppexec.timing.time_model`: an ORT session made by
+:func:`ppexec.session.create_session`, one thread, no spinning, ``ORT_ENABLE_ALL``) on a thread pinned to one
+core, fed seeded random inputs of the block's shapes and dtypes. The cores of one machine are taken as
+identical: each block is measured on the first allowed core only and that time is used for every PU. These
+measured times replace the roofline wherever the cost model has them.
 """
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ppexec.frames import FrameInput, draw_frames
+from ppexec import timing
+from ppexec.frames import FrameInput, draw_frames, inputs_from_doc
 from ppexec.plan import PUBinding
-from ppexec.session import create_session
+from ppexec.session import create_session, pin_current_thread
 
 from parapipe.errors import ExecutionError, input_error
 from parapipe.graph.coarsen import Block, BlockGraph
 from parapipe.graph.extract import extract_submodel
 from parapipe.graph.opgraph import OpGraph
-from parapipe.profiling.db import ProfileDB
-from parapipe.profiling.records import Measurement, utc_now_iso
-from parapipe.profiling.machine import (_copy_bandwidth, _frequency_hz, _gemm_and_overhead, _on_cpu, _start_pinned,
-                                        _timed, allowed_cpus, measure_transfer)
-from parapipe.soc.op_classes import OP_CLASSES
-from parapipe.soc.profile import PU, Provenance, SoC
+from parapipe.measure.detect import measured_soc
+from parapipe.measure.timer import LOCAL_HOST, check_timer_pus, pu_target
+from parapipe.profiledb.catalog import block_signature
+from parapipe.profiledb.db import ProfileDB
+from parapipe.profiledb.records import Measurement, utc_now_iso
 from parapipe.soc.identity import HOST_SOC
+from parapipe.soc.profile import PU, Provenance, SoC
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
-__all__ = ["HostProfile", "host_soc", "measure_host", "measure_ranges", "measure_block_sets", "measure_stages",
-           "block_signature", "measure_transfer", "allowed_cpus", "HOST_SOC_NAME"]
+__all__ = ["LocalTimer", "LocalProfile", "local_soc", "measure_local", "measure_ranges", "measure_block_sets",
+           "measure_stages", "allowed_cpus", "LOCAL_PRIOR_TERMS", "STAGE_MIN_S"]
 
-#: SoC name of the measured profile (reserved: soc_profiles/README.md forbids a bundled host.yaml).
-HOST_SOC_NAME = HOST_SOC
-#: Placeholder powers, W: no power meter can be read on this machine. 5 W per busy core, 1 W idle and 10 W for
-#: the rest of the system are parapipe's round guesses for a server core, not measurements.
-PLACEHOLDER_ACTIVE_POWER_W = 5.0
-PLACEHOLDER_IDLE_POWER_W = 1.0
-PLACEHOLDER_STATIC_POWER_W = 10.0
-_SOURCES = {
-    "measured": "Measured on this machine by parapipe.profiling.host when the profile was built "
-                "(ONNX Runtime MatMul, numpy copy, queue hand-off between pinned threads).",
-    "cpuinfo": "Linux sysfs cpufreq/cpuinfo_max_freq, else 'cpu MHz' in /proc/cpuinfo, on this machine.",
-    "parapipe": "parapipe's choice for the host profile: efficiency 1.0 for every op class, since measured "
-                "block times replace the roofline.",
-    "fidelity": "Pipeline terms fitted by benchmarks/fidelity.py (calibrate --runs on 165 pipeline runs of "
-                "squeezenet, shufflenet and inception_v1) on parapipe's reference 2-core x86 VM (issue 10): a "
-                "prior for this machine until 'calibrate --runs' or 'optimize --refine' fits its own.",
-}
+#: Source key and text of the numbers :func:`local_soc` measures.
+LOCAL_SOURCE = ("measured", "Measured on this machine by parapipe.measure.local when the profile was built "
+                            "(ppexec.timing: ONNX Runtime MatMul peak, Identity overhead, Scale bandwidth, "
+                            "hand-offs between pinned threads).")
+#: Source of the prior pipeline terms (:data:`LOCAL_PRIOR_TERMS`).
+_FIDELITY = ("Pipeline terms fitted by benchmarks/fidelity.py (calibrate --runs on 165 pipeline runs of squeezenet, "
+             "shufflenet and inception_v1) on parapipe's reference 2-core x86 virtual machine: a prior for this "
+             "machine until 'calibrate --runs' or 'optimize --refine' fits its own.")
 #: Pipeline terms of the host profile (:mod:`parapipe.cost.pipeline_terms`) before this machine's runs are fitted:
-#: what benchmarks/fidelity.py fitted on the reference 2-core x86 VM (issue 10 closing note; leave-one-out period
-#: MAPE 4.0 % with them, 12.6 % without). Without them a plain host model ranks pipelines whose cores serve
-#: several stages with the replicated model (inception_v1: predicted 71.3/s vs 71.2/s, measured 63.7/s vs
-#: 69.6/s; issue 13): it misses the executor's cost per stage hop and the cache refill of a shared core. Overlap is
-#: per PU and left out.
-HOST_PRIOR_TERMS = {"dispatch_s": 122e-6, "handoff_s": 140e-6, "slowdown": 1.031, "sharing": 0.047}
-_PLACEHOLDER = Provenance(confidence="low", note="placeholder: no power meter on this machine")
+#: what ``python benchmarks/fidelity.py`` fitted on parapipe's reference 2-core x86 virtual machine (leave-one-out
+#: period MAPE 4.0 % with them, 12.6 % without). Without them a plain host model ranks pipelines whose cores
+#: serve several stages with the replicated model (inception_v1 there: predicted 71.3/s vs 71.2/s, measured
+#: 63.7/s vs 69.6/s): it misses the executor's cost per stage hop and the cache refill of a shared core. Overlap
+#: is per PU and left out.
+LOCAL_PRIOR_TERMS = {"dispatch_s": 122e-6, "handoff_s": 140e-6, "slowdown": 1.031, "sharing": 0.047}
 #: Seconds of runs per set and pass in :func:`measure_stages`: ten runs of a 3 ms sub-model span 30 ms, short
-#: enough for one transient on this shared VM to move their median (squeezenet's whole model timed loaded, three
-#: times in a row on the 2-core VM: one 10-run median 4.49 ms, then 3.10 and 3.14 ms; issue 13).
+#: enough for one transient on a shared machine to move their median (squeezenet's whole model timed loaded,
+#: three times in a row on a 2-core virtual machine: one 10-run median 4.49 ms, then 3.10 and 3.14 ms).
 STAGE_MIN_S = 0.15
+#: Timed runs per micro-benchmark of :func:`local_soc` (as ``soc detect``'s default).
+SOC_REPEATS = 5
 
 
-@dataclass
-class HostProfile:
-    """The host SoC with measured block times.
+def allowed_cpus() -> List[int]:
+    """CPU ids this process may run on (:func:`ppexec.timing.allowed_cpus`)."""
+    return timing.allowed_cpus()
 
-    Attributes
+
+def _timing_error(exc: "timing.TimingError") -> ExecutionError:
+    return ExecutionError(" ".join(exc.message.split()))
+
+
+class LocalTimer:
+    """The in-process :class:`~parapipe.measure.timer.Timer` (:mod:`ppexec.timing` called directly).
+
+    Parameters
     ----------
-    soc : SoC
-        Named ``"host"``; PUs ``cpu<i>`` for the allowed cores ``i`` (see :func:`host_soc`).
-    block_time_s : dict of (str, str) to float
-        ``(block name, PU name)`` -> median time of the block on that PU, s; every block × every PU.
-    measure_s : float
-        Wall time :func:`measure_host` took, s.
+    cpus : sequence of int, optional
+        The CPUs to measure on (default: all of ``os.sched_getaffinity(0)``); the facts' ``cpus_allowed``.
+
+    Raises
+    ------
+    ExecutionError
+        From :meth:`time_model` / :meth:`time_handoff`: a CPU that cannot be pinned, a model that does not load
+        or run (one line naming it).
     """
 
-    soc: SoC
-    block_time_s: dict[tuple[str, str], float]
-    measure_s: float
+    host = LOCAL_HOST
+
+    def __init__(self, cpus: Optional[Sequence[int]] = None):
+        self.facts: Dict[str, Any] = timing.machine_facts()
+        if cpus is not None:
+            self.facts["cpus_allowed"] = sorted(int(c) for c in cpus)
+
+    @property
+    def ort_version(self) -> str:
+        """ONNX Runtime version in this process."""
+        return str(self.facts["onnxruntime_version"])
+
+    @property
+    def cpus_allowed(self) -> List[int]:
+        """CPUs the measurements use."""
+        return list(self.facts["cpus_allowed"])
+
+    def check_pus(self, soc: SoC, pus: Sequence[str]) -> None:
+        """Refuse PUs this machine cannot run (:func:`~parapipe.measure.timer.check_timer_pus`)."""
+        check_timer_pus(self.facts, self.host, soc, pus)
+
+    def target(self, pu: PU) -> Dict[str, Any]:
+        """:func:`~parapipe.measure.timer.pu_target` with this machine's CPUs."""
+        return pu_target(pu, self.cpus_allowed)
+
+    def time_model(self, model: onnx.ModelProto, pu: PU, optimization: str, warmup: int, repeats: int,
+                   timeout_s: float = math.inf) -> Dict[str, Any]:
+        """Time ``model`` on ``pu`` with :func:`ppexec.timing.time_model`, fed one seeded frame
+        (:func:`ppexec.bundle_run.make_frames`, seed 0; dynamic dimensions 1); the agent's ``profile`` reply
+        fields (``timeout_s`` is not enforced in process)."""
+        spec = self.target(pu)
+        options = dict(spec.get("runtime_options") or {})
+        runtime = spec.get("runtime", "onnxruntime")
+        if runtime == "onnxruntime":
+            options.update(optimization=optimization, allow_spinning=False)
+        cpus = spec.get("cpus")
+        binding = PUBinding(cpus=None if cpus is None else tuple(cpus), threads=int(spec["threads"]),
+                            provider=spec.get("provider", "CPUExecutionProvider"),
+                            provider_options=dict(spec.get("provider_options") or {}), runtime=runtime,
+                            runtime_options=options)
+
+        def feeds_for(specs) -> dict:
+            inputs = {name: {"shape": [d if isinstance(d, int) and d > 0 else 1 for d in shape],
+                             "dtype": dtype or "float32"} for name, shape, dtype in specs}
+            return draw_frames(inputs_from_doc(inputs), 1, 0)[0]
+
+        try:
+            timed = timing.time_model(model, binding, warmup, repeats, feeds_for)
+        except timing.TimingError as exc:
+            raise _timing_error(exc) from None
+        reply = timing.stats(timed["times_s"])
+        info = timed["runtime_info"]
+        reply.update(runtime=runtime, runtime_info=info, provider=info.get("provider"), cpus=timed["cpus"],
+                     threads=binding.threads, onnxruntime_version=self.ort_version)
+        return reply
+
+    def time_handoff(self, nbytes: int, src_cpus: Sequence[int], dst_cpus: Sequence[int], warmup: int = 3,
+                     repeats: int = 20, timeout_s: float = math.inf) -> Dict[str, Any]:
+        """Time handing ``nbytes`` between the CPU sets with :func:`ppexec.timing.handoff_costs`; the agent's
+        ``transfer`` reply fields."""
+        try:
+            costs = timing.handoff_costs(int(nbytes), list(src_cpus), list(dst_cpus), warmup, repeats)
+        except timing.TimingError as exc:
+            raise _timing_error(exc) from None
+        reply = timing.stats(costs)
+        reply.update(nbytes=int(nbytes), src_cpus=list(src_cpus), dst_cpus=list(dst_cpus),
+                     bandwidth_bytes_per_s=nbytes / reply["median_s"] if reply["median_s"] > 0 else None)
+        return reply
 
 
-def host_soc(n_cpus: Optional[int] = None, transfer: tuple[float, float] | None = None) -> SoC:
-    """Build the SoC of this machine, measuring peak FLOP/s, bandwidth and (unless given) the hand-off cost.
+def local_soc(n_cpus: Optional[int] = None, transfer: Optional[tuple[float, float]] = None) -> SoC:
+    """Build the SoC of this machine (``--soc host``), measuring it as ``soc detect --per-core`` does.
 
     Parameters
     ----------
     n_cpus : int, optional
         Use the first ``n_cpus`` allowed cores (default: all of ``os.sched_getaffinity(0)``).
     transfer : (alpha_s, beta_bytes_per_s), optional
-        Default transfer cost between cores; measured with :func:`measure_transfer` between the first two
-        cores when None.
+        Default transfer cost between cores; measured between every two cores (up to
+        :data:`parapipe.measure.detect.MAX_PAIR_PUS` cores, else the first two) when None.
 
     Returns
     -------
     SoC
-        Name ``"host"``; one PU ``cpu<i>`` per core ``i`` used (``cpu0..cpu<n-1>`` when the affinity is
-        ``0..n-1``) with ``execution.cpus = (i,)``, ``threads = 1``, ``cores = 1``, all op types, fp32;
-        ``peak_flops`` from a :data:`GEMM_N`-square fp32 MatMul in ORT on one pinned thread (best of 10),
-        ``op_overhead_s`` the median run time of a one-element Identity, ``memory_bandwidth_bytes_per_s`` from
-        a numpy copy of :data:`COPY_NBYTES` (read + write; with a huge last-level cache this may be cache
-        rather than DRAM bandwidth), ``frequency_hz`` from sysfs or /proc/cpuinfo (else 1 GHz, noted),
-        efficiency 1.0 for every op class (measured block times override the roofline), and the placeholder
-        powers :data:`PLACEHOLDER_ACTIVE_POWER_W`, :data:`PLACEHOLDER_IDLE_POWER_W`,
-        :data:`PLACEHOLDER_STATIC_POWER_W` (no power meter here; ``confidence: low`` in ``soc.provenance``);
-        ``power_sensor`` the readable RAPL or INA3221 sensor, if any (:func:`ppexec.power.detect_sensor`);
-        ``pipeline`` the prior terms :data:`HOST_PRIOR_TERMS` (``confidence: low``).
-        Peak and overhead are measured on the first core and used for all: the cores are taken as identical.
+        Name ``"host"``; one PU ``cpu<i>`` per core ``i`` used with ``execution.cpus = (i,)``, ``threads = 1``,
+        ``cores = 1``, all op types, fp32: :func:`parapipe.measure.detect.measured_soc` with ``per_core`` and no
+        accelerators (peak FLOP/s of a 512-square fp32 MatMul, overhead of a one-element Identity, bandwidth of a
+        64 MiB Scale, all in ONNX Runtime on one pinned thread; the cores are taken as identical; the clock from
+        sysfs, else a 1 GHz guess; placeholder powers, ``confidence: low``); ``power_sensor`` the readable RAPL
+        or INA3221 sensor, if any (:func:`ppexec.power.detect_sensor`); ``pipeline`` the prior terms
+        :data:`LOCAL_PRIOR_TERMS` (``confidence: low``).
 
     Raises
     ------
@@ -143,57 +210,60 @@ def host_soc(n_cpus: Optional[int] = None, transfer: tuple[float, float] | None 
     if transfer is not None:
         alpha, beta = (float(v) for v in transfer)
         if not (math.isfinite(alpha) and alpha >= 0 and beta > 0):
-            raise input_error("host_soc", "transfer", f"must be (alpha_s >= 0, beta_bytes_per_s > 0), got "
+            raise input_error("local_soc", "transfer", f"must be (alpha_s >= 0, beta_bytes_per_s > 0), got "
                               f"{tuple(transfer)}", "give seconds and bytes/s, or None to measure them")
-    peak_flops, overhead_s = _on_cpu(cpus[0], _gemm_and_overhead)
-    bandwidth = _on_cpu(cpus[0], _copy_bandwidth)
-    if transfer is None:
-        alpha, beta = measure_transfer(cpus[0], cpus[1] if len(cpus) > 1 else cpus[0])
-    pus, provenance = [], {}
-    for cpu in cpus:
-        name = f"cpu{cpu}"
-        freq, note = _frequency_hz(cpu)
-        pus.append(PU(name=name, kind="cpu", cores=1, frequency_hz=freq, peak_flops=peak_flops,
-                      precision="fp32", memory_bandwidth_bytes_per_s=bandwidth, efficiency={"other": 1.0},
-                      op_overhead_s=overhead_s,
-                      active_power_w=PLACEHOLDER_ACTIVE_POWER_W, idle_power_w=PLACEHOLDER_IDLE_POWER_W,
-                      execution={"cpus": (cpu,), "threads": 1}))
-        provenance[f"pus.{name}.frequency_hz"] = (Provenance(confidence="low", note=note) if note
-                                                  else Provenance(source="cpuinfo"))
-        for field in ("peak_flops", "memory_bandwidth_bytes_per_s", "op_overhead_s"):
-            provenance[f"pus.{name}.{field}"] = Provenance(source="measured")
-        for cls in OP_CLASSES:
-            provenance[f"pus.{name}.efficiency.{cls}"] = Provenance(source="parapipe")
-        for field in ("active_power_w", "idle_power_w"):
-            provenance[f"pus.{name}.{field}"] = _PLACEHOLDER
-    provenance["static_power_w"] = _PLACEHOLDER
-    provenance["memory_bandwidth_bytes_per_s"] = Provenance(source="measured")
-    provenance["transfers.default.alpha_s"] = provenance["transfers.default.beta_bytes_per_s"] = \
-        Provenance(source="measured")
-    soc = SoC.from_values(HOST_SOC_NAME, pus, static_power_w=PLACEHOLDER_STATIC_POWER_W,
-                          memory_bandwidth_bytes_per_s=bandwidth, default_transfer=(alpha, beta),
-                          description=f"this machine, {len(cpus)} core(s) measured by parapipe; powers are "
-                                      "placeholders")
+        transfer = (alpha, beta)
+    soc = measured_soc(LocalTimer(cpus), HOST_SOC, per_core=True, repeats=SOC_REPEATS, accelerators=False,
+                       source=LOCAL_SOURCE, transfer=transfer,
+                       description=f"this machine, {len(cpus)} core(s) measured by parapipe; powers are "
+                                   "placeholders")
     from parapipe.soc.pipeline import PipelineParams
-
-    for name in HOST_PRIOR_TERMS:
-        provenance[f"pipeline.{name}"] = Provenance(source="fidelity", confidence="low",
-                                                    note="prior from the reference VM, not this machine")
-    soc = soc.model_copy(update={"pipeline": PipelineParams(**HOST_PRIOR_TERMS)})
-    fields = {f: getattr(soc, f) for f in type(soc).model_fields}
     from ppexec.power import detect_sensor
 
+    provenance = dict(soc.provenance)
+    for name in LOCAL_PRIOR_TERMS:
+        provenance[f"pipeline.{name}"] = Provenance(source="fidelity", confidence="low",
+                                                    note="prior from the reference machine, not this one")
+    fields = {f: getattr(soc, f) for f in type(soc).model_fields}
     sensor = detect_sensor()  # RAPL or a Jetson's INA3221 where readable: run/deploy then measure energy
-    return SoC.model_validate({**fields, "sources": dict(_SOURCES), "provenance": provenance,
+    return SoC.model_validate({**fields, "pipeline": PipelineParams(**LOCAL_PRIOR_TERMS),
+                               "sources": {**soc.sources, "fidelity": _FIDELITY}, "provenance": provenance,
                                "power_sensor": sensor})
 
 
-def block_signature(og: OpGraph, block: Block) -> str:
-    """Stable id of what a block computes: ``"block:"`` + SHA-256 (first 24 hex digits) of its operators'
-    :attr:`~parapipe.graph.opgraph.Operator.signature` strings in block order (op types, input shapes/dtypes,
-    attributes); equal for blocks that cost the same, in this model or another."""
-    text = "\n".join(og.graph.nodes[op]["op"].signature for op in block.ops)
-    return "block:" + hashlib.sha256(text.encode()).hexdigest()[:24]
+def _start_pinned(cpu: int, fn: Callable[[], T]) -> tuple[threading.Thread, dict]:
+    """Start ``fn`` in a daemon thread pinned to ``cpu``; the dict gets ``result`` or ``error``."""
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            pin_current_thread(f"cpu{cpu}", (cpu,))
+            box["result"] = fn()
+        except BaseException as exc:  # carried back to the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"parapipe-local-cpu{cpu}", daemon=True)
+    thread.start()
+    return thread, box
+
+
+@dataclass(frozen=True)
+class LocalProfile:
+    """This machine's SoC with measured block times.
+
+    Attributes
+    ----------
+    soc : SoC
+        Named ``"host"``; PUs ``cpu<i>`` for the allowed cores ``i`` (see :func:`local_soc`).
+    block_time_s : dict of (str, str) to float
+        ``(block name, PU name)`` -> median time of the block on that PU, s; every block × every PU.
+    measure_s : float
+        Wall time :func:`measure_local` took, s.
+    """
+
+    soc: SoC
+    block_time_s: dict[tuple[str, str], float]
+    measure_s: float
 
 
 def _random_feeds(og: OpGraph, names: Sequence[str], given: Optional[dict] = None,
@@ -235,34 +305,28 @@ def _real_index_values(bg: BlockGraph, feeds: Optional[dict]) -> dict[str, np.nd
 
 def _time_block(og: OpGraph, block: Block, binding: PUBinding, repeats: int, warmup: int,
                 given: Optional[dict] = None) -> list[float]:
-    """Run on the pinned measuring thread: times of ``repeats`` runs of the block's sub-model, s."""
+    """Times of ``repeats`` runs of the block's sub-model on ``binding``, s (:func:`_time_ops`)."""
     return _time_ops(og, block.ops, block.name, binding, repeats, warmup, given)
 
 
 def _time_ops(og: OpGraph, ops: Sequence[str], name: str, binding: PUBinding, repeats: int, warmup: int,
               given: Optional[dict] = None, min_s: float = 0.0) -> list[float]:
-    """Run on the pinned measuring thread: times of ``repeats`` runs of the sub-model of ``ops``, s (more runs
-    until they add up to ``min_s``)."""
+    """Times of ``repeats`` runs of the sub-model of ``ops`` on ``binding`` (:func:`ppexec.timing.time_model`,
+    on a thread pinned to its CPUs), s (more runs until they add up to ``min_s``)."""
     try:
         sub = extract_submodel(og, ops, name=name, check=False)
-        sess = create_session(sub.model, binding, "CPUExecutionProvider")
         feeds = _random_feeds(og, sub.inputs, given)
-        for _ in range(warmup):
-            sess.run(sub.outputs, feeds)
-        times = [_timed(lambda: sess.run(sub.outputs, feeds)) for _ in range(repeats)]
-        while sum(times) < min_s:
-            times.append(_timed(lambda: sess.run(sub.outputs, feeds)))
-        return times
+        return timing.time_model(sub.model, binding, warmup, repeats, lambda specs: feeds, min_s)["times_s"]
     except Exception as exc:
         detail = " ".join(f"{type(exc).__name__}: {exc}".split())
-        raise ExecutionError(f"measuring block {name!r} of {og.name!r} on the host failed: {detail}; "
+        raise ExecutionError(f"measuring block {name!r} of {og.name!r} on this machine failed: {detail}; "
                              "check that the model runs in ONNX Runtime on its own") from exc
 
 
-def measure_host(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optional[ProfileDB] = None,
+def measure_local(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optional[ProfileDB] = None,
                  progress: Optional[Callable[[int, int], None]] = None,
-                 feeds: Optional[dict] = None) -> HostProfile:
-    """Build :func:`host_soc` and time every block of ``bg`` on it.
+                 feeds: Optional[dict] = None) -> LocalProfile:
+    """Build :func:`local_soc` and time every block of ``bg`` on it.
 
     Each distinct block (by :func:`block_signature`) is run ``warmup`` times, then timed ``repeats`` times
     with ``time.perf_counter`` in one thread pinned to the first allowed core, in a session made exactly as
@@ -291,7 +355,7 @@ def measure_host(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optiona
 
     Returns
     -------
-    HostProfile
+    LocalProfile
         ``block_time_s`` has an entry for every block × every PU of ``soc``.
 
     Raises
@@ -302,11 +366,11 @@ def measure_host(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optiona
         A block's sub-model cannot be built or run (message names the block), or the core cannot be pinned.
     """
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise input_error("measure_host", "repeats", f"must be an integer >= 1, got {repeats!r}", "use 10")
+        raise input_error("measure_local", "repeats", f"must be an integer >= 1, got {repeats!r}", "use 10")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise input_error("measure_host", "warmup", f"must be an integer >= 0, got {warmup!r}", "use 3")
+        raise input_error("measure_local", "warmup", f"must be an integer >= 0, got {warmup!r}", "use 3")
     start = time.perf_counter()
-    soc = host_soc()
+    soc = local_soc()
     og = bg.opgraph
     measured_pu = soc.pu_names[0]
     cpu = soc.pus[measured_pu].execution.cpus[0]
@@ -320,14 +384,14 @@ def measure_host(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optiona
     for done, block in enumerate(bg.blocks, start=1):
         sig = block_signature(og, block)
         if sig not in by_signature:
-            row = None if db is None else db.get(HOST_SOC_NAME, measured_pu, sig, batch, "block",
+            row = None if db is None else db.get(HOST_SOC, measured_pu, sig, batch, "block",
                                                  ort.__version__)
             if row is None:
-                times = _on_cpu(cpu, lambda: _time_block(og, block, binding, repeats, warmup, feeds))
+                times = _time_block(og, block, binding, repeats, warmup, feeds)
                 median, p90 = float(np.median(times)), float(np.percentile(times, 90))
                 summary = "+".join(dict.fromkeys(block.op_types))[:200]
-                row = Measurement(HOST_SOC_NAME, measured_pu, sig, summary, batch, ort.__version__, median,
-                                  max(p90, median), repeats, utc_now_iso(), "local", "block",
+                row = Measurement(HOST_SOC, measured_pu, sig, summary, batch, ort.__version__, median,
+                                  max(p90, median), repeats, utc_now_iso(), LOCAL_HOST, "block",
                                   int(block.in_nbytes + block.out_nbytes))
                 new_rows.append(row)
                 if db is not None:
@@ -338,9 +402,9 @@ def measure_host(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optiona
         if progress is not None:
             progress(done, len(bg.blocks))
     measure_s = time.perf_counter() - start
-    logger.info("host profile of %s: %d block(s), %d measured, %.2f s", og.name, len(bg.blocks),
+    logger.info("local profile of %s: %d block(s), %d measured, %.2f s", og.name, len(bg.blocks),
                 len(new_rows), measure_s)
-    return HostProfile(soc=soc, block_time_s=block_time_s, measure_s=measure_s)
+    return LocalProfile(soc=soc, block_time_s=block_time_s, measure_s=measure_s)
 
 
 @contextlib.contextmanager
@@ -387,12 +451,13 @@ def measure_ranges(bg: BlockGraph, ranges: Sequence[tuple[int, int]], repeats: i
 
     A stage's sub-model keeps the fusions and layout changes ONNX Runtime makes across its blocks (and pays one
     session call), which isolated block times miss: the sum of a stage's block times measured here was
-    0.7–1.4× the stage's own time (issue 13). The result goes to ``MappingProblem.range_time_s``.
+    0.7–1.4× the stage's own time on a 2-core x86 virtual machine. The result goes to
+    ``MappingProblem.range_time_s``.
 
     ``loaded`` (default): while a range is timed, every other allowed core runs the same sub-model in its own
     pinned session, as in a saturated pipeline or replicated stage, where all cores compute at once and share
-    caches, the memory bus and the package's all-core clock. Measured on this 2-core machine: a whole model
-    runs 1.00-1.06× slower so (median 1.02 over squeezenet, inception_v1, resnet50, 3 repeats each), which is
+    caches, the memory bus and the package's all-core clock. Measured on a 2-core x86 virtual machine: a whole
+    model runs 1.00-1.06× slower so (median 1.02 over squeezenet, inception_v1, resnet50, 3 repeats each), which is
     the gap between a replicated mapping's measured throughput and one predicted from the model timed alone.
 
     Returns
@@ -454,9 +519,9 @@ def measure_stages(bg: BlockGraph, ranges: Sequence[tuple[int, int]], tasks: Seq
     measured so that they compare with each other: ``passes`` passes, each timing every range and task once
     (:func:`measure_ranges` / :func:`measure_block_sets`, ``repeats`` runs after ``warmup`` and at least
     ``min_s`` seconds of runs), and per set the median of its passes' medians. A disturbance of this shared
-    machine then lands on one pass of a few sets, not on all measurements of one candidate (on this 2-core VM
+    machine then lands on one pass of a few sets, not on all measurements of one candidate (on a 2-core x86 VM
     one 10-run median of inception_v1 came out 8 % slow, enough to rank a shared-core pipeline above the
-    replicated model it ran 9 % slower than; issue 13).
+    replicated model it ran 9 % slower than).
 
     ``loaded``: every other allowed core runs the same sub-model meanwhile, for a cost model without a
     co-running term of its own (:meth:`parapipe.cost.pipeline_terms.PipelineTerms.models_corunning`); alone
@@ -500,7 +565,7 @@ def _time_block_sets(bg: BlockGraph, sets: dict, repeats: int, warmup: int, feed
     for key, (blocks, name) in sets.items():
         ops = sorted((op for v in blocks for op in bg.blocks[v].ops), key=topo.__getitem__)
         with _load_other_cores(og, ops, name, cpu, given) if loaded else contextlib.nullcontext():
-            times = _on_cpu(cpu, lambda: _time_ops(og, ops, name, binding, repeats, warmup, given, min_s))
+            times = _time_ops(og, ops, name, binding, repeats, warmup, given, min_s)
         out[key] = float(np.median(times))
     logger.info("stage-level times of %s: %s", og.name, {name: round(out[k] * 1e3, 3)
                                                          for k, (_, name) in sets.items()})

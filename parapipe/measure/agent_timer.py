@@ -1,13 +1,13 @@
-"""Where measurements run: the on-device agent, as a local subprocess or on an SSH host, behind one interface.
+"""The :class:`~parapipe.measure.timer.Timer` that measures through the on-device agent, as a local subprocess or
+on an SSH host.
 
-A :class:`Runner` wraps one :class:`~parapipe.remote.agent_client.AgentClient` and the agent's ``hello`` (ONNX
-Runtime version, execution providers, CPUs). :func:`open_runner` starts it locally (no host given) or on a
-remote host (host key checked, agent uploaded once a version; see :mod:`parapipe.remote.host`), so profiling,
-calibration and ``soc detect`` run the same code whether the board is this machine or one reached over SSH.
-
-:func:`pu_target` turns a PU of a SoC profile into the agent's PU spec (CPU set + thread count, or an
-execution provider with options), and :meth:`Runner.check_pus` refuses, before anything is measured, a PU
-whose provider the host's onnxruntime lacks or whose CPUs the host does not have.
+An :class:`AgentTimer` wraps one :class:`~parapipe.remote.agent_client.AgentClient` and the agent's ``hello`` (its
+facts: ONNX Runtime version, execution providers, CPUs). :func:`open_agent_timer` starts the agent locally (no
+host given) or on a remote host (host key checked, agent and ``ppexec/`` uploaded once a version; see
+:mod:`parapipe.remote.host`), so profiling, calibration and ``soc detect`` run the same code whether the board is
+this machine or one reached over SSH; the agent's ops run :mod:`ppexec.timing`, as the in-process
+:class:`~parapipe.measure.local.LocalTimer` does. :meth:`AgentTimer.check_pus` refuses, before anything is
+measured, a PU whose provider the host's onnxruntime lacks or whose CPUs the host does not have.
 """
 from __future__ import annotations
 
@@ -23,14 +23,12 @@ from parapipe.remote.agent_client import AgentClient
 from parapipe.remote.hostspec import HostSpec
 from parapipe.errors import HostError
 from parapipe.graph.shapes import skeleton
+from parapipe.measure.timer import LOCAL_HOST, check_timer_pus, pu_target
 from parapipe.soc.profile import PU, SoC
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Runner", "open_runner", "pu_target", "encode_model", "INLINE_MODEL_MAX_NBYTES", "LOCAL_HOST"]
-
-#: Value of the ``host`` column for measurements taken by a local agent subprocess.
-LOCAL_HOST = "local"
+__all__ = ["AgentTimer", "open_agent_timer", "encode_model", "INLINE_MODEL_MAX_NBYTES", "PROFILE_TIMEOUT_S"]
 #: Largest serialised model sent with its weights inline, bytes. Above it (a VGG-19 fully connected layer is
 #: 411 MB), weights of more than 4096 elements become graph inputs that the agent fills with random numbers:
 #: the request stays small, and the time is the same for operators that do not pre-pack constant weights.
@@ -52,100 +50,52 @@ def encode_model(model: onnx.ModelProto) -> str:
     return base64.b64encode(model.SerializeToString()).decode("ascii")
 
 
-def pu_target(pu: PU, cpus_allowed: Optional[Sequence[int]] = None) -> Dict[str, Any]:
-    """The agent's PU spec for ``pu`` (``device_agents/agent.py``, op ``profile``, field ``pu``).
-
-    Parameters
-    ----------
-    pu : PU
-        A PU of a SoC profile; its ``execution`` says how to run on it.
-    cpus_allowed : sequence of int, optional
-        CPUs of the host (from ``hello``), used for a CPU-provider PU that names no CPUs.
-
-    Returns
-    -------
-    dict
-        ``{"cpus": [...], "threads": n}`` for the CPU provider; ``{"provider": name, "provider_options":
-        {...}, "threads": n}`` (plus ``cpus`` when given) for another provider; ``{"runtime": name,
-        "runtime_options": {...}, "threads": n}`` (plus ``cpus``) for another runtime adapter.
-    """
-    ex = pu.execution
-    spec: Dict[str, Any] = {"threads": ex.threads}
-    if ex.runtime != "onnxruntime":  # measured through the PU's runtime adapter, as run/deploy execute it
-        spec.update(runtime=ex.runtime, runtime_options=dict(ex.runtime_options))
-        if ex.cpus is not None:
-            spec["cpus"] = list(ex.cpus)
-        return spec
-    if ex.provider == "CPUExecutionProvider":
-        cpus = list(ex.cpus) if ex.cpus is not None else list(cpus_allowed or [])
-        if not cpus:
-            raise HostError(f"PU {pu.name!r} names no CPUs and the host reported none; give execution.cpus")
-        spec["cpus"] = cpus
-        return spec
-    spec["provider"] = ex.provider
-    spec["provider_options"] = dict(ex.provider_options)
-    if ex.cpus is not None:
-        spec["cpus"] = list(ex.cpus)
-    return spec
-
-
-class Runner:
-    """One started agent and what it said about its host.
+class AgentTimer:
+    """A :class:`~parapipe.measure.timer.Timer` over one started agent.
 
     Attributes
     ----------
     agent : AgentClient
-    hello : dict
+    facts : dict
         The agent's ``hello`` reply (``onnxruntime_version``, ``providers``, ``cpus_allowed``,
         ``cpu_clusters``, ``hostname``, ...).
     host : str
         ``"local"`` or ``user@address:port``: the ``host`` column of the measurements taken here.
+
+    Raises
+    ------
+    HostError
+        From the constructor: onnxruntime does not import for the agent.
     """
 
     def __init__(self, agent: AgentClient, host: str):
         self.agent = agent
         self.host = host
-        self.hello = agent.request("hello", timeout_s=60)
-        if not self.hello.get("onnxruntime_version"):
+        self.facts = agent.request("hello", timeout_s=60)
+        if not self.facts.get("onnxruntime_version"):
             raise HostError(f"{host}: onnxruntime does not import for the agent; install onnxruntime>=1.19 "
                             "there (pip install onnxruntime)")
 
     @property
     def ort_version(self) -> str:
         """ONNX Runtime version on the host (the ``ort_version`` of the measurements)."""
-        return str(self.hello["onnxruntime_version"])
+        return str(self.facts["onnxruntime_version"])
 
     @property
     def cpus_allowed(self) -> List[int]:
         """CPUs the agent may run on."""
-        return [int(c) for c in self.hello.get("cpus_allowed") or []]
+        return [int(c) for c in self.facts.get("cpus_allowed") or []]
 
     def check_pus(self, soc: SoC, pus: Sequence[str]) -> None:
-        """Refuse PUs this host cannot run, before anything is measured.
-
-        The same check as ``run``/``deploy`` make (:func:`parapipe.execution.facts.check_board`), so a PU is
-        profiled exactly as it will run.
-
-        Raises
-        ------
-        InputError
-            One line naming the PU and what the host lacks (CPUs, runtime adapter, execution provider), with the
-            remedy.
-        """
-        from parapipe.execution.facts import check_board
-
-        facts = dict(self.hello)
-        facts.setdefault("cpus_allowed", list(self.cpus_allowed))
-        if "runtimes" not in facts:  # an agent from before runtime adapters: ONNX Runtime only
-            facts["runtimes"] = {"onnxruntime": {"available": True}}
-        check_board({name: soc.pus[name].execution for name in pus}, facts, str(self.host))
+        """Refuse PUs this host cannot run, before anything is measured (:func:`check_timer_pus`)."""
+        check_timer_pus(dict(self.facts, cpus_allowed=self.cpus_allowed), str(self.host), soc, pus)
 
     def target(self, pu: PU) -> Dict[str, Any]:
         """:func:`pu_target` with this host's CPUs."""
         return pu_target(pu, self.cpus_allowed)
 
-    def profile(self, model: onnx.ModelProto, pu: PU, optimization: str, warmup: int, repeats: int,
-                timeout_s: float = PROFILE_TIMEOUT_S) -> Dict[str, Any]:
+    def time_model(self, model: onnx.ModelProto, pu: PU, optimization: str, warmup: int, repeats: int,
+                   timeout_s: float = PROFILE_TIMEOUT_S) -> Dict[str, Any]:
         """Time ``model`` on ``pu`` with the agent's ``profile`` op.
 
         Parameters
@@ -176,8 +126,8 @@ class Runner:
                                   pu=self.target(pu), optimization=optimization, warmup=warmup,
                                   repeats=repeats)
 
-    def transfer(self, nbytes: int, src_cpus: Sequence[int], dst_cpus: Sequence[int], warmup: int = 3,
-                 repeats: int = 20, timeout_s: float = 120.0) -> Dict[str, Any]:
+    def time_handoff(self, nbytes: int, src_cpus: Sequence[int], dst_cpus: Sequence[int], warmup: int = 3,
+                     repeats: int = 20, timeout_s: float = 120.0) -> Dict[str, Any]:
         """Time handing ``nbytes`` from a thread on ``src_cpus`` to one on ``dst_cpus`` (agent op
         ``transfer``)."""
         return self.agent.request("transfer", timeout_s=timeout_s, nbytes=int(nbytes),
@@ -186,7 +136,7 @@ class Runner:
 
 
 @contextlib.contextmanager
-def open_runner(host: Optional[HostSpec] = None, python: Optional[str] = None) -> Iterator[Runner]:
+def open_agent_timer(host: Optional[HostSpec] = None, python: Optional[str] = None) -> Iterator[AgentTimer]:
     """Start the agent here (``host`` None) or on an SSH host, and stop it (and the connection) afterwards.
 
     Parameters
@@ -198,7 +148,7 @@ def open_runner(host: Optional[HostSpec] = None, python: Optional[str] = None) -
 
     Yields
     ------
-    Runner
+    AgentTimer
 
     Raises
     ------
@@ -208,10 +158,10 @@ def open_runner(host: Optional[HostSpec] = None, python: Optional[str] = None) -
     """
     if host is None:
         with AgentClient.local(python=python or sys.executable) as agent:
-            yield Runner(agent, LOCAL_HOST)
+            yield AgentTimer(agent, LOCAL_HOST)
         return
     from parapipe.remote.host import RemoteHost
 
     with RemoteHost(host) as remote:
         agent = remote.start_agent(python=python or "python3")
-        yield Runner(agent, str(host))
+        yield AgentTimer(agent, str(host))

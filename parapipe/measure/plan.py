@@ -2,7 +2,7 @@
 
 Each piece of work becomes a :class:`WorkItem` (one measurement on one PU). Operators are deduplicated by
 signature (op type, input shapes and dtypes, attributes: :attr:`parapipe.graph.opgraph.Operator.signature`),
-blocks by :func:`parapipe.profiling.host.block_signature`, stages by :func:`stage_signature`, so a model with
+blocks by :func:`parapipe.profiledb.catalog.block_signature`, stages by :func:`stage_signature`, so a model with
 26 Conv operators of 18 kinds is timed 18 times per PU. A PU gets an item only if it runs every op type
 involved.
 
@@ -23,8 +23,7 @@ import onnx
 from parapipe.graph.coarsen import Block, BlockGraph
 from parapipe.graph.extract import extract_submodel
 from parapipe.graph.opgraph import OpGraph
-from parapipe.profiling.catalog import OpFeatures, WorkEntry, block_parts, boundary_nbytes
-from parapipe.profiling.host import block_signature
+from parapipe.profiledb.catalog import OpFeatures, WorkEntry, block_parts, block_signature, boundary_nbytes
 from parapipe.soc.profile import SoC
 
 __all__ = ["WorkItem", "distinct_ops", "distinct_blocks", "op_items", "block_items", "pair_items",
@@ -126,7 +125,7 @@ def pair_items(og: OpGraph, bg: BlockGraph, soc: SoC, pus: Sequence[str],
                blocks: Sequence[Block]) -> Tuple[List[WorkItem], List[WorkEntry]]:
     """Items (optimisation on) and catalog entries of every two consecutive blocks of ``bg`` that are both in
     ``blocks``, deduplicated: timed as one sub-model next to each block alone, they show what one session
-    boundary costs (:func:`parapipe.profiling.calibrated.fit_boundary`). Database rows are of kind ``block``
+    boundary costs (:func:`parapipe.calibration.calibrated.fit_boundary`). Database rows are of kind ``block``
     with a ``"pair:"`` signature."""
     chosen = {block_signature(og, b) for b in blocks}
     seen, items, entries = set(), [], []

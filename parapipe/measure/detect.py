@@ -1,21 +1,22 @@
-"""``parapipe soc detect``: write the SoC profile of a machine from measurements taken by the agent on it.
+"""The one builder of a measured machine's SoC profile (``parapipe soc detect`` and the measured ``host`` profile).
 
-:func:`detect_soc` asks the agent (local or over SSH, :mod:`parapipe.profiling.runner`) for its ``hello``,
-makes one PU per CPU cluster (CPUs grouped by sysfs ``cpu_capacity`` / ``cpuinfo_max_freq``; or one PU per
-core with ``per_core``) and one per accelerator execution provider it reports, and measures on each PU,
-through ONNX Runtime:
+:func:`measured_soc` asks a :class:`~parapipe.measure.timer.Timer` (the agent, local or over SSH, or this process:
+both run :mod:`ppexec.timing`) for the machine's facts, makes one PU per CPU cluster (CPUs grouped by sysfs
+``cpu_capacity`` / ``cpuinfo_max_freq``; or one PU per core with ``per_core``) and, if asked, one per accelerator
+execution provider it reports, and measures on each PU, through ONNX Runtime:
 
 * peak FLOP/s: a :data:`GEMM_N`-square fp32 MatMul with all the PU's threads (best of the repeats, 2·N³
   FLOPs);
 * per-operator overhead: the median run of a one-element Identity;
 * memory bandwidth: a :data:`COPY_NBYTES` fp32 tensor multiplied by a scalar (read + write counted, as
   STREAM's Scale);
-* the hand-off cost between every two CPU PUs (the agent's ``transfer`` at two sizes, fitted as
-  ``alpha + nbytes / beta``).
+* the hand-off cost between every two CPU PUs (:meth:`~parapipe.measure.timer.Timer.time_handoff` at
+  :data:`TRANSFER_NBYTES`, fitted as ``alpha + nbytes / beta`` by :func:`parapipe.calibration.calibrate.fit_transfer`).
 
 No power meter is read: powers are placeholders marked ``confidence: low``; efficiencies start at 1.0 (run
-``parapipe profile`` and ``parapipe calibrate`` to fit them). The result loads with
-:func:`parapipe.soc.loader.load_soc` once saved.
+``parapipe profile`` and ``parapipe calibrate`` to fit them). :func:`detect_soc` is ``parapipe soc detect``;
+:func:`parapipe.measure.local.local_soc` builds the ``host`` profile with the same function. The result loads
+with :func:`parapipe.soc.loader.load_soc` once saved.
 """
 from __future__ import annotations
 
@@ -29,29 +30,35 @@ import numpy as np
 
 from parapipe.remote.agent_client import AgentRequestError
 from parapipe.errors import HostError
-from parapipe.profiling.calibrate import fit_transfer
-from parapipe.profiling.runner import Runner
+from parapipe.calibration.calibrate import fit_transfer
+from parapipe.measure.timer import Timer
 from parapipe.soc.profile import PU, Provenance, SoC
 
 log = logging.getLogger(__name__)
 
-__all__ = ["detect_soc", "gemm_model", "scale_model", "identity_model", "PROVIDER_KINDS", "GEMM_N",
-           "COPY_NBYTES"]
+__all__ = ["detect_soc", "measured_soc", "fit_handoff", "gemm_model", "scale_model", "identity_model",
+           "PROVIDER_KINDS", "GEMM_N", "COPY_NBYTES", "TRANSFER_NBYTES", "TRANSFER_REPEATS", "MAX_PAIR_PUS",
+           "PLACEHOLDER_ACTIVE_POWER_W", "PLACEHOLDER_IDLE_POWER_W", "PLACEHOLDER_STATIC_POWER_W",
+           "FALLBACK_FREQUENCY_HZ"]
 
 #: Side of the square fp32 MatMul timed for peak FLOP/s (2·N³ = 0.27 GFLOP; a few ms on a desktop core, about
-#: 50 ms on a Cortex-A53). Same size as :data:`parapipe.profiling.machine.GEMM_N`.
+#: 50 ms on a Cortex-A53).
 GEMM_N = 512
 #: Bytes of the tensor scaled for memory bandwidth (64 MiB: well beyond the last-level cache of the boards in
 #: soc_profiles/; a 256+ MiB LLC server would measure cache bandwidth).
 COPY_NBYTES = 64 * 2**20
-#: Hand-off sizes of the transfer fit, bytes (as :mod:`parapipe.profiling.host`).
+#: Hand-off sizes of the transfer fit, bytes (1 KiB: the fixed cost; 4 MiB: a large activation).
 TRANSFER_NBYTES = (2**10, 4 * 2**20)
+#: Timed hand-offs per size (median taken): the 4 MiB cost has a load-dependent tail on a shared machine, and 50
+#: keep its median steady at a few milliseconds per size. A parapipe choice.
+TRANSFER_REPEATS = 50
 #: Above this many CPU PUs (one per core of a large host) only the first two are timed against each other and
 #: their cost becomes the default for every pair; below, every ordered pair is timed. A parapipe choice.
 MAX_PAIR_PUS = 4
 #: Clock used when sysfs gives none, Hz (a round guess, marked low confidence).
 FALLBACK_FREQUENCY_HZ = 1e9
-#: Placeholder powers, W (no meter; parapipe's round guesses, as in parapipe.profiling.host).
+#: Placeholder powers, W: no power meter is read. 5 W per busy core, 1 W idle and 10 W for the rest of the
+#: system are parapipe's round guesses for a server core, not measurements.
 PLACEHOLDER_ACTIVE_POWER_W = 5.0
 PLACEHOLDER_IDLE_POWER_W = 1.0
 PLACEHOLDER_STATIC_POWER_W = 10.0
@@ -64,14 +71,15 @@ PROVIDER_KINDS = {
     "OpenVINOExecutionProvider": "npu", "VitisAIExecutionProvider": "npu",
 }
 
+#: Source key and text of what ``soc detect`` measures.
+DETECTED_SOURCE = ("detected", "Measured on the host by parapipe soc detect through the parapipe agent and ONNX "
+                               "Runtime (MatMul peak, Identity overhead, Scale bandwidth, pinned-thread hand-offs).")
 _SOURCES = {
-    "detected": "Measured on the host by parapipe soc detect through the parapipe agent and ONNX Runtime "
-                "(MatMul peak, Identity overhead, Scale bandwidth, pinned-thread hand-offs).",
-    "sysfs": "Linux sysfs cpufreq/cpuinfo_max_freq of the host, reported by the agent's hello.",
+    "sysfs": "Linux sysfs cpufreq/cpuinfo_max_freq of the machine, reported with its facts (the agent's hello).",
     "parapipe": "parapipe's starting value: efficiency 1.0 for every op class, to be fitted by parapipe "
                 "calibrate.",
 }
-_PLACEHOLDER = Provenance(confidence="low", note="placeholder: no power meter read by parapipe soc detect")
+_PLACEHOLDER = Provenance(confidence="low", note="placeholder: no power meter read")
 
 
 def _model(nodes, inputs, outputs, initializers=()) -> onnx.ModelProto:
@@ -124,16 +132,16 @@ def _cpu_pus(hello: dict, per_core: bool) -> List[Tuple[str, List[int], Optional
     return [(name, cpus, f) for name, (cpus, f) in zip(names, clusters)]
 
 
-def _measure_pu(runner: Runner, probe: PU, repeats: int) -> Tuple[float, float, float]:
-    """(peak FLOP/s, overhead s, bandwidth bytes/s) of a PU through the agent."""
-    gemm = runner.profile(gemm_model(), probe, "disabled", warmup=2, repeats=repeats)
-    ident = runner.profile(identity_model(), probe, "disabled", warmup=5, repeats=max(repeats, 20))
-    scale = runner.profile(scale_model(), probe, "disabled", warmup=2, repeats=repeats)
+def _measure_pu(timer: Timer, probe: PU, repeats: int) -> Tuple[float, float, float]:
+    """(peak FLOP/s, overhead s, bandwidth bytes/s) of a PU."""
+    gemm = timer.time_model(gemm_model(), probe, "disabled", warmup=2, repeats=repeats)
+    ident = timer.time_model(identity_model(), probe, "disabled", warmup=5, repeats=max(repeats, 20))
+    scale = timer.time_model(scale_model(), probe, "disabled", warmup=2, repeats=repeats)
     return 2.0 * GEMM_N ** 3 / gemm["min_s"], ident["median_s"], 2.0 * COPY_NBYTES / scale["min_s"]
 
 
 def _probe(name: str, kind: str, execution: dict, cores: int) -> PU:
-    """A placeholder PU that only carries ``execution`` (for :meth:`Runner.profile`)."""
+    """A placeholder PU that only carries ``execution`` (for :meth:`Timer.time_model`)."""
     return PU(name=name, kind=kind, cores=cores, frequency_hz=1.0, peak_flops=1.0, precision="fp32",
               memory_bandwidth_bytes_per_s=1.0, efficiency={"other": 1.0}, op_overhead_s=0.0,
               active_power_w=0.0,
@@ -144,12 +152,12 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]+", "_", text).strip("_") or "host"
 
 
-def detect_soc(runner: Runner, name: Optional[str] = None, per_core: bool = False, repeats: int = 5) -> SoC:
-    """Measure the profile of the machine the agent runs on (see the module docstring).
+def detect_soc(timer: Timer, name: Optional[str] = None, per_core: bool = False, repeats: int = 5) -> SoC:
+    """``parapipe soc detect``: :func:`measured_soc` of the machine ``timer`` measures, with its accelerators.
 
     Parameters
     ----------
-    runner : Runner
+    timer : Timer
     name : str, optional
         Profile name (default ``"detected_<hostname>"``).
     per_core : bool
@@ -158,29 +166,64 @@ def detect_soc(runner: Runner, name: Optional[str] = None, per_core: bool = Fals
     repeats : int
         Timed runs per micro-benchmark.
 
+    Raises
+    ------
+    HostError
+        No usable CPU; the agent died.
+    """
+    facts = timer.facts
+    name = name or f"detected_{_slug(str(facts.get('hostname') or 'host'))}"
+    return measured_soc(timer, name, per_core=per_core, repeats=repeats, accelerators=True,
+                        source=DETECTED_SOURCE,
+                        description=f"{facts.get('hostname') or 'host'} ({facts.get('machine', '?')}, onnxruntime "
+                                    f"{timer.ort_version}), detected by parapipe soc detect; powers are placeholders")
+
+
+def measured_soc(timer: Timer, name: str, per_core: bool, repeats: int, accelerators: bool,
+                 source: Tuple[str, str], description: str,
+                 transfer: Optional[Tuple[float, float]] = None) -> SoC:
+    """Measure the profile of the machine ``timer`` measures (see the module docstring).
+
+    Parameters
+    ----------
+    timer : Timer
+    name : str
+        Profile name.
+    per_core : bool
+        One PU per CPU core (``cpu<i>``, one thread) instead of one per cluster.
+    repeats : int
+        Timed runs per micro-benchmark.
+    accelerators : bool
+        Also one PU per accelerator execution provider of :data:`PROVIDER_KINDS` the machine reports (one that
+        fails to run the micro-benchmarks is skipped with a warning).
+    source : (str, str)
+        Source key and text of the measured numbers (in ``sources`` and every measured field's provenance).
+    description : str
+    transfer : (alpha_s, beta_bytes_per_s), optional
+        The default hand-off cost to use instead of measuring the pairs.
+
     Returns
     -------
     SoC
-        Valid profile; every number's provenance is ``detected``, ``sysfs`` or a low-confidence placeholder.
+        Valid profile; every number's provenance is ``source``, ``sysfs`` or a low-confidence placeholder.
 
     Raises
     ------
     HostError
         No usable CPU; the agent died.
     """
-    hello = runner.hello
-    name = name or f"detected_{_slug(str(hello.get('hostname') or 'host'))}"
+    facts = timer.facts
     pus: List[PU] = []
     provenance: Dict[str, Provenance] = {}
-    measured = Provenance(source="detected")
-    cpu_specs = _cpu_pus(hello, per_core)
-    accelerators = [(p, PROVIDER_KINDS[p]) for p in hello.get("providers") or [] if p in PROVIDER_KINDS]
+    measured = Provenance(source=source[0])
+    cpu_specs = _cpu_pus(facts, per_core)
+    found = [(p, PROVIDER_KINDS[p]) for p in facts.get("providers") or [] if p in PROVIDER_KINDS]
     cache: Dict[tuple, Tuple[float, float, float]] = {}
     for pu_name, cpus, freq in cpu_specs:
         execution = {"cpus": tuple(cpus), "threads": len(cpus)}
         key = (len(cpus), freq) if per_core else (tuple(cpus),)
         if key not in cache:  # cores of one cluster are alike: measure the first of each
-            cache[key] = _measure_pu(runner, _probe(pu_name, "cpu", execution, len(cpus)), repeats)
+            cache[key] = _measure_pu(timer, _probe(pu_name, "cpu", execution, len(cpus)), repeats)
         peak, overhead, bandwidth = cache[key]
         pus.append(PU(name=pu_name, kind="cpu", cores=len(cpus), frequency_hz=freq or FALLBACK_FREQUENCY_HZ,
                       peak_flops=peak, precision="fp32", memory_bandwidth_bytes_per_s=bandwidth,
@@ -191,13 +234,13 @@ def detect_soc(runner: Runner, name: Optional[str] = None, per_core: bool = Fals
                                                      Provenance(confidence="low",
                                                                 note="not in sysfs: 1 GHz guess"))
     taken = {p.name for p in pus}
-    for provider, kind in accelerators:
+    for provider, kind in found if accelerators else []:
         pu_name = kind if kind not in taken else f"{kind}{len(taken)}"
         execution = {"provider": provider, "threads": 1}
         try:
-            peak, overhead, bandwidth = _measure_pu(runner, _probe(pu_name, kind, execution, 1), repeats)
+            peak, overhead, bandwidth = _measure_pu(timer, _probe(pu_name, kind, execution, 1), repeats)
         except AgentRequestError as exc:
-            log.warning("%s: skipping %s (%s)", runner.host, provider, exc)
+            log.warning("%s: skipping %s (%s)", timer.host, provider, exc)
             continue
         taken.add(pu_name)
         pus.append(PU(name=pu_name, kind=kind, cores=1, frequency_hz=FALLBACK_FREQUENCY_HZ, peak_flops=peak,
@@ -212,36 +255,42 @@ def detect_soc(runner: Runner, name: Optional[str] = None, per_core: bool = Fals
             provenance[f"pus.{pu.name}.{field}"] = _PLACEHOLDER
         for cls in pu.efficiency:
             provenance[f"pus.{pu.name}.efficiency.{cls}"] = Provenance(source="parapipe")
-    pairs, default = _transfers(runner, cpu_specs, max(p.memory_bandwidth_bytes_per_s for p in pus))
+    bandwidth = max(p.memory_bandwidth_bytes_per_s for p in pus)
+    if transfer is None:
+        pairs, default = _transfers(timer, cpu_specs, bandwidth)
+        default_prov = measured if default[2] else Provenance(confidence="low",
+                                                              note="one CPU: no hand-off measured")
+    else:
+        pairs, default, default_prov = {}, (float(transfer[0]), float(transfer[1]), False), measured
     provenance["static_power_w"] = _PLACEHOLDER
     provenance["memory_bandwidth_bytes_per_s"] = measured
-    default_prov = measured if default[2] else Provenance(confidence="low",
-                                                          note="one CPU: no hand-off measured")
     provenance["transfers.default.alpha_s"] = provenance["transfers.default.beta_bytes_per_s"] = default_prov
     for i in range(len(pairs)):
         for field in ("alpha_s", "beta_bytes_per_s"):
             provenance[f"transfers.pairs.{i}.{field}"] = measured
     soc = SoC.from_values(name, pus, static_power_w=PLACEHOLDER_STATIC_POWER_W,
-                          memory_bandwidth_bytes_per_s=max(p.memory_bandwidth_bytes_per_s for p in pus),
-                          default_transfer=default[:2], pair_transfers=pairs,
-                          description=f"{hello.get('hostname') or 'host'} ({hello.get('machine', '?')}, "
-                                      f"onnxruntime {runner.ort_version}), detected by parapipe soc detect; "
-                                      "powers are placeholders")
+                          memory_bandwidth_bytes_per_s=bandwidth, default_transfer=default[:2], pair_transfers=pairs,
+                          description=description)
     fields = {f: getattr(soc, f) for f in type(soc).model_fields}
-    return SoC.model_validate({**fields, "sources": dict(_SOURCES), "provenance": provenance})
+    return SoC.model_validate({**fields, "sources": {source[0]: source[1], **_SOURCES}, "provenance": provenance})
 
 
-def _handoff(runner: Runner, src: List[int], dst: List[int], bandwidth: float) -> Tuple[float, float]:
+def fit_handoff(timer: Timer, src: List[int], dst: List[int], bandwidth: float,
+                repeats: int = TRANSFER_REPEATS) -> Tuple[float, float]:
+    """``(alpha_s, beta_bytes_per_s)`` of the hand-off from ``src`` to ``dst`` CPUs: the medians of ``repeats``
+    hand-offs at each of :data:`TRANSFER_NBYTES`, fitted by :func:`~parapipe.calibration.calibrate.fit_transfer`
+    (``bandwidth``, bytes/s, where the sizes give no slope)."""
     sizes, times = [], []
     for nbytes in TRANSFER_NBYTES:
-        reply = runner.transfer(nbytes, src, dst, repeats=50)
+        reply = timer.time_handoff(nbytes, src, dst, repeats=repeats)
         sizes.append(nbytes)
         times.append(reply["median_s"])
     fit = fit_transfer(sizes, times, bandwidth)
+    log.info("hand-off %s->%s: alpha %.1f us, beta %.3g B/s", src, dst, fit.alpha_s * 1e6, fit.beta_bytes_per_s)
     return fit.alpha_s, fit.beta_bytes_per_s
 
 
-def _transfers(runner: Runner, cpu_specs, bandwidth: float):
+def _transfers(timer: Timer, cpu_specs, bandwidth: float):
     """Pair costs between CPU PUs (both directions) and the default (their mean; between two cores of the
     one cluster when there is a single CPU PU; zero-cost at the memory bandwidth on a one-CPU host)."""
     pairs: Dict[Tuple[str, str], Tuple[float, float]] = {}
@@ -250,13 +299,13 @@ def _transfers(runner: Runner, cpu_specs, bandwidth: float):
     for a, cpus_a, _ in specs:
         for b, cpus_b, _ in specs:
             if a != b:
-                pairs[(a, b)] = _handoff(runner, cpus_a[:1], cpus_b[:1], bandwidth)
+                pairs[(a, b)] = fit_handoff(timer, cpus_a[:1], cpus_b[:1], bandwidth)
     if pairs:
         alphas, betas = zip(*pairs.values())
         default = (float(np.mean(alphas)), float(np.mean(betas)), True)
         return ({} if many else pairs), default
     cpus = cpu_specs[0][1]
     if len(cpus) >= 2:
-        alpha, beta = _handoff(runner, cpus[:1], cpus[1:2], bandwidth)
+        alpha, beta = fit_handoff(timer, cpus[:1], cpus[1:2], bandwidth)
         return {}, (alpha, beta, True)
     return {}, (0.0, bandwidth, False)

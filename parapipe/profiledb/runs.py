@@ -6,51 +6,21 @@ measured (throughput, latency p50/p99 with the pipeline full, idle latency, per-
 where a sensor was read) and what the cost model predicted. These rows are what calibrating the pipeline-level
 terms of the cost model learns from; ``parapipe runs`` lists them and exports CSV.
 
-The table is created on the first write (``CREATE TABLE IF NOT EXISTS``), so databases written before it exist
-keep working; each insert is one transaction.
+The table belongs to the database's one schema (:mod:`parapipe.profiledb.db`: created with the file, added by
+the migration to databases written before it existed); rows go through the database's connection, each insert
+one transaction.
 """
 from __future__ import annotations
 
 import csv
 import json
-import sqlite3
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from parapipe.errors import input_error
 from parapipe.files import atomic_path
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY,
-    recorded_at TEXT NOT NULL,
-    model TEXT NOT NULL,
-    model_sha256 TEXT NOT NULL,
-    soc TEXT NOT NULL,
-    soc_sha256 TEXT NOT NULL,
-    point TEXT NOT NULL,
-    pu_list TEXT NOT NULL,
-    mapping TEXT NOT NULL,
-    frames INTEGER NOT NULL CHECK (frames >= 1),
-    throughput_per_s REAL NOT NULL,
-    period_s REAL NOT NULL,
-    latency_p50_s REAL NOT NULL,
-    latency_p99_s REAL NOT NULL,
-    idle_latency_s REAL NOT NULL,
-    pu_busy_s TEXT NOT NULL,
-    energy_j REAL,
-    predicted_period_s REAL,
-    predicted_latency_s REAL,
-    predicted_energy_j REAL,
-    prediction_applies INTEGER NOT NULL,
-    substituted TEXT NOT NULL,
-    outputs_match INTEGER NOT NULL,
-    runner TEXT NOT NULL,
-    board TEXT NOT NULL
-)
-"""
+from parapipe.profiledb.db import ProfileDB
 
 #: JSON-encoded columns (dicts and lists).
 _JSON_COLUMNS = ("mapping", "pu_busy_s", "substituted", "board")
@@ -138,8 +108,8 @@ def record_from_run(doc, point, report, runner: str) -> RunRecord:
         board=board)
 
 
-def append_run(db, record: RunRecord) -> int:
-    """Append ``record`` to the ``runs`` table of ``db`` (a :class:`ProfileDB`); return its row id.
+def append_run(db: ProfileDB, record: RunRecord) -> int:
+    """Append ``record`` to the ``runs`` table of ``db``; return its row id.
 
     Raises
     ------
@@ -148,28 +118,14 @@ def append_run(db, record: RunRecord) -> int:
     """
     cols = _columns()
     values = [json.dumps(getattr(record, c)) if c in _JSON_COLUMNS else getattr(record, c) for c in cols]
-    conn = db._conn
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute(_SCHEMA)
-            cursor = conn.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
-                                  values)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-    except sqlite3.DatabaseError as exc:
-        raise input_error(str(db.path), "runs", f"cannot write ({' '.join(str(exc).split())})",
-                          "check that the file is writable and not locked by a hung run") from None
+    with db.transaction("runs") as conn:
+        cursor = conn.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+                              values)
     return int(cursor.lastrowid)
 
 
-def list_runs(db, model: Optional[str] = None, soc: Optional[str] = None) -> List[RunRecord]:
-    """Every run in ``db`` (oldest first), optionally of one model and/or SoC name; empty without a table."""
-    conn = db._conn
-    if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone():
-        return []
+def list_runs(db: ProfileDB, model: Optional[str] = None, soc: Optional[str] = None) -> List[RunRecord]:
+    """Every run in ``db`` (oldest first), optionally of one model and/or SoC name."""
     cols = _columns()
     where, args = [], []
     for column, value in (("model", model), ("soc", soc)):
@@ -178,7 +134,7 @@ def list_runs(db, model: Optional[str] = None, soc: Optional[str] = None) -> Lis
             args.append(value)
     sql = f"SELECT id, {', '.join(cols)} FROM runs" + (f" WHERE {' AND '.join(where)}" if where else "")
     out = []
-    for row in conn.execute(sql + " ORDER BY id", args):
+    for row in db.execute(sql + " ORDER BY id", args):
         values = dict(zip(["id"] + cols, row))
         for c in _JSON_COLUMNS:
             values[c] = json.loads(values[c])

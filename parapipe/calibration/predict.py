@@ -3,7 +3,7 @@ elsewhere.
 
 :class:`CostModel` answers "how long does this work take on that PU inside a pipeline stage". A stage runs as
 one session: its time is the compute of its blocks plus one session boundary (run overhead and the bytes
-entering and leaving it, :meth:`parapipe.profiling.calibrate.PUParams.boundary_s`). The compute of a block is,
+entering and leaving it, :meth:`parapipe.calibration.calibrate.PUParams.boundary_s`). The compute of a block is,
 in this order:
 
 1. its block measurement (optimisation on, same block signature) less the boundary it paid when timed alone;
@@ -16,8 +16,8 @@ PUs without any measurement are left to the profile's own roofline (:mod:`parapi
 :func:`costs_from_db` gives every block of a model its compute time for ``parapipe optimize --db FILE``; the
 boundary of a stage is charged where the search charges hand-offs: the bytes a block reads from the model's
 inputs or writes to its outputs are added to that block, and the rest goes into the transfer cost between PUs
-(:func:`parapipe.profiling.calibrated.calibrated_soc`). The cache term of a stage
-(:meth:`~parapipe.profiling.calibrate.PUParams.cache_s`) depends on which blocks share the stage, which a
+(:func:`parapipe.calibration.calibrated.calibrated_soc`). The cache term of a stage
+(:meth:`~parapipe.calibration.calibrate.PUParams.cache_s`) depends on which blocks share the stage, which a
 per-block cost cannot say: the search does not see it (a limit; :class:`CostModel` does).
 """
 from __future__ import annotations
@@ -29,11 +29,11 @@ from typing import Dict, Iterable, Optional, Sequence, Tuple
 
 from parapipe.errors import input_error
 from parapipe.graph.coarsen import BlockGraph
-from parapipe.profiling.calibrate import op_time
-from parapipe.profiling.calibrated import Calibration, block_weight_nbytes, calibrated_soc, fit_calibration
-from parapipe.profiling.catalog import Catalog, OpFeatures, block_parts, boundary_nbytes, op_features
-from parapipe.profiling.db import ProfileDB
-from parapipe.profiling.host import block_signature
+from parapipe.calibration.calibrate import op_time
+from parapipe.calibration.calibrated import Calibration, block_weight_nbytes, calibrated_soc, fit_calibration
+from parapipe.profiledb.catalog import (Catalog, OpFeatures, block_parts, block_signature, boundary_nbytes,
+                                       op_features)
+from parapipe.profiledb.db import ProfileDB
 from parapipe.soc.profile import SoC
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ def costs_from_db(bg: BlockGraph, soc: SoC, db_path) -> Tuple[SoC, Dict[Tuple[st
     -------
     (SoC, dict)
         The profile with the calibrated parameters and transfer costs written in
-        (:func:`~parapipe.profiling.calibrated.calibrated_soc`), and ``(block name, PU) -> seconds`` for every
+        (:func:`~parapipe.calibration.calibrated.calibrated_soc`), and ``(block name, PU) -> seconds`` for every
         block on every PU that has measurements and runs the block (for
         :func:`parapipe.cost.roofline.problem_from_blocks`'s ``measured_s``).
 
@@ -145,8 +145,7 @@ def costs_from_db(bg: BlockGraph, soc: SoC, db_path) -> Tuple[SoC, Dict[Tuple[st
     """
     og = bg.opgraph
     with open_existing_db(db_path) as db:
-        with Catalog(db_path, create=False) as catalog:
-            cal = fit_calibration(soc, db, catalog)
+        cal = fit_calibration(soc, db, Catalog(db))
     extra = {og.op(n).signature: op_features(og, n) for n in og.topo_order}
     model = CostModel(cal, extra)
     pus = [p for p in soc.pu_names if p in model.measured_pus()]

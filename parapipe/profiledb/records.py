@@ -1,17 +1,19 @@
 """Typed measurement records: one timed operator, block, stage or transfer on one PU of one SoC.
 
-A :class:`Measurement` is what the profile database stores (:mod:`parapipe.profiling.db`) and what runners
+A :class:`Measurement` is what the profile database stores (:mod:`parapipe.profiledb.db`) and what runners
 produce. Its identity (:attr:`Measurement.key`) is ``(soc, pu, signature, batch, ort_version, kind)``: a newer
 measurement with the same key replaces the older one.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
-from typing import Any, Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 from parapipe.errors import input_error
+
+__all__ = ["Measurement", "KINDS", "utc_now_iso"]
 
 #: What was timed: a single operator, a coarsened block, a whole pipeline stage, or a tensor hand-off.
 KINDS = ("op", "block", "stage", "transfer")
@@ -117,10 +119,6 @@ class Measurement:
     def key(self) -> Tuple[str, str, str, int, str, str]:
         """The identity in the database: ``(soc, pu, signature, batch, ort_version, kind)``."""
         return (self.soc, self.pu, self.signature, self.batch, self.ort_version, self.kind)
-
-    def as_dict(self) -> Dict[str, Any]:
-        """The fields as a plain dict (column name -> value)."""
-        return asdict(self)
 
     @classmethod
     def field_names(cls) -> Tuple[str, ...]:

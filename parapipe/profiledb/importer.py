@@ -50,7 +50,7 @@ import numpy as np
 from parapipe.cost.blocktable import write_block_table
 from parapipe.cost.problem import MappingProblem
 from parapipe.errors import input_error
-from parapipe.profiling.records import Measurement, utc_now_iso
+from parapipe.profiledb.records import Measurement, utc_now_iso
 from parapipe.soc.profile import SoC
 
 log = logging.getLogger(__name__)

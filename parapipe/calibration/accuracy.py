@@ -1,17 +1,17 @@
 """How good the calibrated cost model is: MAPE against measured operators, blocks, stages and transfers.
 
-For each PU of a :class:`~parapipe.profiling.calibrated.Calibration`:
+For each PU of a :class:`~parapipe.calibration.calibrated.Calibration`:
 
 * **operators** (single-operator rows): the profile's own roofline (``prior``) and the isolated fit;
 * **blocks** (block rows, the in-graph fit's training data): the in-graph fit;
 * **stages** (stage rows, never used for fitting): the profile's own roofline summed over the stage's
   operators (``prior``), the in-graph calibrated model alone with one session boundary (``model``), and the
-  measurement-backed prediction of :class:`~parapipe.profiling.predict.CostModel` (``measured``: block
+  measurement-backed prediction of :class:`~parapipe.calibration.predict.CostModel` (``measured``: block
   measurements where they exist);
 * **transfers**: the fitted ``alpha + nbytes / beta`` against each measured size.
 
 MAPE is ``100 · mean(|predicted − measured| / measured)``
-(:func:`~parapipe.profiling.calibrate.mape_percent`).
+(:func:`~parapipe.calibration.calibrate.mape_percent`).
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from parapipe.profiling.calibrate import PUParams, compute_time, mape_percent, predict
-from parapipe.profiling.calibrated import Calibration, block_weight_nbytes
-from parapipe.profiling.predict import CostModel
+from parapipe.calibration.calibrate import PUParams, compute_time, mape_percent, predict
+from parapipe.calibration.calibrated import Calibration, block_weight_nbytes
+from parapipe.calibration.predict import CostModel
 
 __all__ = ["PUAccuracy", "AccuracyReport", "evaluate"]
 

@@ -1,6 +1,6 @@
 """What each measured signature computes, kept next to the measurements so calibration needs no model.
 
-A measurement row (:mod:`parapipe.profiling.db`) names its work by a signature only. The catalog, two tables
+A measurement row (:mod:`parapipe.profiledb.db`) names its work by a signature only. The catalog, two tables
 in the same SQLite file, says what that work is:
 
 * ``op_catalog``: one row per operator signature with its cost features (:class:`OpFeatures`: op type, op
@@ -12,28 +12,28 @@ in the same SQLite file, says what that work is:
   longer stay in cache cost) and a stage list their block signatures. Each row also has the bytes of the
   activations entering and leaving the work (:func:`boundary_nbytes`).
 
-The tables are created on first use (``CREATE TABLE IF NOT EXISTS``);
-:class:`~parapipe.profiling.db.ProfileDB` ignores tables it does not own. Open the catalog after ``ProfileDB``
-accepted the file.
+The tables belong to the database's one schema (:mod:`parapipe.profiledb.db` creates and migrates them); a
+:class:`Catalog` reads and writes them through its :class:`~parapipe.profiledb.db.ProfileDB`'s connection.
+
+:func:`block_signature` is the key of a block in the database (rows of kind ``block``) and in ``work_catalog``.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
-import sqlite3
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from parapipe.errors import input_error
 from parapipe.graph.coarsen import Block
 from parapipe.graph.opgraph import OpGraph
+from parapipe.profiledb.db import ProfileDB
 from parapipe.soc.op_classes import op_class
 
 log = logging.getLogger(__name__)
 
 __all__ = ["OpFeatures", "WorkEntry", "Catalog", "op_features", "block_parts", "boundary_nbytes",
-           "in_graph_free",
+           "in_graph_free", "block_signature",
            "FUSABLE_ACTIVATIONS"]
 
 #: Activations ONNX Runtime's CPU graph optimiser folds into a preceding Conv or Gemm (ConvActivationFusion,
@@ -43,16 +43,6 @@ FUSABLE_ACTIVATIONS = frozenset({"Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh",
 ELIMINATED_OPS = frozenset({"Dropout", "Identity"})
 #: Producers the activations and BatchNormalization are fused into (ConvBNFusion folds BN into Conv).
 _FUSION_HOSTS = frozenset({"Conv", "Gemm"})
-
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS op_catalog (
-        signature TEXT PRIMARY KEY, op_type TEXT NOT NULL, op_class TEXT NOT NULL, flops REAL NOT NULL,
-        in_nbytes INTEGER NOT NULL, out_nbytes INTEGER NOT NULL, param_nbytes INTEGER NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS work_catalog (
-        signature TEXT PRIMARY KEY, kind TEXT NOT NULL CHECK (kind IN ('block', 'pair', 'span', 'stage')),
-        parts TEXT NOT NULL, label TEXT NOT NULL, boundary_nbytes INTEGER NOT NULL)""",
-)
-
 
 @dataclass(frozen=True)
 class OpFeatures:
@@ -159,105 +149,65 @@ def block_parts(og: OpGraph, block: Block) -> Tuple[Tuple[str, bool], ...]:
 
 
 class Catalog:
-    """The catalog tables of a profile database file.
+    """The catalog tables of a profile database.
 
     Parameters
     ----------
-    path : str or Path
-        The profile database (already opened once by :class:`~parapipe.profiling.db.ProfileDB`).
-    create : bool
-        Create the tables when missing (default). With False the file is never written: reading a file without
-        the tables gives empty results, and writing raises.
-
-    Raises
-    ------
-    InputError
-        The file cannot be read or written as SQLite (message names it and the fix).
+    db : ProfileDB
+        The open database; the catalog uses its connection and transactions (close the database, not the
+        catalog).
     """
 
-    def __init__(self, path: Union[str, Path], create: bool = True):
-        self.path = Path(path)
-        try:
-            self._conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
-            tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            self._present = {"op_catalog", "work_catalog"} <= tables
-            if create and not self._present:
-                self._conn.execute("BEGIN IMMEDIATE")
-                for statement in _SCHEMA:
-                    self._conn.execute(statement)
-                self._conn.execute("COMMIT")
-                self._present = True
-            columns = {r[1] for r in self._conn.execute("PRAGMA table_info(work_catalog)")}
-            if self._present and "boundary_nbytes" not in columns:  # written by an earlier parapipe
-                if create:
-                    self._conn.execute("ALTER TABLE work_catalog ADD COLUMN boundary_nbytes INTEGER NOT NULL "
-                                       "DEFAULT 0")
-                    columns.add("boundary_nbytes")
-            self._boundary_column = "boundary_nbytes" in columns
-        except sqlite3.DatabaseError as exc:
-            raise input_error(str(self.path), None, f"cannot use the catalog tables ({exc})",
-                              "check that the file is a writable parapipe profile database") from None
+    def __init__(self, db: ProfileDB):
+        self.db = db
 
-    def _write(self, sql: str, rows: Sequence[tuple]) -> None:
-        if not rows:
-            return
-        try:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                self._conn.executemany(sql, rows)
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-        except sqlite3.DatabaseError as exc:
-            raise input_error(str(self.path), None, f"cannot write ({exc})",
-                              "check that the file is writable and the disk has space") from None
+    def _write(self, sql: str, rows: Sequence[tuple], table: str) -> None:
+        if rows:
+            with self.db.transaction(table) as conn:
+                conn.executemany(sql, rows)
 
     def add_ops(self, features: Iterable[OpFeatures]) -> None:
-        """Record operator features (one transaction; known signatures are kept as they are)."""
+        """Record operator features (one transaction; known signatures are kept as they are).
+
+        Raises
+        ------
+        InputError
+            The file cannot be written (:meth:`ProfileDB.transaction`); nothing is written.
+        """
         rows = [(f.signature, f.op_type, f.op_class, f.flops, f.in_nbytes, f.out_nbytes, f.param_nbytes)
                 for f in features]
         self._write("INSERT INTO op_catalog VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (signature) DO NOTHING",
-                    rows)
+                    rows, "op_catalog")
 
     def add_work(self, entries: Iterable[WorkEntry]) -> None:
         """Record blocks and stages (one transaction; known signatures are kept as they are)."""
         rows = [(e.signature, e.kind, json.dumps([[s, bool(f)] for s, f in e.parts]), e.label,
                  int(e.boundary_nbytes)) for e in entries]
         self._write("INSERT INTO work_catalog (signature, kind, parts, label, boundary_nbytes) "
-                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (signature) DO NOTHING", rows)
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (signature) DO NOTHING", rows, "work_catalog")
 
     def ops(self) -> Dict[str, OpFeatures]:
         """Every recorded operator, by signature."""
-        if not self._present:
-            return {}
-        cursor = self._conn.execute("SELECT signature, op_type, op_class, flops, in_nbytes, out_nbytes, "
-                                    "param_nbytes FROM op_catalog")
+        cursor = self.db.execute("SELECT signature, op_type, op_class, flops, in_nbytes, out_nbytes, "
+                                 "param_nbytes FROM op_catalog")
         return {row[0]: OpFeatures(*row) for row in cursor}
 
     def work(self) -> Dict[str, WorkEntry]:
         """Every recorded block and stage, by signature."""
         out: Dict[str, WorkEntry] = {}
-        if not self._present:
-            return out
-        nbytes_column = "boundary_nbytes" if self._boundary_column else "0"
-        query = f"SELECT signature, kind, parts, label, {nbytes_column} FROM work_catalog"
-        for sig, kind, parts, label, nbytes in self._conn.execute(query):
+        query = "SELECT signature, kind, parts, label, boundary_nbytes FROM work_catalog"
+        for sig, kind, parts, label, nbytes in self.db.execute(query):
             out[sig] = WorkEntry(sig, kind, tuple((str(s), bool(f)) for s, f in json.loads(parts)), label,
                                  int(nbytes))
         return out
 
-    def close(self) -> None:
-        """Close the connection (idempotent)."""
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None  # type: ignore[assignment]
 
-    def __enter__(self) -> "Catalog":
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
+def block_signature(og: OpGraph, block: Block) -> str:
+    """Stable id of what a block computes: ``"block:"`` + SHA-256 (first 24 hex digits) of its operators'
+    :attr:`~parapipe.graph.opgraph.Operator.signature` strings in block order (op types, input shapes/dtypes,
+    attributes); equal for blocks that cost the same, in this model or another."""
+    text = "\n".join(og.graph.nodes[op]["op"].signature for op in block.ops)
+    return "block:" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
 def ops_of(entry: WorkEntry, work: Dict[str, WorkEntry]) -> List[Tuple[str, bool]]:
