@@ -96,7 +96,7 @@ def test_a_killed_run_keeps_finished_batches_and_resumes(tmp_path):
     child = textwrap.dedent(f"""
         import os, signal, sys
         sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
-        from test_profile_db import make
+        from test_profiledb import make
         from parapipe.profiledb.db import ProfileDB, _UPSERT, _COLUMNS
         db = ProfileDB({str(path)!r})
         db.put([make("op0"), make("op1")])            # batch 1: committed
