@@ -2,7 +2,7 @@
 next to parapipe's host mappings (its replicated mapping and its best-throughput point), the cost of splitting a
 model into stages, the cost of a stage hop, and a long soak.
 
-Run from the repository root (about 10 minutes on the 2-core machine, plus the soak)::
+Run from the repository root (about 10 minutes on a 2-core x86 machine, plus the soak)::
 
     python benchmarks/executor_bench.py [--models inception_v1 squeezenet resnet50] [--frames 100] [--min-run-s 2]
         [--repeats 3] [--soak 10000] [--trace out/inception_trace.json] [--measured-cut] [--terms CAL.yaml]

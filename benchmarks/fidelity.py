@@ -1,7 +1,7 @@
 """Fidelity benchmark: predicted against measured period and latency of host mappings, before and after
 ``parapipe calibrate --runs`` (leave-one-out).
 
-Run from the repository root (about 10 minutes on the 2-core machine)::
+Run from the repository root (about 10 minutes on a 2-core x86 machine)::
 
     python benchmarks/fidelity.py [--models squeezenet shufflenet inception_v1] [--run-s 2.5] [--repeats 3]
         [--work out/fidelity] [--reuse]

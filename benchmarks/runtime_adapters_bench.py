@@ -1,6 +1,6 @@
 """Runtime adapters benchmark: OpenVINO vs ONNX Runtime on zoo stage sub-models (outputs and speed).
 
-Run from the repository root (about 1 minute per model on the 2-core machine)::
+Run from the repository root (about 1 minute per model on a 2-core x86 machine)::
 
     python benchmarks/runtime_adapters_bench.py [--models inception_v1 squeezenet mobilenet_v2] [--stages 4]
         [--repeats 20] [--cpu 1]

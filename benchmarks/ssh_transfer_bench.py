@@ -1,6 +1,6 @@
 """SSH file transfer benchmark: SFTP vs the exec-channel fallback (servers without SFTP), on a loopback sshd.
 
-Run from the repository root (about 30 s on the 2-core machine; needs ``/usr/sbin/sshd`` like the tests)::
+Run from the repository root (about 30 s on a 2-core x86 machine; needs ``/usr/sbin/sshd`` like the tests)::
 
     python benchmarks/ssh_transfer_bench.py [--mbytes 30] [--repeats 3]
 

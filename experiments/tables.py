@@ -24,7 +24,9 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 from .sweep import JobResult, throughput_optimal
 
 #: The Para-Pipe paper's average energy-efficiency gains of throughput-optimal configurations (percent):
-#: over pure pipelining and over non-pipelined parallel execution (as quoted in issues 3 and 6).
+#: over pure pipelining and over non-pipelined parallel execution (Zhang et al., "Para-Pipe: Exploiting
+#: Hierarchical Operator Parallelism of ML Computational Graphs on SoCs", IEEE TCAD 2025,
+#: doi:10.1109/TCAD.2025.3568348).
 PAPER_GAIN_VS_PIPELINE_PCT = 11.0
 PAPER_GAIN_VS_PARALLEL_PCT = 23.3
 #: This project's targets for the same averages on the A311D and A1000 profiles.

@@ -4,7 +4,8 @@
   claims — every pure pipeline with PU reuse (every PU per block), every hierarchical mapping with
   intra-stage parallelism (every cut × every PU group per stage, disjoint or reused, stages list-scheduled) and
   every hierarchical mapping with replicated stages (every cut × every plain or replicated stage, PUs disjoint) —
-  on random tables up to 7 blocks × 3 PUs, and the issue's 6-block A311D table;
+  on random tables up to 7 blocks × 3 PUs, and a 6-block A311D table
+  (big, LITTLE and GPU times per block);
 * CP-SAT's time unit (durations rounded up), its record in pareto.json;
 * on the zoo (slow): the DP passes, without the baselines offered to the front, cover the single-PU and
   pure-pipeline baselines; every point re-evaluates exactly; the period bound holds and its proofs are real.
@@ -44,7 +45,7 @@ def _check_points(result) -> None:
         assert p.evaluation.latency_s >= result.bounds.latency_lb_s * (1 - 1e-9)
 
 
-# Both spaces at 7 x 3 (the largest the issue asks for), smaller tables for the hierarchical space with PU reuse
+# Both spaces at 7 x 3 (the largest the exactness claim covers), smaller tables for the hierarchical space with PU reuse
 # (its enumeration grows as 8^stages).
 SIZES = [(7, 3, "chain"), (7, 3, "dag"), (7, 3, "diamond"), (6, 3, "dag"), (5, 3, "dag"), (7, 2, "dag"),
          (4, 3, "chain")]
@@ -77,7 +78,7 @@ def test_default_search_covers_every_mapping(n, k, shape, seed):
             assert "hierarchical, PU reuse" not in spaces, f"front point {p.id} {p.objectives()} in no space"
 
 
-ISSUE_TABLE = """block,deps,out_bytes,t_big,t_little,t_gpu
+A311D_TABLE = """block,deps,out_bytes,t_big,t_little,t_gpu
 b0,,802816,0.0106565,0.0289102,0.0119428
 b1,b0,65536,0.0450491,0.0741524,0.0200939
 b2,b1,65536,0.0237066,0.126246,0.0397061
@@ -87,13 +88,13 @@ b5,b4,3211264,0.0307465,0.0754116,0.0120935
 """
 
 
-def test_issue_table_mappings_are_covered(tmp_path):
+def test_a311d_table_mappings_are_covered(tmp_path):
     from parapipe.cost.blocktable import read_block_table
     from parapipe.mapping.index import parse_pu_list
     from parapipe.soc import load_soc
 
     path = tmp_path / "T.csv"
-    path.write_text(ISSUE_TABLE)
+    path.write_text(A311D_TABLE)
     pr = read_block_table(path, load_soc("amlogic_a311d").restrict(["big", "little", "gpu"]))
     result = search(pr, SearchOptions(seed=1))
     front = _front(result)

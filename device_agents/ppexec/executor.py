@@ -28,7 +28,8 @@ Here:
   rest; a task error is re-raised in the caller as an execution error naming stage, PU and task.
 
 ``InferenceSession.run`` (and OpenVINO's ``InferRequest.infer``) release the GIL, so workers of one process
-run truly in parallel (design guide §6).
+run truly in parallel (the Python binding releases it around the run: ``py::gil_scoped_release`` in
+onnxruntime's ``onnxruntime/python/onnxruntime_pybind_state.cc``).
 
 This module is the one implementation of the executor: it lives in ``device_agents/ppexec`` so that it ships
 to boards in deploy bundles (standard library, numpy and onnxruntime only; Python >= 3.8). It raises

@@ -44,9 +44,10 @@ __all__ = ["ProfileOptions", "ProfileReport", "ExecuteResult", "execute", "profi
 #: 5 % is a parapipe choice: enough to see the error, small next to a 10 % budget.
 HOLDOUT_FRACTION = 0.05
 #: A measurement whose spread (p90 / median - 1) exceeds this was disturbed (another process shared the core
-#: for part of the repeats: on this shared 2-core machine p90 reached 5x the median under load); it is taken
-#: again, up to :data:`RETRIES` more times, and the attempt with the lowest median is kept. 0.5 is a parapipe
-#: choice: undisturbed single-operator runs here stay below 0.3.
+#: for part of the repeats: p90 can reach 5x the median on a loaded machine); it is taken again, up to
+#: :data:`RETRIES` more times, and the attempt with the lowest median is kept. 0.5 is a parapipe choice:
+#: undisturbed single-operator runs stayed below 0.3 on a 2-core x86 machine (the ``p90_s / median_s - 1`` of
+#: the measurements ``parapipe profile squeezenet --soc host`` stores in the database).
 MAX_SPREAD = 0.5
 RETRIES = 2
 #: Agent error types that mean "this work cannot run on that PU" (skip it, keep going) rather than a broken

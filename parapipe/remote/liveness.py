@@ -2,7 +2,8 @@
 
 paramiko waits without a deadline for the answer to a channel request (``exec``, ``subsystem``: its
 ``Channel._wait_for_event``), and its own keepalive (``Transport.set_keepalive``) asks for no answer, so a server
-that stops answering while the TCP connection stays up hangs the client forever (paramiko issue #1815).
+that stops answering while the TCP connection stays up hangs the client forever
+(https://github.com/paramiko/paramiko/issues/1815).
 :class:`Keepalive` does what OpenSSH's ``ServerAliveInterval``/``ServerAliveCountMax`` do: it sends
 ``keepalive@openssh.com`` with want-reply every interval and closes the transport when no answer came for
 ``count_max`` intervals, so every blocked wait on that connection ends. :func:`call_with_deadline` bounds one

@@ -4,8 +4,9 @@ stderr.
 
 paramiko waits without a deadline for the answer to an exec request; here opening the channel, the request
 and the command share one deadline, stdout and stderr are read while stdin is written (reading them only at
-the end deadlocks on large outputs: paramiko issues #448, #1778), and a command that ends without an exit
-status because the connection died raises :class:`~parapipe.remote.liveness.ConnectionLost` instead of
+the end deadlocks on large outputs: https://github.com/paramiko/paramiko/issues/448 and
+https://github.com/paramiko/paramiko/issues/1778), and a command that ends without an exit status because the
+connection died raises :class:`~parapipe.remote.liveness.ConnectionLost` instead of
 returning -1.
 """
 from __future__ import annotations

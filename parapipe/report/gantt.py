@@ -1,6 +1,6 @@
 """Gantt charts: the modelled pipelined schedule of one mapping, and a measured run's task trace.
 
-Modelled schedule (steady state of the cost model, GUIDE §2). Frame ``f`` enters stage ``s`` at
+Modelled schedule (steady state of the cost model, :mod:`parapipe.cost.evaluate`). Frame ``f`` enters stage ``s`` at
 ``f * period_s + offset_s[s]``. Inside a stage the PUs of the stage are first reserved for the stage's input
 transfer (``input_s``, drawn hatched on every PU of the stage, as
 :func:`parapipe.cost.evaluate.evaluate_stage` books it), then block ``b`` runs on ``assignment[b]`` from

@@ -1,5 +1,5 @@
 """Per-PU utilisation of one mapping: the fraction of every period each PU is reserved by its stages, and the
-fraction it actually computes blocks (cost model, GUIDE §2)."""
+fraction it actually computes blocks (the steady state of the cost model, :mod:`parapipe.cost.evaluate`)."""
 from __future__ import annotations
 
 import logging
