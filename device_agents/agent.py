@@ -4,8 +4,9 @@
 A program for a board that has only Python >= 3.8, numpy and onnxruntime >= 1.19, run next to the executor
 core ``ppexec/`` (a deploy bundle and the agent upload ship both; ``ppexec/timing.py`` is what every measuring op
 runs, the same code parapipe runs in process for ``--soc host``). It never imports parapipe. It reads one JSON
-request per line on stdin and writes one JSON reply per line on stdout (flushed after each); logs go to stderr. The same program therefore serves a local subprocess and an SSH exec
-channel alike. Run ``python3 agent.py --help`` for its options.
+request per line on stdin and writes one JSON reply per line on stdout (flushed after each); logs go to
+stderr. The same program therefore serves a local subprocess and an SSH exec channel alike. Run
+``python3 agent.py --help`` for its options.
 
 Protocol (version :data:`PROTOCOL_VERSION`)
 -------------------------------------------
@@ -36,6 +37,11 @@ stderr).
 A request never crashes the agent; it exits 0 when stdin closes or after ``bye``.
 
 Adding an op: write ``def op_name(request) -> dict`` and register it in :data:`OPS`.
+
+One file on purpose (about 500 lines): it is the protocol's dispatcher, run on a board as a script
+(``python3 agent.py``) next to ``ppexec/``, and its request-field checks, ops, error types and serve loop are
+the protocol read in one place; what the ops measure and run is ppexec's (:mod:`ppexec.timing`,
+:mod:`ppexec.bundle_run`).
 """
 import argparse
 import base64

@@ -36,6 +36,12 @@ to boards in deploy bundles (standard library, numpy and onnxruntime only; Pytho
 :class:`.errors.PlanError` (a bad plan, frame or option) and :class:`.errors.PipelineError` (a failed run).
 Workers see the executor only through a :class:`.worker.WorkerContext` (its stop flag, poll interval, queue
 depth and the three callbacks they need), never through its attributes.
+
+One piece (about 500 lines) because :class:`PipelineExecutor` is one lifecycle: start the workers, admit
+frames under the in-flight bound, forward and deal them between stages, put outputs back in order, and on any
+failure stop every thread and re-raise; these share the executor's run state and lock. The workers
+(:mod:`.worker`), queues (:mod:`.queues`), dealing policy (:mod:`.dispatch`) and metrics (:mod:`.metrics`)
+are modules of their own.
 """
 from __future__ import annotations
 
