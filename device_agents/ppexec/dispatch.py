@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import List, Sequence
 
+__all__ = ["SmoothWeightedRoundRobin"]
+
 
 class SmoothWeightedRoundRobin:
     """Deal picks among ``len(shares)`` replicas in proportion to ``shares``.

@@ -8,6 +8,8 @@ import os
 import tempfile
 from typing import Any
 
+__all__ = ["default_file_mode", "write_json_atomic"]
+
 
 def default_file_mode() -> int:
     """Mode a newly created file gets under the current umask (``0666 & ~umask``, e.g. 0o644)."""

@@ -12,6 +12,9 @@ import numpy as np
 
 from .files import write_json_atomic
 
+__all__ = ["TraceEvent", "RunMetrics", "compute_metrics", "chrome_trace", "write_chrome_trace",
+           "trace_events_from_chrome"]
+
 
 @dataclass(frozen=True)
 class TraceEvent:

@@ -12,6 +12,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import PipelineError, PlanError, plan_error
 
+__all__ = ["PLAN_SCHEMA_VERSION", "PUBinding", "Task", "ExecutionPlan", "validate_plan", "plan_to_doc",
+           "plan_from_doc"]
+
 #: Version of the ``plan.json`` document written by :func:`plan_to_doc`.
 PLAN_SCHEMA_VERSION = 1
 

@@ -29,6 +29,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .errors import plan_error
 
+__all__ = ["SYSFS_ROOT_ENV", "sysfs_root", "PowerMeter", "detect_sensor"]
+
 #: Environment variable naming the sysfs root (default ``/sys``).
 SYSFS_ROOT_ENV = "PPEXEC_SYSFS_ROOT"
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import queue
 from typing import Any, Optional
 
+__all__ = ["BoundedQueue"]
+
 
 class BoundedQueue:
     """FIFO queue of at most ``maxsize`` items; the subset of ``queue.Queue`` the executor uses.

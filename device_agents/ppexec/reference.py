@@ -9,6 +9,9 @@ import numpy as np
 from .plan import PUBinding
 from .session import create_session
 
+__all__ = ["reference_outputs", "max_abs_diff", "handed_over_tensors", "with_outputs", "max_scaled_diff",
+           "dtype_tolerance", "within_tolerance"]
+
 logger = logging.getLogger(__name__)
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
+__all__ = ["REPORT_SCHEMA_VERSION", "RunReport"]
+
 #: Version of the report document.
 REPORT_SCHEMA_VERSION = 1
 

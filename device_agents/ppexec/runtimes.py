@@ -46,6 +46,10 @@ try:  # typing.Protocol is Python >= 3.8; documentation only
 except ImportError:  # pragma: no cover
     Protocol = object  # type: ignore
 
+__all__ = ["LoadedModel", "RuntimeAdapter", "OnnxRuntimeModel", "OnnxRuntimeAdapter",
+           "OPENVINO_CPU_DEFAULTS", "OPENVINO_OPTIONS", "OpenVINOModel", "OpenVINOAdapter", "ADAPTERS",
+           "get_adapter", "probe_all"]
+
 logger = logging.getLogger(__name__)
 
 #: ``(name, shape, dtype)`` of one model input: dims ``None`` where dynamic, dtype a numpy name or ``None``.

@@ -18,6 +18,9 @@ import onnxruntime as ort
 from .errors import PipelineError
 from .plan import PUBinding
 
+__all__ = ["provider_problem", "resolve_provider", "pin_current_thread", "ORT_RUNTIME_OPTIONS",
+           "session_options", "model_source", "create_session"]
+
 logger = logging.getLogger(__name__)
 
 

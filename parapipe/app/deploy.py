@@ -217,6 +217,11 @@ def deploy_mapping(mapping, spec: HostSpec, out_dir: Path, options: Optional[Dep
     mapping : parapipe.app.run.LoadedMapping
     spec, out_dir, options, on_event
         As for :func:`deploy`.
+
+    Raises
+    ------
+    InputError, HostError, ExecutionError
+        As :func:`deploy` (``--out`` not creatable, a host or connection that fails, a run that fails).
     """
     options = options or DeployOptions()
     _check_options(options)

@@ -49,6 +49,7 @@ class ProgressBar:
         self.bar.refresh()
 
     def close(self) -> None:
+        """Close the bar, if one was shown."""
         if self.bar is not None:
             self.bar.close()
 

@@ -27,6 +27,9 @@ from onnx import helper
 
 from parapipe.graph._proto import node_inputs
 
+__all__ = ["QDQ_OPS", "inline_functions", "drop_dead_nodes", "unique_dequantize",
+           "constant_outputs_as_nodes", "name_nodes", "runnable_reference"]
+
 logger = logging.getLogger(__name__)
 
 #: ONNX op types that quantize or dequantize; never constant-folded (folding int8/int4 weights to float

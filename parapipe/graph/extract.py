@@ -19,6 +19,8 @@ from parapipe.graph._proto import node_inputs
 from parapipe.graph.opgraph import OpGraph
 from parapipe.graph.shapes import skeleton
 
+__all__ = ["FULL_CHECK_MAX_WEIGHT_NBYTES", "SubModel", "check_convex", "extract_submodel"]
+
 logger = logging.getLogger(__name__)
 
 #: Above this many bytes of weights a stage is checked on its skeleton (serialising 0.5 GB of VGG-19 weights

@@ -21,6 +21,8 @@ import numpy as np
 
 from parapipe.errors import input_error
 
+__all__ = ["VALUE_PRESERVING_OPS", "integer_input_ranges", "input_specs", "load_feeds", "feed_error"]
+
 logger = logging.getLogger(__name__)
 
 #: Operators whose output holds (a subset or a copy of) the integer values of their first input.

@@ -30,6 +30,9 @@ from onnx import helper
 
 import parapipe.graph.flops_nn as flops_nn
 
+__all__ = ["MAC_FLOPS", "TRANSCENDENTAL_FLOPS", "DATA_MOVEMENT_OPS", "op_flops", "has_flop_formula",
+           "is_data_movement"]
+
 logger = logging.getLogger(__name__)
 
 #: FLOPs per multiply-add (the model-zoo convention, see the module docstring).

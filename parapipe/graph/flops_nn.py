@@ -16,6 +16,10 @@ from typing import Callable, Optional, Sequence
 import onnx
 from onnx import helper
 
+__all__ = ["MAC", "TRANS", "SIGMOID", "SOFTMAX", "LAYER_NORM", "GELU", "attention_flops", "recurrent_flops",
+           "einsum_flops", "rms_norm_flops", "rotary_flops", "fused_matmul_flops", "skip_layer_norm_flops",
+           "matmul_nbits_flops", "fused_conv_flops", "ONNX_FORMULAS", "MICROSOFT_FORMULAS", "formula"]
+
 MAC = 2.0
 TRANS = 4.0
 SIGMOID = TRANS + 2.0

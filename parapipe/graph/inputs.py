@@ -23,6 +23,9 @@ import onnx
 
 from parapipe.errors import input_error
 
+__all__ = ["OPTION", "InputShapes", "parse_input_shapes", "data_inputs", "resolve_input_shapes",
+           "apply_input_shapes"]
+
 logger = logging.getLogger(__name__)
 
 #: The command-line option the shapes come from (named in error messages).

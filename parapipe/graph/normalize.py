@@ -36,6 +36,8 @@ import parapipe.graph.shapes as shapes
 from parapipe.graph.inputs import apply_input_shapes, resolve_input_shapes
 from parapipe.graph._proto import has_subgraph, node_inputs, opset_version
 
+__all__ = ["NONDETERMINISTIC_OPS", "MAX_FOLD_ROUNDS", "normalise"]
+
 logger = logging.getLogger(__name__)
 
 #: Ops never folded: their output is random, so evaluating them once would change the model.

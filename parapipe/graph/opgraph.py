@@ -27,6 +27,8 @@ import parapipe.graph.support as support
 from parapipe.graph._proto import elem_tensor_nbytes, node_inputs, np_dtype_name, tensor_nbytes
 from parapipe.graph.flops import has_flop_formula, op_flops
 
+__all__ = ["TensorInfo", "Operator", "OpGraph", "import_onnx"]
+
 logger = logging.getLogger(__name__)
 
 

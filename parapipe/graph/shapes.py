@@ -18,6 +18,9 @@ from onnx import helper
 from parapipe.errors import input_error
 from parapipe.graph._proto import value_info_shape
 
+__all__ = ["SKELETON_MAX_INLINE_ELEMENTS", "skeleton", "TensorTypes", "infer_tensor_types",
+           "infer_activation_types"]
+
 logger = logging.getLogger(__name__)
 
 #: Initializers with more elements than this become typed inputs in the inference skeleton. 4096 elements

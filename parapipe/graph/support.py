@@ -20,6 +20,9 @@ import onnx
 
 from parapipe.errors import input_error
 
+__all__ = ["STANDARD_DOMAINS", "qualified_op_type", "split_op_type", "is_custom", "custom_nodes",
+           "check_runtime", "check_declared"]
+
 logger = logging.getLogger(__name__)
 
 #: Domains whose operators ONNX Runtime's CPU provider implements (ONNX, ONNX-ML, ORT's contrib ops): a PU with

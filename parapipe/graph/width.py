@@ -1,6 +1,8 @@
 """Width of a block DAG: how many blocks could run at the same time (see :func:`widest_parallel_section`)."""
 from __future__ import annotations
 
+__all__ = ["EXACT_WIDTH_MAX_BLOCKS", "widest_parallel_section"]
+
 #: Above this many blocks :func:`widest_parallel_section` uses the level-width lower bound instead of the
 #: exact maximum antichain (the exact method builds the transitive closure, O(n^2) pairs); parapipe choice.
 EXACT_WIDTH_MAX_BLOCKS = 1500

@@ -27,6 +27,9 @@ from google.protobuf.message import DecodeError
 from parapipe._paths import data_dir
 from parapipe.errors import input_error
 
+__all__ = ["KINDS", "ModelRef", "LoadedModel", "ZooEntry", "light_models_dir", "registry_path",
+           "zoo_entries", "list_models", "zoo_entry", "resolve_model", "load_model"]
+
 logger = logging.getLogger(__name__)
 
 KINDS = ("onnx-light", "file", "generator")

@@ -12,6 +12,8 @@ from parapipe.files import write_json_atomic
 from parapipe.mapping.model import SCHEMA_VERSION, SELECTORS, ParetoDoc, Point, SocRef
 from parapipe.soc.validation import to_input_error
 
+__all__ = ["doc_from_result", "write_pareto", "parse_pareto", "read_pareto", "select_point", "check_model"]
+
 _FIX = "pass the pareto.json written by 'parapipe optimize'"
 
 

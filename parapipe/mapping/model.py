@@ -49,6 +49,9 @@ from parapipe.cost.rules import RuleViolation, check_stages
 from parapipe.soc.execution import Execution
 from parapipe.soc.validation import FieldProblem
 
+__all__ = ["SCHEMA_VERSION", "STRATEGIES", "SELECTORS", "ModelId", "PURef", "SocRef", "DocBounds", "Replica",
+           "stages_text", "Stage", "PointMapping", "Point", "ParetoDoc", "SHARE_SUM_TOL"]
+
 SCHEMA_VERSION = 2
 #: Point strategies: the searched front and the baselines computed by the same machinery.
 STRATEGIES = ("parapipe", "pipeline", "parallel", "single", "replicated")

@@ -96,6 +96,11 @@ def pu_target(pu: PU, cpus_allowed: Optional[Sequence[int]] = None) -> Dict[str,
         ``{"cpus": [...], "threads": n}`` for the CPU provider; ``{"provider": name, "provider_options":
         {...}, "threads": n}`` (plus ``cpus`` when given) for another provider; ``{"runtime": name,
         "runtime_options": {...}, "threads": n}`` (plus ``cpus``) for another runtime adapter.
+
+    Raises
+    ------
+    HostError
+        A CPU-provider PU that names no CPUs on a host that reported none.
     """
     ex = pu.execution
     spec: Dict[str, Any] = {"threads": ex.threads}

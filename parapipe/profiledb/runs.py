@@ -22,6 +22,8 @@ from typing import Any, Dict, List, Optional
 from parapipe.files import atomic_path
 from parapipe.profiledb.db import ProfileDB
 
+__all__ = ["RunRecord", "record_from_run", "append_run", "list_runs", "write_runs_csv"]
+
 #: JSON-encoded columns (dicts and lists).
 _JSON_COLUMNS = ("mapping", "pu_busy_s", "substituted", "board")
 

@@ -179,6 +179,8 @@ class ChannelTransport:
             self.tail.feed(self._channel.recv_stderr(_CHUNK_NBYTES))
 
     def send(self, data: bytes, deadline: float) -> None:
+        """Write ``data`` to the agent's stdin by ``deadline`` (a ``time.monotonic()`` value, s); raises
+        TimeoutError past it, BrokenPipeError when the channel is closed."""
         view = memoryview(data)
         while view:
             left = deadline - time.monotonic()
@@ -195,6 +197,8 @@ class ChannelTransport:
             view = view[sent:]
 
     def recv(self, wait_s: float) -> Optional[bytes]:
+        """Up to one chunk of the agent's stdout, waiting at most ``wait_s`` seconds: None when nothing came,
+        ``b""`` at end of stream."""
         self._drain_stderr()
         self._channel.settimeout(wait_s)
         try:
@@ -206,11 +210,14 @@ class ChannelTransport:
         return data
 
     def exit_status(self) -> Optional[int]:
+        """The agent's exit status, or None while it runs."""
         if self._channel.exit_status_ready():
             return self._channel.recv_exit_status()
         return None
 
     def close(self, timeout_s: float) -> Optional[int]:
+        """Close the agent's stdin, wait up to ``timeout_s`` seconds for its exit status, close the channel;
+        the status, or None when none came in time."""
         try:
             self._channel.shutdown_write()
         except (OSError, EOFError):

@@ -33,6 +33,7 @@ class RejectPolicy(paramiko.MissingHostKeyPolicy):
     """Refuse a host key that is not in known_hosts (raises :class:`UnknownHostKey`)."""
 
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        """paramiko's hook for a key not in known_hosts: raise :class:`UnknownHostKey`."""
         raise UnknownHostKey(f"{key.get_name()} {fingerprint(key)}")
 
 
@@ -44,6 +45,8 @@ class TrustAndSavePolicy(paramiko.MissingHostKeyPolicy):
         self._path = path
 
     def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        """paramiko's hook for a key not in known_hosts: accept it for ``client`` and append
+        ``hostname key-type base64`` to the file; raises OSError when the file cannot be written."""
         client.get_host_keys().add(hostname, key.get_name(), key)
         self._path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         old = self._path.read_text() if self._path.exists() else ""

@@ -7,6 +7,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from parapipe.soc.validation import FieldProblem
 
+__all__ = ["SHIPPED_RUNTIMES", "Execution"]
+
 
 #: Runtime adapters shipped with the executor (``device_agents/ppexec/runtimes.py``). A profile may name another
 #: runtime: it is a declared adapter slot that a vendor adapter fills on the board (device_agents/README.md).

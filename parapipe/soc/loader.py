@@ -26,6 +26,9 @@ from parapipe.soc.profile import SoC
 from parapipe.soc.schema import SCHEMA_VERSION, SocFile
 from parapipe.soc.validation import to_input_error
 
+__all__ = ["GENERATED_SOURCE", "GENERATED_CITATION", "YamlAmbiguous", "read_yaml", "soc_from_yaml_dict",
+           "soc_to_yaml_dict", "save_soc", "list_socs", "load_soc"]
+
 logger = logging.getLogger(__name__)
 
 #: Source key written by :func:`soc_to_yaml_dict` for numbers without recorded provenance.

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+__all__ = ["OP_CLASSES", "OP_CLASS_OF_TYPE", "op_class"]
+
 #: The efficiency keys of a PU profile, in the order they are written (``other`` is the fallback for all).
 OP_CLASSES = ("conv", "gemm", "depthwise", "pool", "elementwise", "normalization", "other")
 

@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, mod
 
 from parapipe.soc.validation import NAME_PATTERN, FieldProblem
 
+__all__ = ["SCHEMA_VERSION", "Quantity", "ExecutionEntry", "PUEntry", "TransferEntry", "PairEntry",
+           "TransfersEntry", "PipelineEntry", "PowerSensorEntry", "SocFile"]
+
 #: The file format version this parapipe reads and writes.
 SCHEMA_VERSION = 1
 

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ValidationError
 
 from parapipe.errors import InputError, input_error
 
+__all__ = ["NAME_PATTERN", "FIX_HINTS", "FieldProblem", "dotted", "to_input_error"]
+
 #: PU names: usable as ``--pus big,gpu`` and as YAML keys without quoting.
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
 
