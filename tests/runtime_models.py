@@ -1,4 +1,5 @@
-"""Tiny ONNX graphs and hand-cut sub-models for the executor and plan tests (real models, real ORT sessions)."""
+"""Tiny ONNX graphs and hand-cut sub-models for the executor and plan tests (real models, real ORT
+sessions)."""
 from __future__ import annotations
 
 from typing import Dict, List, Sequence

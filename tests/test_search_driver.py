@@ -45,8 +45,8 @@ def _check_points(result) -> None:
         assert p.evaluation.latency_s >= result.bounds.latency_lb_s * (1 - 1e-9)
 
 
-# Both spaces at 7 x 3 (the largest the exactness claim covers), smaller tables for the hierarchical space with PU reuse
-# (its enumeration grows as 8^stages).
+# Both spaces at 7 x 3 (the largest the exactness claim covers), smaller tables for the hierarchical space
+# with PU reuse (its enumeration grows as 8^stages).
 SIZES = [(7, 3, "chain"), (7, 3, "dag"), (7, 3, "diamond"), (6, 3, "dag"), (5, 3, "dag"), (7, 2, "dag"),
          (4, 3, "chain")]
 DEFAULT_CASES = [(n, k, shape, seed) for n, k, shape in SIZES for seed in range(3)]

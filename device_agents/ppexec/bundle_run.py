@@ -165,14 +165,14 @@ class FrameCheck:
 
     The full check of a frame (:func:`.reference.max_abs_diff`, :func:`.reference.max_scaled_diff`,
     :func:`.reference.within_tolerance` on every output and handed-over tensor) makes several float64 passes
-    over every tensor: 5-60 ms per frame for inception_v1's 3.8 MB of handed-over tensors on a 2-core x86 machine
-    (time :func:`.reference.max_scaled_diff` on a run's handed-over tensors to re-measure), more than a frame's
-    own period, so the caller's check competed with the pipeline for the cores. Frames are fed
+    over every tensor: 5-60 ms per frame for inception_v1's 3.8 MB of handed-over tensors on a 2-core x86
+    machine (time :func:`.reference.max_scaled_diff` on a run's handed-over tensors to re-measure), more than
+    a frame's own period, so the caller's check competed with the pipeline for the cores. Frames are fed
     cyclically (``distinct`` different inputs), and a pipeline computes the same bits for the same input (same
-    sub-models, same kernels; replicas too): the first output of each distinct input gets the full check, and a
-    later one that is bit-identical to it (``numpy.array_equal``: one memory pass) gets the same verdict. Any
-    other output (a NaN, a runtime whose kernels are not deterministic, a frame out of order) gets the full
-    check again.
+    sub-models, same kernels; replicas too): the first output of each distinct input gets the full check, and
+    a later one that is bit-identical to it (``numpy.array_equal``: one memory pass) gets the same verdict.
+    Any other output (a NaN, a runtime whose kernels are not deterministic, a frame out of order) gets the
+    full check again.
 
     Call it with ``(distinct input index, output tensors)``; it returns ``(max_abs_diff of the model outputs,
     max_scaled_diff of the handed-over tensors, within tolerance)``.

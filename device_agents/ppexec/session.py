@@ -1,8 +1,8 @@
 """ONNX Runtime sessions for one PU: provider resolution, thread pinning and session options.
 
 The settings follow ONNX Runtime's threading documentation
-(https://onnxruntime.ai/docs/performance/tune-performance/threading.html): ORT's default intra-op pool spins and
-pins one thread per core, so several sessions in one process collide; every session here sets
+(https://onnxruntime.ai/docs/performance/tune-performance/threading.html): ORT's default intra-op pool spins
+and pins one thread per core, so several sessions in one process collide; every session here sets
 ``intra_op_num_threads`` explicitly, turns spinning off (``session.intra_op.allow_spinning = "0"``, an ORT
 session config key) and uses ``inter_op_num_threads = 1``. Pinning is done by the calling thread with
 ``os.sched_setaffinity(0, cpus)`` *before* the session exists, so ORT's worker threads inherit the mask.

@@ -36,10 +36,10 @@ def search_prepared(prep: Prepared, options: SearchOptions, progress: Optional[C
     problem holding those times, until the leading points' stages are all timed or ``rounds`` rounds have run.
 
     Why: the search ranks by block sums, and isolated blocks mislead on stages (a stage sub-model can run at
-    0.7-1.4x its blocks' sum, :mod:`parapipe.measure.local`: ORT fuses across blocks); and two
-    candidates predicted within a few per cent of each other from measurements taken at different moments can
-    swap places when run, since the load of a shared machine changes between the moments (compare ``parapipe
-    optimize --soc host`` predictions with ``parapipe run`` of the same points). The leading candidates' stages are
+    0.7-1.4x its blocks' sum, :mod:`parapipe.measure.local`: ORT fuses across blocks); and two candidates
+    predicted within a few per cent of each other from measurements taken at different moments can swap places
+    when run, since the load of a shared machine changes between the moments (compare ``parapipe optimize
+    --soc host`` predictions with ``parapipe run`` of the same points). The leading candidates' stages are
     timed in the same interleaved passes (:func:`parapipe.measure.local.measure_stages`), so they are compared
     on one footing. They are timed loaded unless ``prep.terms`` carry a co-running term of their own
     (:meth:`parapipe.cost.pipeline_terms.PipelineTerms.models_corunning`).

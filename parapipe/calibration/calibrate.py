@@ -22,23 +22,25 @@ Two fits are made per PU (:func:`parapipe.calibration.calibrated.fit_calibration
   per-operator cost as profiled;
 * **in graph**: on block measurements (optimisation on), with the operators that ONNX Runtime fuses away in a
   graph (:func:`parapipe.profiledb.catalog.in_graph_free`) costing nothing, plus one session boundary per
-  timed sub-model: ``run_overhead_s + boundary bytes / boundary_bandwidth`` (:meth:`PUParams.boundary_s`).
-  The boundary is what makes a stage of 30 blocks faster than its 30 blocks timed alone (squeezenet on a
-  2-core x86 machine: 5.6 ms against 7.6 ms; ``parapipe profile squeezenet --soc host`` stores the block times,
-  ``parapipe calibrate --soc host --model squeezenet`` times whole stages next to them): each sub-model converts
-  its activations to ONNX Runtime's blocked layout and back. It is fitted from pairs of consecutive blocks
-  (:func:`fit_boundary`), then the rest on the blocks and pairs, starting from the isolated fit. This is the
-  model of what the executor runs, and the one written to a calibrated profile. Without block measurements it
+  timed sub-model: ``run_overhead_s + boundary bytes / boundary_bandwidth`` (:meth:`PUParams.boundary_s`). The
+  boundary is what makes a stage of 30 blocks faster than its 30 blocks timed alone (squeezenet on a 2-core
+  x86 machine: 5.6 ms against 7.6 ms; ``parapipe profile squeezenet --soc host`` stores the block times,
+  ``parapipe calibrate --soc host --model squeezenet`` times whole stages next to them): each sub-model
+  converts its activations to ONNX Runtime's blocked layout and back. It is fitted from pairs of consecutive
+  blocks (:func:`fit_boundary`), then the rest on the blocks and pairs, starting from the isolated fit. This
+  is the model of what the executor runs, and the one written to a calibrated profile. Without block
+  measurements it
   equals the isolated fit.
 
 Transfers: ``t = alpha_s + nbytes / beta_bytes_per_s`` per ordered PU pair, by least squares on the relative
 error over the sizes measured (:func:`fit_transfer`).
 
 One piece (about 600 lines): every fit of one calibration, all on relative (log) errors with the constants
-below: the per-PU roofline fit (:func:`fit_pu`, with its parameter layout, loss and grids: most of the file) and
-the three small fits run next to it (:func:`fit_boundary`, :func:`fit_cache`, :func:`fit_transfer`), with the
-prediction they are fitted for (:func:`predict`), so a change to the formula or the loss is made here once. The
-storage side (fitting from the database, the calibrated profile) is :mod:`parapipe.calibration.calibrated`.
+below: the per-PU roofline fit (:func:`fit_pu`, with its parameter layout, loss and grids: most of the file)
+and the three small fits run next to it (:func:`fit_boundary`, :func:`fit_cache`, :func:`fit_transfer`), with
+the prediction they are fitted for (:func:`predict`), so a change to the formula or the loss is made here
+once. The storage side (fitting from the database, the calibrated profile) is
+:mod:`parapipe.calibration.calibrated`.
 """
 from __future__ import annotations
 
@@ -71,8 +73,8 @@ LM_ITERATIONS = 200
 #: away costs as much as one sample off by 1 %; with few (a ``--budget`` run) the profile's values hold the
 #: parameters the samples cannot tell apart. Measured on the nine zoo models on a 2-core x86 machine (fit on a
 #: tenth, predict every other operator): mean MAPE 35 % with the ``1 / samples`` weight, 82 % without
-#: (``parapipe profile MODEL --soc host --budget 0.1`` prints the held-out MAPE of such a fit). The boundary is
-#: never pulled. A parapipe choice.
+#: (``parapipe profile MODEL --soc host --budget 0.1`` prints the held-out MAPE of such a fit). The boundary
+#: is never pulled. A parapipe choice.
 PRIOR_WEIGHT = 0.01
 #: Huber threshold on the log error (0.1 = 10 %): errors beyond it count linearly. A parapipe choice.
 HUBER_DELTA = 0.1

@@ -13,8 +13,8 @@ __all__ = ["add_parser", "handle"]
 
 def handle(args: argparse.Namespace) -> int:
     """``parapipe evaluate``: period, latency and energy of the given mappings (``--json``: JSON Lines).
-    Returns the exit status; raises :class:`~parapipe.errors.InputError` for bad options or inputs (exit code 2
-    in :func:`parapipe.cli.main`)."""
+    Returns the exit status; raises :class:`~parapipe.errors.InputError` for bad options or inputs (exit
+    code 2 in :func:`parapipe.cli.main`)."""
     from parapipe.cost.evaluate import evaluate
     from parapipe.mapping.index import mapping_from_point, parse_pu_list
 

@@ -62,8 +62,8 @@ def front_table(doc: ParetoDoc) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    """``parapipe optimize``: search, write OUT/pareto.json (and .png), print the front table. Returns the exit
-    status; raises :class:`~parapipe.errors.InputError` for bad options or inputs."""
+    """``parapipe optimize``: search, write OUT/pareto.json (and .png), print the front table. Returns the
+    exit status; raises :class:`~parapipe.errors.InputError` for bad options or inputs."""
     from parapipe.app.optimize import optimize
     from parapipe.app.prepare import prepare
     from parapipe.app.stage_timing import STAGE_TIMING_MARGIN, STAGE_TIMING_POINTS

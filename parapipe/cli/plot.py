@@ -25,8 +25,8 @@ def _frames_window(text: Optional[str]) -> Optional[Tuple[int, int]]:
 
 
 def handle(args: argparse.Namespace) -> int:
-    """``parapipe plot``: a predicted (``--gantt``) or measured (``--trace``) Gantt chart as a PNG. Returns the
-    exit status; raises :class:`~parapipe.errors.InputError` for bad options or inputs."""
+    """``parapipe plot``: a predicted (``--gantt``) or measured (``--trace``) Gantt chart as a PNG. Returns
+    the exit status; raises :class:`~parapipe.errors.InputError` for bad options or inputs."""
     from parapipe.errors import input_error
 
     if args.gantt == bool(args.trace):

@@ -1,8 +1,8 @@
 """Gantt charts: the modelled pipelined schedule of one mapping, and a measured run's task trace.
 
-Modelled schedule (steady state of the cost model, :mod:`parapipe.cost.evaluate`). Frame ``f`` enters stage ``s`` at
-``f * period_s + offset_s[s]``. Inside a stage the PUs of the stage are first reserved for the stage's input
-transfer (``input_s``, drawn hatched on every PU of the stage, as
+Modelled schedule (steady state of the cost model, :mod:`parapipe.cost.evaluate`). Frame ``f`` enters stage
+``s`` at ``f * period_s + offset_s[s]``. Inside a stage the PUs of the stage are first reserved for the
+stage's input transfer (``input_s``, drawn hatched on every PU of the stage, as
 :func:`parapipe.cost.evaluate.evaluate_stage` books it), then block ``b`` runs on ``assignment[b]`` from
 ``input_s + block_start_s[b]`` to ``input_s + block_finish_s[b]`` (the writer's times are measured from the
 end of the input transfer: ``time_s = input_s + makespan_s``, :mod:`parapipe.mapping`).
