@@ -60,7 +60,7 @@ from .errors import PipelineError, PlanError, plan_error
 from .metrics import RunMetrics, compute_metrics
 from .plan import ExecutionPlan, PUBinding, Task, validate_plan
 from .queues import BoundedQueue
-from .runtimes import get_adapter
+from .runtimes import RuntimeAdapter, get_adapter
 from .session import provider_problem
 from .worker import STOP, Frame, Run, Stopped, Worker, WorkerContext
 
@@ -167,8 +167,9 @@ class PipelineExecutor:
         self._pull_q: Dict[int, BoundedQueue] = {
             s: BoundedQueue(self.queue_depth * r) for s, r in enumerate(replicas)
             if r > 1 and dispatch == "pull"}
-        self._dealers = [None if s in self._pull_q
-                         else SmoothWeightedRoundRobin(plan.replica_shares.get(s) or [1.0]) for s in range(n)]
+        self._dealers: Dict[int, SmoothWeightedRoundRobin] = {
+            s: SmoothWeightedRoundRobin(plan.replica_shares.get(s) or [1.0]) for s in range(n)
+            if s not in self._pull_q}
         self._replica_workers: List[List[List[Worker]]] = []  # stage -> replica -> workers
         self.serialise_shared_pus = bool(serialise_shared_pus)
         self._pu_locks: Dict[str, threading.Lock] = {}  # PU -> lock, for PUs serving several stages
@@ -181,7 +182,7 @@ class PipelineExecutor:
     def __exit__(self, *exc_info) -> None:
         self.close()
 
-    def _check_binding(self, pu: str) -> Tuple[object, PUBinding]:
+    def _check_binding(self, pu: str) -> Tuple[RuntimeAdapter, PUBinding]:
         """The adapter and the binding ``pu`` runs with: ``adapter.check`` passed, or the ORT fallback
         provider substituted (logged); else the check's one-line problem as an execution error."""
         binding = self.plan.bindings[pu]

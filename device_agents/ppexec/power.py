@@ -97,8 +97,10 @@ def _ina3221_channels(root: str, paths: List[str], rails: List[str]) -> List[Tup
     for dev in devices:
         labels = {}
         for label_file in sorted(glob.glob(os.path.join(dev, "in*_label"))):
-            n = re.match(r"in(\d+)_label$", os.path.basename(label_file)).group(1)
-            labels[_read_text(label_file)] = n
+            m = re.match(r"in(\d+)_label$", os.path.basename(label_file))
+            if m is None:  # the glob also matches names like "inX_label", which are no INA3221 channel
+                continue
+            labels[_read_text(label_file)] = m.group(1)
         wanted = list(rails) or (["VDD_IN"] if "VDD_IN" in labels else list(labels))
         for rail in wanted:
             if rail in labels:

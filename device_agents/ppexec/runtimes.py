@@ -325,10 +325,10 @@ class OpenVINOAdapter:
 
 # ------------------------------------------------------------------------------------------ registry
 #: Runtime name -> adapter. Add an adapter here (device_agents/README.md, "Runtime adapters").
-ADAPTERS: Dict[str, Any] = {a.name: a for a in (OnnxRuntimeAdapter(), OpenVINOAdapter())}
+ADAPTERS: Dict[str, RuntimeAdapter] = {a.name: a for a in (OnnxRuntimeAdapter(), OpenVINOAdapter())}
 
 
-def get_adapter(name: str, pu: Optional[str] = None) -> Any:
+def get_adapter(name: str, pu: Optional[str] = None) -> RuntimeAdapter:
     """The adapter registered as ``name`` in :data:`ADAPTERS`.
 
     Raises

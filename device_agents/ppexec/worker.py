@@ -22,6 +22,7 @@ import numpy as np
 from .metrics import TraceEvent
 from .plan import PUBinding, Task
 from .queues import BoundedQueue
+from .runtimes import RuntimeAdapter
 from .session import pin_current_thread
 
 __all__ = ["STOP", "Stopped", "Run", "Frame", "WorkerContext", "Worker"]
@@ -98,8 +99,8 @@ class Worker(threading.Thread):
     None otherwise.
     """
 
-    def __init__(self, context: WorkerContext, stage: int, pu: str, tasks: List[Task], adapter: object,
-                 binding: PUBinding, pu_lock: Optional[threading.Lock] = None):
+    def __init__(self, context: WorkerContext, stage: int, pu: str, tasks: List[Task],
+                 adapter: RuntimeAdapter, binding: PUBinding, pu_lock: Optional[threading.Lock] = None):
         super().__init__(name=f"parapipe-s{stage}-{pu}", daemon=True)
         self.context, self.stage, self.pu, self.tasks = context, stage, pu, tasks
         self.adapter, self.binding, self.pu_lock = adapter, binding, pu_lock

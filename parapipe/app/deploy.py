@@ -408,6 +408,8 @@ def describe_event(event: Dict[str, Any]) -> Optional[str]:
                     f"{event.get('throughput_per_s', 0.0):.1f} inf/s")
         if phase == "done":
             return f"run done: {event['frames']} frames, {event.get('throughput_per_s', 0.0):.1f} inf/s"
+        if phase is None:
+            return None
         return {"verify": "checking the bundle's SHA-256 on the host",
                 "reference": "running the unsplit model for the output check",
                 "start": "pipeline started",

@@ -584,6 +584,7 @@ def samples_by_pu(rows: Sequence, features: Dict[str, OpFeatures],
     out: Dict[str, List[Sample]] = {}
     missing = 0
     for row in rows:
+        ops: Optional[List[Tuple[str, bool]]]
         if row.kind == "op":
             ops = [(row.signature, False)]
         else:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from parapipe.calibration.calibrate import (PUParams, TransferFit, fit_boundary, fit_cache, fit_pu,
                                           fit_transfer, samples_by_pu)
@@ -85,7 +85,7 @@ class Calibration:
         return [r for r in self.rows if r.kind == kind and (pu is None or r.pu == pu)]
 
 
-def fit_calibration(soc: SoC, db: ProfileDB, catalog: Catalog, exclude: Sequence[str] = ()) -> Calibration:
+def fit_calibration(soc: SoC, db: ProfileDB, catalog: Catalog, exclude: Iterable[str] = ()) -> Calibration:
     """Fit the cost model of ``soc`` on the measurements of ``db``.
 
     Parameters
@@ -95,7 +95,7 @@ def fit_calibration(soc: SoC, db: ProfileDB, catalog: Catalog, exclude: Sequence
         Rows of ``soc.name``; those of PUs the profile lacks are ignored.
     catalog : Catalog
         Operator features and block/stage parts of the same file.
-    exclude : sequence of str
+    exclude : iterable of str
         Operator signatures left out of the fits (a held-out sample for ``--budget``).
 
     Returns
@@ -216,7 +216,8 @@ def calibrated_soc(cal: Calibration, citation: str) -> SoC:
         efficiency = dict(params.efficiency)
         top = max(efficiency.values())
         scale = top if top > 1.0 else 1.0
-        update = {"efficiency": {c: max(min(v / scale, 1.0), 1e-6) for c, v in efficiency.items()}}
+        update: Dict[str, Union[float, Dict[str, float]]] = {
+            "efficiency": {c: max(min(v / scale, 1.0), 1e-6) for c, v in efficiency.items()}}
         if scale > 1.0:
             update["peak_flops"] = pu.peak_flops * scale
             prov[f"pus.{name}.peak_flops"] = mark

@@ -260,7 +260,7 @@ def fit_terms(runs: Sequence[MeasuredRun], base: PipelineTerms, fit: Sequence[st
     Raises
     ------
     ValueError
-        No run, or an unknown term name.
+        No run, an unknown term name, or ``starts`` given empty.
     """
     from scipy.optimize import least_squares
 
@@ -281,6 +281,8 @@ def fit_terms(runs: Sequence[MeasuredRun], base: PipelineTerms, fit: Sequence[st
                                 method="trf", xtol=1e-10, ftol=1e-10, gtol=1e-10, max_nfev=400)
             if best is None or sol.cost < best.cost:
                 best = sol
+        if best is None:
+            raise ValueError("no start point to fit from: starts is empty")
         m, n = best.fun.size, best.x.size
         s2 = 2.0 * best.cost / (m - n) if m > n else float("nan")
         jac = np.asarray(best.jac)
@@ -296,8 +298,8 @@ def fit_terms(runs: Sequence[MeasuredRun], base: PipelineTerms, fit: Sequence[st
     for name, why in design.skipped.items():
         value = base.overlap.get(name.partition(".")[2], 0.0) if name.startswith("overlap.") else \
             getattr(base, name)
-        lo, hi = BOUNDS["overlap"] if name.startswith("overlap.") else BOUNDS[name]
-        estimates.append(ParamEstimate(name, float(value), lo, hi, None, False, why))
+        low, high = BOUNDS["overlap"] if name.startswith("overlap.") else BOUNDS[name]
+        estimates.append(ParamEstimate(name, float(value), low, high, None, False, why))
     return terms, estimates
 
 
@@ -397,10 +399,11 @@ def calibrate_runs(runs: Sequence[MeasuredRun], base: PipelineTerms, fit: Sequen
     terms, params = fit_terms(runs, base, fit)
     groups = power_groups(runs[0].problem, soc)
     power = fit_power(runs, terms, groups)
-    preds = []
+    preds: List[Dict[str, Tuple[float, float, Optional[float]]]] = []
     for i, r in enumerate(runs):
         prior = evaluate(r.problem, r.mapping, base)
-        row = {"before": (prior.period_s, prior.latency_s, prior.energy_j)}
+        row: Dict[str, Tuple[float, float, Optional[float]]] = {
+            "before": (prior.period_s, prior.latency_s, prior.energy_j)}
         period, latency, _ = r.facts.figures(terms)
         row["after"] = (period, latency, power.energy_j(r, terms) if power else None)
         if loo and len(runs) > 1:

@@ -21,9 +21,9 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
+from parapipe.cost.mapping import Mapping
 from parapipe.cost.problem import MappingProblem
 from parapipe.errors import input_error
 from parapipe.calibration.runfit import TERM_NAMES, MeasuredRun, RunsFit, calibrate_runs
@@ -69,7 +69,7 @@ class _Problems:
         return self.cache[model]
 
 
-def _number(src: str, where: str, text: str, what: str, positive: bool = True) -> Optional[float]:
+def _number(src: str, where: str, text: Optional[str], what: str, positive: bool = True) -> Optional[float]:
     text = (text or "").strip()
     if not text:
         return None
@@ -83,25 +83,25 @@ def _number(src: str, where: str, text: str, what: str, positive: bool = True) -
     return value
 
 
-def _stage_mapping(problem, stages_json: str, label: str, source: str):
-    """A Mapping from the stage list of a ``runs`` row (``[{"pus", "blocks", "assignment"}]``)."""
+def _stage_mapping(problem: MappingProblem, stages_json: Union[str, List[Dict[str, Any]]], label: str,
+                   source: str) -> Mapping:
+    """A Mapping from the stage list of a ``runs`` row (``[{"pus", "blocks", "assignment"}]``): the list,
+    or its JSON text (a CSV cell)."""
     from pydantic import ValidationError
 
-    from parapipe.mapping.index import mapping_from_point
+    from parapipe.mapping.index import mapping_from_stages
     from parapipe.mapping.model import Replica, Stage
 
     try:
         stages = json.loads(stages_json) if isinstance(stages_json, str) else stages_json
-        point = SimpleNamespace(id=label, stages=[Stage(pus=list(st["pus"]), blocks=list(st["blocks"]), time_s=0.0,
-                                                                  assignment=dict(st.get("assignment") or {}),
-                                                                  order=list(st.get("order") or []),
-                                                                  replicas=[Replica.model_validate(r) for r in
-                                                                            st.get("replicas") or []] or None)
-                                                  for st in stages])
+        typed = [Stage(pus=list(st["pus"]), blocks=list(st["blocks"]), time_s=0.0,
+                       assignment=dict(st.get("assignment") or {}), order=list(st.get("order") or []),
+                       replicas=[Replica.model_validate(r) for r in st.get("replicas") or []] or None)
+                 for st in stages]
     except (ValueError, TypeError, KeyError, ValidationError) as exc:
         raise input_error(source, "mapping", f"not a stage list ({exc})", "export the runs with 'parapipe runs "
                           "--csv'") from None
-    return mapping_from_point(problem, point, source)
+    return mapping_from_stages(problem, typed, source, f"points[{label}].mapping.")
 
 
 def read_runs_csv(path, soc, problems: _Problems) -> List[MeasuredRun]:
@@ -276,9 +276,11 @@ def runs_calibration(soc: SoC, runs_csv: Optional[str] = None, db_path: Optional
                           f"choose among {', '.join(TERM_NAMES)}, comma-separated")
     problems = _Problems(soc, blocks_dir, problem_of)
     if runs_csv:
+        runs_path = runs_csv
         runs = read_runs_csv(runs_csv, soc, problems)
         runs = [r for r in runs if not models or r.model in models]
     elif db_path:
+        runs_path = db_path
         runs = runs_from_db(db_path, soc, problems, models)
     else:
         raise input_error("--runs", None, "no runs given", "give --runs FILE.csv, or --runs with --db FILE")
@@ -289,7 +291,7 @@ def runs_calibration(soc: SoC, runs_csv: Optional[str] = None, db_path: Optional
 
         loo_err = result.overall.get("loo") or result.overall["after"]
         names = ", ".join(dict.fromkeys(r.model for r in runs))
-        citation = (f"parapipe calibrate --runs on {Path(runs_csv or db_path).name}: {len(runs)} measured runs of "
+        citation = (f"parapipe calibrate --runs on {Path(runs_path).name}: {len(runs)} measured runs of "
                     f"{names}, fitted {datetime.now(timezone.utc).date().isoformat()}; leave-one-out period MAPE "
                     f"{loo_err.period_mape:.1f}%")
         path = Path(out)

@@ -96,18 +96,21 @@ def handle(args: argparse.Namespace) -> int:
             label = f"line {lines_of[k]}: {label}"
         if timed is not None:  # stage sub-models timed on this machine (all the mappings' together)
             row["stage_timing"] = timed
+        # latency_worst_s: None only before Evaluation.__post_init__ sets it to latency_s
+        worst_s = ev.latency_worst_s if ev.latency_worst_s is not None else ev.latency_s
         if m.replicated:  # latency is the mean over the frames dealt to the replicas; the worst next to it
-            row["latency_worst_s"] = ev.latency_worst_s
+            row["latency_worst_s"] = worst_s
+        exceeded = [problem.pu_names[p] for p in ev.memory_exceeded]
         if not ev.fits_memory:
-            row["memory_exceeded"] = [problem.pu_names[p] for p in ev.memory_exceeded]
+            row["memory_exceeded"] = exceeded
         if args.json:
             print(json.dumps(row))
         else:
             print(f"period {ev.period_s * 1e3:.3f} ms ({ev.throughput_per_s:.2f}/s)  latency {ev.latency_s * 1e3:.3f} ms"
-                  + (f" (worst replica {ev.latency_worst_s * 1e3:.3f} ms)" if m.replicated else "")
+                  + (f" (worst replica {worst_s * 1e3:.3f} ms)" if m.replicated else "")
                   + f"  energy {ev.energy_j * 1e3:.3f} mJ  stages {len(m.stages)}  "
                   + (label if len(label) <= 60 else label[:57] + "...")
-                  + (f"  weights exceed the memory of {', '.join(row['memory_exceeded'])}"
+                  + (f"  weights exceed the memory of {', '.join(exceeded)}"
                      if not ev.fits_memory else ""))
     return 0
 

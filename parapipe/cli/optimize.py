@@ -126,11 +126,12 @@ def handle(args: argparse.Namespace) -> int:
                   f"--time-stages, and the replicated baseline; {timing['ranges']} range(s), {timing['tasks']} "
                   f"task(s), {timing['rounds']} round(s), {timing['seconds']:.1f} s); the table uses those times"
                   + (f"; every stage measured: {shown}" if ids else ""))
-        if prep.soc.name == "host" and prep.soc.power_sensor is None:
+        sensor = prep.soc.power_sensor
+        if prep.soc.name == "host" and sensor is None:
             print("note: host energy uses placeholder powers (5 W active, 1 W idle per core, 10 W static): no power "
                   "meter here; period and latency are predicted from times measured here")
-        elif prep.soc.name == "host":
-            print(f"note: host energy uses placeholder powers; 'run' measures energy with the {prep.soc.power_sensor.kind}"
+        elif prep.soc.name == "host" and sensor is not None:
+            print(f"note: host energy uses placeholder powers; 'run' measures energy with the {sensor.kind}"
                   " sensor and 'calibrate --runs' fits the powers from it")
         print(f"wrote {Path(args.out) / 'pareto.json'}" + ("" if args.no_plot else f" and {Path(args.out) / 'pareto.png'}"))
     return 0

@@ -3,7 +3,8 @@
 - :mod:`.model`: :class:`ParetoDoc`, :class:`Point`, :class:`Stage`, :class:`SocRef`, ...
 - :mod:`.io`: :func:`doc_from_result` (search result -> document), :func:`write_pareto`, :func:`read_pareto`,
   :func:`select_point`.
-- :mod:`.index`: :func:`~parapipe.mapping.index.mapping_from_point`, :func:`~parapipe.mapping.index.parse_pu_list`
+- :mod:`.index`: :func:`~parapipe.mapping.index.mapping_from_point`,
+  :func:`~parapipe.mapping.index.mapping_from_stages`, :func:`~parapipe.mapping.index.parse_pu_list`
   (names -> the index form the cost model evaluates, :mod:`parapipe.cost.mapping`).
 """
 from parapipe.mapping.io import check_model, doc_from_result, parse_pareto, read_pareto, select_point, write_pareto

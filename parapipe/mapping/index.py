@@ -15,7 +15,7 @@ from parapipe.cost.rules import RuleViolation, check_stages
 from parapipe.errors import input_error
 from parapipe.mapping.model import Point, Stage
 
-__all__ = ["parse_pu_list", "index_mapping", "mapping_from_point"]
+__all__ = ["parse_pu_list", "index_mapping", "mapping_from_point", "mapping_from_stages"]
 
 
 def parse_pu_list(problem: MappingProblem, text: str, source: str = "--mapping") -> Mapping:
@@ -51,8 +51,8 @@ def parse_pu_list(problem: MappingProblem, text: str, source: str = "--mapping")
             raise input_error(source, f"entry {i + 1}", f"a PU is listed twice in {n!r}",
                               "give each replica of a stage its own PU")
         entries.append(tuple(problem.pu_names.index(a) for a in alts))
-    for j, alts in enumerate(entries):
-        for p in alts:
+    for j, entry in enumerate(entries):
+        for p in entry:
             if problem.time_s[j, p] == float("inf"):
                 raise input_error(source, f"entry {j + 1}", f"PU {problem.pu_names[p]!r} cannot run block "
                                   f"{problem.block_names[j]!r}", "map it to a PU that supports its op types")
@@ -124,7 +124,21 @@ def mapping_from_point(problem: MappingProblem, point: Point, source: str) -> Ma
     InputError
         As :func:`index_mapping`: the point does not fit the problem's blocks and PUs.
     """
+    return mapping_from_stages(problem, point.stages, source, f"points[{point.id}].mapping.")
+
+
+def mapping_from_stages(problem: MappingProblem, stages: Sequence[Stage], source: str,
+                        where: str = "") -> Mapping:
+    """The index form of typed ``stages`` on ``problem`` (:func:`index_mapping` with the problem's block and
+    PU names; the schedule order checked against its block DAG). ``where``: the field path of the stages'
+    parent in messages, as for :func:`index_mapping`.
+
+    Raises
+    ------
+    InputError
+        As :func:`index_mapping`: the stages do not fit the problem's blocks and PUs.
+    """
     names = problem.block_names
     index = {b: i for i, b in enumerate(names)}
-    return index_mapping(point.stages, names, problem.pu_names, source, f"points[{point.id}].mapping.",
+    return index_mapping(stages, names, problem.pu_names, source, where,
                          lambda b: [names[u] for u in problem.preds[index[b]]])

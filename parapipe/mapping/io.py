@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from parapipe.errors import input_error
 from parapipe.files import write_json_atomic
-from parapipe.mapping.model import SCHEMA_VERSION, SELECTORS, ParetoDoc, Point, SocRef
+from parapipe.mapping.model import SCHEMA_VERSION, SELECTORS, DocBounds, ModelId, ParetoDoc, Point, SocRef
 from parapipe.soc.validation import to_input_error
 
 __all__ = ["doc_from_result", "write_pareto", "parse_pareto", "read_pareto", "select_point", "check_model"]
@@ -80,12 +80,12 @@ def doc_from_result(result, model_name: str, model_sha256: str, soc: SocRef,
     """
     pr = result.problem
     return ParetoDoc(
-        model={"name": model_name, "sha256": model_sha256}, soc=soc, objectives=list(result.objectives),
+        model=ModelId(name=model_name, sha256=model_sha256), soc=soc, objectives=list(result.objectives),
         search=dict(search or {}, **{k: float(v) for k, v in result.stats.items()}, **result.info),
         blocks=blocks if blocks is not None else {b: [] for b in pr.block_names},
-        bounds={"period_lb_s": result.bounds.period_lb_s, "latency_lb_s": result.bounds.latency_lb_s},
-        points=[_point_dict(result, p) for p in result.points], input_shapes=input_shapes,
-        cost_notes=cost_notes or {})
+        bounds=DocBounds(period_lb_s=result.bounds.period_lb_s, latency_lb_s=result.bounds.latency_lb_s),
+        points=[Point.model_validate(_point_dict(result, p)) for p in result.points],
+        input_shapes=input_shapes, cost_notes=cost_notes or {})
 
 
 def write_pareto(doc: ParetoDoc, path: Path) -> None:

@@ -41,7 +41,7 @@ replication existed read unchanged.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Callable, Dict, Final, List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
@@ -52,7 +52,7 @@ from parapipe.soc.validation import FieldProblem
 __all__ = ["SCHEMA_VERSION", "STRATEGIES", "SELECTORS", "ModelId", "PURef", "SocRef", "DocBounds", "Replica",
            "stages_text", "Stage", "PointMapping", "Point", "ParetoDoc", "SHARE_SUM_TOL"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION: Final = 2
 #: Point strategies: the searched front and the baselines computed by the same machinery.
 STRATEGIES = ("parapipe", "pipeline", "parallel", "single", "replicated")
 #: ``--point`` selectors besides a point id (chosen among the ``parapipe`` points).
@@ -126,9 +126,9 @@ class Replica(BaseModel):
     assignment: Dict[str, str] = {}
     order: List[str] = []
     share: float = Field(gt=0, le=1)
-    time_s: float = Field(0.0, ge=0)
-    input_s: float = Field(0.0, ge=0)
-    makespan_s: float = Field(0.0, ge=0)
+    time_s: float = Field(default=0.0, ge=0)
+    input_s: float = Field(default=0.0, ge=0)
+    makespan_s: float = Field(default=0.0, ge=0)
     schedule: str = "single-pu"
 
     def pu_of(self, block: str) -> str:
@@ -141,7 +141,7 @@ def stages_text(stages) -> str:
     replicated, one replica per group, a group's PUs joined by ``+``), stages separated by bars. ``stages``:
     :class:`Stage` objects or their JSON dicts."""
     def one(st) -> str:
-        get = st.get if isinstance(st, dict) else lambda k: getattr(st, k)
+        get: Callable[[str], Any] = st.get if isinstance(st, dict) else lambda k: getattr(st, k)
         reps = get("replicas")
         if reps:
             return "{" + ",".join("+".join(r["pus"] if isinstance(r, dict) else r.pus) for r in reps) + "}"
@@ -158,8 +158,8 @@ class Stage(BaseModel):
     pus: List[str] = Field(min_length=1)
     blocks: List[str] = Field(min_length=1)
     time_s: float = Field(ge=0)
-    input_s: float = Field(0.0, ge=0)
-    makespan_s: float = Field(0.0, ge=0)
+    input_s: float = Field(default=0.0, ge=0)
+    makespan_s: float = Field(default=0.0, ge=0)
     schedule: str = "single-pu"
     assignment: Dict[str, str] = {}
     order: List[str] = []

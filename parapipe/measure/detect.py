@@ -32,7 +32,8 @@ from parapipe.remote.agent_client import AgentRequestError
 from parapipe.errors import HostError
 from parapipe.calibration.calibrate import fit_transfer
 from parapipe.measure.timer import Timer
-from parapipe.soc.profile import PU, Provenance, SoC
+from parapipe.soc.execution import Execution
+from parapipe.soc.profile import PU, Provenance, PUKind, SoC
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ PLACEHOLDER_ACTIVE_POWER_W = 5.0
 PLACEHOLDER_IDLE_POWER_W = 1.0
 PLACEHOLDER_STATIC_POWER_W = 10.0
 #: Execution providers that are accelerators, and the PU kind they become (ONNX Runtime provider names).
-PROVIDER_KINDS = {
+PROVIDER_KINDS: Dict[str, PUKind] = {
     "CUDAExecutionProvider": "gpu", "TensorrtExecutionProvider": "gpu", "ROCMExecutionProvider": "gpu",
     "MIGraphXExecutionProvider": "gpu", "DmlExecutionProvider": "gpu", "OpenCLExecutionProvider": "gpu",
     "WebGpuExecutionProvider": "gpu", "CoreMLExecutionProvider": "npu", "NnapiExecutionProvider": "npu",
@@ -140,7 +141,7 @@ def _measure_pu(timer: Timer, probe: PU, repeats: int) -> Tuple[float, float, fl
     return 2.0 * GEMM_N ** 3 / gemm["min_s"], ident["median_s"], 2.0 * COPY_NBYTES / scale["min_s"]
 
 
-def _probe(name: str, kind: str, execution: dict, cores: int) -> PU:
+def _probe(name: str, kind: PUKind, execution: Execution, cores: int) -> PU:
     """A placeholder PU that only carries ``execution`` (for :meth:`Timer.time_model`)."""
     return PU(name=name, kind=kind, cores=cores, frequency_hz=1.0, peak_flops=1.0, precision="fp32",
               memory_bandwidth_bytes_per_s=1.0, efficiency={"other": 1.0}, op_overhead_s=0.0,
@@ -220,7 +221,7 @@ def measured_soc(timer: Timer, name: str, per_core: bool, repeats: int, accelera
     found = [(p, PROVIDER_KINDS[p]) for p in facts.get("providers") or [] if p in PROVIDER_KINDS]
     cache: Dict[tuple, Tuple[float, float, float]] = {}
     for pu_name, cpus, freq in cpu_specs:
-        execution = {"cpus": tuple(cpus), "threads": len(cpus)}
+        execution = Execution(cpus=tuple(cpus), threads=len(cpus))
         key = (len(cpus), freq) if per_core else (tuple(cpus),)
         if key not in cache:  # cores of one cluster are alike: measure the first of each
             cache[key] = _measure_pu(timer, _probe(pu_name, "cpu", execution, len(cpus)), repeats)
@@ -236,7 +237,7 @@ def measured_soc(timer: Timer, name: str, per_core: bool, repeats: int, accelera
     taken = {p.name for p in pus}
     for provider, kind in found if accelerators else []:
         pu_name = kind if kind not in taken else f"{kind}{len(taken)}"
-        execution = {"provider": provider, "threads": 1}
+        execution = Execution(provider=provider, threads=1)
         try:
             peak, overhead, bandwidth = _measure_pu(timer, _probe(pu_name, kind, execution, 1), repeats)
         except AgentRequestError as exc:

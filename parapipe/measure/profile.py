@@ -19,7 +19,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from parapipe.remote.agent_client import AgentRequestError
 from parapipe.errors import input_error
@@ -220,23 +220,29 @@ def execute(items: Sequence[plan.WorkItem], timer: Timer, db: ProfileDB, soc: So
     return result
 
 
-def _measure(item: plan.WorkItem, timer: Timer, soc: SoC, warmup: int, repeats: int) -> dict:
-    """One measurement, retaken while disturbed (see :data:`MAX_SPREAD`); the lowest-median attempt."""
+def _measure(item: plan.WorkItem, timer: Timer, soc: SoC, warmup: int, repeats: int) -> Dict[str, Any]:
+    """One measurement, retaken while disturbed (see :data:`MAX_SPREAD`); the lowest-median attempt.
+
+    Raises ValueError for an item other than a transfer without a model to time (``item.build`` None)."""
     model = item.build() if item.build is not None else None
-    best = None
+    best: Optional[Dict[str, Any]] = None
     for _ in range(1 + RETRIES):
         if item.kind == "transfer":
             src, dst = item.pu.split("->")
             reply = timer.time_handoff(item.nbytes, timer.target(soc.pus[src])["cpus"],
                                        timer.target(soc.pus[dst])["cpus"], repeats=max(repeats, 20))
-        else:
+        elif model is not None:
             reply = timer.time_model(model, soc.pus[item.pu], item.optimization, warmup, repeats)
+        else:
+            raise ValueError(f"{item.kind} work item {item.op_type!r} on {item.pu} has no model to time")
         if best is None or reply["median_s"] < best["median_s"]:
             best = reply
         if float(reply.get("spread", 0.0)) <= MAX_SPREAD:
             break
         log.debug("%s %s on %s disturbed (spread %.2f); measuring again", item.kind, item.op_type, item.pu,
                   reply.get("spread", 0.0))
+    if best is None:  # the loop above runs 1 + RETRIES >= 1 times
+        raise RuntimeError("no measurement was taken")
     return best
 
 

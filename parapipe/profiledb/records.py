@@ -111,7 +111,8 @@ class Measurement:
             when = datetime.fromisoformat(str(self.measured_at).replace("Z", "+00:00"))
         except ValueError:
             when = None
-        if when is None or when.utcoffset() is None or when.utcoffset().total_seconds() != 0:
+        offset = when.utcoffset() if when is not None else None
+        if offset is None or offset.total_seconds() != 0:
             bad("measured_at", f"must be an ISO 8601 time in UTC, got {self.measured_at!r}",
                 "write it like 2025-01-31T12:00:00+00:00")
 

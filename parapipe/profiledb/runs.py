@@ -123,6 +123,8 @@ def append_run(db: ProfileDB, record: RunRecord) -> int:
     with db.transaction("runs") as conn:
         cursor = conn.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
                               values)
+    if cursor.lastrowid is None:  # sqlite3 sets it on every INSERT that succeeded
+        raise RuntimeError("sqlite3 gave no row id for the run just inserted")
     return int(cursor.lastrowid)
 
 

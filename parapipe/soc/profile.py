@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import Literal, Mapping, Optional, Sequence, Union
+from typing import Literal, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
@@ -28,15 +28,17 @@ from parapipe.soc.validation import NAME_PATTERN, FieldProblem, to_input_error
 
 logger = logging.getLogger(__name__)
 
-#: PU kinds a profile may declare: CPU clusters (big/LITTLE) or cores, GPU, NPU, DLA, DSP.
-PU_KINDS = ("cpu", "gpu", "npu", "dla", "dsp")
+#: The type of a PU kind: a CPU cluster (big/LITTLE) or core, GPU, NPU, DLA, DSP.
+PUKind = Literal["cpu", "gpu", "npu", "dla", "dsp"]
+#: PU kinds a profile may declare (the values of :data:`PUKind`).
+PU_KINDS: Tuple[PUKind, ...] = ("cpu", "gpu", "npu", "dla", "dsp")
 #: Native precisions a PU may run a model in.
 PRECISIONS = ("fp32", "fp16", "int8")
 
 _CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-__all__ = ["Execution", "PU", "Transfer", "TransferPair", "Transfers", "Provenance", "SoC", "PU_KINDS",
-           "PRECISIONS"]
+__all__ = ["Execution", "PU", "Transfer", "TransferPair", "Transfers", "Provenance", "SoC", "PUKind",
+           "PU_KINDS", "PRECISIONS"]
 
 
 class PU(BaseModel):
@@ -76,7 +78,7 @@ class PU(BaseModel):
 
     model_config = _CONFIG
     name: str = Field(pattern=NAME_PATTERN)
-    kind: Literal["cpu", "gpu", "npu", "dla", "dsp"]
+    kind: PUKind
     cores: int = Field(ge=1)
     frequency_hz: float = Field(gt=0)
     peak_flops: float = Field(gt=0)
