@@ -155,13 +155,11 @@ def build_bundle(mapping: Any, dest: Path) -> Bundle:
                    for n in mapping.plan.model_inputs},
         "check_tensors": checked,
         "reference_model": REFERENCE,
-        "predicted": {"throughput_per_s": mapping.predicted_throughput_per_s,
-                      "latency_s": mapping.predicted_latency_s, "period_s": float(mapping.point.period_s),
-                      "energy_j": float(mapping.point.energy_j)},
+        "predicted": mapping.predicted(),
         "power_sensor": mapping.doc.soc.power_sensor,  # measured energy per inference where the board has one
         "substituted": {pu: list(cpus) for pu, cpus in mapping.substituted.items()},
         "soc": {"name": mapping.doc.soc.name, "sha256": mapping.doc.soc.sha256},
-        "model": {"name": mapping.loaded.name, "sha256": mapping.loaded.sha256},
+        "model": mapping.model_id(),
         "point": mapping.point.id,
     })
     if mapping.feeds:
