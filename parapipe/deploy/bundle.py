@@ -168,11 +168,12 @@ def build_bundle(mapping: Any, dest: Path) -> Bundle:
         frames = load_feeds(mapping.feeds, og)  # checked against the graph (names, shapes, dtypes, ranges)
         import numpy as np
 
-        np.savez(dest / FEEDS, **{f"{i}/{name}": value for i, frame in enumerate(frames)
-                                  for name, value in frame.items()})
+        arrays: Dict[str, Any] = {f"{i}/{name}": value for i, frame in enumerate(frames)
+                                  for name, value in frame.items()}
+        np.savez(dest / FEEDS, **arrays)
         plan_doc["feeds"] = FEEDS
     (dest / PLAN).write_text(json.dumps(plan_doc, indent=1, sort_keys=True) + "\n")
-    files = {}
+    files: Dict[str, Dict[str, Any]] = {}
     for path in sorted(p for p in dest.rglob("*") if p.is_file()):
         rel = path.relative_to(dest).as_posix()
         files[rel] = {"sha256": _sha256(path), "nbytes": path.stat().st_size}
