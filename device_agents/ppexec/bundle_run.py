@@ -29,6 +29,10 @@ false. Besides the model's outputs, every tensor a task hands on ("check_tensors
 largest magnitude: the light zoo models of the onnx wheel have constant weights, so their final outputs are
 the same for every input and would check nothing on their own. Standard library, numpy and onnxruntime
 only (Python >= 3.8).
+
+One module (over 450 lines) because it is one concern, a verified run and the folder it runs from: the
+bundle's layout, lock and reader feed :func:`run_verified` and nothing else, and :func:`clean_stale` shares
+the lock.
 """
 from __future__ import annotations
 
