@@ -70,7 +70,7 @@ def efficiency_section(eff: Sequence[Dict[str, Any]]) -> List[str]:
            "parapipe point is (pipeline: one PU per stage; parallel: one stage over several PUs; hybrid: "
            "both).", ""]
     rows = []
-    for r in eff + [T.average_row(eff)]:
+    for r in [*eff, T.average_row(eff)]:
         rows.append([r["model"], r["soc"], _f(r["parapipe_inf_per_j"], ".2f"),
                      _f(r["pipeline_inf_per_j"], ".2f"), _f(r["parallel_inf_per_j"], ".2f"),
                      _f(r["single_inf_per_j"], ".2f"), _f(r.get("replicated_inf_per_j"), ".2f"),

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from parapipe.errors import ParapipeError, input_error
 
@@ -124,7 +124,7 @@ def make_jobs(cfg: SweepConfig) -> List[Job]:
     """
     jobs = [Job(model=m, soc=s, search=dict(cfg.search), max_blocks=cfg.max_blocks, figures=cfg.figures)
             for m in cfg.models for s in cfg.socs]
-    seen = {}
+    seen: Dict[str, str] = {}
     for job in jobs:
         if job.key in seen:
             raise input_error(cfg.source, "models/socs", f"{seen[job.key]} and {job.model} on {job.soc} "
@@ -148,6 +148,7 @@ def _progress(total: int):
 def write_outputs(folder: Path, cfg: SweepConfig, results: Sequence[JobResult],
                   info: markdown.RunInfo) -> None:
     """Write every file of a sweep into ``folder`` (the staging folder)."""
+    from parapipe.mapping import write_pareto
     from parapipe.report.summary import plot_energy_gains
 
     (folder / "figures").mkdir()
@@ -160,7 +161,7 @@ def write_outputs(folder: Path, cfg: SweepConfig, results: Sequence[JobResult],
     tables.write_csv(folder / "search_times.csv", tables.SEARCH_COLUMNS, search)
     tables.write_csv(folder / "break_even.csv", tables.BREAK_EVEN_COLUMNS, breakeven)
     for r in results:
-        (folder / "fronts" / f"{r.job.key}.pareto.json").write_text(json.dumps(r.doc, indent=1) + "\n")
+        write_pareto(r.doc, folder / "fronts" / f"{r.job.key}.pareto.json")
         for name, data in r.figures.items():
             (folder / "figures" / name).write_bytes(data)
         info.figures[r.job.key] = sorted(r.figures, key=lambda n: ("front" not in n, "gantt" not in n, n))
@@ -171,7 +172,7 @@ def write_outputs(folder: Path, cfg: SweepConfig, results: Sequence[JobResult],
                           title=f"{cfg.name}: energy-efficiency gain of throughput-optimal parapipe mappings "
                                 "(dashed: Para-Pipe paper)")
         info.summary_figure = SUMMARY_FIGURE
-    labels = {r.job.key: f"{r.doc['model']['name']} on {r.doc['soc']['name']}" for r in results}
+    labels = {r.job.key: f"{r.doc.model.name} on {r.doc.soc.name}" for r in results}
     (folder / "report.md").write_text(markdown.render(info, eff, search, breakeven, labels), encoding="utf-8")
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
     manifest = {"kind": MANIFEST_KIND,

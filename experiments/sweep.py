@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from parapipe.errors import input_error
+from parapipe.mapping import ParetoDoc, Point
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,8 @@ class JobResult:
     Attributes
     ----------
     job : Job
-    doc : dict
-        The pareto.json document (:class:`parapipe.mapping.ParetoDoc` as a dict).
+    doc : parapipe.mapping.ParetoDoc
+        The search result as its pareto.json document.
     prepare_s : float
         Wall time of import, coarsening and costing (the "profiling" part for bundled profiles), seconds.
     search_s : float
@@ -69,7 +70,7 @@ class JobResult:
     """
 
     job: Job
-    doc: Dict[str, Any]
+    doc: ParetoDoc
     prepare_s: float
     search_s: float
     n_blocks: int
@@ -78,25 +79,25 @@ class JobResult:
     figures: Dict[str, bytes] = field(default_factory=dict)
 
 
-def throughput_optimal(points: Sequence[Dict[str, Any]], strategy: str) -> Optional[Dict[str, Any]]:
+def throughput_optimal(points: Sequence[Point], strategy: str) -> Optional[Point]:
     """The point of ``strategy`` with the smallest period, ties broken by the smallest energy (then latency).
 
     Returns None when the document has no point of that strategy.
     """
-    pts = [p for p in points if p["strategy"] == strategy]
+    pts = [p for p in points if p.strategy == strategy]
     if not pts:
         return None
-    return min(pts, key=lambda p: (p["period_s"], p["energy_j"], p["latency_s"]))
+    return min(pts, key=lambda p: (p.period_s, p.energy_j, p.latency_s))
 
 
-def _render(doc: Dict[str, Any], point_id: str, key: str) -> Dict[str, bytes]:
+def _render(doc: ParetoDoc, point: Point, key: str) -> Dict[str, bytes]:
     from parapipe.report import plot_gantt, plot_pareto, plot_utilisation
 
     out: Dict[str, bytes] = {}
     with tempfile.TemporaryDirectory(prefix="parapipe-fig-") as tmp:
         for suffix, draw in (("front", lambda p: plot_pareto(doc, p)),
-                             ("gantt", lambda p: plot_gantt(doc, point_id, p)),
-                             ("utilisation", lambda p: plot_utilisation(doc, point_id, p))):
+                             ("gantt", lambda p: plot_gantt(doc, point, p)),
+                             ("utilisation", lambda p: plot_utilisation(doc, point, p))):
             path = Path(tmp) / f"{key}_{suffix}.png"
             draw(path)
             out[path.name] = path.read_bytes()
@@ -123,14 +124,14 @@ def run_job(job: Job) -> JobResult:
     blocks = {b.name: list(b.ops) for b in prep.block_graph.blocks}
     doc = doc_from_result(result, prep.loaded.name, prep.loaded.sha256, soc_ref(prep.soc), blocks=blocks,
                           search={"max_blocks": prep.max_blocks, "seed": result_seed(job),
-                                  "prepare_s": prepare_s, **prep.timings_s}).model_dump(mode="json")
-    best = throughput_optimal(doc["points"], "parapipe")
+                                  "prepare_s": prepare_s, **prep.timings_s})
+    best = throughput_optimal(doc.points, "parapipe")
     assert best is not None, "search returned no parapipe point"
-    figures = _render(doc, best["id"], job.key) if job.figures else {}
+    figures = _render(doc, best, job.key) if job.figures else {}
     log.info("%s on %s: %d blocks, search %.2f s", job.model, job.soc, prep.problem.n_blocks,
              result.stats["search_s"])
     return JobResult(job=job, doc=doc, prepare_s=prepare_s, search_s=float(result.stats["search_s"]),
-                     n_blocks=prep.problem.n_blocks, n_pus=prep.problem.n_pus, throughput_point=best["id"],
+                     n_blocks=prep.problem.n_blocks, n_pus=prep.problem.n_pus, throughput_point=best.id,
                      figures=figures)
 
 

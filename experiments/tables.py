@@ -21,6 +21,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
+from parapipe.mapping import Point
+
 from .sweep import JobResult, throughput_optimal
 
 #: The Para-Pipe paper's average energy-efficiency gains of throughput-optimal configurations (percent):
@@ -50,21 +52,21 @@ BREAK_EVEN_COLUMNS = ["model", "soc", "cost_s", "parapipe_period_s", "best_basel
                       "break_even_time_s"]
 
 
-def stages_text(point: Dict[str, Any]) -> str:
+def stages_text(point: Point) -> str:
     """``"big | gpu+npu | {dsp0,dsp1}"`` (:func:`parapipe.mapping.stages_text`)."""
     from parapipe.mapping import stages_text
 
-    return stages_text(point["mapping"]["stages"])
+    return stages_text(point.stages)
 
 
-def mapping_shape(point: Dict[str, Any]) -> str:
+def mapping_shape(point: Point) -> str:
     """What kind of mapping a point is: ``single`` (one stage, one PU), ``pipeline`` (several stages, one PU
     each), ``parallel`` (one stage, several PUs), ``replicated`` (one stage run whole by several replicas) or
     ``hybrid`` (several stages, one or more with several PUs or replicas)."""
-    stages = point["mapping"]["stages"]
-    if len(stages) == 1 and stages[0].get("replicas"):
+    stages = point.stages
+    if len(stages) == 1 and stages[0].replicas:
         return "replicated"
-    multi = any(len(st["pus"]) > 1 or st.get("replicas") for st in stages)
+    multi = any(len(st.pus) > 1 or st.replicas for st in stages)
     if len(stages) == 1:
         return "parallel" if multi else "single"
     return "hybrid" if multi else "pipeline"
@@ -74,19 +76,33 @@ def point_rows(results: Sequence[JobResult]) -> List[Dict[str, Any]]:
     """One row per point of every job (columns :data:`POINT_COLUMNS`)."""
     rows = []
     for r in results:
-        for p in r.doc["points"]:
-            rows.append({"model": r.doc["model"]["name"], "soc": r.doc["soc"]["name"], "strategy": p["strategy"],
-                         "pareto": bool(p["pareto"]), "throughput_per_s": p["throughput_per_s"],
-                         "period_s": p["period_s"], "latency_s": p["latency_s"], "energy_j": p["energy_j"],
-                         "search_s": r.search_s, "point_id": p["id"], "stages": stages_text(p)})
+        for p in r.doc.points:
+            rows.append({"model": r.doc.model.name, "soc": r.doc.soc.name, "strategy": p.strategy,
+                         "pareto": p.pareto, "throughput_per_s": p.throughput_per_s,
+                         "period_s": p.period_s, "latency_s": p.latency_s, "energy_j": p.energy_j,
+                         "search_s": r.search_s, "point_id": p.id, "stages": stages_text(p)})
     return rows
 
 
-def equal_throughput_point(points: Sequence[Dict[str, Any]], base: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+def equal_throughput_point(points: Sequence[Point], base: Point) -> Optional[Point]:
     """The parapipe point of least energy among those with a period no longer than ``base``'s (ties: shorter
     period, then latency); None if there is none."""
-    cands = [p for p in points if p["strategy"] == "parapipe" and p["period_s"] <= base["period_s"] * (1 + 1e-12)]
-    return min(cands, key=lambda p: (p["energy_j"], p["period_s"], p["latency_s"])) if cands else None
+    cands = [p for p in points if p.strategy == "parapipe" and p.period_s <= base.period_s * (1 + 1e-12)]
+    return min(cands, key=lambda p: (p.energy_j, p.period_s, p.latency_s)) if cands else None
+
+
+def front_optimal(result: JobResult) -> Point:
+    """The throughput-optimal parapipe point of a job (:func:`experiments.sweep.throughput_optimal`).
+
+    Raises
+    ------
+    ValueError
+        The job's document has no parapipe point (a search always returns one).
+    """
+    pp = throughput_optimal(result.doc.points, "parapipe")
+    if pp is None:
+        raise ValueError(f"{result.job.key}: the document has no parapipe point")
+    return pp
 
 
 def _gain(eff: float, base: Optional[float]) -> Optional[float]:
@@ -99,21 +115,21 @@ def efficiency_rows(results: Sequence[JobResult]) -> List[Dict[str, Any]]:
     :data:`EFFICIENCY_COLUMNS`; no average row, see :func:`average_row`)."""
     rows = []
     for r in results:
-        pts = r.doc["points"]
-        pp = throughput_optimal(pts, "parapipe")
-        row: Dict[str, Any] = {"model": r.doc["model"]["name"], "soc": r.doc["soc"]["name"],
-                               "parapipe_inf_per_j": 1.0 / pp["energy_j"],
-                               "parapipe_period_s": pp["period_s"],
+        pts = r.doc.points
+        pp = front_optimal(r)
+        row: Dict[str, Any] = {"model": r.doc.model.name, "soc": r.doc.soc.name,
+                               "parapipe_inf_per_j": 1.0 / pp.energy_j,
+                               "parapipe_period_s": pp.period_s,
                                "parapipe_shape": mapping_shape(pp)}
         for b in BASELINES:
             bp = throughput_optimal(pts, b)
-            eff = None if bp is None else 1.0 / bp["energy_j"]
+            eff = None if bp is None else 1.0 / bp.energy_j
             row[f"{b}_inf_per_j"] = eff
-            row[f"{b}_period_s"] = None if bp is None else bp["period_s"]
+            row[f"{b}_period_s"] = None if bp is None else bp.period_s
             row[f"gain_vs_{b}_pct"] = _gain(row["parapipe_inf_per_j"], eff)
             eq = None if bp is None else equal_throughput_point(pts, bp)
-            row[f"eqthr_inf_per_j_vs_{b}"] = None if eq is None else 1.0 / eq["energy_j"]
-            row[f"eqthr_gain_vs_{b}_pct"] = None if eq is None else _gain(1.0 / eq["energy_j"], eff)
+            row[f"eqthr_inf_per_j_vs_{b}"] = None if eq is None else 1.0 / eq.energy_j
+            row[f"eqthr_gain_vs_{b}_pct"] = None if eq is None else _gain(1.0 / eq.energy_j, eff)
         rows.append(row)
     return rows
 
@@ -130,10 +146,10 @@ def average_row(rows: Sequence[Dict[str, Any]], label: str = "average", soc: str
 
 def search_rows(results: Sequence[JobResult]) -> List[Dict[str, Any]]:
     """Per job: problem size, preparation and search wall times, front size (:data:`SEARCH_COLUMNS`)."""
-    return [{"model": r.doc["model"]["name"], "soc": r.doc["soc"]["name"], "blocks": r.n_blocks, "pus": r.n_pus,
+    return [{"model": r.doc.model.name, "soc": r.doc.soc.name, "blocks": r.n_blocks, "pus": r.n_pus,
              "prepare_s": r.prepare_s, "search_s": r.search_s,
-             "front_points": sum(1 for p in r.doc["points"] if p["strategy"] == "parapipe"),
-             "exact": bool(r.doc["search"].get("exact", 0.0))} for r in results]
+             "front_points": sum(1 for p in r.doc.points if p.strategy == "parapipe"),
+             "exact": bool(r.doc.search.get("exact", 0.0))} for r in results]
 
 
 def break_even_rows(results: Sequence[JobResult]) -> List[Dict[str, Any]]:
@@ -141,18 +157,18 @@ def break_even_rows(results: Sequence[JobResult]) -> List[Dict[str, Any]]:
     (columns :data:`BREAK_EVEN_COLUMNS`; None where parapipe is not faster than every baseline)."""
     rows = []
     for r in results:
-        pts = r.doc["points"]
-        pp = throughput_optimal(pts, "parapipe")
+        pts = r.doc.points
+        pp = front_optimal(r)
         bases = [p for p in (throughput_optimal(pts, b) for b in BASELINES) if p is not None]
-        best = min(bases, key=lambda p: (p["period_s"], p["energy_j"]))
+        best = min(bases, key=lambda p: (p.period_s, p.energy_j))
         cost_s = r.prepare_s + r.search_s
-        saved = best["period_s"] - pp["period_s"]
+        saved = best.period_s - pp.period_s
         n = math.ceil(cost_s / saved) if saved > 0 else None
-        rows.append({"model": r.doc["model"]["name"], "soc": r.doc["soc"]["name"], "cost_s": cost_s,
-                     "parapipe_period_s": pp["period_s"], "best_baseline": best["id"],
-                     "best_baseline_period_s": best["period_s"], "saved_s_per_inference": saved,
+        rows.append({"model": r.doc.model.name, "soc": r.doc.soc.name, "cost_s": cost_s,
+                     "parapipe_period_s": pp.period_s, "best_baseline": best.id,
+                     "best_baseline_period_s": best.period_s, "saved_s_per_inference": saved,
                      "break_even_inferences": n,
-                     "break_even_time_s": None if n is None else n * pp["period_s"]})
+                     "break_even_time_s": None if n is None else n * pp.period_s})
     return rows
 
 

@@ -1,9 +1,11 @@
-"""'parapipe run --mapping' in process: the model is loaded, imported and coarsened once per command."""
+"""'parapipe run --mapping' in process: the model is loaded, imported and coarsened once per command, the plan
+is validated once, and no deploy bundle (plan.json, sub-model files) is written or read back."""
 from __future__ import annotations
 
 import collections
 import importlib
 import os
+import tempfile
 
 import pytest
 
@@ -29,3 +31,45 @@ def test_run_loads_and_coarsens_the_model_once(tmp_path, monkeypatch, capsys):
     assert main(["run", "squeezenet", "--mapping", str(path), "--point", "p0", "--frames", "3"]) == 0
     assert calls == {"load_model": 1, "import_onnx": 1, "coarsen": 1}
     assert "point p0: 2 stage(s) (cpu0 | cpu1), 3 frames" in capsys.readouterr().out
+
+
+def test_run_validates_the_plan_once_and_writes_no_bundle(tmp_path, monkeypatch, capsys):
+    import ppexec.bundle_run
+    import ppexec.executor
+    import ppexec.plan
+
+    path = write_doc(two_stage_doc("squeezenet"), tmp_path / "pareto.json")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where a bundle folder would go
+    folders = []
+    mkdtemp = tempfile.mkdtemp
+
+    def recorded_mkdtemp(*args, **kwargs):
+        folders.append(mkdtemp(*args, **kwargs))
+        return folders[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", recorded_mkdtemp)
+    calls = collections.Counter()
+    original = ppexec.plan.validate_plan
+
+    def validate(plan):
+        calls["validate_plan"] += 1
+        return original(plan)
+
+    for holder in (ppexec.plan, ppexec.executor):  # plan_from_doc's and the executor's
+        monkeypatch.setattr(holder, "validate_plan", validate)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a local run read a plan.json back")
+
+    for holder in (ppexec.plan, ppexec.bundle_run):
+        monkeypatch.setattr(holder, "plan_from_doc", refuse)
+    trace = tmp_path / "trace.json"
+    argv = ["run", "squeezenet", "--mapping", str(path), "--point", "p0", "--frames", "3", "--trace", str(trace)]
+    assert main(argv) == 0
+    assert calls == {"validate_plan": 1}
+    assert folders == [] and list(scratch.iterdir()) == []  # no bundle folder, plan.json or sub-model file
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["pareto.json", "trace.json"]
+    out = capsys.readouterr().out
+    assert "point p0: 2 stage(s) (cpu0 | cpu1), 3 frames" in out and "outputs_match: true" in out

@@ -17,6 +17,7 @@ from experiments import reproduce, tables
 from experiments.config import FULL_CONFIG, QUICK_CONFIG, load_config
 from experiments.sweep import Job, JobResult, throughput_optimal
 from parapipe.errors import InputError
+from parapipe.mapping import ParetoDoc, Point
 
 SOC = "amlogic_a311d"
 
@@ -73,24 +74,27 @@ def test_bad_configs_name_file_and_field(tmp_path, doc, field):
 
 # -- table definitions --------------------------------------------------------------------------------------
 def _pt(pid, strategy, period, energy, latency=1.0, stages=(("big",),)):
-    return {"id": pid, "strategy": strategy, "pareto": True, "period_s": period, "energy_j": energy,
-            "latency_s": latency, "throughput_per_s": 1 / period,
-            "mapping": {"stages": [{"pus": list(s)} for s in stages]}}
+    """A typed point; stage ``i`` runs block ``b<i>`` (on its first PU)."""
+    return Point(id=pid, strategy=strategy, pareto=True, period_s=period, energy_j=energy, latency_s=latency,
+                 throughput_per_s=1 / period,
+                 mapping={"stages": [{"pus": list(s), "blocks": [f"b{i}"], "time_s": period,
+                                      "assignment": {f"b{i}": s[0]}} for i, s in enumerate(stages)]})
 
 
 def test_throughput_optimal_breaks_ties_by_energy():
     pts = [_pt("a", "parapipe", 2.0, 1.0), _pt("b", "parapipe", 1.0, 3.0), _pt("c", "parapipe", 1.0, 2.0),
            _pt("d", "pipeline", 0.5, 9.0)]
-    assert throughput_optimal(pts, "parapipe")["id"] == "c"
+    assert throughput_optimal(pts, "parapipe").id == "c"
     assert throughput_optimal(pts, "single") is None
 
 
 def test_efficiency_gains_break_even_and_average():
-    doc = {"model": {"name": "m"}, "soc": {"name": "s"}, "search": {}, "points": [
+    doc = ParetoDoc(model={"name": "m", "sha256": "0" * 64}, soc={"name": "s"}, blocks={},
+                    bounds={"period_lb_s": 0.0, "latency_lb_s": 0.0}, points=[
         _pt("p0", "parapipe", 1.0, 0.5, stages=(("big", "gpu"), ("npu",))),
         _pt("pipeline-0", "pipeline", 2.0, 1.0, stages=(("big",), ("npu",))),
         _pt("parallel-0", "parallel", 4.0, 0.4, stages=(("big", "gpu"),)),
-        _pt("single-big", "single", 8.0, 2.0)]}
+        _pt("single-big", "single", 8.0, 2.0)])
     r = JobResult(job=Job("m", "s"), doc=doc, prepare_s=1.0, search_s=2.0, n_blocks=3, n_pus=3,
                   throughput_point="p0")
     [row] = tables.efficiency_rows([r])
@@ -108,14 +112,14 @@ def test_efficiency_gains_break_even_and_average():
     # best baseline period 2 s, parapipe 1 s: 1 s saved per inference repays 3 s after 3 inferences
     assert be["best_baseline"] == "pipeline-0" and be["break_even_inferences"] == 3
     assert be["break_even_time_s"] == pytest.approx(3.0)
-    doc["points"][1]["period_s"] = 1.0
+    doc.points[1] = doc.points[1].model_copy(update={"period_s": 1.0})
     assert tables.break_even_rows([r])[0]["break_even_inferences"] is None
 
 
 def test_equal_throughput_picks_the_most_efficient_fast_enough_point():
     pts = [_pt("p0", "parapipe", 1.0, 4.0), _pt("p1", "parapipe", 2.0, 1.0), _pt("p2", "parapipe", 3.0, 0.5),
            _pt("pipeline-0", "pipeline", 2.0, 2.0), _pt("parallel-0", "parallel", 0.5, 1.0)]
-    assert tables.equal_throughput_point(pts, pts[3])["id"] == "p1"  # p2 is too slow, p0 costs more
+    assert tables.equal_throughput_point(pts, pts[3]).id == "p1"  # p2 is too slow, p0 costs more
     assert tables.equal_throughput_point(pts, pts[4]) is None  # no parapipe point is that fast
 
 
@@ -230,8 +234,13 @@ def test_shapes_and_stage_text_tell_replicated_stages_apart():
                                                               {"pus": ["dsp1"], "share": 0.5}]}
     par = {"pus": ["big", "gpu"], "blocks": ["c"]}
     one = {"pus": ["dla"], "blocks": ["c"]}
-    assert tables.mapping_shape({"mapping": {"stages": [rep]}}) == "replicated"
-    assert tables.mapping_shape({"mapping": {"stages": [one, rep]}}) == "hybrid"
-    assert tables.mapping_shape({"mapping": {"stages": [one, one]}}) == "pipeline"
-    assert tables.mapping_shape({"mapping": {"stages": [par]}}) == "parallel"
+
+    def point(*stages):
+        return Point(id="p", strategy="parapipe", period_s=1.0, latency_s=1.0, energy_j=1.0, throughput_per_s=1.0,
+                     mapping={"stages": [dict(st, time_s=1.0) for st in stages]})
+
+    assert tables.mapping_shape(point(rep)) == "replicated"
+    assert tables.mapping_shape(point(one, rep)) == "hybrid"
+    assert tables.mapping_shape(point(one, one)) == "pipeline"
+    assert tables.mapping_shape(point(par)) == "parallel"
     assert stages_text([one, par, rep]) == "dla | big+gpu | {dsp0,dsp1}"

@@ -1,6 +1,7 @@
 """Tests of parapipe.report: every plot writes a real PNG of the expected size from a realistic pareto.json
-document; schedule layout (stage offsets, bars) and the 2-D staircase are checked against hand-worked values
-and brute force; bad input raises one-line InputErrors naming the field."""
+document (read by the one reader, :func:`parapipe.mapping.parse_pareto`); schedule layout (stage offsets, bars)
+and the 2-D staircase are checked against hand-worked values and brute force; bad input raises one-line
+InputErrors naming the field."""
 from __future__ import annotations
 
 import doctest
@@ -14,6 +15,7 @@ import pytest
 from matplotlib.image import imread
 
 from parapipe.errors import InputError
+from parapipe.mapping import parse_pareto, select_point
 from parapipe.report import (gantt_bars, gantt_from_trace, plot_gantt, plot_pareto, plot_utilisation,
                              staircase, stage_offsets_s, utilisation)
 from parapipe.report import gantt as gantt_mod
@@ -139,15 +141,24 @@ def _doc():
     for i, p in enumerate(pts):
         p["pareto"] = not any(np.all(objs[j] <= objs[i]) and np.any(objs[j] < objs[i])
                               for j in range(len(pts)))
-    return {"schema_version": 1, "model": {"name": "inception_v1", "sha256": "0" * 64},
-            "soc": "amlogic_a311d",
+    # no block list: the points cut the Inception modules into branch blocks at different granularities
+    return {"schema_version": 2, "model": {"name": "inception_v1", "sha256": "0" * 64},
+            "soc": {"name": "amlogic_a311d"}, "blocks": {},
             "objectives": ["throughput", "latency", "energy"],
             "bounds": {"period_lb_s": 0.030, "latency_lb_s": 0.075}, "points": pts}
 
 
+def _parse(data, source="pareto.json"):
+    return parse_pareto(data, source)
+
+
 @pytest.fixture()
 def doc():
-    return _doc()
+    return _parse(_doc())
+
+
+def _pt(doc, pid):
+    return select_point(doc, pid)
 
 
 def _png_size(path):
@@ -172,14 +183,14 @@ def test_plot_pareto_replaces_existing_file(doc, tmp_path):
 
 def test_plot_gantt_writes_png(doc, tmp_path):
     out = tmp_path / "gantt.png"
-    plot_gantt(doc, "p0", out, n_frames=3)
+    plot_gantt(doc, _pt(doc, "p0"), out, n_frames=3)
     w, h = _png_size(out)
     assert w == 1600 and h >= 360
 
 
 def test_plot_utilisation_writes_png(doc, tmp_path):
     out = tmp_path / "util.png"
-    plot_utilisation(doc, "p1", out)
+    plot_utilisation(doc, _pt(doc, "p1"), out)
     assert _png_size(out) == (1000, 600)
 
 
@@ -200,16 +211,11 @@ def test_gantt_from_trace_writes_png(tmp_path):
     assert _png_size(out)[0] == 1600
 
 
-@pytest.mark.parametrize("call", [
-    lambda d, p: plot_gantt(d, "p9", p),
-    lambda d, p: plot_utilisation(d, "p9", p),
-    lambda d, p: gantt_bars(d, "p9"),
-])
-def test_unknown_point_id_raises_input_error(doc, tmp_path, call):
-    with pytest.raises(InputError, match=r"no point with id 'p9'.*p0, p1, p2") as exc:
-        call(doc, tmp_path / "x.png")
+def test_unknown_point_id_raises_input_error(doc):
+    # the plots take a point of the document: the one selector names a missing id and lists those there are
+    with pytest.raises(InputError, match=r"no point 'p9'.*p0, p1, p2") as exc:
+        select_point(doc, "p9", path="run/pareto.json")
     assert "\n" not in str(exc.value)
-    assert not os.listdir(tmp_path)
 
 
 def test_stage_offsets_without_shared_pus_are_cumulative_times():
@@ -245,17 +251,17 @@ def _overlaps(bars):
 
 @pytest.mark.parametrize("pid", ["p0", "p1", "p2", "pipeline-0", "parallel-0", "single-gpu"])
 def test_gantt_bars_never_overlap_on_a_pu(doc, pid):
-    bars = gantt_bars(doc, pid, n_frames=5)
+    bars = gantt_bars(_pt(doc, pid), n_frames=5)
     assert _overlaps(bars) == []
 
 
 def test_gantt_bars_layout(doc):
-    point = next(p for p in doc["points"] if p["id"] == "p0")
-    stages = point["mapping"]["stages"]
-    period = point["period_s"]
-    bars = gantt_bars(doc, "p0", n_frames=3)
-    n_inputs = sum(len(st["pus"]) for st in stages if st["input_s"] > 0)
-    n_blocks = sum(len(st["blocks"]) for st in stages)
+    point = _pt(doc, "p0")
+    stages = point.stages
+    period = point.period_s
+    bars = gantt_bars(point, n_frames=3)
+    n_inputs = sum(len(st.pus) for st in stages if st.input_s > 0)
+    n_blocks = sum(len(st.blocks) for st in stages)
     assert len(bars) == 3 * (n_inputs + n_blocks)
     # Frame f is frame 0 shifted by f periods.
     f0 = sorted((b.pu, b.label, b.start_s) for b in bars if b.frame == 0)
@@ -265,21 +271,22 @@ def test_gantt_bars_layout(doc):
     # Stage 1 (big) starts when stage 0 ends; its first block after its input transfer.
     first = min((b for b in bars if b.frame == 0 and b.stage == 1 and b.kind == "block"),
                 key=lambda b: b.start_s)
-    assert first.start_s == pytest.approx(stages[0]["time_s"] + stages[1]["input_s"])
+    assert first.start_s == pytest.approx(stages[0].time_s + stages[1].input_s)
     # Stage 2 shares the GPU with stage 0 and the GPU is the bottleneck: it is delayed past the plain sum.
     s2 = min(b.start_s for b in bars if b.frame == 0 and b.stage == 2)
-    assert s2 > stages[0]["time_s"] + stages[1]["time_s"] + 1e-9
+    assert s2 > stages[0].time_s + stages[1].time_s + 1e-9
 
 
-def test_gantt_bars_of_a_replicated_stage_deal_frames_to_its_replicas(doc):
+def test_gantt_bars_of_a_replicated_stage_deal_frames_to_its_replicas():
     # stage 0 on the GPU, then stage 1 replicated: big takes 2/3 of the frames (6 ms each), little 1/3 (12 ms)
-    point = next(p for p in doc["points"] if p["id"] == "pipeline-0")
+    data = _doc()
+    point = next(p for p in data["points"] if p["id"] == "pipeline-0")
     st0, st1 = point["mapping"]["stages"][:2]
     st1 = dict(st1, replicas=[{"pus": ["big"], "share": 2 / 3, "time_s": 0.006},
                               {"pus": ["little"], "share": 1 / 3, "time_s": 0.012}])
     point["mapping"]["stages"] = [st0, st1]
     point["period_s"] = max(st0["time_s"], 0.004)
-    bars = gantt_bars(doc, "pipeline-0", n_frames=6)
+    bars = gantt_bars(_pt(_parse(data), "pipeline-0"), n_frames=6)
     rep = [b for b in bars if b.stage == 1]
     assert [(b.frame, b.pu) for b in rep] == [(0, "big"), (1, "little"), (2, "big"), (3, "big"), (4, "little"),
                                               (5, "big")]
@@ -290,36 +297,39 @@ def test_gantt_bars_of_a_replicated_stage_deal_frames_to_its_replicas(doc):
     assert {b.label for b in rep} == {"replica 0", "replica 1"}
 
 
-def test_gantt_bars_reject_bad_fields(doc):
-    del doc["points"][0]["mapping"]["stages"][1]["block_start_s"]["inc4a"]
-    field = r"points\[0\]\.mapping\.stages\[1\]\.block_start_s\.inc4a"
+def test_gantt_bars_reject_missing_or_reversed_block_times():
+    data = _doc()
+    del data["points"][0]["mapping"]["stages"][1]["block_start_s"]["inc4a"]
+    field = r"points\[p0\]\.mapping\.stages\[1\]\.block_start_s\.inc4a"
     with pytest.raises(InputError, match=rf"^pareto.json: {field}: missing"):
-        gantt_bars(doc, "p0")
-    d2 = _doc()
-    d2["points"][1]["mapping"]["stages"][1]["assignment"]["pool3"] = "npu"
-    with pytest.raises(InputError, match=r"assignment\.pool3: PU 'npu' is not one of the stage's PUs"):
-        gantt_bars(d2, "p1", source="run/pareto.json")
+        gantt_bars(_pt(_parse(data), "p0"))
+    data = _doc()
+    data["points"][1]["mapping"]["stages"][0]["block_finish_s"]["conv1"] = -1.0
+    with pytest.raises(InputError, match=r"^run/pareto.json: .*block_finish_s\.conv1: finishes .* before it starts"):
+        gantt_bars(_pt(_parse(data), "p1"), source="run/pareto.json")
     with pytest.raises(InputError, match="n_frames"):
-        gantt_bars(_doc(), "p0", n_frames=0)
+        gantt_bars(_pt(_parse(_doc()), "p0"), n_frames=0)
 
 
-def test_plot_pareto_rejects_bad_documents(tmp_path):
-    d = _doc()
-    d["points"][2]["strategy"] = "greedy"
-    with pytest.raises(InputError, match=r"points\[2\]\.strategy: unknown strategy 'greedy'"):
-        plot_pareto(d, tmp_path / "x.png")
-    d = _doc()
-    del d["points"][3]["period_s"]
-    with pytest.raises(InputError, match=r"^out/pareto.json: points\[3\]\.period_s: missing"):
-        plot_pareto(d, tmp_path / "x.png", source="out/pareto.json")
-    d = _doc()
-    d["points"][0]["latency_s"] = float("nan")
-    with pytest.raises(InputError, match=r"points\[0\]\.latency_s: must be a finite number > 0"):
-        plot_pareto(d, tmp_path / "x.png")
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["points"][1]["mapping"]["stages"][1]["assignment"].__setitem__("pool3", "npu"),
+     r"points\[p1\]\.mapping\.stages\[1\]\.assignment\.pool3: PU 'npu' is not one of the stage's PUs"),
+    (lambda d: d["points"][2].__setitem__("strategy", "greedy"), r"points\.2\.strategy: must be one of"),
+    (lambda d: d["points"][3].pop("period_s"), r"points\.3\.period_s: missing"),
+    (lambda d: d["points"][0].__setitem__("latency_s", float("nan")), r"points\.0\.latency_s: must be a finite number"),
+    (lambda d: d.__setitem__("schema_version", 1), r"schema_version: expected 2, got 1"),
+])
+def test_documents_the_plots_cannot_draw_are_refused_by_the_one_reader(edit, message):
+    data = _doc()
+    edit(data)
+    with pytest.raises(InputError, match=rf"^out/pareto.json: {message}") as exc:
+        _parse(data, "out/pareto.json")
+    assert "\n" not in str(exc.value)
+
+
+def test_plot_pareto_rejects_a_document_without_points(tmp_path):
     with pytest.raises(InputError, match="no points"):
-        plot_pareto(dict(_doc(), points=[]), tmp_path / "x.png")
-    with pytest.raises(InputError, match="points: missing or not a list"):
-        plot_pareto({"schema_version": 1}, tmp_path / "x.png")
+        plot_pareto(_parse(dict(_doc(), points=[])), tmp_path / "x.png")
     assert not os.listdir(tmp_path)
 
 
@@ -334,16 +344,16 @@ def test_gantt_from_trace_rejects_bad_events(tmp_path):
 
 
 def test_utilisation_values(doc):
-    rows = utilisation(doc, "p0")
-    point = doc["points"][0]
+    point = _pt(doc, "p0")
+    rows = utilisation(point)
     assert [r[0] for r in rows] == ["gpu", "big", "little"]
     busy = {pu: b for pu, b, _ in rows}
     assert max(busy.values()) == pytest.approx(1.0)  # the bottleneck PU is busy the whole period
     for pu, b, c in rows:
-        assert b == pytest.approx(point["pu_busy_s"][pu] / point["period_s"])
+        assert b == pytest.approx(point.pu_busy_s[pu] / point.period_s)
         assert 0 < c <= b + 1e-12
     little = next(c for pu, _, c in rows if pu == "little")
-    assert little == pytest.approx(_t("inc4e", "little", 0.45) / point["period_s"])
+    assert little == pytest.approx(_t("inc4e", "little", 0.45) / point.period_s)
 
 
 def test_staircase_matches_brute_force():

@@ -1,5 +1,10 @@
 """Run a deploy bundle on the board: verify its files, run its plan, check outputs, write report and trace.
 
+Two parts: :func:`read_bundle` turns a bundle folder into a :class:`RunSpec` (the plan, the reference, the
+frames and what the report records), and :func:`run_verified` runs a :class:`RunSpec` and checks it: the one
+run-and-verify, used by :func:`run_bundle` on a board and by ``parapipe run`` in process (which builds its
+:class:`RunSpec` in memory and writes no bundle).
+
 A bundle is one folder written by ``parapipe deploy`` (:mod:`parapipe.deploy.bundle`)::
 
     manifest.json        {"schema_version", "bundle_id", "model", "point", "files": {path: {"sha256",
@@ -24,10 +29,15 @@ false. Besides the model's outputs, every tensor a task hands on ("check_tensors
 largest magnitude: the light zoo models of the onnx wheel have constant weights, so their final outputs are
 the same for every input and would check nothing on their own. Standard library, numpy and onnxruntime
 only (Python >= 3.8).
+
+One module (over 450 lines) because it is one concern, a verified run and the folder it runs from: the
+bundle's layout, lock and reader feed :func:`run_verified` and nothing else, and :func:`clean_stale` shares
+the lock.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import hashlib
 import json
@@ -36,7 +46,8 @@ import os
 import platform
 import shutil
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -45,7 +56,7 @@ from .executor import DISPATCH_POLICIES, PipelineExecutor
 from .files import write_json_atomic
 from .frames import draw_frames, inputs_from_doc
 from .metrics import chrome_trace
-from .plan import PUBinding, plan_from_doc
+from .plan import ExecutionPlan, PUBinding, plan_from_doc, plan_to_doc
 from .power import PowerMeter
 from .reference import max_abs_diff, max_scaled_diff, with_outputs, within_tolerance
 from .report import RunReport
@@ -69,6 +80,10 @@ LOCK_POLL_S = 0.1
 #: mobilenet_v2 (seeded weights) stages differ by up to 1.2e-5 of the tensor's largest value; a wrong split
 #: differs by O(1).
 CROSS_RUNTIME_RTOL = 1e-4
+#: Distinct frames a run draws (seeded) and feeds cyclically unless told otherwise: the unsplit reference runs
+#: once on each, and :class:`FrameCheck` checks a repeated frame's output in one memory pass, so 8 keeps the
+#: reference's cost small while still feeding different inputs back to back (a parapipe choice, not measured).
+DISTINCT_FRAMES = 8
 #: Bytes hashed per read when verifying files.
 _HASH_CHUNK_NBYTES = 1 << 20
 
@@ -219,11 +234,212 @@ def _idle_latency_s(ex: PipelineExecutor, pool: List[Dict[str, np.ndarray]], cou
     return times[len(times) // 2] if times else 0.0
 
 
-def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, distinct_frames: int = 8,
-               atol: float = 1e-5, rtol: float = 1e-5, progress_interval_s: float = 0.5,
-               emit: Optional[Callable[[Dict[str, Any]], None]] = None, verify: bool = True,
-               lock_wait_s: float = 30.0, idle_frames: int = 10, dispatch: str = "pull") -> RunReport:
+def _check_options(frames: int, warmup: int, idle_frames: int, dispatch: str, distinct_frames: int = 1) -> None:
+    """Refuse a count below its floor or an unknown dispatch policy (PlanError naming the option)."""
+    counts = (("frames", frames, 1), ("warmup", warmup, 0), ("distinct_frames", distinct_frames, 1),
+              ("idle_frames", idle_frames, 0))
+    for name, value, low in counts:
+        if int(value) < low:
+            raise plan_error("run_pipeline", name, "must be >= %d, got %r" % (low, value),
+                             "pass a valid count")
+    if dispatch not in DISPATCH_POLICIES:
+        raise plan_error("run_pipeline", "dispatch", "unknown policy %r" % (dispatch,),
+                         "use one of %s" % ", ".join(DISPATCH_POLICIES))
+
+
+class _Progress:
+    """Emits ``progress`` events (see :func:`run_bundle`), at most one per ``interval_s`` unless forced."""
+
+    def __init__(self, emit: Optional[Callable[[Dict[str, Any]], None]], frames: int, interval_s: float,
+                 started_s: Optional[float] = None):
+        self.emit, self.frames, self.interval_s = emit, frames, interval_s
+        self.started_s = time.perf_counter() if started_s is None else started_s
+        self.last_s = float("-inf")
+
+    def __call__(self, phase: str, done: int, force: bool = False, rate: float = 0.0) -> None:
+        now = time.perf_counter()
+        if self.emit is not None and (force or now - self.last_s >= self.interval_s):
+            self.last_s = now
+            self.emit({"event": "progress", "phase": phase, "frames_done": done, "frames": self.frames,
+                       "elapsed_s": now - self.started_s, "throughput_per_s": rate})
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What a verified run needs, in memory: the plan, the unsplit reference, the frames, and what the report
+    records about them. A bundle folder holds the same on disk (:func:`read_bundle`); ``parapipe run`` builds it
+    in memory (``parapipe.app.run``).
+
+    Attributes
+    ----------
+    plan : ExecutionPlan
+        The plan to run; the executor validates it (:func:`.plan.validate_plan`) when the run starts.
+    reference_model : onnx.ModelProto, bytes or str
+        The unsplit model with ``check_tensors`` as extra outputs (a ModelProto, its bytes or its file's path).
+    check_tensors : tuple of str
+        Tensors handed between tasks, compared besides the model outputs.
+    frames : tuple of dict of str to numpy.ndarray
+        The distinct input frames (every model input each), fed cyclically; the reference runs once on each.
+    model : dict
+        ``{"name", "sha256"}`` of the model.
+    point : str
+        Point id of the mapping.
+    predicted : dict
+        The cost model's ``throughput_per_s``, ``latency_s`` (s), ``period_s`` (s), ``energy_j`` (J).
+    substituted : dict of str to list of int
+        PU -> the CPUs it runs on instead of its profile binding (``--bind``).
+    power_sensor : dict, optional
+        The board's power sensor (:class:`.power.PowerMeter`): the run measures energy per inference.
+    bundle_id : str, optional
+        The bundle's id (None for a run built in memory).
+    """
+
+    plan: ExecutionPlan
+    reference_model: Any
+    check_tensors: Tuple[str, ...]
+    frames: Tuple[Dict[str, np.ndarray], ...]
+    model: Dict[str, Any]
+    point: str
+    predicted: Dict[str, Any] = field(default_factory=dict)
+    substituted: Dict[str, List[int]] = field(default_factory=dict)
+    power_sensor: Optional[Dict[str, Any]] = None
+    bundle_id: Optional[str] = None
+
+
+def read_bundle(folder: str, seed: int = 0, distinct_frames: int = DISTINCT_FRAMES, verify: bool = True) -> RunSpec:
+    """The :class:`RunSpec` of the bundle in ``folder`` (the caller holds :func:`bundle_lock`).
+
+    Parameters
+    ----------
+    folder : str
+        The bundle folder.
+    seed, distinct_frames : int
+        The frames drawn when the bundle carries none (:func:`.frames.draw_frames`).
+    verify : bool
+        Check every file's SHA-256 against the manifest first (:func:`verify_files`).
+
+    Raises
+    ------
+    PlanError
+        A missing or different file, an unreadable manifest or plan.json, a plan that does not validate
+        (:func:`.plan.plan_from_doc`).
+    """
+    manifest = _read_json(os.path.join(folder, MANIFEST))
+    if verify:
+        verify_files(folder, manifest)
+    doc = _read_json(os.path.join(folder, PLAN))
+    plan = plan_from_doc(doc, folder, PLAN)
+    if doc.get("feeds"):  # the user's frames (--feeds), fed cyclically
+        pool = load_bundle_feeds(os.path.join(folder, doc["feeds"]))
+    else:
+        pool = draw_frames(inputs_from_doc(doc.get("inputs", {})), distinct_frames, seed)
+    return RunSpec(plan=plan, reference_model=os.path.join(folder, doc.get("reference_model", "reference.onnx")),
+                   check_tensors=tuple(str(t) for t in doc.get("check_tensors", [])), frames=tuple(pool),
+                   model=doc.get("model") or {}, point=str(doc.get("point")),
+                   predicted=dict(doc.get("predicted") or {}),
+                   substituted={str(k): [int(c) for c in v] for k, v in (doc.get("substituted") or {}).items()},
+                   power_sensor=doc.get("power_sensor") or None, bundle_id=manifest.get("bundle_id"))
+
+
+def _bindings_doc(plan: ExecutionPlan) -> Dict[str, Any]:
+    """How each PU of ``plan`` runs, as ``plan.json`` writes it (:func:`.plan.plan_to_doc`'s ``bindings``)."""
+    return plan_to_doc(dataclasses.replace(plan, stages=[], replica_shares={}), {})["bindings"]
+
+
+def run_verified(spec: RunSpec, frames: int = 200, warmup: int = 5, atol: float = 1e-5, rtol: float = 1e-5,
+                 progress_interval_s: float = 0.5, emit: Optional[Callable[[Dict[str, Any]], None]] = None,
+                 idle_frames: int = 10, dispatch: str = "pull",
+                 started_s: Optional[float] = None) -> Tuple[RunReport, Dict[str, Any]]:
+    """Run ``warmup`` + ``frames`` frames through ``spec.plan``, every output checked against the reference.
+
+    The one run-and-verify of a bundle on a board (:func:`run_bundle`) and of ``parapipe run`` in process.
+    Parameters as :func:`run_bundle`'s; ``started_s`` is the ``time.perf_counter()`` the events' ``elapsed_s``
+    count from (default: this call).
+
+    Returns
+    -------
+    (RunReport, dict)
+        The report (``bundle_id`` from ``spec``; ``report_file``, ``trace_file`` the bundle's paths) and the
+        Chrome trace of the loaded run (:func:`.metrics.chrome_trace`).
+
+    Raises
+    ------
+    PlanError
+        A bad option or plan (:func:`.plan.validate_plan`, run once, by the executor).
+    ReferenceRunError
+        The unsplit model fails on the frames.
+    PipelineError
+        A failed stage (naming stage, PU and task).
+    """
+    _check_options(frames, warmup, idle_frames, dispatch)
+    progress = _Progress(emit, frames, progress_interval_s, started_s)
+    outputs, checked = list(spec.plan.model_outputs), list(spec.check_tensors)
+    plan = with_outputs(spec.plan, checked)
+    if any(b.runtime != "onnxruntime" or b.provider != "CPUExecutionProvider" for b in plan.bindings.values()):
+        rtol = max(float(rtol), CROSS_RUNTIME_RTOL)
+    pool = list(spec.frames)
+    progress("reference", 0, force=True)
+    ref_session = create_session(spec.reference_model, PUBinding(cpus=None, threads=1), "CPUExecutionProvider")
+    reference = []
+    for f in pool:
+        try:
+            values = ref_session.run(plan.model_outputs, {n: f[n] for n in plan.model_inputs})
+        except Exception as exc:  # onnxruntime's own error types
+            raise ReferenceRunError("the unsplit model fails on the frames: %s" % exc) from exc
+        reference.append(dict(zip(plan.model_outputs, values)))
+    del ref_session
+    worst = scaled = 0.0
+    matched = True
+    check = FrameCheck(reference, outputs, checked, atol, rtol)
+    meter = PowerMeter(spec.power_sensor) if spec.power_sensor else None
+    with PipelineExecutor(plan, dispatch=dispatch) as ex:
+        progress("start", 0, force=True)
+        if warmup:
+            for _ in ex.run(pool[i % len(pool)] for i in range(warmup)):
+                pass
+        run_start = time.perf_counter()
+        if meter is not None:
+            meter.start()
+        for i, out in enumerate(ex.run(pool[i % len(pool)] for i in range(frames))):
+            diff, scaled_diff, ok = check(i % len(pool), out)
+            worst, scaled, matched = max(worst, diff), max(scaled, scaled_diff), matched and ok
+            progress("run", i + 1, rate=(i + 1) / max(time.perf_counter() - run_start, 1e-9))
+        energy_j = meter.stop() / frames if meter is not None else None
+        metrics = ex.metrics
+        progress("idle", frames, force=True, rate=metrics.throughput_per_s)
+        idle_count = min(int(idle_frames), int(frames))
+        idle_s = _idle_latency_s(ex, pool, idle_count)
+    progress("done", frames, force=True, rate=metrics.throughput_per_s)
+    predicted = dict(spec.predicted)
+    substituted = {str(k): [int(c) for c in v] for k, v in spec.substituted.items()}
+    predicted["applies"] = not substituted
+    report = RunReport(
+        model=dict(spec.model), point=spec.point, frames=metrics.frames, warmup=warmup,
+        stages=len(plan.stages), throughput_per_s=metrics.throughput_per_s, wall_s=metrics.wall_s,
+        latency_p50_s=metrics.latency_p50_s, latency_p90_s=metrics.latency_p90_s,
+        latency_p99_s=metrics.latency_p99_s, idle_latency_s=idle_s, idle_frames=idle_count,
+        stage_busy_s=list(metrics.stage_busy_s), pu_busy_s=dict(metrics.pu_busy_s),
+        pu_utilisation=dict(metrics.pu_utilisation), outputs_match=bool(matched), max_abs_diff=worst,
+        checked_tensors=len(checked), max_scaled_diff=scaled, atol=float(atol), rtol=float(rtol),
+        predicted=predicted, substituted=substituted, bindings=_bindings_doc(plan),
+        host=_host_info(), energy_j=energy_j, bundle_id=spec.bundle_id,
+        dispatch=dispatch if plan.replicated() else None,
+        report_file=REPORT,
+        trace_file=TRACE)
+    info = {"model": report.model.get("name"), "point": report.point, "frames": report.frames,
+            "throughput_per_s": report.throughput_per_s, "predicted": predicted,
+            "outputs_match": report.outputs_match}
+    return report, chrome_trace(metrics, info)
+
+
+def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0,
+               distinct_frames: int = DISTINCT_FRAMES, atol: float = 1e-5, rtol: float = 1e-5,
+               progress_interval_s: float = 0.5, emit: Optional[Callable[[Dict[str, Any]], None]] = None,
+               verify: bool = True, lock_wait_s: float = 30.0, idle_frames: int = 10,
+               dispatch: str = "pull") -> RunReport:
     """Run the bundle in ``folder``: ``warmup`` + ``frames`` frames through its plan, outputs checked.
+
+    Reads the bundle (:func:`read_bundle`) and runs it (:func:`run_verified`) while holding its lock.
 
     Parameters
     ----------
@@ -246,8 +462,8 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
     progress_interval_s : float
         Least seconds between two progress events.
     emit : callable(dict), optional
-        Receives events ``{"event": "progress", "phase": "verify" | "reference" | "start" | "run" | "done",
-        "frames_done", "frames", "elapsed_s", "throughput_per_s"}``. An exception it raises (a closed
+        Receives events ``{"event": "progress", "phase": "verify" | "reference" | "start" | "run" | "idle" |
+        "done", "frames_done", "frames", "elapsed_s", "throughput_per_s"}``. An exception it raises (a closed
         connection) stops the run and propagates.
     verify : bool
         Check every file's SHA-256 against the manifest first.
@@ -271,94 +487,17 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0, d
     PlanError, PipelineError
         A bad bundle or option; a failed stage (naming stage, PU and task).
     """
-    counts = (("frames", frames, 1), ("warmup", warmup, 0), ("distinct_frames", distinct_frames, 1),
-              ("idle_frames", idle_frames, 0))
-    for name, value, low in counts:
-        if int(value) < low:
-            raise plan_error("run_pipeline", name, "must be >= %d, got %r" % (low, value),
-                               "pass a valid count")
-    if dispatch not in DISPATCH_POLICIES:
-        raise plan_error("run_pipeline", "dispatch", "unknown policy %r" % (dispatch,),
-                           "use one of %s" % ", ".join(DISPATCH_POLICIES))
+    _check_options(frames, warmup, idle_frames, dispatch, distinct_frames)
     folder = os.path.abspath(folder)
     started = time.perf_counter()
-    last = [float("-inf")]
-
-    def progress(phase: str, done: int, force: bool = False, rate: float = 0.0) -> None:
-        now = time.perf_counter()
-        if emit is not None and (force or now - last[0] >= progress_interval_s):
-            last[0] = now
-            emit({"event": "progress", "phase": phase, "frames_done": done, "frames": frames,
-                  "elapsed_s": now - started, "throughput_per_s": rate})
-
     with bundle_lock(folder, lock_wait_s):
-        manifest = _read_json(os.path.join(folder, MANIFEST))
         if verify:
-            progress("verify", 0, force=True)
-            verify_files(folder, manifest)
-        doc = _read_json(os.path.join(folder, PLAN))
-        plan = plan_from_doc(doc, folder, PLAN)
-        outputs, checked = list(plan.model_outputs), [str(t) for t in doc.get("check_tensors", [])]
-        plan = with_outputs(plan, checked)
-        if any(b.runtime != "onnxruntime" or b.provider != "CPUExecutionProvider" for b in plan.bindings.values()):
-            rtol = max(float(rtol), CROSS_RUNTIME_RTOL)
-        if doc.get("feeds"):  # the user's frames (--feeds), fed cyclically
-            pool = load_bundle_feeds(os.path.join(folder, doc["feeds"]))
-        else:
-            pool = draw_frames(inputs_from_doc(doc.get("inputs", {})), distinct_frames, seed)
-        progress("reference", 0, force=True)
-        ref_path = os.path.join(folder, doc.get("reference_model", "reference.onnx"))
-        ref_session = create_session(ref_path, PUBinding(cpus=None, threads=1), "CPUExecutionProvider")
-        reference = []
-        for f in pool:
-            try:
-                values = ref_session.run(plan.model_outputs, {n: f[n] for n in plan.model_inputs})
-            except Exception as exc:  # onnxruntime's own error types
-                raise ReferenceRunError("the unsplit model fails on the frames: %s" % exc) from exc
-            reference.append(dict(zip(plan.model_outputs, values)))
-        del ref_session
-        worst = scaled = 0.0
-        matched = True
-        check = FrameCheck(reference, outputs, checked, atol, rtol)
-        meter = PowerMeter(doc["power_sensor"]) if doc.get("power_sensor") else None
-        with PipelineExecutor(plan, dispatch=dispatch) as ex:
-            progress("start", 0, force=True)
-            if warmup:
-                for _ in ex.run(pool[i % len(pool)] for i in range(warmup)):
-                    pass
-            run_start = time.perf_counter()
-            if meter is not None:
-                meter.start()
-            for i, out in enumerate(ex.run(pool[i % len(pool)] for i in range(frames))):
-                diff, scaled_diff, ok = check(i % len(pool), out)
-                worst, scaled, matched = max(worst, diff), max(scaled, scaled_diff), matched and ok
-                progress("run", i + 1, rate=(i + 1) / max(time.perf_counter() - run_start, 1e-9))
-            energy_j = meter.stop() / frames if meter is not None else None
-            metrics = ex.metrics
-            progress("idle", frames, force=True, rate=metrics.throughput_per_s)
-            idle_count = min(int(idle_frames), int(frames))
-            idle_s = _idle_latency_s(ex, pool, idle_count)
-        progress("done", frames, force=True, rate=metrics.throughput_per_s)
-        predicted = dict(doc.get("predicted") or {})
-        substituted = {str(k): [int(c) for c in v] for k, v in (doc.get("substituted") or {}).items()}
-        predicted["applies"] = not substituted
-        report = RunReport(
-            model=doc.get("model") or {}, point=str(doc.get("point")), frames=metrics.frames, warmup=warmup,
-            stages=len(plan.stages), throughput_per_s=metrics.throughput_per_s, wall_s=metrics.wall_s,
-            latency_p50_s=metrics.latency_p50_s, latency_p90_s=metrics.latency_p90_s,
-            latency_p99_s=metrics.latency_p99_s, idle_latency_s=idle_s, idle_frames=idle_count,
-            stage_busy_s=list(metrics.stage_busy_s), pu_busy_s=dict(metrics.pu_busy_s),
-            pu_utilisation=dict(metrics.pu_utilisation), outputs_match=bool(matched), max_abs_diff=worst,
-            checked_tensors=len(checked), max_scaled_diff=scaled, atol=float(atol), rtol=float(rtol),
-            predicted=predicted, substituted=substituted, bindings=doc.get("bindings") or {},
-            host=_host_info(), energy_j=energy_j, bundle_id=manifest.get("bundle_id"),
-            dispatch=dispatch if plan.replicated() else None,
-            report_file=REPORT,
-            trace_file=TRACE)
-        info = {"model": report.model.get("name"), "point": report.point, "frames": report.frames,
-                "throughput_per_s": report.throughput_per_s, "predicted": predicted,
-                "outputs_match": report.outputs_match}
-        write_json_atomic(chrome_trace(metrics, info), os.path.join(folder, *TRACE.split("/")))
+            _Progress(emit, frames, progress_interval_s, started)("verify", 0, force=True)
+        spec = read_bundle(folder, seed, distinct_frames, verify)
+        report, trace = run_verified(spec, frames=frames, warmup=warmup, atol=atol, rtol=rtol,
+                                     progress_interval_s=progress_interval_s, emit=emit,
+                                     idle_frames=idle_frames, dispatch=dispatch, started_s=started)
+        write_json_atomic(trace, os.path.join(folder, *TRACE.split("/")))
         write_json_atomic(report.to_json(), os.path.join(folder, *REPORT.split("/")))
         return report
 

@@ -64,6 +64,8 @@ class RunReport:
         Facts of the machine that ran it (hostname, machine, Python, onnxruntime, ...).
     energy_j : float or None
         Measured energy per inference where a sensor was read; None otherwise (energies are estimates).
+    bundle_id : str or None
+        Id of the deploy bundle that ran (:mod:`.bundle_run`); None for a run fed in memory (``parapipe run``).
     dispatch : str or None
         How replicated stages got their frames: ``"pull"`` (each replica takes the next frame when it is free)
         or ``"shares"`` (dealt by the plan's shares); None for a plan without replicated stages. Reports of

@@ -134,7 +134,7 @@ def write_outputs(doc: ParetoDoc, out_dir: Path, plot: bool = True) -> None:
     from parapipe.report.plots import plot_pareto
 
     with atomic_path(png, suffix=".png") as tmp_png:
-        plot_pareto(doc.model_dump(mode="json"), tmp_png)
+        plot_pareto(doc, tmp_png)
         write_pareto(doc, out_dir / "pareto.json")
 
 

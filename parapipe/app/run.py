@@ -1,26 +1,32 @@
 """``parapipe run``: one point of a mapping loaded with its model (:func:`load_mapping`), executed on this
 machine, verified, and recorded.
 
-The local run is the deploy bundle run in this process: the same bundle (:func:`parapipe.deploy.bundle.build_bundle`)
-and the same run-and-verify (:func:`ppexec.bundle_run.run_bundle`) that ``parapipe deploy`` runs on a board, so
-a local run and a board run report the same figures (:class:`ppexec.report.RunReport`) in the same way. Before the
-run, the machine's facts are checked against every PU binding (:func:`parapipe.execution.facts.check_board`).
+The local run is the run-and-verify of a deploy bundle (:func:`ppexec.bundle_run.run_verified`), fed in memory:
+:func:`run_spec` holds what a bundle would carry (the plan built once by
+:func:`parapipe.execution.plan.build_plan`, the reference model, the frames, the predicted figures), so no
+bundle is written or read back and the plan is validated once, by the executor. A local run and a board run
+(``parapipe deploy``: :func:`ppexec.bundle_run.run_bundle`) therefore report the same figures
+(:class:`ppexec.report.RunReport`) in the same way; a local report has no ``bundle_id``. Before the run, the
+machine's facts are checked against every PU binding (:func:`parapipe.execution.facts.check_board`).
 """
 from __future__ import annotations
 
+import json
 import logging
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
+from ppexec.bundle_run import DISTINCT_FRAMES, ReferenceRunError, RunSpec, run_verified
+from ppexec.frames import draw_frames
 from ppexec.plan import ExecutionPlan
+from ppexec.reference import handed_over_tensors
 from ppexec.report import RunReport
-from ppexec.bundle_run import ReferenceRunError, run_bundle
 
 from parapipe.errors import input_error
 from parapipe.execution.bindings import bindings_for
 from parapipe.execution.plan import build_plan
+from parapipe.execution.reference import reference_with_outputs
 from parapipe.graph.coarsen import BlockGraph, coarsen
 from parapipe.graph.opgraph import OpGraph, import_onnx
 from parapipe.graph.zoo import LoadedModel, load_model
@@ -28,7 +34,7 @@ from parapipe.mapping import ParetoDoc, Point, check_model, read_pareto, select_
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LoadedMapping", "load_mapping", "run_local", "record_run", "check_dispatch"]
+__all__ = ["LoadedMapping", "load_mapping", "run_spec", "run_local", "record_run", "check_dispatch"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,17 @@ class LoadedMapping:
     def predicted_latency_s(self) -> float:
         """The point's modelled latency, s."""
         return float(self.point.latency_s)
+
+    def predicted(self) -> Dict[str, float]:
+        """The cost model's figures a run reports next to its own: ``energy_j`` (J per inference),
+        ``latency_s`` (s), ``period_s`` (s), ``throughput_per_s`` (keys in the order a bundle's plan.json
+        stores them, so a local and a board report print alike)."""
+        return {"energy_j": float(self.point.energy_j), "latency_s": self.predicted_latency_s,
+                "period_s": float(self.point.period_s), "throughput_per_s": self.predicted_throughput_per_s}
+
+    def model_id(self) -> Dict[str, str]:
+        """``{"name", "sha256"}`` of the model, as a run report and a bundle record it."""
+        return {"name": self.loaded.name, "sha256": self.loaded.sha256}
 
 
 def load_mapping(model: str, mapping_path: str, point: str,
@@ -187,7 +204,6 @@ def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warm
     ppexec.errors.PipelineError
         A stage failed (naming stage, PU and task).
     """
-    from parapipe.deploy.bundle import build_bundle
     from parapipe.execution.facts import check_board, local_facts
 
     if frames < 1:
@@ -195,25 +211,54 @@ def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warm
     check_dispatch(dispatch)
     lm = load_mapping(model, mapping_path, point, binds, input_shapes, feeds)
     check_board(lm.plan.bindings, local_facts(), "this machine")
-    with tempfile.TemporaryDirectory(prefix="parapipe-run-") as tmp:
-        bundle = build_bundle(lm, Path(tmp) / "bundle")
-        try:
-            report = run_bundle(str(bundle.folder), frames=frames, warmup=warmup, seed=seed, atol=atol,
-                                rtol=rtol, idle_frames=idle_frames, emit=on_event, verify=False,
-                                dispatch=dispatch)
-        except ReferenceRunError as exc:  # the unsplit model fails on these inputs: a feed error
-            from parapipe.graph.feeds import feed_error
+    spec = run_spec(lm, seed)
+    try:
+        report, trace_doc = run_verified(spec, frames=frames, warmup=warmup, atol=atol, rtol=rtol,
+                                         idle_frames=idle_frames, emit=on_event, dispatch=dispatch)
+    except ReferenceRunError as exc:  # the unsplit model fails on these inputs: a feed error
+        from parapipe.graph.feeds import feed_error
 
-            raise feed_error(lm.opgraph, exc.__cause__ or exc,
-                             f"--feeds {feeds}" if feeds else "generated inputs") from exc
-        if trace:
-            import shutil
+        raise feed_error(lm.opgraph, exc.__cause__ or exc,
+                         f"--feeds {feeds}" if feeds else "generated inputs") from exc
+    if trace:
+        from parapipe.files import atomic_path
 
-            from parapipe.files import atomic_path
-
-            with atomic_path(Path(trace)) as out:
-                shutil.copyfile(bundle.folder / report.trace_file, out)
+        with atomic_path(Path(trace)) as out, open(out, "w") as handle:
+            json.dump(trace_doc, handle)  # as ppexec writes a bundle's out/trace.json
     return lm, report
+
+
+def run_spec(lm: LoadedMapping, seed: int = 0, distinct_frames: int = DISTINCT_FRAMES) -> RunSpec:
+    """What the run-and-verify of ``lm`` needs, in memory (what its deploy bundle carries on disk:
+    :func:`parapipe.deploy.bundle.build_bundle`).
+
+    Parameters
+    ----------
+    lm : LoadedMapping
+    seed, distinct_frames : int
+        The frames drawn when ``lm.feeds`` is None: ``ppexec.frames.draw_frames`` over the model's inputs
+        (:func:`parapipe.graph.feeds.input_specs`), as a board draws them from a bundle's ``plan.json``.
+
+    Returns
+    -------
+    ppexec.bundle_run.RunSpec
+        The plan as built (not validated here: the executor validates it once), the unsplit model with the
+        handed-over tensors as extra outputs, the frames, the predicted figures and ``--bind`` substitutions.
+
+    Raises
+    ------
+    InputError
+        ``lm.feeds`` cannot be read or does not fit the model (:func:`parapipe.graph.feeds.load_feeds`).
+    """
+    from parapipe.graph.feeds import input_specs, load_feeds
+
+    og = lm.opgraph
+    reference, checked = reference_with_outputs(lm.loaded.model, og, handed_over_tensors(lm.plan))
+    frames = load_feeds(lm.feeds, og) if lm.feeds else draw_frames(input_specs(og), distinct_frames, seed)
+    return RunSpec(plan=lm.plan, reference_model=reference, check_tensors=tuple(checked), frames=tuple(frames),
+                   model=lm.model_id(), point=lm.point.id, predicted=lm.predicted(),
+                   substituted={pu: list(cpus) for pu, cpus in lm.substituted.items()},
+                   power_sensor=lm.doc.soc.power_sensor)
 
 
 def record_run(db_path: Optional[str], doc, point, report: RunReport, runner: str) -> Optional[int]:

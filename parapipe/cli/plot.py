@@ -40,7 +40,7 @@ def handle(args: argparse.Namespace) -> int:
             raise input_error("--mapping", None, "is required with --gantt", "pass the pareto.json to draw")
         doc = read_pareto(args.mapping)
         point = select_point(doc, args.point, path=args.mapping)
-        plot_gantt(doc.model_dump(mode="json"), point.id, args.out, n_frames=args.frames, source=args.mapping)
+        plot_gantt(doc, point, args.out, n_frames=args.frames, source=args.mapping)
     else:
         from parapipe.report import gantt_from_trace
         from parapipe.execution.traces import read_run_trace

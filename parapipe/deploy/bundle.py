@@ -155,13 +155,11 @@ def build_bundle(mapping: Any, dest: Path) -> Bundle:
                    for n in mapping.plan.model_inputs},
         "check_tensors": checked,
         "reference_model": REFERENCE,
-        "predicted": {"throughput_per_s": mapping.predicted_throughput_per_s,
-                      "latency_s": mapping.predicted_latency_s, "period_s": float(mapping.point.period_s),
-                      "energy_j": float(mapping.point.energy_j)},
+        "predicted": mapping.predicted(),
         "power_sensor": mapping.doc.soc.power_sensor,  # measured energy per inference where the board has one
         "substituted": {pu: list(cpus) for pu, cpus in mapping.substituted.items()},
         "soc": {"name": mapping.doc.soc.name, "sha256": mapping.doc.soc.sha256},
-        "model": {"name": mapping.loaded.name, "sha256": mapping.loaded.sha256},
+        "model": mapping.model_id(),
         "point": mapping.point.id,
     })
     if mapping.feeds:
@@ -170,11 +168,12 @@ def build_bundle(mapping: Any, dest: Path) -> Bundle:
         frames = load_feeds(mapping.feeds, og)  # checked against the graph (names, shapes, dtypes, ranges)
         import numpy as np
 
-        np.savez(dest / FEEDS, **{f"{i}/{name}": value for i, frame in enumerate(frames)
-                                  for name, value in frame.items()})
+        arrays: Dict[str, Any] = {f"{i}/{name}": value for i, frame in enumerate(frames)
+                                  for name, value in frame.items()}
+        np.savez(dest / FEEDS, **arrays)
         plan_doc["feeds"] = FEEDS
     (dest / PLAN).write_text(json.dumps(plan_doc, indent=1, sort_keys=True) + "\n")
-    files = {}
+    files: Dict[str, Dict[str, Any]] = {}
     for path in sorted(p for p in dest.rglob("*") if p.is_file()):
         rel = path.relative_to(dest).as_posix()
         files[rel] = {"sha256": _sha256(path), "nbytes": path.stat().st_size}

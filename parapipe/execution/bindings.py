@@ -8,7 +8,7 @@ point computed for one board can be tried on another machine (its prediction the
 from __future__ import annotations
 
 import re
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Mapping, Optional, Sequence, Set, Tuple
 
 from ppexec.plan import PUBinding
 
@@ -30,7 +30,7 @@ def parse_cpus(text: str, source: str = "--bind") -> Tuple[int, ...]:
     """
     if not _CPUS.match(text or ""):
         raise input_error(source, None, f"{text!r} is not a CPU list", "write CPU ids like 0, 0-3 or 0,2")
-    cpus = set()
+    cpus: Set[int] = set()
     for part in text.replace(" ", "").split(","):
         lo, _, hi = part.partition("-")
         a, b = int(lo), int(hi or lo)

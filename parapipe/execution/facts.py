@@ -8,7 +8,7 @@ uploaded or started, so a mismatch costs nothing but one line.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Iterable, List, Mapping
 
 from parapipe.errors import input_error
 
@@ -131,9 +131,10 @@ def check_board(bindings: Mapping[str, Any], facts: Mapping[str, Any], where: st
                               f"install an onnxruntime build with {b.provider} there, {alt}")
 
 
-def _ranges(cpus) -> str:
+def _ranges(cpus: Iterable[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
-    out, run = [], []
+    out: List[str] = []
+    run: List[int] = []
     for c in sorted(cpus):
         if run and c == run[-1] + 1:
             run.append(c)

@@ -26,7 +26,7 @@ from ppexec.plan import ExecutionPlan, PUBinding, Task
 from parapipe.cost.tasks import BlockDag, stage_tasks
 from parapipe.errors import input_error
 from parapipe.graph.coarsen import BlockGraph
-from parapipe.graph.extract import extract_submodel
+from parapipe.graph.extract import SubModel, extract_submodel
 from parapipe.graph.opgraph import OpGraph
 from parapipe.mapping.index import index_mapping
 from parapipe.mapping.model import Stage
@@ -92,7 +92,7 @@ def build_plan(og: OpGraph, bg: BlockGraph, stages: Sequence[Stage],
     topo_index = {op: i for i, op in enumerate(og.topo_order)}
     plan_stages: List[List[Task]] = []
     shares: Dict[int, List[float]] = {}
-    extracted: Dict[Tuple[str, ...], object] = {}  # operator set -> sub-model (replicas share their sub-models)
+    extracted: Dict[Tuple[str, ...], SubModel] = {}  # operator set -> sub-model (replicas share their sub-models)
     for s, (st, typed) in enumerate(zip(mapping.stages, stages)):
         tasks_of_stage: List[Task] = []
         counters: Dict[str, int] = {}
@@ -115,7 +115,7 @@ def build_plan(og: OpGraph, bg: BlockGraph, stages: Sequence[Stage],
             for task in replica_tasks:
                 task.deps = sorted({producer[t] for t in task.inputs if t in producer})
             tasks_of_stage.extend(replica_tasks)
-        if st.replicas:
+        if st.replicas and typed.replicas:
             shares[s] = [float(rep.share) for rep in typed.replicas]
         logger.debug("stage %d: %d block(s) x %d replica(s) -> %d task(s)", s, st.stop - st.start, len(views),
                      len(tasks_of_stage))

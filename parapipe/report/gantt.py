@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from matplotlib.patches import Patch
 
@@ -27,15 +27,13 @@ from matplotlib.figure import Figure
 from ppexec.dispatch import SmoothWeightedRoundRobin
 
 from ..errors import input_error
-from ..mapping.model import stages_text
-from ._common import DEFAULT_SOURCE, find_point, number, save_figure, title_of
+from ..mapping.model import ParetoDoc, Point, Stage, stages_text
+from ._common import DEFAULT_SOURCE, FIX, save_figure, title_of
 
 log = logging.getLogger(__name__)
 
 __all__ = ["GanttBar", "stage_offsets_s", "gantt_bars", "plot_gantt", "gantt_from_trace", "trace_frame_window",
            "trace_title"]
-
-_FIX = "pass the pareto.json written by 'parapipe optimize'"
 
 
 @dataclass(frozen=True)
@@ -114,51 +112,36 @@ def stage_offsets_s(stage_time_s: Sequence[float], stage_pus: Sequence[Sequence[
     return offsets
 
 
-def _replicas(st: Mapping, where: str, source: Optional[str]) -> List[tuple]:
+def _replicas(st: Stage) -> List[Tuple[List[str], float, float]]:
     """``[(pus, share, time_s), ...]`` of a replicated stage's replicas (empty for a plain stage)."""
-    reps = st.get("replicas") or []
-    if not isinstance(reps, list):
-        raise input_error(source or DEFAULT_SOURCE, f"{where}.replicas", "not a list", _FIX)
-    out = []
-    for r, rep in enumerate(reps):
-        w = f"{where}.replicas[{r}]"
-        if not isinstance(rep, Mapping) or not isinstance(rep.get("pus"), list) or not rep["pus"]:
-            raise input_error(source or DEFAULT_SOURCE, f"{w}.pus", "missing, empty or not a list of PU names", _FIX)
-        out.append((list(rep["pus"]), number(rep, "share", w, source, positive=True),
-                    number(rep, "time_s", w, source)))
-    return out
+    return [(list(rep.pus), rep.share, rep.time_s) for rep in st.replicas or []]
 
 
-def _stages(point: Mapping, where: str, source: str) -> List[Mapping]:
-    mapping = point.get("mapping")
-    stages = mapping.get("stages") if isinstance(mapping, Mapping) else None
-    if not isinstance(stages, list) or not stages:
-        raise input_error(source, f"{where}.mapping.stages", "missing or empty", _FIX)
-    for j, st in enumerate(stages):
-        w = f"{where}.mapping.stages[{j}]"
-        if not isinstance(st, Mapping):
-            raise input_error(source, w, f"expected an object, got {type(st).__name__}", _FIX)
-        pus = st.get("pus")
-        if not isinstance(pus, list) or not pus or not all(isinstance(p, str) for p in pus):
-            raise input_error(source, f"{w}.pus", "missing, empty or not a list of PU names", _FIX)
-        if not isinstance(st.get("blocks"), list) or not st["blocks"]:
-            raise input_error(source, f"{w}.blocks", "missing or empty", _FIX)
-        for key in ("block_start_s", "block_finish_s"):
-            if not isinstance(st.get(key), Mapping):
-                raise input_error(source, f"{w}.{key}", "missing or not an object", _FIX)
-    return stages
+def _block_times(st: Stage, block: str, where: str, source: str) -> Tuple[float, float]:
+    """Start and finish of ``block`` in stage ``st`` (s, from the end of the stage's input transfer).
+
+    Raises
+    ------
+    InputError
+        The stage records no start or finish for the block, or the block finishes before it starts.
+    """
+    for key, times in (("block_start_s", st.block_start_s), ("block_finish_s", st.block_finish_s)):
+        if block not in times:
+            raise input_error(source, f"{where}.{key}.{block}", "missing", FIX)
+    b0, b1 = st.block_start_s[block], st.block_finish_s[block]
+    if b1 < b0:
+        raise input_error(source, f"{where}.block_finish_s.{block}",
+                          f"finishes ({b1:.6g} s) before it starts ({b0:.6g} s)", FIX)
+    return b0, b1
 
 
-def gantt_bars(doc: Dict[str, Any], point_id: str, n_frames: int = 3, *,
-               source: Optional[str] = None) -> List[GanttBar]:
+def gantt_bars(point: Point, n_frames: int = 3, *, source: Optional[str] = None) -> List[GanttBar]:
     """The bars of the modelled pipelined schedule of one point (see the module docstring).
 
     Parameters
     ----------
-    doc : dict
-        A pareto.json document.
-    point_id : str
-        ``id`` of the point to draw.
+    point : parapipe.mapping.Point
+        The point to draw, from a validated document (:func:`parapipe.mapping.select_point`).
     n_frames : int
         Consecutive frames to lay out (>= 1).
     source : str, optional
@@ -176,57 +159,44 @@ def gantt_bars(doc: Dict[str, Any], point_id: str, n_frames: int = 3, *,
     Raises
     ------
     InputError
-        Unknown ``point_id``; ``n_frames < 1``; a missing or malformed field of the point (named by path).
+        ``n_frames < 1``; a block of a stage without a start or finish time, or finishing before it starts
+        (named by path, ``points[<id>].mapping.stages[<s>].block_start_s.<block>``).
     """
     src = source or DEFAULT_SOURCE
     if isinstance(n_frames, bool) or not isinstance(n_frames, int) or n_frames < 1:
         raise input_error("n_frames", None, f"must be an integer >= 1, got {n_frames!r}",
                           "give a frame count")
-    point = find_point(doc, point_id, source)
-    where = f"points[{doc['points'].index(point)}]"
-    period_s = number(point, "period_s", where, source, positive=True)
-    stages = _stages(point, where, src)
-    times, inputs = [], []
-    for j, st in enumerate(stages):
-        w = f"{where}.mapping.stages[{j}]"
-        inputs.append(number(st, "input_s", w, source, default=0.0))
-        times.append(number(st, "time_s", w, source))
-    replicas = [_replicas(st, f"{where}.mapping.stages[{j}]", source) for j, st in enumerate(stages)]
+    period_s = point.period_s
+    stages = point.stages
+    times = [st.time_s for st in stages]
+    inputs = [st.input_s for st in stages]
+    replicas = [_replicas(st) for st in stages]
     if any(replicas):  # PUs are disjoint between stages: each stage starts when its slowest replica is done
         spans = [max(r[2] for r in reps) if reps else t for reps, t in zip(replicas, times)]
         offsets = [sum(spans[:j]) for j in range(len(stages))]
     else:
-        offsets = stage_offsets_s(times, [st["pus"] for st in stages], period_s)
+        offsets = stage_offsets_s(times, [st.pus for st in stages], period_s)
     dealers = [SmoothWeightedRoundRobin([r[1] for r in reps]) if reps else None for reps in replicas]
-    free: Dict[tuple, float] = {}  # (stage, replica) -> when it is done with its last frame
+    free: Dict[Tuple[int, int], float] = {}  # (stage, replica) -> when it is done with its last frame
     bars: List[GanttBar] = []
     for f in range(n_frames):
         for j, st in enumerate(stages):
-            w = f"{where}.mapping.stages[{j}]"
+            w = f"points[{point.id}].mapping.stages[{j}]"
             base = f * period_s + offsets[j]
-            if replicas[j]:  # the frame runs whole on the replica the dispatcher deals it to (one bar per PU)
-                r = dealers[j].pick()
+            dealer = dealers[j]
+            if dealer is not None:  # the frame runs whole on the replica the dispatcher deals it to (one bar per PU)
+                r = dealer.pick()
                 pus, _, t_r = replicas[j][r]
                 start = max(base, free.get((j, r), base))  # a busy replica queues the frame
                 free[(j, r)] = start + t_r
                 bars.extend(GanttBar(pu, start, start + t_r, j, f, f"replica {r}", "block") for pu in pus)
                 continue
             if inputs[j] > 0:
-                bars.extend(GanttBar(pu, base, base + inputs[j], j, f, "input", "input") for pu in st["pus"])
-            assignment = st.get("assignment") if isinstance(st.get("assignment"), Mapping) else {}
-            for block in st["blocks"]:
-                pu = assignment.get(block, st["pus"][0] if len(st["pus"]) == 1 else None)
-                if pu not in st["pus"]:
-                    raise input_error(src, f"{w}.assignment.{block}",
-                                      f"PU {pu!r} is not one of the stage's PUs ({', '.join(st['pus'])})",
-                                      _FIX)
-                b0 = number(st["block_start_s"], block, f"{w}.block_start_s", source)
-                b1 = number(st["block_finish_s"], block, f"{w}.block_finish_s", source)
-                if b1 < b0:
-                    raise input_error(src, f"{w}.block_finish_s.{block}",
-                                      f"finishes ({b1:.6g} s) before it starts ({b0:.6g} s)", _FIX)
+                bars.extend(GanttBar(pu, base, base + inputs[j], j, f, "input", "input") for pu in st.pus)
+            for block in st.blocks:
+                b0, b1 = _block_times(st, block, w, src)
                 t0 = base + inputs[j]
-                bars.append(GanttBar(pu, t0 + b0, t0 + b1, j, f, str(block), "block"))
+                bars.append(GanttBar(st.pu_of(block), t0 + b0, t0 + b1, j, f, str(block), "block"))
     return bars
 
 
@@ -287,7 +257,7 @@ def _draw(bars: Sequence[GanttBar], lanes: Sequence[str], title: str, path: Any,
     save_figure(fig, path)
 
 
-def plot_gantt(doc: Dict[str, Any], point_id: str, path: Any, n_frames: int = 3, *,
+def plot_gantt(doc: ParetoDoc, point: Point, path: Any, n_frames: int = 3, *,
                source: Optional[str] = None) -> None:
     """Write the Gantt chart of one point's modelled pipelined schedule (one lane per PU) as a PNG.
 
@@ -297,10 +267,10 @@ def plot_gantt(doc: Dict[str, Any], point_id: str, path: Any, n_frames: int = 3,
 
     Parameters
     ----------
-    doc : dict
-        A pareto.json document.
-    point_id : str
-        ``id`` of the point to draw.
+    doc : parapipe.mapping.ParetoDoc
+        The document (its model and SoC names title the chart).
+    point : parapipe.mapping.Point
+        The point to draw, one of ``doc.points``.
     path : str or os.PathLike
         PNG to write (a temp file in the same folder, then renamed); 1600 px wide.
     n_frames : int
@@ -315,18 +285,16 @@ def plot_gantt(doc: Dict[str, Any], point_id: str, path: Any, n_frames: int = 3,
     OSError
         The folder cannot be written.
     """
-    bars = gantt_bars(doc, point_id, n_frames, source=source)
-    point = find_point(doc, point_id, source)
-    stages = point["mapping"]["stages"]
+    bars = gantt_bars(point, n_frames, source=source)
+    stages = point.stages
     names = {}
     for j, st in enumerate(stages):
-        n = len(st["blocks"])
+        n = len(st.blocks)
         names[j] = f"stage {j}: {stages_text([st])} ({n} block{'s' if n != 1 else ''})"
-    period_s = float(point["period_s"])
-    title = (f"{title_of(doc)}: point {point_id} ({point.get('strategy', '?')}), modelled schedule — "
-             f"period {period_s * 1e3:.2f} ms, latency {float(point.get('latency_s', 0.0)) * 1e3:.2f} ms")
-    lanes = _lanes(bars, [pu for st in stages for pu in (
-        [q for rep in st.get("replicas") or [] for q in rep["pus"]] or st["pus"])])
+    period_s = point.period_s
+    title = (f"{title_of(doc)}: point {point.id} ({point.strategy}), modelled schedule — "
+             f"period {period_s * 1e3:.2f} ms, latency {point.latency_s * 1e3:.2f} ms")
+    lanes = _lanes(bars, [pu for st in stages for pu in st.all_pus()])
     _draw(bars, lanes, title, path, names, [f * period_s for f in range(n_frames)])
 
 
@@ -386,7 +354,8 @@ def trace_title(info: Mapping, events: Sequence[Any], first: int, stop: int) -> 
         span = max(float(_attr(e, "end_s", i)) for i, e in enumerate(events)) - \
             min(float(_attr(e, "start_s", i)) for i, e in enumerate(events))
         rate = f"≈{len(frames) / span:.1f} inf/s measured" if span > 0 else "throughput unknown"
-    predicted = info.get("predicted") if isinstance(info.get("predicted"), Mapping) else {}
+    found = info.get("predicted")
+    predicted: Mapping = found if isinstance(found, Mapping) else {}
     if isinstance(predicted.get("throughput_per_s"), (int, float)):
         rate += f", {predicted['throughput_per_s']:.1f} predicted"
         if predicted.get("applies") is False:

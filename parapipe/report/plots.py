@@ -18,7 +18,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
 from ..errors import input_error
-from ._common import STRATEGIES, STYLE, number, points_of, save_figure, strategy_of, title_of
+from ..mapping.model import ParetoDoc
+from ._common import DEFAULT_SOURCE, STRATEGIES, STYLE, save_figure, title_of
 from .gantt import gantt_from_trace, plot_gantt
 from .utilisation import plot_utilisation
 
@@ -129,7 +130,7 @@ def place_labels(anchors: Sequence[Tuple[float, float, float]], sizes: Sequence[
     placed: List[Box] = []
     out: List[Tuple[Box, bool]] = []
     for (x, y, r), (w, h) in zip(anchors, sizes):
-        best = None
+        best: Optional[Tuple[float, Box, bool]] = None
         for ring_i, ring in enumerate(LABEL_RINGS):
             d = r * ring + gap
             for dx, dy in LABEL_DIRECTIONS:
@@ -143,8 +144,9 @@ def place_labels(anchors: Sequence[Tuple[float, float, float]], sizes: Sequence[
                     best = (cost, box, ring_i > 0)
                 if cost == 0:
                     break
-            if best[0] == 0:
+            if best is not None and best[0] == 0:
                 break
+        assert best is not None  # LABEL_RINGS and LABEL_DIRECTIONS are not empty
         placed.append(best[1])
         out.append((best[1], best[2]))
     return out
@@ -167,13 +169,12 @@ def _place_panel_labels(fig: Figure, ax, labels: list, markers: Sequence[Tuple[f
 
     if not labels:
         return
-    if not isinstance(fig.canvas, FigureCanvasAgg):
-        FigureCanvasAgg(fig)
-    fig.canvas.draw()  # constrained layout and the log scales fix where everything lands
-    renderer = fig.canvas.get_renderer()
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+    canvas.draw()  # constrained layout and the log scales fix where everything lands
+    renderer = canvas.get_renderer()
     px = fig.dpi / 72.0
     to_px = ax.transData.transform
-    radius = {}
+    radius: Dict[Tuple[float, float], float] = {}
     for x, y, r_pt in markers:  # a label's marker: the largest drawn at its point
         key = (round(float(x), 12), round(float(y), 12))
         radius[key] = max(radius.get(key, 0.0), r_pt * px)
@@ -196,34 +197,23 @@ def _place_panel_labels(fig: Figure, ax, labels: list, markers: Sequence[Tuple[f
             ax.plot(*zip((x, y), inverse((nx, ny))), color="0.45", lw=0.6, zorder=4.5)
 
 
-def _figures(doc: Any, source: Optional[str]) -> Dict[str, List[Dict[str, Any]]]:
+def _figures(doc: ParetoDoc) -> Dict[str, List[Dict[str, Any]]]:
     """Per strategy, the points in display units: id, latency_ms, throughput_per_s, energy_mj, pareto."""
     out: Dict[str, List[Dict[str, Any]]] = {s: [] for s in STRATEGIES}
-    for i, p in enumerate(points_of(doc, source)):
-        where = f"points[{i}]"
-        strategy = strategy_of(p, where, source)
-        period_s = number(p, "period_s", where, source, positive=True)
-        out[strategy].append({
-            "id": str(p.get("id", where)),
-            "latency_ms": number(p, "latency_s", where, source, positive=True) * 1e3,
-            "throughput_per_s": number(p, "throughput_per_s", where, source, positive=True,
-                                       default=1.0 / period_s),
-            "energy_mj": number(p, "energy_j", where, source) * 1e3,
-            "pareto": bool(p.get("pareto", False)),
-        })
+    for p in doc.points:
+        out[p.strategy].append({"id": p.id, "latency_ms": p.latency_s * 1e3, "throughput_per_s": p.throughput_per_s,
+                                "energy_mj": p.energy_j * 1e3, "pareto": p.pareto})
     return out
 
 
-def plot_pareto(doc: Dict[str, Any], path: Any, *, source: Optional[str] = None) -> None:
+def plot_pareto(doc: ParetoDoc, path: Any, *, source: Optional[str] = None) -> None:
     """Write the Pareto plot of a pareto.json document as a 1600 x 700 px PNG.
 
     Parameters
     ----------
-    doc : dict
-        A pareto.json document (:class:`parapipe.mapping.ParetoDoc` as a dict): ``points`` with
-        ``strategy``, ``period_s``, ``latency_s``, ``energy_j`` (s, s, J), optionally ``throughput_per_s``
-        (defaults to ``1 / period_s``) and ``pareto``; optionally ``model.name``, ``soc``, ``objectives`` and
-        ``bounds`` (``period_lb_s``, ``latency_lb_s``).
+    doc : parapipe.mapping.ParetoDoc
+        The document (:func:`parapipe.mapping.read_pareto`): its points' strategies and figures, the model
+        and SoC names, the objectives and the bounds (lines drawn where > 0).
     path : str or os.PathLike
         PNG to write (a temp file in the same folder, then renamed).
     source : str, optional
@@ -232,17 +222,16 @@ def plot_pareto(doc: Dict[str, Any], path: Any, *, source: Optional[str] = None)
     Raises
     ------
     InputError
-        No points, an unknown strategy, or a missing / non-finite / non-positive figure (named by field).
+        The document has no points.
     OSError
         The folder cannot be written.
     """
-    by_strategy = _figures(doc, source)
+    by_strategy = _figures(doc)
     if not any(by_strategy.values()):
-        raise input_error(source or "pareto.json", "points", "the document has no points",
+        raise input_error(source or DEFAULT_SOURCE, "points", "the document has no points",
                           "re-run 'parapipe optimize'")
-    bounds = doc.get("bounds") if isinstance(doc.get("bounds"), dict) else {}
-    period_lb = number(bounds, "period_lb_s", "bounds", source, default=0.0)
-    latency_lb = number(bounds, "latency_lb_s", "bounds", source, default=0.0)
+    period_lb = doc.bounds.period_lb_s
+    latency_lb = doc.bounds.latency_lb_s
 
     log_keys = set()  # one scale per quantity, the same in both panels
     for key in ("latency_ms", "throughput_per_s", "energy_mj"):
@@ -305,10 +294,7 @@ def plot_pareto(doc: Dict[str, Any], path: Any, *, source: Optional[str] = None)
         ax.margins(0.08)
     handles, labels = ax_t.get_legend_handles_labels()
     legend = ax_t.legend(handles, labels, loc="best", fontsize=10, framealpha=0.9)
-    objectives = doc.get("objectives")
-    obj = ""
-    if isinstance(objectives, list) and objectives:
-        obj = f" (front on {', '.join(map(str, objectives))})"
+    obj = f" (front on {', '.join(doc.objectives)})" if doc.objectives else ""
     fig.suptitle(f"Pareto front: {title_of(doc)}{obj}", fontsize=15)
     for ax, (texts, markers) in labels_of.items():
         _place_panel_labels(fig, ax, texts, markers, legend if ax is ax_t else None)

@@ -3,30 +3,26 @@ fraction it actually computes blocks (the steady state of the cost model, :mod:`
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from matplotlib.figure import Figure
 
 from ..errors import input_error
-from ._common import DEFAULT_SOURCE, find_point, number, save_figure, title_of
+from ..mapping.model import ParetoDoc, Point
+from ._common import DEFAULT_SOURCE, FIX, save_figure, title_of
 
 log = logging.getLogger(__name__)
 
 __all__ = ["utilisation", "plot_utilisation"]
 
-_FIX = "pass the pareto.json written by 'parapipe optimize'"
 
-
-def utilisation(doc: Dict[str, Any], point_id: str, *, source: Optional[str] = None
-                ) -> List[Tuple[str, float, float]]:
+def utilisation(point: Point, *, source: Optional[str] = None) -> List[Tuple[str, float, float]]:
     """Per PU of one point: busy fraction and computing fraction of the period.
 
     Parameters
     ----------
-    doc : dict
-        A pareto.json document.
-    point_id : str
-        ``id`` of the point.
+    point : parapipe.mapping.Point
+        A point of a validated document (:func:`parapipe.mapping.select_point`).
     source : str, optional
         File name for error messages (default ``"pareto.json"``).
 
@@ -41,49 +37,33 @@ def utilisation(doc: Dict[str, Any], point_id: str, *, source: Optional[str] = N
     Raises
     ------
     InputError
-        Unknown ``point_id``; ``period_s`` or ``pu_busy_s`` missing or malformed.
+        The point has no ``pu_busy_s``.
     """
-    src = source or DEFAULT_SOURCE
-    point = find_point(doc, point_id, source)
-    where = f"points[{doc['points'].index(point)}]"
-    period_s = number(point, "period_s", where, source, positive=True)
-    busy = point.get("pu_busy_s")
-    if not isinstance(busy, Mapping) or not busy:
-        raise input_error(src, f"{where}.pu_busy_s", "missing or empty", _FIX)
+    if not point.pu_busy_s:
+        raise input_error(source or DEFAULT_SOURCE, f"points[{point.id}].pu_busy_s", "missing or empty", FIX)
     compute: Dict[str, float] = {}
     order: List[str] = []
-    mapping = point.get("mapping")
-    stages = mapping.get("stages") if isinstance(mapping, Mapping) else None
-    for st in stages if isinstance(stages, list) else []:
-        if not isinstance(st, Mapping):
-            continue
-        pus = [p for p in st.get("pus", []) if isinstance(p, str)]
-        order.extend(pus)
-        assignment = st.get("assignment") if isinstance(st.get("assignment"), Mapping) else {}
-        starts = st.get("block_start_s") if isinstance(st.get("block_start_s"), Mapping) else {}
-        finishes = st.get("block_finish_s") if isinstance(st.get("block_finish_s"), Mapping) else {}
-        for block, t0 in starts.items():
-            pu = assignment.get(block, pus[0] if len(pus) == 1 else None)
-            t1 = finishes.get(block)
-            if pu is not None and isinstance(t0, (int, float)) and isinstance(t1, (int, float)):
-                compute[pu] = compute.get(pu, 0.0) + max(0.0, float(t1) - float(t0))
-    lanes = list(dict.fromkeys(order + list(busy)))
-    out = []
-    for pu in lanes:
-        b = number(busy, pu, f"{where}.pu_busy_s", source, default=0.0)
-        out.append((pu, b / period_s, compute.get(pu, 0.0) / period_s))
-    return out
+    for st in point.stages:
+        order.extend(st.pus)
+        for block, t0 in st.block_start_s.items():
+            t1 = st.block_finish_s.get(block)
+            if t1 is not None:
+                pu = st.pu_of(block)
+                compute[pu] = compute.get(pu, 0.0) + max(0.0, t1 - t0)
+    lanes = list(dict.fromkeys(order + list(point.pu_busy_s)))
+    return [(pu, point.pu_busy_s.get(pu, 0.0) / point.period_s, compute.get(pu, 0.0) / point.period_s)
+            for pu in lanes]
 
 
-def plot_utilisation(doc: Dict[str, Any], point_id: str, path: Any, *, source: Optional[str] = None) -> None:
+def plot_utilisation(doc: ParetoDoc, point: Point, path: Any, *, source: Optional[str] = None) -> None:
     """Write a bar chart of per-PU utilisation of one point (busy and computing share of the period) as a PNG.
 
     Parameters
     ----------
-    doc : dict
-        A pareto.json document.
-    point_id : str
-        ``id`` of the point.
+    doc : parapipe.mapping.ParetoDoc
+        The document (its model and SoC names title the chart).
+    point : parapipe.mapping.Point
+        The point to draw, one of ``doc.points``.
     path : str or os.PathLike
         PNG to write (a temp file in the same folder, then renamed); 1000 x 600 px.
     source : str, optional
@@ -96,8 +76,7 @@ def plot_utilisation(doc: Dict[str, Any], point_id: str, path: Any, *, source: O
     OSError
         The folder cannot be written.
     """
-    rows = utilisation(doc, point_id, source=source)
-    point = find_point(doc, point_id, source)
+    rows = utilisation(point, source=source)
     fig = Figure(figsize=(10, 6), layout="constrained")
     ax = fig.subplots()
     xs = range(len(rows))
@@ -114,6 +93,6 @@ def plot_utilisation(doc: Dict[str, Any], point_id: str, path: Any, *, source: O
     ax.set_xlabel("processing unit", fontsize=12)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(loc="upper right", fontsize=10, framealpha=0.9)
-    ax.set_title(f"{title_of(doc)}: point {point_id} ({point.get('strategy', '?')}), PU utilisation — "
-                 f"period {float(point['period_s']) * 1e3:.2f} ms", fontsize=12)
+    ax.set_title(f"{title_of(doc)}: point {point.id} ({point.strategy}), PU utilisation — "
+                 f"period {point.period_s * 1e3:.2f} ms", fontsize=12)
     save_figure(fig, path)
