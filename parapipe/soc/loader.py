@@ -308,7 +308,8 @@ def soc_to_yaml_dict(soc: SoC) -> dict:
     if soc.power_sensor is not None:
         sensor = soc.power_sensor
         body["power_sensor"] = {"kind": sensor.kind, "paths": list(sensor.paths), "rails": list(sensor.rails),
-                                "command": list(sensor.command), "interval_s": sensor.interval_s}
+                                "command": list(sensor.command), "interval_s": sensor.interval_s,
+                                **({"max_power_w": sensor.max_power_w} if sensor.max_power_w is not None else {})}
     return {**head, "sources": sources, **body}  # `sources` gained `generated` while body was built
 
 

@@ -139,6 +139,7 @@ class PowerSensorEntry(BaseModel):
     rails: list[str] = []
     command: list[str] = []
     interval_s: Optional[float] = None
+    max_power_w: Optional[float] = None
 
 
 class SocFile(BaseModel):
