@@ -270,7 +270,7 @@ class _Rail(object):
     """One power channel: ``power_file`` × ``scale`` W, or ``volt_file`` (mV) × ``curr_file`` (mA)."""
 
     def __init__(self, label: str, power_file: Optional[str] = None, scale: float = 1.0,
-                 volt_file: Optional[str] = None, curr_file: Optional[str] = None):
+                 volt_file: str = "", curr_file: str = ""):
         self.label, self.power_file, self.scale = label, power_file, scale
         self.volt_file, self.curr_file = volt_file, curr_file
 

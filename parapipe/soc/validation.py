@@ -45,7 +45,7 @@ def yaml11_boolean_name(value: Any, field: str) -> None:
     if isinstance(value, bool):
         word = "true" if value else "false"
         raise FieldProblem("", f"{word} is a boolean, not a name", f'quote it if it is the name: {field}: "{word}"')
-    if isinstance(value, str) and getattr(value, "yaml_problem", "") and value.lower() in YAML11_BOOLEANS:
+    if isinstance(value, str) and hasattr(value, "yaml_problem") and value.lower() in YAML11_BOOLEANS:
         meant = str(YAML11_BOOLEANS[value.lower()]).lower()
         raise FieldProblem("", f"{str(value)!r} is a YAML 1.1 boolean ({meant}): other YAML readers load it as "
                            f"{meant}, not as a name", f'quote it: {field}: "{value}"')
