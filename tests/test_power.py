@@ -299,6 +299,8 @@ def test_jetson_rails_of_the_last_three_jetpack_generations(tmp_path):
     (tmp_path / "jp7/class/hwmon/hwmon2/in1_label").write_text("VDD_GPU\n")  # Thor's INA3221s: no VDD_IN
     thor = PowerMeter({"kind": "ina3221", "rails": ["ina238:1"]}, root=str(tmp_path / "jp7"))
     assert thor.watts() == pytest.approx(38.0)
+    default = PowerMeter({"kind": "ina3221"}, root=str(tmp_path / "jp7"))  # the input monitor, not its sub-rails too
+    assert [r.label for r in default.rails] == ["ina238:1"] and default.watts() == pytest.approx(38.0)
     missing = PowerMeter({"kind": "ina3221", "rails": ["VDD_IN"]}, root=str(tmp_path / "jp7"))
     assert missing.unknown.startswith("no rail VDD_IN (the board has ")
 

@@ -15,7 +15,7 @@ A profile's ``power_sensor`` (``parapipe/soc/pipeline.py``; carried in ``plan.js
   integrated over the samples (Linux ``Documentation/hwmon/sysfs-interface.rst``).
 * ``ina3221``: a Jetson's rail monitors, in the layouts of the last three Jetson Linux generations, summed over
   the ``rails`` (labels; default the board's input rail ``VDD_IN``/``POM_5V_IN``/``5V_IN``/``VIN`` where a device
-  has one, else every labelled channel):
+  has one, else the INA238-family input monitor's channels, else every labelled channel):
 
   - JetPack 5 and 6 (Jetson Linux R35/R36, kernel 5.10/5.15): the mainline hwmon driver, devices ``hwmon*`` with
     ``name`` = ``ina3221`` under ``class/hwmon`` (also ``bus/i2c/drivers/ina3221/*/hwmon/hwmon*``); channel N is
@@ -341,8 +341,10 @@ def _jetson_rails(root: str, paths: List[str], wanted: List[str]) -> Tuple[List[
         if rails and update is not None:
             updates.append(update)
     labels = [r.label for r in found]
-    if not wanted:
-        wanted = [next(r for r in INPUT_RAILS if r in labels)] if any(r in labels for r in INPUT_RAILS) else labels
+    if not wanted:  # the board's input rail; else the INA238-family input monitor (Thor); else every rail
+        inputs = [r for r in INPUT_RAILS if r in labels]
+        whole = [r.label for r in found if r.power_file is not None and r.scale == 1e-6]
+        wanted = inputs[:1] or whole or labels
     missing = [r for r in wanted if r not in labels]
     if missing:
         raise SensorUnavailable("no rail %s (the board has %s)" % (", ".join(missing), ", ".join(labels) or "none"))
