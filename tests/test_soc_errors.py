@@ -176,3 +176,35 @@ def test_from_values_reports_the_field():
     good_pu = {**bad_pu, "memory_bandwidth_bytes_per_s": 5e9}
     with pytest.raises(InputError, match=r"^SoC 'host': transfers\.pairs\.0\.dst: unknown PU 'cpu9'"):
         SoC.from_values("host", [good_pu], 1.0, 1e10, pair_transfers={("cpu0", "cpu9"): (0.0, 1e9)})
+
+
+@pytest.mark.parametrize("word", ["no", "No", "yes", "on", "OFF", "y", "n", "N"])
+def test_a_yaml_11_boolean_word_as_a_name_is_refused_in_one_line(tmp_path, word):
+    text = yaml.safe_dump(BASE, sort_keys=False)
+    path = tmp_path / "board.yaml"
+    path.write_text(text.replace(f"name: {BASE['name']}\n", f"name: {word}\n", 1))
+    with pytest.raises(InputError) as info:
+        load_soc(str(path))
+    message = str(info.value)
+    assert message.startswith(f"{path}: name: '{word}' is a YAML 1.1 boolean"), message
+    assert message.endswith(f'quote it: name: "{word}"') and "\n" not in message
+    path.write_text(text.replace(f"name: {BASE['name']}\n", f'name: "{word}"\n', 1))  # quoted: a name
+    assert load_soc(str(path)).name == word
+    path.write_text(text.replace("\n  gpu:", f"\n  {word}:", 1))  # a PU name too
+    with pytest.raises(InputError, match=rf"board\.yaml: pus\.{word}: '{word}' is a YAML 1\.1 boolean"):
+        load_soc(str(path))
+
+
+def test_a_name_that_loads_as_a_boolean_is_refused_and_saved_names_stay_strings(tmp_path):
+    from parapipe.soc.loader import save_soc
+
+    text = yaml.safe_dump(BASE, sort_keys=False)
+    path = tmp_path / "board.yaml"
+    path.write_text(text.replace(f"name: {BASE['name']}\n", "name: false\n", 1))
+    with pytest.raises(InputError, match=r'board\.yaml: name: false is a boolean, not a name; quote it if it is '
+                                         r'the name: name: "false"'):
+        load_soc(str(path))
+    for word in ("n", "no"):
+        path.write_text(text.replace(f"name: {BASE['name']}\n", f"name: '{word}'\n", 1))
+        saved = save_soc(load_soc(str(path)), tmp_path / "saved.yaml")  # written quoted, loads back
+        assert load_soc(str(saved)).name == word

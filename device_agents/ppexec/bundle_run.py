@@ -404,7 +404,8 @@ def run_verified(spec: RunSpec, frames: int = 200, warmup: int = 5, atol: float 
             diff, scaled_diff, ok = check(i % len(pool), out)
             worst, scaled, matched = max(worst, diff), max(scaled, scaled_diff), matched and ok
             progress("run", i + 1, rate=(i + 1) / max(time.perf_counter() - run_start, 1e-9))
-        energy_j = meter.stop() / frames if meter is not None else None
+        energy = meter.stop() if meter is not None else None
+        energy_j = energy.energy_j / frames if energy is not None and energy.energy_j is not None else None
         metrics = ex.metrics
         progress("idle", frames, force=True, rate=metrics.throughput_per_s)
         idle_count = min(int(idle_frames), int(frames))
@@ -422,7 +423,8 @@ def run_verified(spec: RunSpec, frames: int = 200, warmup: int = 5, atol: float 
         pu_utilisation=dict(metrics.pu_utilisation), outputs_match=bool(matched), max_abs_diff=worst,
         checked_tensors=len(checked), max_scaled_diff=scaled, atol=float(atol), rtol=float(rtol),
         predicted=predicted, substituted=substituted, bindings=_bindings_doc(plan),
-        host=_host_info(), energy_j=energy_j, bundle_id=spec.bundle_id,
+        host=_host_info(), energy_j=energy_j, energy_unknown=energy.unknown if energy is not None else None,
+        energy_warnings=list(energy.warnings) if energy is not None else [], bundle_id=spec.bundle_id,
         dispatch=dispatch if plan.replicated() else None,
         report_file=REPORT,
         trace_file=TRACE)

@@ -66,6 +66,12 @@ class RunReport:
         Measured energy per inference where a sensor was read; None otherwise (energies are estimates).
     bundle_id : str or None
         Id of the deploy bundle that ran (:mod:`.bundle_run`); None for a run fed in memory (``parapipe run``).
+    energy_unknown : str or None
+        Why ``energy_j`` is None although the profile names a power sensor (``"permission denied (...)"``, no
+        wrap range, an implausible reading: :class:`ppexec.power.EnergyResult`); None when the energy was
+        measured or no sensor was named. Reports of boards older than the field read None.
+    energy_warnings : list of str
+        Caveats of a measured energy (a window shorter than two sensor updates, nested zones left out).
     dispatch : str or None
         How replicated stages got their frames: ``"pull"`` (each replica takes the next frame when it is free)
         or ``"shares"`` (dealt by the plan's shares); None for a plan without replicated stages. Reports of
@@ -100,6 +106,8 @@ class RunReport:
     bindings: Dict[str, Any] = field(default_factory=dict)
     host: Dict[str, Any] = field(default_factory=dict)
     energy_j: Optional[float] = None
+    energy_unknown: Optional[str] = None
+    energy_warnings: List[str] = field(default_factory=list)
     bundle_id: Optional[str] = None
     dispatch: Optional[str] = "pull"
     report_file: str = "out/report.json"

@@ -175,6 +175,11 @@ def print_run_report(head: str, rep: "RunReport") -> None:
     if rep.energy_j is not None:
         print(f"{'energy mJ':<20} {rep.energy_j * 1e3:>10.2f} {fmt(predicted_j, 1e3)}  (measured with the "
               "profile's power sensor)")
+        for warning in rep.energy_warnings:
+            print(f"{'':<20} {'':>10} {'':>10}  note: {warning}")
+    elif rep.energy_unknown:
+        print(f"{'energy mJ':<20} {'unknown':>10} {fmt(predicted_j, 1e3)}  (the power sensor gave no energy: "
+              f"{rep.energy_unknown})")
     else:
         print(f"{'energy mJ':<20} {'-':>10} {fmt(predicted_j, 1e3)}  (estimate: the profile names no power sensor)")
     if rep.dispatch:

@@ -5,7 +5,8 @@ YAML syntax (with line and column; a duplicate key names both lines and its fiel
 load), the file layout and provenance (:mod:`parapipe.soc.schema`), then the values
 (:mod:`parapipe.soc.profile`). Scalars are read as YAML 1.2 does: integers are plain decimal digits and
 booleans ``true``/``false``; what YAML 1.1 would silently turn into other numbers or booleans (``cores: 010``
-= 8, ``threads: 1:30`` = 90, ``symmetric: yes``) is refused naming the field (:class:`YamlAmbiguous`).
+= 8, ``threads: 1:30`` = 90, ``symmetric: yes``) is refused naming the field (:class:`YamlAmbiguous`), and so is
+a YAML 1.1 boolean word as a name (``name: no``; quoted, ``name: "no"``, it loads).
 """
 from __future__ import annotations
 
@@ -49,8 +50,8 @@ class YamlAmbiguous(str):
 def _ambiguous(text: str) -> YamlAmbiguous:
     value = YamlAmbiguous(text)
     plain = text.replace("_", "")
-    if text.lower() in ("yes", "no", "on", "off"):
-        meant = "true" if text.lower() in ("yes", "on") else "false"
+    if text.lower() in ("yes", "no", "on", "off", "y", "n"):
+        meant = "true" if text.lower() in ("yes", "on", "y") else "false"
         value.yaml_problem = f"{text!r} is not true or false (YAML 1.1 would read it as {meant})"
         value.yaml_fix = "write true or false"
     elif ":" in text:
@@ -68,7 +69,7 @@ def _ambiguous(text: str) -> YamlAmbiguous:
 class _Loader(yaml.SafeLoader):
     """Safe YAML loader with YAML 1.2 scalars: ``1e10`` is a float; integers are plain decimal digits; booleans
     are ``true``/``false``. YAML 1.1's other readings (octal ``010``, base-60 ``1:30``, ``0x1F``, ``1_000``,
-    ``yes``/``no``/``on``/``off``) load as :class:`YamlAmbiguous` text."""
+    ``yes``/``no``/``on``/``off``/``y``/``n``) load as :class:`YamlAmbiguous` text."""
 
 
 _AMBIGUOUS_TAG = "tag:parapipe,2024:yaml11-ambiguous"
@@ -95,9 +96,17 @@ _Loader.add_implicit_resolver(
     _AMBIGUOUS_TAG,
     re.compile(r"""^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?0o[0-7_]+|[-+]?0x[0-9a-fA-F_]+
                 |[-+]?[0-9][0-9_]*_[0-9_]*|[-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?
-                |yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF)$""", re.X),
+                |yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF|y|Y|n|N)$""", re.X),
     list("-+0123456789yYnNoO"))
 _Loader.add_constructor(_AMBIGUOUS_TAG, lambda loader, node: _ambiguous(loader.construct_scalar(node)))
+
+
+class _Dumper(yaml.SafeDumper):
+    """Safe YAML dumper that quotes ``y``/``n`` as well (YAML 1.1 booleans PyYAML writes bare), so a name
+    ``"y"`` is written as a string that :class:`_Loader` (and every YAML 1.1 reader) loads back as one."""
+
+
+_Dumper.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN"))
 
 
 def _check_duplicate_keys(node: yaml.Node, display: str, path: tuple = (), seen: Optional[set] = None) -> None:
@@ -311,14 +320,15 @@ def soc_to_yaml_dict(soc: SoC) -> dict:
     if soc.power_sensor is not None:
         sensor = soc.power_sensor
         body["power_sensor"] = {"kind": sensor.kind, "paths": list(sensor.paths), "rails": list(sensor.rails),
-                                "command": list(sensor.command), "interval_s": sensor.interval_s}
+                                "command": list(sensor.command), "interval_s": sensor.interval_s,
+                                **({"max_power_w": sensor.max_power_w} if sensor.max_power_w is not None else {})}
     return {**head, "sources": sources, **body}  # `sources` gained `generated` while body was built
 
 
 def save_soc(soc: SoC, path: Union[str, os.PathLike]) -> Path:
     """Write ``soc`` as a profile YAML file (temporary file, then ``os.replace``); returns the path."""
     target = Path(path)
-    text = yaml.safe_dump(soc_to_yaml_dict(soc), sort_keys=False, width=110, allow_unicode=True)
+    text = yaml.dump(soc_to_yaml_dict(soc), Dumper=_Dumper, sort_keys=False, width=110, allow_unicode=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or Path("."))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -11,7 +11,7 @@ applies (every term at its default). ``power_sensor:`` names what the executor r
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -66,7 +66,11 @@ class PowerSensor(BaseModel):
         command only: the program and its arguments; it prints the current power in watts (one number).
     interval_s : float
         Seconds between samples (> 0; counters are read at the start, the end and every interval, to see a
-        wrap-around).
+        wrap-around; the executor shortens it where a counter's range would otherwise wrap twice in between).
+    max_power_w : float or None
+        Largest plausible power of the sensor, W: readings above it are refused as implausible, and RAPL
+        counters are polled often enough not to wrap twice at this power; None: the executor's default
+        (:data:`ppexec.power.DEFAULT_MAX_POWER_W`).
     """
 
     model_config = _CONFIG
@@ -75,6 +79,7 @@ class PowerSensor(BaseModel):
     rails: tuple[str, ...] = ()
     command: tuple[str, ...] = ()
     interval_s: float = Field(default=0.1, gt=0, le=10)
+    max_power_w: Optional[float] = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _command_given(self) -> "PowerSensor":
@@ -90,4 +95,5 @@ class PowerSensor(BaseModel):
     def to_doc(self) -> dict:
         """The plain dict the executor reads (``plan.json`` ``power_sensor``)."""
         return {"kind": self.kind, "paths": list(self.paths), "rails": list(self.rails),
-                "command": list(self.command), "interval_s": self.interval_s}
+                "command": list(self.command), "interval_s": self.interval_s,
+                **({"max_power_w": self.max_power_w} if self.max_power_w is not None else {})}

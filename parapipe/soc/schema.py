@@ -11,7 +11,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
-from parapipe.soc.validation import NAME_PATTERN, FieldProblem
+from parapipe.soc.validation import NAME_PATTERN, FieldProblem, yaml11_boolean_name
 
 __all__ = ["SCHEMA_VERSION", "Quantity", "ExecutionEntry", "PUEntry", "TransferEntry", "PairEntry",
            "TransfersEntry", "PipelineEntry", "PowerSensorEntry", "SocFile"]
@@ -142,6 +142,7 @@ class PowerSensorEntry(BaseModel):
     rails: list[str] = []
     command: list[str] = []
     interval_s: Optional[float] = None
+    max_power_w: Optional[float] = None
 
 
 class SocFile(BaseModel):
@@ -158,6 +159,23 @@ class SocFile(BaseModel):
     transfers: TransfersEntry
     pipeline: Optional[PipelineEntry] = None
     power_sensor: Optional[PowerSensorEntry] = None
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _not_a_boolean(cls, name: Any) -> Any:
+        yaml11_boolean_name(name, "name")
+        return name
+
+    @field_validator("pus", mode="before")
+    @classmethod
+    def _pu_names_not_booleans(cls, pus: Any) -> Any:
+        if isinstance(pus, dict):
+            for name in pus:
+                try:
+                    yaml11_boolean_name(name, "pus")
+                except FieldProblem as exc:
+                    raise FieldProblem(str(name), exc.problem, f'quote the key: "{name}": ...') from None
+        return pus
 
     @field_validator("pus")
     @classmethod

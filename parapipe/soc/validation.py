@@ -21,6 +21,37 @@ __all__ = ["NAME_PATTERN", "FIX_HINTS", "FieldProblem", "dotted", "to_input_erro
 #: PU names: usable as ``--pus big,gpu`` and as YAML keys without quoting.
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
 
+#: The words YAML 1.1 reads as booleans (https://yaml.org/type/bool.html), lower-cased; YAML 1.2 and PyYAML
+#: read ``y``/``n`` (and PyYAML's safe loader every word but true/false under parapipe's loader) as strings.
+YAML11_BOOLEANS = {"y": True, "yes": True, "true": True, "on": True,
+                   "n": False, "no": False, "false": False, "off": False}
+
+
+def yaml11_boolean_name(value: Any, field: str) -> None:
+    """Refuse a name that YAML readers disagree on: an unquoted YAML 1.1 boolean word (``name: no``), or a name
+    that loaded as a boolean.
+
+    Parameters
+    ----------
+    value : object
+        The name as loaded: :class:`parapipe.soc.loader.YamlAmbiguous` (a plain scalar YAML 1.1 would read as
+        a boolean) carries ``yaml_problem``; a quoted word is a plain ``str`` and passes.
+    field : str
+        The field, for the fix (``name``, a PU key).
+
+    Raises
+    ------
+    FieldProblem
+        ``"'no' is a YAML 1.1 boolean (false) ..."``, fix ``quote it: name: "no"``.
+    """
+    if isinstance(value, bool):
+        word = "true" if value else "false"
+        raise FieldProblem("", f"{word} is a boolean, not a name", f'quote it if it is the name: {field}: "{word}"')
+    if isinstance(value, str) and hasattr(value, "yaml_problem") and value.lower() in YAML11_BOOLEANS:
+        meant = str(YAML11_BOOLEANS[value.lower()]).lower()
+        raise FieldProblem("", f"{str(value)!r} is a YAML 1.1 boolean ({meant}): other YAML readers load it as "
+                           f"{meant}, not as a name", f'quote it: {field}: "{value}"')
+
 #: How to fix a bad value, by field name (the last matching component of the error's path wins). Units follow
 #: the SI names of the fields; the example values are the orders of magnitude in the bundled profiles.
 FIX_HINTS = {
@@ -133,14 +164,14 @@ def _describe(error: Mapping[str, Any], root: Optional[type]) -> tuple[list, str
     ctx = error.get("ctx") or {}
     value = error.get("input")
     hint = _hint(loc)
+    if kind == "value_error" and isinstance(ctx.get("error"), FieldProblem):  # a validator that knows more
+        problem = ctx["error"]
+        extra = [p for p in problem.field.split(".") if p]
+        return loc + extra, problem.problem, problem.fix
     yaml_problem = getattr(value, "yaml_problem", "")
     if yaml_problem:  # parapipe.soc.loader.YamlAmbiguous: a YAML 1.1 surprise
         return loc, yaml_problem, getattr(value, "yaml_fix", "")
     got = f"got {type(value).__name__} {_show(value)}"
-    if kind == "value_error" and isinstance(ctx.get("error"), FieldProblem):
-        problem = ctx["error"]
-        extra = [p for p in problem.field.split(".") if p]
-        return loc + extra, problem.problem, problem.fix
     if kind == "missing":
         name = str(loc[-1]) if loc else "field"
         return loc, "missing field", f"add '{name}'" + (f": {hint}" if hint else "")
