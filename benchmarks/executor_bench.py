@@ -25,7 +25,7 @@ Prints (stderr is left to logging):
    model's).
 2. Measured / predicted throughput of the parapipe mappings, with the prediction from isolated block times
    alone (the host profile) and the search's (its leading points' stages timed as sub-models,
-   :func:`parapipe.measure.local.measure_stages`); per stage
+   :func:`parapipe.measure.submodels.measure_submodels`); per stage
    the predicted time, the sub-model alone on its core and its busy time in the pipeline; and the work ratios:
    the stages' sub-models timed alone, summed, over the whole model timed alone (the cost of splitting), and
    the sum of the block times over the whole model.
@@ -120,7 +120,7 @@ def host_mappings(model: str, time_limit_s: float, terms_from: Optional[str] = N
         rep = load_mapping(model, path, "replicated-0")
     from parapipe.cost.evaluate import evaluate
 
-    plain = dataclasses.replace(prep.problem, range_time_s=None, task_time_s=None)  # block sums only
+    plain = dataclasses.replace(prep.problem, submodel_time_s=None)  # block sums only
     block_prediction = {key: evaluate(plain, mapping_from_point(plain, m.point, "benchmark"),
                                       prep.terms).throughput_per_s for key, m in (("pp", pp), ("rep", rep))}
     return pp, rep, prep, time.perf_counter() - t0, block_prediction

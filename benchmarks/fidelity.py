@@ -79,19 +79,19 @@ def searched_mappings(problem) -> List[Tuple[str, Mapping]]:
 
 def stage_level_times(prep, mappings: List[Mapping]):
     """Time every single-PU stage's block range of ``mappings``, every replica and every task of their multi-PU
-    stages (:func:`parapipe.cost.tasks.stage_block_sets`, what the executor runs as one sub-model), as one
+    stages (:func:`parapipe.cost.tasks.stage_submodels`, what the executor runs as one sub-model), as one
     sub-model each, as ``optimize --soc host`` times its leading points (:func:`parapipe.app.stage_timing.
     time_mapping_stages`: interleaved passes, the median of the passes' medians, each at least
-    :data:`parapipe.measure.local.STAGE_MIN_S` of runs; alone while the host prior's pipeline terms model
-    co-running, as they do), into a new problem's ``range_time_s`` / ``task_time_s`` for every PU (this machine's
+    :data:`parapipe.measure.submodels.STAGE_MIN_S` of runs; alone while the host prior's pipeline terms model
+    co-running, as they do), into a new problem's ``submodel_time_s`` for every PU (this machine's
     cores are identical). This is profiling, not a pipeline run: each sub-model runs by itself, like a block
     (a single one-shot timing let one disturbance through: shufflenet's whole model came out at 5.85 ms where
-    every run measured 4.2-4.6 ms). Returns ``prep`` with the times installed and the number of ranges and
-    tasks."""
+    every run measured 4.2-4.6 ms). Returns ``prep`` with the times installed and the number of sub-models
+    timed."""
     from parapipe.app.stage_timing import time_mapping_stages
 
     timed = time_mapping_stages(prep, mappings, passes=3)
-    return timed.prepared, len(timed.ranges) + len(timed.tasks)
+    return timed.prepared, len(timed.submodels)
 
 
 def make_doc(prep, named: List[Tuple[str, Mapping]]):
@@ -133,7 +133,7 @@ def measure(models: List[str], work: Path, run_s: float, db: Path, repeats: int)
             if key not in seen:
                 seen.add(key)
                 named.append((label, m))
-        prep, n_ranges = stage_level_times(prep, [m for _, m in named])
+        prep, n_submodels = stage_level_times(prep, [m for _, m in named])
         write_block_table(work / "tables" / f"{prep.loaded.name}.blocks.csv", prep.problem)
         doc = make_doc(prep, named)
         path = work / f"{prep.loaded.name}.pareto.json"
@@ -141,7 +141,7 @@ def measure(models: List[str], work: Path, run_s: float, db: Path, repeats: int)
         print(f"{model}: {prep.problem.n_blocks} blocks, {len(named)} mappings "
               f"({sum(any(len(st.pus) > 1 for st in m.stages) for _, m in named)} with a multi-PU stage, "
               f"{sum(len({p for st in m.stages for p in st.pus}) < sum(len(st.pus) for st in m.stages) for _, m in named)}"
-              f" with a core serving several stages; {n_ranges} single-PU stage ranges and tasks timed as sub-models); set-up "
+              f" with a core serving several stages; {n_submodels} stage sub-models timed); set-up "
               f"{time.perf_counter() - t0:.1f} s")
         plans.append((model, path, doc, named))
     from parapipe.app.run import record_run, run_local

@@ -314,7 +314,7 @@ def test_stage_level_measurement_replaces_the_block_sum():
     # blocks scaled by 5/6 (E_dyn 10.9 · 5/6); the two-copy mapping gets 1 / (1/5 + 1/7) = 35/12 s. A range
     # that is not a whole single-PU stage keeps its block sum.
     pr = chain3()
-    pr.range_time_s = {(0, 3, 0): 5.0}
+    pr.submodel_time_s = {(0, (0, 1, 2)): 5.0}
     one = evaluate(pr, parse_pu_list(pr, "p0,p0,p0"))
     assert (one.period_s, one.stage_results[0].finish_s[2]) == pytest.approx((5.0, 5.0))
     assert one.stage_results[0].finish_s[0] == pytest.approx(5 / 6)
@@ -322,5 +322,5 @@ def test_stage_level_measurement_replaces_the_block_sum():
     assert one.active_s.tolist() == pytest.approx([5.0, 0.0])
     assert evaluate(pr, parse_pu_list(pr, "p0|p1,p0|p1,p0|p1")).period_s == pytest.approx(35 / 12)
     assert evaluate(pr, parse_pu_list(pr, "p0,p0,p1")).period_s == pytest.approx(6.5)  # tests/test_cost.py
-    assert pr.restrict_pus([1, 0]).range_time_s == {(0, 3, 1): 5.0}
-    assert pr.restrict_pus([1]).range_time_s is None
+    assert pr.restrict_pus([1, 0]).submodel_time_s == {(1, (0, 1, 2)): 5.0}
+    assert pr.restrict_pus([1]).submodel_time_s is None

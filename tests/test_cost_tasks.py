@@ -59,8 +59,21 @@ def test_a_measured_task_scales_its_blocks_in_the_list_schedule():
     assert tasks == [(0, (0,)), (0, (2,)), (0, (3,)), (1, (1,))]  # a feeds q: its task ends there
     plain = evaluate(pr, Mapping((st,))).period_s
     assert plain == pytest.approx(3e-3)  # a, then b || c, then d
-    pr.task_time_s = {(0, (2,)): 0.5e-3}  # c alone on p in 0.5 ms
+    pr.submodel_time_s = {(0, (2,)): 0.5e-3}  # c alone on p in 0.5 ms
     assert evaluate(pr, Mapping((st,))).period_s == pytest.approx(3e-3)  # b (1 ms on q) is the critical path
-    pr.task_time_s = {(0, (0,)): 0.25e-3, (1, (1,)): 0.5e-3}
+    pr.submodel_time_s = {(0, (0,)): 0.25e-3, (1, (1,)): 0.5e-3}
     # a 0.25 ms, then b 0.5 ms on q || c 1 ms on p; d after c: 0.25 + 1 + 1
     assert evaluate(pr, Mapping((st,))).period_s == pytest.approx(2.25e-3)
+    # the same sub-model run as a single-PU stage takes the same measurement: a alone on p, then the rest on q
+    cut = Mapping((StageMapping(0, 1, (0,), (0,)), StageMapping(1, 4, (1,), (1, 1, 1))))
+    assert [r.time_s for r in evaluate(pr, cut).stage_results] == pytest.approx([0.25e-3, 3e-3])
+    # and a single-PU stage's measured range is a task's time where a multi-PU stage runs those blocks as one
+    chain = MappingProblem(list("abcd"), [(), (0,), (1,), (2,)], {(0, 1): 0.0, (1, 2): 0.0, (2, 3): 0.0},
+                           ["p", "q"], np.full((4, 2), 1e-3), np.full((4, 2), 2.0), [0.1, 0.1], 0.0,
+                           np.zeros((2, 2)), np.full((2, 2), inf))
+    chain.submodel_time_s = {(1, (2, 3)): 1.5e-3}
+    assert evaluate(chain, Mapping((StageMapping(0, 2, (0,), (0, 0)), StageMapping(2, 4, (1,), (1, 1))))
+                    ).latency_s == pytest.approx(2e-3 + 1.5e-3)
+    group = StageMapping(0, 4, (0, 1), (0, 0, 1, 1))
+    assert stage_tasks(chain, group) == [(0, (0, 1)), (1, (2, 3))]
+    assert evaluate(chain, Mapping((group,))).period_s == pytest.approx(2e-3 + 1.5e-3)

@@ -139,7 +139,7 @@ def test_local_functions_are_inlined_and_costed():
 def test_dead_nodes_are_dropped():
     og = import_onnx(hm.dead_node_model())
     assert og.topo_order == ["mm", "relu"]
-    from parapipe.measure.local import measure_local
+    from parapipe.measure.submodels import measure_local
 
     times = measure_local(coarsen(og), repeats=1, warmup=0).block_time_s  # every block has an output to request
     assert {b for b, _ in times} == {"mm"} and all(t > 0 for t in times.values())
@@ -273,7 +273,7 @@ def test_missing_graph_output_shape_is_inferred(tmp_path):
 
 
 def test_blocks_are_measured_with_the_real_values_of_shape_vectors():
-    from parapipe.measure.local import measure_local
+    from parapipe.measure.submodels import measure_local
 
     og = import_onnx(hm.shape_vector_model())
     bg = singleton_blocks(og)

@@ -1,6 +1,7 @@
 """``parapipe import``: long-format block measurements → block tables (round trip) and profile rows."""
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -135,7 +136,7 @@ def test_import_times_are_in_seconds_in_the_problem(tmp_path, soc):
 
 
 def test_stage_level_times_travel_beside_the_block_table_and_set_the_stage_time(tmp_path, soc):
-    from parapipe.cost.blocktable import range_table_path, write_block_table
+    from parapipe.cost.blocktable import submodel_table_path, write_block_table
     from parapipe.cost.evaluate import evaluate
     from parapipe.cost.mapping import mapping_from_pu_list
 
@@ -148,16 +149,17 @@ def test_stage_level_times_travel_beside_the_block_table_and_set_the_stage_time(
     block_sum = evaluate(p, on_big).period_s
     assert block_sum == pytest.approx(0.013 + 0.002 + 0.0025 + 0.00025)
     # the whole range measured as one sub-model on big: 14 ms instead of the 17.75 ms block sum
-    range_table_path(path).write_text("first,last,pu,time_s\nconv1,cat,big,0.014\n")
+    submodel_table_path(path).write_text("first,last,pu,time_s\nconv1,cat,big,0.014\n")
     q = read_block_table(path, soc)
-    assert q.range_time_s == {(0, 4, big): 0.014}
+    assert q.submodel_time_s == {(big, (0, 1, 2, 3)): 0.014}
     assert evaluate(q, on_big).period_s == pytest.approx(0.014)
     # written back with the table, and removed when the problem has none
     out = tmp_path / "again.blocks.csv"
     write_block_table(out, q)
-    assert read_block_table(out, soc).range_time_s == {(0, 4, big): 0.014}
+    assert submodel_table_path(out).read_text().splitlines() == ["first,last,pu,time_s", "conv1,cat,big,0.014"]
+    assert read_block_table(out, soc).submodel_time_s == {(big, (0, 1, 2, 3)): 0.014}
     write_block_table(out, p)
-    assert not range_table_path(out).exists() and read_block_table(out, soc).range_time_s is None
+    assert not submodel_table_path(out).exists() and read_block_table(out, soc).submodel_time_s is None
 
 
 @pytest.mark.parametrize("row, words", [
@@ -173,12 +175,12 @@ def test_stage_level_times_travel_beside_the_block_table_and_set_the_stage_time(
     ("conv1,cat,npu,0.01", "PU 'npu' cannot run block 'conv1'"),
 ])
 def test_bad_range_table_is_one_line_naming_file_row_and_field(tmp_path, soc, row, words):
-    from parapipe.cost.blocktable import range_table_path
+    from parapipe.cost.blocktable import submodel_table_path
 
     src = tmp_path / "long.csv"
     src.write_text(LONG)
     path = write_tables(read_long_csv(src, soc), str(tmp_path / "tables"), str(src))[0]
-    ranges = range_table_path(path)
+    ranges = submodel_table_path(path)
     ranges.write_text("first,last,pu,time_s\n" + row + "\n")
     with pytest.raises(InputError) as err:
         read_block_table(path, soc)
@@ -187,35 +189,49 @@ def test_bad_range_table_is_one_line_naming_file_row_and_field(tmp_path, soc, ro
 
 
 def test_empty_range_table_is_refused(tmp_path, soc):
-    from parapipe.cost.blocktable import range_table_path
+    from parapipe.cost.blocktable import submodel_table_path
 
     src = tmp_path / "long.csv"
     src.write_text(LONG)
     path = write_tables(read_long_csv(src, soc), str(tmp_path / "tables"), str(src))[0]
-    range_table_path(path).write_text("")
+    submodel_table_path(path).write_text("")
     with pytest.raises(InputError, match="no header"):
         read_block_table(path, soc)
 
 
-def test_task_times_travel_in_the_range_table(tmp_path, soc):
-    from parapipe.cost.blocktable import range_table_path, write_block_table
+def test_task_times_travel_in_the_range_table(tmp_path, soc, caplog):
+    from parapipe.cost.blocktable import submodel_table_path, write_block_table
 
     src = tmp_path / "long.csv"
     src.write_text(LONG)
     path = write_tables(read_long_csv(src, soc), str(tmp_path / "tables"), str(src))[0]
-    range_table_path(path).write_text("first,last,pu,time_s,blocks\nconv1,cat,big,0.014,\n"
-                                      ",,gpu,0.002,inc_a;conv1\n")
+    submodel_table_path(path).write_text("first,last,pu,time_s,blocks\nconv1,cat,big,0.014,\n"
+                                         ",,gpu,0.002,inc_a;conv1\n,,big,0.003,inc_b;conv1\n")
     p = read_block_table(path, soc)
     big, gpu = p.pu_names.index("big"), p.pu_names.index("gpu")
-    assert p.range_time_s == {(0, 4, big): 0.014}
-    assert p.task_time_s == {(gpu, (0, 1)): 0.002}  # sorted block indices of conv1, inc_a
+    # one form: (PU, sorted block indices), a range being its blocks (conv1, inc_a, inc_b, cat are 0..3)
+    assert p.submodel_time_s == {(big, (0, 1, 2, 3)): 0.014, (gpu, (0, 1)): 0.002, (big, (0, 2)): 0.003}
     out = tmp_path / "again.blocks.csv"
     write_block_table(out, p)
     q = read_block_table(out, soc)
-    assert (q.range_time_s, q.task_time_s) == (p.range_time_s, p.task_time_s)
-    range_table_path(path).write_text("first,last,pu,time_s,blocks\nconv1,,gpu,0.002,inc_a\n")
+    assert q.submodel_time_s == p.submodel_time_s
+    # written back: contiguous blocks as a first,last range, the others as a blocks list
+    assert submodel_table_path(out).read_text().splitlines() == [
+        "first,last,pu,time_s,blocks", "conv1,inc_a,gpu,0.002,", "conv1,cat,big,0.014,", ",,big,0.003,conv1;inc_b"]
+    # the same blocks on one PU listed twice are refused; once as a range and once listed (a table written when
+    # ranges and tasks were kept apart) they are one sub-model: the earlier row's time stands
+    submodel_table_path(path).write_text("first,last,pu,time_s,blocks\n,,gpu,0.002,conv1;inc_a\n"
+                                         ",,gpu,0.003,inc_a;conv1\n")
+    with pytest.raises(InputError, match="row 3: task conv1;inc_a on gpu is already on row 2"):
+        read_block_table(path, soc)
+    submodel_table_path(path).write_text("first,last,pu,time_s,blocks\nconv1,inc_a,gpu,0.002,\n"
+                                         ",,gpu,0.003,inc_a;conv1\n")
+    with caplog.at_level(logging.WARNING, logger="parapipe.cost.blocktable"):
+        assert read_block_table(path, soc).submodel_time_s == {(gpu, (0, 1)): 0.002}
+    assert "row(s) 3 give blocks already on an earlier row" in caplog.text
+    submodel_table_path(path).write_text("first,last,pu,time_s,blocks\nconv1,,gpu,0.002,inc_a\n")
     with pytest.raises(InputError, match="row 2: gives both first/last and blocks"):
         read_block_table(path, soc)
-    range_table_path(path).write_text("first,last,pu,time_s,blocks\n,,gpu,0.002,inc_a;zz\n")
+    submodel_table_path(path).write_text("first,last,pu,time_s,blocks\n,,gpu,0.002,inc_a;zz\n")
     with pytest.raises(InputError, match="column 'blocks': unknown block 'zz'"):
         read_block_table(path, soc)

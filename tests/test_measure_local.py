@@ -11,11 +11,12 @@ import yaml
 
 from parapipe.errors import ExecutionError, InputError
 from parapipe.graph.coarsen import coarsen
-from parapipe.measure import local
+from parapipe.measure import submodels
 from parapipe.profiledb.db import ProfileDB
 from parapipe.profiledb.catalog import block_signature
 from parapipe.measure.detect import fit_handoff
-from parapipe.measure.local import LocalTimer, allowed_cpus, local_soc, measure_local
+from parapipe.measure.local import LocalTimer, allowed_cpus, local_soc
+from parapipe.measure.submodels import measure_local, measure_submodels
 import ppexec.runtimes
 from ppexec.plan import PUBinding
 from ppexec.session import create_session, pin_current_thread
@@ -24,7 +25,7 @@ from parapipe.soc.loader import load_soc, soc_to_yaml_dict
 
 class _Spy:
     """Counts the sessions of sub-models measure_local creates: timed ones (made by the runtime adapter,
-    ppexec.runtimes.create_session) and load ones (local.create_session); the micro-benchmarks of the SoC
+    ppexec.runtimes.create_session) and load ones (submodels.create_session); the micro-benchmarks of the SoC
     (graph "detect") are not counted."""
 
     def __init__(self) -> None:
@@ -45,7 +46,7 @@ class _Spy:
     def patch(self, mp) -> "_Spy":
         """Install on ``mp`` (a MonkeyPatch) where sessions are made."""
         mp.setattr(ppexec.runtimes, "create_session", self)
-        mp.setattr(local, "create_session", self)
+        mp.setattr(submodels, "create_session", self)
         return self
 
 
@@ -225,14 +226,12 @@ def test_a_hand_off_to_an_unusable_cpu_is_named():
 
 @pytest.mark.skipif(len(allowed_cpus()) < 2, reason="needs two allowed CPUs (the load runs on the others)")
 def test_loaded_stage_level_times_keep_every_other_core_running_the_range(squeezenet, monkeypatch):
-    from parapipe.measure.local import measure_ranges
-
     _, bg = squeezenet
     spy = _Spy()
     spy.patch(monkeypatch)
     before = set(t.name for t in threading.enumerate())
-    times = measure_ranges(bg, [(0, 4)], repeats=3, warmup=1)  # the default: loaded
-    assert times[(0, 4)] > 0
+    times = measure_submodels(bg, [(0, 1, 2, 3)], loaded=True, repeats=3, warmup=1)
+    assert times[(0, 1, 2, 3)] > 0
     cpus = allowed_cpus()
     # one session timed on the first core, one spinning on each other core, each pinned to its own core
     assert spy.calls == len(cpus)
@@ -241,15 +240,14 @@ def test_loaded_stage_level_times_keep_every_other_core_running_the_range(squeez
 
 
 def test_stage_level_times_run_each_range_as_one_pinned_sub_model(squeezenet, monkeypatch):
-    from parapipe.measure.local import measure_ranges
-
     _, bg = squeezenet
     n = len(bg.blocks)
+    whole, head = tuple(range(n)), (0, 1, 2)
     spy = _Spy()
     spy.patch(monkeypatch)
-    times = measure_ranges(bg, [(0, n), (0, 3), (0, n)], repeats=2, warmup=1, loaded=False)
-    assert list(times) == [(0, n), (0, 3)] and all(t > 0 for t in times.values())
+    times = measure_submodels(bg, [whole, head, list(reversed(whole))], repeats=2, warmup=1, loaded=False)
+    assert list(times) == [whole, head] and all(t > 0 for t in times.values())
     assert spy.calls == 2 and spy.affinities == [frozenset({allowed_cpus()[0]})] * 2
-    for bad in [(3, 3), (-1, 2), (0, n + 1)]:
-        with pytest.raises(InputError, match="not a block range"):
-            measure_ranges(bg, [bad])
+    for bad in [(), (-1, 2), (0, n)]:
+        with pytest.raises(InputError, match="empty or not blocks of 0:"):
+            measure_submodels(bg, [bad], loaded=False)

@@ -177,7 +177,7 @@ def test_bounds_hold_when_stage_level_times_beat_the_block_sums():
     pr = MappingProblem(list("abc"), [(), (0,), (1,)], {(0, 1): 1.0, (1, 2): 1.0}, ["p", "q"],
                         np.full((3, 2), 4e-3), np.full((3, 2), 2.0), [0.1, 0.1], 1.0, np.full((2, 2), 1e-4),
                         np.full((2, 2), 1e9))
-    pr.range_time_s = {(0, 3, 0): 6e-3}
+    pr.submodel_time_s = {(0, (0, 1, 2)): 6e-3}
     whole = Mapping((StageMapping(0, 3, (0,), (0, 0, 0)),))
     ev = evaluate(pr, whole)
     assert ev.period_s == pytest.approx(6e-3) and ev.latency_s == pytest.approx(6e-3)

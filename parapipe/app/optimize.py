@@ -14,9 +14,10 @@ from typing import Callable, Optional, Set, Tuple
 
 from parapipe.app.prepare import Prepared, model_notes, timed_loaded
 from parapipe.app.stage_timing import (
-    STAGE_TIMING_POINTS, STAGE_TIMING_ROUNDS, BlockSet, Measure, Range, leading_points, stage_timed_ids,
+    STAGE_TIMING_POINTS, STAGE_TIMING_ROUNDS, Measure, leading_points, stage_timed_ids, submodel_counts,
     time_mapping_stages)
 from parapipe.cost.mapping import Mapping as CostMapping
+from parapipe.cost.problem import SubmodelBlocks
 from parapipe.errors import input_error
 from parapipe.mapping.model import ParetoDoc
 from parapipe.search.api import SearchOptions, SearchResult
@@ -36,19 +37,20 @@ def search_prepared(prep: Prepared, options: SearchOptions, progress: Optional[C
     problem holding those times, until the leading points' stages are all timed or ``rounds`` rounds have run.
 
     Why: the search ranks by block sums, and isolated blocks mislead on stages (a stage sub-model can run at
-    0.7-1.4x its blocks' sum, :mod:`parapipe.measure.local`: ORT fuses across blocks); and two candidates
+    0.7-1.4x its blocks' sum, :mod:`parapipe.measure.submodels`: ORT fuses across blocks); and two candidates
     predicted within a few per cent of each other from measurements taken at different moments can swap places
     when run, since the load of a shared machine changes between the moments (compare ``parapipe optimize
     --soc host`` predictions with ``parapipe run`` of the same points). The leading candidates' stages are
-    timed in the same interleaved passes (:func:`parapipe.measure.local.measure_stages`), so they are compared
+    timed in the same interleaved passes (:func:`parapipe.measure.submodels.measure_submodels`), so they are compared
     on one footing. They are timed loaded unless ``prep.terms`` carry a co-running term of their own
     (:meth:`parapipe.cost.pipeline_terms.PipelineTerms.models_corunning`).
 
-    ``measure`` replaces the host measurement (default :func:`parapipe.measure.local.measure_stages` with
+    ``measure`` replaces the host measurement (default :func:`parapipe.measure.submodels.measure_submodels` with
     ``passes``). ``prep`` is not changed. Returns the last :class:`parapipe.search.api.SearchResult`: its
     ``problem`` holds the stage-level times measured (``prep.problem`` when none were), its
-    ``info["stage_timing"]`` says what was timed (``points`` asked for, distinct mappings timed, rounds, ranges,
-    tasks, ``loaded``, ``timed_point_ids``: the points whose every stage has a measured time, seconds).
+    ``info["stage_timing"]`` says what was timed (``points`` asked for, distinct mappings timed, rounds, the
+    sub-models timed as ``ranges`` and ``tasks``, :func:`~parapipe.app.stage_timing.submodel_counts`, ``loaded``,
+    ``timed_point_ids``: the points whose every stage has a measured time, seconds).
 
     Raises
     ------
@@ -60,25 +62,21 @@ def search_prepared(prep: Prepared, options: SearchOptions, progress: Optional[C
     result = search(prep.problem, options, progress=progress, terms=prep.terms)
     if not prep.host or time_stages <= 0:
         return result
-    timed_ranges: Set[Range] = set()
-    timed_tasks: Set[BlockSet] = set()
+    timed_submodels: Set[SubmodelBlocks] = set()
     timed_points: Set[CostMapping] = set()
     done_rounds, t0 = 0, time.perf_counter()
     for _ in range(rounds):
         leading = leading_points(result, time_stages)
-        timed = time_mapping_stages(prep, [p.mapping for p in leading], passes, measure,
-                                    skip=(timed_ranges, timed_tasks))
-        if not (timed.ranges or timed.tasks):
+        timed = time_mapping_stages(prep, [p.mapping for p in leading], passes, measure, skip=timed_submodels)
+        if not timed.submodels:
             break
         prep = timed.prepared
         timed_points.update(p.mapping for p in leading)
-        timed_ranges.update(timed.ranges)
-        timed_tasks.update(timed.tasks)
+        timed_submodels.update(timed.submodels)
         result = search(prep.problem, options, progress=progress, terms=prep.terms)
         done_rounds += 1
     result.info["stage_timing"] = {"points": time_stages, "points_timed": len(timed_points), "rounds": done_rounds,
-                                   "ranges": len(timed_ranges), "tasks": len(timed_tasks),
-                                   "loaded": timed_loaded(prep.terms),
+                                   **submodel_counts(timed_submodels), "loaded": timed_loaded(prep.terms),
                                    "timed_point_ids": stage_timed_ids(prep.problem, result.points),
                                    "seconds": time.perf_counter() - t0}
     return result

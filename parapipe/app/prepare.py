@@ -16,7 +16,7 @@ from typing import Mapping as TypingMapping
 import numpy as np
 
 from parapipe.cost.pipeline_terms import PipelineTerms
-from parapipe.cost.problem import MappingProblem
+from parapipe.cost.problem import MappingProblem, block_range
 from parapipe.graph.coarsen import BlockGraph
 from parapipe.graph.opgraph import OpGraph
 from parapipe.graph.zoo import LoadedModel
@@ -50,7 +50,7 @@ class Prepared:
     soc : SoC
         The profile searched (restricted to ``--pus``); on ``--soc host`` the profile measured here.
     problem : MappingProblem
-        Blocks x PUs costs (s, W, bytes); stage-level times in ``range_time_s`` / ``task_time_s`` where measured.
+        Blocks x PUs costs (s, W, bytes); stage-level times in ``submodel_time_s`` where measured.
     max_blocks : int or None
         The coarsening target (None: no limit).
     timings_s : dict of str to float
@@ -86,7 +86,7 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     ``loaded``: ``model`` already loaded (:func:`parapipe.graph.zoo.load_model`), so it is not read again.
 
     ``soc`` is a bundled profile name, a YAML path, or ``"host"``: this machine, each core a PU, with every block
-    measured for real with ONNX Runtime (:func:`parapipe.measure.local.measure_local`). ``db``, a profile database:
+    measured for real with ONNX Runtime (:func:`parapipe.measure.submodels.measure_local`). ``db``, a profile database:
     on ``host`` its block measurements are reused (and new ones stored); on another SoC the measured times replace
     the model where they exist and the model calibrated on the database fills the rest
     (:func:`parapipe.calibration.predict.costs_from_db`). ``input_shapes`` (``--input-shape``) fix symbolic input
@@ -112,7 +112,7 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     measured = None
     if is_host(soc):
         from parapipe.graph.feeds import load_feeds
-        from parapipe.measure.local import measure_local, measure_ranges
+        from parapipe.measure.submodels import measure_local, measure_submodels
 
         check_declared(og.model, source, HOST_SOC, [])  # host PUs run ONNX Runtime's CPU operators only
         frame = load_feeds(feeds, og)[0] if feeds else None
@@ -128,8 +128,8 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
         # the whole model as one sub-model, as the single and replicated mappings run it; alone when the
         # profile's pipeline terms model co-running (the host's prior does), else with every other core running
         # it too, as a replicated mapping's replicas do (measured 1.00-1.06x slower than alone on two cores)
-        whole_s = measure_ranges(bg, [(0, len(bg.blocks))], feeds=frame,
-                                 loaded=timed_loaded(terms_from_soc(soc_obj)))
+        whole_s = measure_submodels(bg, [block_range(0, len(bg.blocks))], feeds=frame,
+                                    loaded=timed_loaded(terms_from_soc(soc_obj)))
         timings["measure_s"] = time.perf_counter() - t1
     else:
         from parapipe.app.resolve import resolve_soc
@@ -144,8 +144,8 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
         soc_obj = soc_obj.restrict(list(pus))
     problem = problem_from_blocks(bg, soc_obj, measured_s=measured, name=lm.name)
     if is_host(soc):  # identical cores: the stage-level time holds on every PU
-        problem = replace(problem, range_time_s={(a, b, p): t for (a, b), t in whole_s.items()
-                                                 for p in range(problem.n_pus)})
+        problem = replace(problem, submodel_time_s={(p, blocks): t for blocks, t in whole_s.items()
+                                                    for p in range(problem.n_pus)})
     return Prepared(lm, og, bg, soc_obj, problem, max_blocks, timings, terms_from_soc(soc_obj), host=is_host(soc),
                     host_feeds=frame if is_host(soc) else None)
 

@@ -72,13 +72,13 @@ def handle(args: argparse.Namespace) -> int:
         mappings.append((text, parse_pu_list(problem, text)))
     timed = None
     if prep is not None and prep.host:  # time the stages as optimize --soc host does, so the figures compare
-        from parapipe.app.stage_timing import time_mapping_stages
+        from parapipe.app.stage_timing import submodel_counts, time_mapping_stages
 
         stages = time_mapping_stages(prep, [m for _, m in mappings])
         problem = stages.prepared.problem  # the stage-level times installed
-        timed = {"ranges": len(stages.ranges), "tasks": len(stages.tasks)}
+        timed = submodel_counts(stages.submodels)
         if not args.json:
-            print(f"stage times measured here: {len(stages.ranges)} stage range(s), {len(stages.tasks)} task(s)")
+            print(f"stage times measured here: {timed['ranges']} stage range(s), {timed['tasks']} task(s)")
     from parapipe.cost.pipeline_terms import terms_from_soc
 
     terms = terms_from_soc(soc)  # the profile's pipeline: section (calibrate --runs); defaults: the plain model

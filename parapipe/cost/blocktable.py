@@ -17,32 +17,38 @@ Format (one row per block, header required)::
 PU names must exist in the SoC profile given with ``--soc``; idle/static power and transfer costs come from it.
 Rows may come in any order; they are sorted topologically (ties in file order).
 
-**Stage-level times** (optional): ``<name>.ranges.csv`` beside ``<name>.blocks.csv``, one row per block range
-timed as one sub-model (:func:`parapipe.measure.local.measure_ranges`; a stage's sub-model keeps the fusions
-its isolated blocks lose)::
+**Stage-level times** (optional): ``<name>.ranges.csv`` beside ``<name>.blocks.csv``, one row per set of blocks
+timed as one sub-model on one PU (:func:`parapipe.measure.submodels.measure_submodels`; a stage's sub-model keeps
+the fusions its isolated blocks lose)::
 
     first,last,pu,time_s
     conv1,inc3a_cat,big,0.0131
 
-``first``..``last``: the range's first and last block in the table's (topological) order; ``time_s``: seconds
-on ``pu``. A single-PU stage over exactly that range takes this time instead of its block sum
-(:attr:`MappingProblem.range_time_s`). An optional ``blocks`` column (``;``-separated block names, ``first`` and
-``last`` left empty) gives a *task* instead: blocks a multi-PU stage runs as one sub-model on ``pu``
-(:func:`parapipe.cost.tasks.stage_tasks`, :attr:`MappingProblem.task_time_s`). :func:`write_block_table` writes
-the table when the problem has such times.
+``first``..``last``: the sub-model's first and last block in the table's (topological) order, every block
+between them included; ``time_s``: seconds on ``pu``. An optional ``blocks`` column (``;``-separated block names,
+``first`` and ``last`` left empty) lists the blocks instead, for a sub-model that is not a contiguous range (a
+task of a multi-PU stage, :func:`parapipe.cost.tasks.stage_tasks`). Both read into
+:attr:`MappingProblem.submodel_time_s`; a stage or task that runs exactly those blocks as one sub-model on that PU
+takes this time instead of its block sum. :func:`write_block_table` writes the table when the problem has such
+times.
 """
 from __future__ import annotations
 
 import csv
+import logging
 import math
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import networkx as nx
 import numpy as np
 
 from ..errors import input_error
-from .problem import MappingProblem
+from .problem import MappingProblem, SubmodelKey, is_block_range
+
+__all__ = ["read_block_table", "write_block_table", "submodel_table_path", "read_submodel_table"]
+
+log = logging.getLogger(__name__)
 
 
 def _number(src: str, where: str, text: str, what: str, fix: str) -> float:
@@ -169,9 +175,9 @@ def read_block_table(path, soc, name: Optional[str] = None) -> MappingProblem:
                              static_power_w=soc.static_power_w, alpha_s=soc.alpha_matrix(),
                              beta_bytes_per_s=soc.beta_matrix(), name=name or Path(src).stem,
                              block_nbytes=None if dram is None else np.outer(dram, np.ones(k)))
-    ranges = range_table_path(path)
-    if ranges.is_file():
-        problem.range_time_s, problem.task_time_s = (d or None for d in read_range_table(ranges, problem))
+    submodels = submodel_table_path(path)
+    if submodels.is_file():
+        problem.submodel_time_s = read_submodel_table(submodels, problem) or None
     return problem
 
 
@@ -183,22 +189,24 @@ def _table_stem(path: Path) -> str:
     return path.stem
 
 
-def range_table_path(blocks_path) -> Path:
+def submodel_table_path(blocks_path: Union[str, Path]) -> Path:
     """``DIR/<name>.ranges.csv`` for ``DIR/<name>.blocks.csv`` (or ``DIR/<name>.csv``)."""
     path = Path(blocks_path)
     return path.with_name(_table_stem(path) + ".ranges.csv")
 
 
-def read_range_table(path, problem: MappingProblem) -> tuple:
-    """Read a stage-level time table (module docstring) for ``problem``: ``(ranges, tasks)`` with ranges
-    ``{(start, stop, pu index): seconds}`` and tasks ``{(pu index, sorted block indices): seconds}``.
+def read_submodel_table(path: Union[str, Path], problem: MappingProblem) -> Dict[SubmodelKey, float]:
+    """Read a stage-level time table (``<name>.ranges.csv``, module docstring) for ``problem``:
+    ``{(pu index, sorted block indices): seconds}``, the form of :attr:`MappingProblem.submodel_time_s`.
 
     Raises
     ------
     InputError
         Unreadable file, a missing column, an unknown block or PU, ``last`` before ``first``, a row with both or
-        neither of ``first``/``last`` and ``blocks``, a time that is not a finite number > 0, a repeated range —
-        naming the file, row and field.
+        neither of ``first``/``last`` and ``blocks``, a time that is not a finite number > 0, the same blocks on
+        the same PU on two ``first,last`` rows or on two ``blocks`` rows — naming the file, row and field. The
+        same blocks on the same PU once as each (tables written when the two were kept apart) take the earlier
+        row's time, with a warning logged.
     """
     src = str(path)
     rows, header = _read_csv(path, "range table")
@@ -208,9 +216,9 @@ def read_range_table(path, problem: MappingProblem) -> tuple:
         if col not in header:
             raise input_error(src, f"column {col!r}", "missing", "header must be first,last,pu,time_s[,blocks]")
     index = {b: i for i, b in enumerate(problem.block_names)}
-    ranges: Dict[tuple, float] = {}
-    tasks: Dict[tuple, float] = {}
-    seen: Dict[tuple, int] = {}
+    times: Dict[SubmodelKey, float] = {}
+    seen: Dict[SubmodelKey, Tuple[int, bool]] = {}  # first row of each sub-model, and whether it listed blocks
+    twice: List[int] = []
     for i, r in enumerate(rows, start=2):
         where = f"row {i}"
         if r.get(None):  # csv.DictReader keeps the fields beyond the header under None
@@ -257,37 +265,46 @@ def read_range_table(path, problem: MappingProblem) -> tuple:
         if not (v > 0 and math.isfinite(v)):
             raise input_error(src, f"{where}, column 'time_s'", f"must be a finite number of seconds > 0, got {text!r}",
                               "give the range's measured time in seconds")
-        key = (p, tuple(members)) if listed else (members[0], members[-1] + 1, p)
-        if (bool(listed), key) in seen:
-            raise input_error(src, where, f"{what} on {pu} is already on row {seen[(bool(listed), key)]}",
-                              "give each range and PU once")
-        seen[(bool(listed), key)] = i
-        (tasks if listed else ranges)[key] = v
-    return ranges, tasks
+        key = (p, tuple(members))
+        if key in seen:
+            row, was_listed = seen[key]
+            if was_listed == bool(listed):
+                raise input_error(src, where, f"{what} on {pu} is already on row {row}",
+                                  "give each range and PU once")
+            twice.append(i)  # once as first,last and once as blocks: the first row's time stands
+            continue
+        seen[key] = (i, bool(listed))
+        times[key] = v
+    if twice:
+        log.warning("%s: row(s) %s give blocks already on an earlier row, once as first,last and once as a "
+                    "blocks list (one sub-model on one PU); the earlier row's time is used", src,
+                    ", ".join(map(str, twice[:5])) + (f" and {len(twice) - 5} more" if len(twice) > 5 else ""))
+    return times
 
 
-def write_block_table(path, problem: MappingProblem, pus: Optional[Sequence[str]] = None) -> None:
+def write_block_table(path: Union[str, Path], problem: MappingProblem, pus: Optional[Sequence[str]] = None) -> None:
     """Write ``problem`` as a block table CSV (atomically: temporary file, then rename), and its stage-level
-    times (:attr:`~parapipe.cost.problem.MappingProblem.range_time_s`, on ``pus``) as the range table beside it
-    (an old range table there is removed when the problem has none).
+    times (:attr:`~parapipe.cost.problem.MappingProblem.submodel_time_s`, on ``pus``) as the range table beside it
+    (an old range table there is removed when the problem has none): a contiguous sub-model as a
+    ``first,last`` row, any other with a ``blocks`` list.
 
     ``out_bytes`` of a block is the largest of its outgoing edges; ``dram_nbytes`` (written when the problem
     has :attr:`~parapipe.cost.problem.MappingProblem.block_nbytes`) the largest over the PUs.
     """
     pus = list(pus or problem.pu_names)
     _write_rows(Path(path), _block_rows(problem, pus))
-    ranges = sorted((a, b, p, t) for (a, b, p), t in (problem.range_time_s or {}).items()
-                    if problem.pu_names[p] in pus)
-    tasks = sorted((p, blocks, t) for (p, blocks), t in (problem.task_time_s or {}).items()
-                   if problem.pu_names[p] in pus)
+    times = [(p, blocks, t) for (p, blocks), t in (problem.submodel_time_s or {}).items()
+             if problem.pu_names[p] in pus]
+    ranges = sorted((blocks[0], blocks[-1] + 1, p, t) for p, blocks, t in times if is_block_range(blocks))
+    tasks = sorted((p, blocks, t) for p, blocks, t in times if not is_block_range(blocks))
     if ranges or tasks:
-        _write_rows(range_table_path(path), [["first", "last", "pu", "time_s"] + (["blocks"] if tasks else [])] + [
+        _write_rows(submodel_table_path(path), [["first", "last", "pu", "time_s"] + (["blocks"] if tasks else [])] + [
             [problem.block_names[a], problem.block_names[b - 1], problem.pu_names[p], repr(float(t))]
             + ([""] if tasks else []) for a, b, p, t in ranges] + [
             ["", "", problem.pu_names[p], repr(float(t)), ";".join(problem.block_names[v] for v in blocks)]
             for p, blocks, t in tasks])
     else:  # a range table left from an earlier problem would be read with this one
-        range_table_path(path).unlink(missing_ok=True)
+        submodel_table_path(path).unlink(missing_ok=True)
 
 
 def _write_rows(path: Path, rows: List[list]) -> None:

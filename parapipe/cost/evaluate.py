@@ -19,10 +19,10 @@ The model, stated once (every search, baseline and report uses it through :func:
   static energy) but draw no power of their own: memory-traffic power is part of the board's static power.
   Written as ``E = E_dyn + (Σ_pu P_idle + P_static)·P`` with ``E_dyn = Σ (p_active − P_idle)·t``, which is how the
   search accumulates it stage by stage.
-* A single-PU stage over a block range with a stage-level measurement (``MappingProblem.range_time_s``) takes
-  the measured time instead of its block sum (its blocks' times scaled to it); in a multi-PU stage, the blocks
-  of a task (:func:`parapipe.cost.tasks.stage_tasks`: what the executor runs as one sub-model) with a
-  measurement (``MappingProblem.task_time_s``) are scaled to it alike.
+* **Measured sub-models** (``MappingProblem.submodel_time_s``): the executor runs each single-PU stage (or
+  replica) as one sub-model, and each task of a multi-PU stage (:func:`parapipe.cost.tasks.stage_tasks`) as one.
+  Where those blocks have a measured time as one sub-model on that PU, a single-PU stage takes it instead of its
+  block sum (its blocks' times scaled to it), and a task's blocks are scaled to it alike.
 * **Replicated stages** (``StageMapping.replicas``): the block range runs whole on each replica (a PU or a PU
   group), frames dealt in proportion to speed; period contribution ``1 / Σ_r 1/T_r``, every replica PU busy
   that long per inference, latency the mean over dealt frames (worst replica in ``latency_worst_s``), dynamic

@@ -139,7 +139,7 @@ class PipelineTerms:
         """True when the terms slow a stage for running beside others (``slowdown`` ≠ 1 or ``contention`` > 0).
         Stage-level times are then measured alone (the terms were fitted so, benchmarks/fidelity.py); without
         such a term they are measured with the other cores loaded, so that the times carry it
-        (:func:`parapipe.measure.local.measure_stages`)."""
+        (:func:`parapipe.measure.submodels.measure_submodels`)."""
         return self.slowdown != 1.0 or self.contention > 0.0
 
     def to_json(self) -> Dict[str, object]:
@@ -274,10 +274,10 @@ class MappingFacts:
         res = self.stage_results(float(terms.handoff_s))
         base = self.base_factors(terms)
         factors = list(base)
-        if gamma > 0.0 and len(factors) > 1:
+        bw = terms.memory_bandwidth_bytes_per_s  # set whenever gamma > 0 (PipelineTerms checks)
+        if gamma > 0.0 and bw is not None and len(factors) > 1:
             first = [_stage_time(r.input_s, r.makespan_s, f, d) for r, f in zip(res, base)]
             p0 = float(_busy(self.problem, self.mapping, first, terms.overlap).max())
-            bw = float(terms.memory_bandwidth_bytes_per_s)
             for s, co in enumerate(self.co_runners):
                 rho = sum(self.traffic_nbytes[r] for r in co) / (p0 * bw) if p0 > 0 else 0.0
                 factors[s] = base[s] * (1.0 + gamma * rho)

@@ -13,6 +13,33 @@ import numpy as np
 
 from ..errors import InfeasibleError
 
+__all__ = ["SubmodelBlocks", "SubmodelKey", "block_range", "is_block_range", "ProblemRows", "MappingProblem"]
+
+SubmodelBlocks = Tuple[int, ...]
+"""The blocks of one sub-model: their indices in the problem's topological order, sorted, without repeats. A
+single-PU stage's sub-model is a contiguous range (:func:`block_range`); a multi-PU stage's task may not be."""
+
+SubmodelKey = Tuple[int, SubmodelBlocks]
+"""``(pu, blocks)``: a sub-model on PU index ``pu``, the key of :attr:`MappingProblem.submodel_time_s`."""
+
+
+def block_range(start: int, stop: int) -> SubmodelBlocks:
+    """The blocks ``start <= v < stop`` as a sub-model's blocks (what a single-PU stage over them runs).
+
+    >>> block_range(2, 5)
+    (2, 3, 4)
+    """
+    return tuple(range(start, stop))
+
+
+def is_block_range(blocks: SubmodelBlocks) -> bool:
+    """True when ``blocks`` (non-empty, sorted) are a contiguous range ``first..last``.
+
+    >>> is_block_range((2, 3, 4)), is_block_range((0, 2))
+    (True, False)
+    """
+    return bool(blocks) and blocks[-1] - blocks[0] + 1 == len(blocks)
+
 
 @dataclass(frozen=True)
 class ProblemRows:
@@ -58,16 +85,14 @@ class MappingProblem:
     memory_bytes : ndarray, shape (k,), optional
         Memory each PU may fill with weights, bytes (default ``inf``: no limit; from the profile's
         ``memory_bytes`` where it gives one).
-    range_time_s : dict (start, stop, pu) -> float, optional
-        Measured time of blocks ``[start, stop)`` run as ONE sub-model on PU index ``pu``, s (a stage-level
-        measurement: it includes the fusions and layout changes ORT makes across the blocks, which isolated
-        block times miss). A single-PU stage (or replica) over exactly that range on that PU takes this time
-        instead of its block sum (:func:`parapipe.cost.evaluate.evaluate_stage`). Default none.
-    task_time_s : dict (pu, blocks) -> float, optional
-        Measured time of the blocks ``blocks`` (a sorted tuple of block indices) run as ONE sub-model on PU index
-        ``pu``: a task of a multi-PU stage (:func:`parapipe.cost.tasks.stage_tasks`). In such a stage, the blocks
-        of a task with a measurement take their block times scaled to it (the list schedule keeps their
-        proportions). Default none.
+    submodel_time_s : dict (pu, blocks) -> float, optional
+        Measured time of the blocks ``blocks`` (a :data:`SubmodelBlocks`: sorted block indices) run as ONE
+        sub-model on PU index ``pu``, s: a stage-level measurement, which includes the fusions and layout
+        changes ONNX Runtime makes across the blocks (isolated block times miss them). The executor runs one
+        sub-model per single-PU stage or replica (its blocks ``start..stop-1``, a contiguous range) and one per
+        task of a multi-PU stage (:func:`parapipe.cost.tasks.stage_tasks`); wherever those blocks run as one
+        sub-model on that PU, the cost model takes this time instead of their block sum, the blocks keeping
+        their proportions (:func:`parapipe.cost.schedule.evaluate_stage`). Default none.
     block_nbytes : ndarray, shape (n, k), optional
         DRAM bytes each block reads and writes on each PU (operator inputs, outputs and weights at the PU's
         precision); the memory-contention term (:mod:`parapipe.cost.pipeline_terms`) uses them. None (block
@@ -88,9 +113,8 @@ class MappingProblem:
     # None at construction means the default; __post_init__ makes both arrays, so they are typed as arrays.
     weight_nbytes: np.ndarray = None  # type: ignore[assignment]
     memory_bytes: np.ndarray = None  # type: ignore[assignment]
-    range_time_s: Optional[Dict[Tuple[int, int, int], float]] = None
     block_nbytes: Optional[np.ndarray] = None
-    task_time_s: Optional[Dict[Tuple[int, Tuple[int, ...]], float]] = None
+    submodel_time_s: Optional[Dict[SubmodelKey, float]] = None
     succs: List[Tuple[int, ...]] = field(init=False, repr=False)
     _rows: Optional["ProblemRows"] = field(init=False, repr=False, default=None, compare=False)
 
@@ -159,8 +183,6 @@ class MappingProblem:
             static_power_w=self.static_power_w, alpha_s=self.alpha_s[np.ix_(keep, keep)],
             beta_bytes_per_s=self.beta_bytes_per_s[np.ix_(keep, keep)], name=self.name,
             weight_nbytes=self.weight_nbytes, memory_bytes=self.memory_bytes[keep],
-            range_time_s={(a, b, keep.index(p)): t for (a, b, p), t in (self.range_time_s or {}).items()
-                          if p in keep} or None,
             block_nbytes=None if self.block_nbytes is None else self.block_nbytes[:, keep],
-            task_time_s={(keep.index(p), b): t for (p, b), t in (self.task_time_s or {}).items()
-                         if p in keep} or None)
+            submodel_time_s={(keep.index(p), blocks): t for (p, blocks), t in (self.submodel_time_s or {}).items()
+                             if p in keep} or None)

@@ -32,7 +32,7 @@ unchanged. Units: seconds, bytes, joules.
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Dict, Iterable, List, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -116,7 +116,7 @@ def mean_and_worst_input_s(terms: Iterable[Tuple[int, Sequence[float], Sequence[
     return mean, worst
 
 
-def pu_weight_nbytes(weight_nbytes: Sequence[float], placements: Iterable[Tuple[int, int]],
+def pu_weight_nbytes(weight_nbytes: Union[Sequence[float], np.ndarray], placements: Iterable[Tuple[int, int]],
                      n_pus: int) -> np.ndarray:
     """Weight bytes each PU holds: ``Σ weight_nbytes[v]`` over every (block ``v``, PU ``p``) placement.
 
@@ -139,7 +139,8 @@ def pu_weight_nbytes(weight_nbytes: Sequence[float], placements: Iterable[Tuple[
     return held
 
 
-def memory_violations(held_nbytes: Sequence[float], limit_nbytes: Sequence[float]) -> List[int]:
+def memory_violations(held_nbytes: Union[Sequence[float], np.ndarray],
+                      limit_nbytes: Union[Sequence[float], np.ndarray]) -> List[int]:
     """PU indices whose held weight bytes exceed their memory limit (``inf`` or NaN limit: none)."""
     out = []
     for p, (held, limit) in enumerate(zip(held_nbytes, limit_nbytes)):

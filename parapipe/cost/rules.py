@@ -19,9 +19,13 @@ a stage over the same blocks, the stage's own first; ``(stage,)`` when not repli
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Hashable, Iterable, Optional, Sequence
+import operator
+from typing import Callable, Dict, Hashable, Iterable, Optional, Sequence, SupportsIndex, TypeVar
 
 __all__ = ["RuleViolation", "check_stages"]
+
+#: A block key: a block name (the document form) or a block index (the index form).
+K = TypeVar("K", bound=Hashable)
 
 
 class RuleViolation(ValueError):
@@ -52,12 +56,14 @@ class RuleViolation(ValueError):
         return f"{out}.{self.field}" if self.field else out
 
 
-def _name(key: Hashable, names: Optional[Sequence[str]]) -> str:
-    return names[key] if names is not None else key  # type: ignore[index,return-value]
+def _name(key: Hashable, names: Optional[Sequence[str]]) -> Hashable:
+    """``names[key]`` for an integer key when ``names`` are given, else the key itself (a name)."""
+    if names is not None and isinstance(key, SupportsIndex):
+        return names[operator.index(key)]
+    return key
 
 
-def check_stages(stages: Sequence, blocks: Optional[Sequence[Hashable]],
-                 preds: Optional[Callable[[Hashable], Iterable[Hashable]]] = None,
+def check_stages(stages: Sequence, blocks: Optional[Sequence[K]], preds: Optional[Callable[[K], Iterable[K]]] = None,
                  block_names: Optional[Sequence[str]] = None, pu_names: Optional[Sequence[str]] = None) -> None:
     """Check ``stages`` against the rules of this module; return None or raise at the first violation.
 

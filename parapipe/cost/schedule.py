@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from .mapping import Mapping, StageMapping
-from .problem import MappingProblem
+from .problem import MappingProblem, SubmodelKey, block_range
 from .replication import (mean_and_worst_input_s, memory_violations, pu_weight_nbytes, replica_shares,
                           replicated_energy_j, replicated_period_s)
 from .tasks import stage_tasks
@@ -94,26 +94,29 @@ def stage_input_transfers(problem: MappingProblem, stage: StageMapping) -> Dict[
     return need
 
 
-def _task_scale(problem: MappingProblem, stage: StageMapping) -> Dict[int, float]:
-    """Block -> ``measured task time / its blocks' sum`` for the tasks of a multi-PU stage that have a
-    measurement (:attr:`MappingProblem.task_time_s`)."""
+def _task_scale(problem: MappingProblem, stage: StageMapping, measured_s: Dict[SubmodelKey, float]) -> Dict[int, float]:
+    """Block -> ``measured task time / its blocks' sum`` for the tasks of a multi-PU stage whose sub-model has a
+    measurement in ``measured_s`` (:attr:`MappingProblem.submodel_time_s`)."""
     scale: Dict[int, float] = {}
     for p, blocks in stage_tasks(problem, stage):
-        measured = problem.task_time_s.get((p, tuple(sorted(blocks))))
+        measured = measured_s.get((p, tuple(sorted(blocks))))
         total = float(sum(problem.time_s[v, p] for v in blocks))
         if measured is not None and total > 0:
             scale.update({v: float(measured) / total for v in blocks})
     return scale
 
 
-def _schedule(problem: MappingProblem, stage: StageMapping, active: np.ndarray):
+def _schedule(problem: MappingProblem, stage: StageMapping,
+              active: np.ndarray) -> Tuple[Dict[int, float], Dict[int, float], float, float]:
     """List schedule of the stage's blocks on its PUs: ``(start, finish, makespan, dyn_energy_j)``; adds each
-    block's time to ``active``. Raises ValueError as :func:`evaluate_stage`."""
+    block's time to ``active``. A sub-model with a measured time (:attr:`MappingProblem.submodel_time_s`) takes
+    it: a single-PU stage's makespan is replaced, a multi-PU stage's task has its blocks scaled to it."""
     dyn = 0.0
     pu_free = {p: 0.0 for p in stage.pus}
     start: Dict[int, float] = {}
     finish: Dict[int, float] = {}
-    scale = _task_scale(problem, stage) if problem.task_time_s and len(stage.pus) > 1 else {}
+    measured_s = problem.submodel_time_s
+    scale = _task_scale(problem, stage, measured_s) if measured_s and len(stage.pus) > 1 else {}
     for v in stage.block_order():
         p = stage.pu_of(v)
         ready = 0.0
@@ -127,14 +130,14 @@ def _schedule(problem: MappingProblem, stage: StageMapping, active: np.ndarray):
         active[p] += t
         dyn += t * (problem.active_power_w[v, p] - problem.idle_power_w[p])
     makespan = max(finish.values()) if finish else 0.0
-    measured = problem.range_time_s.get((stage.start, stage.stop, stage.pus[0])) if (
-        problem.range_time_s and len(stage.pus) == 1 and makespan > 0) else None
+    measured = measured_s.get((stage.pus[0], block_range(stage.start, stage.stop))) if (
+        measured_s and len(stage.pus) == 1 and makespan > 0) else None
     if measured is not None:  # a stage-level measurement replaces the block sum; blocks keep their proportions
-        scale = float(measured) / makespan
+        factor = float(measured) / makespan
         active[stage.pus[0]] += measured - makespan
-        start = {v: t * scale for v, t in start.items()}
-        finish = {v: t * scale for v, t in finish.items()}
-        makespan, dyn = float(measured), dyn * scale
+        start = {v: t * factor for v, t in start.items()}
+        finish = {v: t * factor for v, t in finish.items()}
+        makespan, dyn = float(measured), dyn * factor
     return start, finish, makespan, dyn
 
 
@@ -251,7 +254,7 @@ def evaluate_plain(problem: MappingProblem, mapping: Mapping, dispatch_s: Option
         active += res.active_s
         dyn += res.dyn_energy_j
         latency += res.time_s
-        worst += res.worst_time_s
+        worst += res.time_s if res.worst_time_s is None else res.worst_time_s
         results.append(res)
     period = float(busy.max())
     energy = dyn + (float(problem.idle_power_w.sum()) + problem.static_power_w) * period
@@ -262,11 +265,10 @@ def evaluate_plain(problem: MappingProblem, mapping: Mapping, dispatch_s: Option
 
 
 def slowed(problem: MappingProblem, factor: float) -> MappingProblem:
-    """``problem`` with every block, range and task time × ``factor``."""
+    """``problem`` with every block and sub-model time × ``factor``."""
     if factor == 1.0:
         return problem
     return dataclasses.replace(
         problem, time_s=problem.time_s * factor,
-        range_time_s=None if problem.range_time_s is None else {
-            k: t * factor for k, t in problem.range_time_s.items()},
-        task_time_s=None if problem.task_time_s is None else {k: t * factor for k, t in problem.task_time_s.items()})
+        submodel_time_s=None if problem.submodel_time_s is None else {
+            k: t * factor for k, t in problem.submodel_time_s.items()})

@@ -5,20 +5,29 @@ a result of another PU of the stage (so cross-PU inputs arrive only at a task's 
 block of its PU feeds another PU of the stage (a task hands its outputs over when it ends, so ending it there
 hands the result over as soon as it exists: without this an Inception fork and one of its branches would share a
 task and the other PU's branches would wait for that branch). :func:`parapipe.execution.plan.build_plan` cuts
-one sub-model per task; the cost model scales a task's blocks to its stage-level time when it has one
-(:attr:`parapipe.cost.problem.MappingProblem.task_time_s`), since each task runs as one sub-model.
+one sub-model per task; the cost model scales a task's blocks to its measured time when it has one
+(:attr:`parapipe.cost.problem.MappingProblem.submodel_time_s`), since each task runs as one sub-model.
+:func:`stage_submodels` lists every sub-model a set of mappings runs (whole single-PU stages and tasks).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, List, Protocol, Sequence, Tuple
+from typing import Iterable, List, Optional, Protocol, Sequence, Set, Tuple
 
-__all__ = ["BlockDag", "stage_tasks", "stage_block_sets"]
+from .mapping import Mapping, StageMapping
+from .problem import SubmodelBlocks, block_range
+
+__all__ = ["BlockDag", "stage_tasks", "stage_submodels"]
 
 
 class _Dag(Protocol):
-    preds: Sequence[Sequence[int]]
-    succs: Sequence[Sequence[int]]
+    """What the split rule reads of a DAG (read-only: a frozen :class:`BlockDag` or a problem's lists)."""
+
+    @property
+    def preds(self) -> Sequence[Sequence[int]]: ...
+
+    @property
+    def succs(self) -> Sequence[Sequence[int]]: ...
 
 
 @dataclass(frozen=True)
@@ -40,7 +49,7 @@ class BlockDag:
         return cls(tuple(map(tuple, preds)), tuple(map(tuple, succs)))
 
 
-def stage_tasks(dag: _Dag, stage) -> List[Tuple[int, Tuple[int, ...]]]:
+def stage_tasks(dag: _Dag, stage: StageMapping) -> List[Tuple[int, Tuple[int, ...]]]:
     """``[(pu, blocks), ...]`` of ``stage`` (a :class:`parapipe.cost.mapping.StageMapping`; ``dag`` a
     :class:`BlockDag` or a :class:`~parapipe.cost.problem.MappingProblem`): PU by PU in ``stage.pus`` order, each
     task's blocks in the stage's schedule order (the split rule in the module docstring)."""
@@ -50,7 +59,7 @@ def stage_tasks(dag: _Dag, stage) -> List[Tuple[int, Tuple[int, ...]]]:
     order = stage.block_order()
     tasks: List[Tuple[int, List[int]]] = []
     for pu in stage.pus:
-        current = None
+        current: Optional[List[int]] = None
         for v in order:
             if stage.pu_of(v) != pu:
                 continue
@@ -63,16 +72,16 @@ def stage_tasks(dag: _Dag, stage) -> List[Tuple[int, Tuple[int, ...]]]:
     return [(pu, tuple(blocks)) for pu, blocks in tasks]
 
 
-def stage_block_sets(dag: _Dag, mappings) -> Tuple[List[Tuple[int, int]], List[Tuple[int, ...]]]:
-    """What the executor runs as one sub-model in ``mappings`` (:class:`parapipe.cost.mapping.Mapping`):
-    ``(ranges, tasks)``, each sorted and without repeats: ``(start, stop)`` of every single-PU stage or replica,
-    and the sorted block indices of every task (:func:`stage_tasks`) of a multi-PU stage or replica."""
-    ranges, tasks = set(), set()
+def stage_submodels(dag: _Dag, mappings: Iterable[Mapping]) -> List[SubmodelBlocks]:
+    """What the executor runs as one sub-model in ``mappings`` (:class:`parapipe.cost.mapping.Mapping`), sorted
+    and without repeats: the blocks of every single-PU stage or replica (``start..stop-1``) and the sorted
+    blocks of every task (:func:`stage_tasks`) of a multi-PU stage or replica."""
+    out: Set[SubmodelBlocks] = set()
     for mapping in mappings:
         for st in mapping.stages:
             for view in st.replica_stages():
                 if len(view.pus) > 1:
-                    tasks.update(tuple(sorted(blocks)) for _, blocks in stage_tasks(dag, view))
+                    out.update(tuple(sorted(blocks)) for _, blocks in stage_tasks(dag, view))
                 else:
-                    ranges.add((st.start, st.stop))
-    return sorted(ranges), sorted(tasks)
+                    out.add(block_range(st.start, st.stop))
+    return sorted(out)

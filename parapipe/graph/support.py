@@ -117,7 +117,7 @@ def _refuse_if_unsupported(model: onnx.ModelProto, source: str, text: str, versi
 
 
 def check_declared(model: onnx.ModelProto, source: str, soc_name: str,
-                   supported: Optional[Iterable[frozenset]]) -> None:
+                   supported: Optional[Iterable[Optional[frozenset]]]) -> None:
     """Refuse a model with a custom-domain operator that no PU of the profile declares.
 
     Parameters

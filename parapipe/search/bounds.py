@@ -20,9 +20,9 @@
   no mapping of the cost model is faster.
 * **Latency**: critical path with every block on its fastest PU and free transfers.
 
-Stage-level measurements (``MappingProblem.range_time_s``) may make a stage faster than its blocks' sum; every
-bound is then taken on :func:`optimistic_problem`, whose block times are scaled down as far as any measured range
-that contains them (a measured stage's blocks take ``t[v, p] · measured / block sum``).
+Stage-level measurements (``MappingProblem.submodel_time_s``) may make a stage faster than its blocks' sum; every
+bound is then taken on :func:`optimistic_problem`, whose block times are scaled down as far as any measured
+sub-model that contains them (a measured sub-model's blocks take ``t[v, p] · measured / block sum``).
 """
 from __future__ import annotations
 
@@ -93,24 +93,23 @@ def lp_period_bound(problem: MappingProblem) -> float:
 
 def optimistic_problem(problem: MappingProblem) -> MappingProblem:
     """``problem`` with ``t[v, p]`` scaled by the least ``measured / block sum`` ratio (at most 1) over the
-    measured ranges and tasks on ``p`` that contain ``v``: no mapping runs a block faster, so bounds on it hold for
-    ``problem`` (the problem itself when it has no range faster than its block sum)."""
-    if not problem.range_time_s and not problem.task_time_s:
+    measured sub-models on ``p`` that contain ``v``: no mapping runs a block faster, so bounds on it hold for
+    ``problem`` (the problem itself when it has no sub-model faster than its block sum)."""
+    if not problem.submodel_time_s:
         return problem
     scale = np.ones_like(problem.time_s)
-    sets = [(list(range(a, b)), p, t) for (a, b, p), t in (problem.range_time_s or {}).items()]
-    sets += [(list(blocks), p, t) for (p, blocks), t in (problem.task_time_s or {}).items()]
-    for blocks, p, t in sets:
-        block_sum = float(problem.time_s[blocks, p].sum())
+    for (p, blocks), t in problem.submodel_time_s.items():
+        rows = list(blocks)
+        block_sum = float(problem.time_s[rows, p].sum())
         if block_sum > 0 and np.isfinite(block_sum) and t < block_sum:
-            scale[blocks, p] = np.minimum(scale[blocks, p], t / block_sum)
+            scale[rows, p] = np.minimum(scale[rows, p], t / block_sum)
     if (scale == 1.0).all():
         return problem
     import copy
 
     out = copy.copy(problem)
     out.time_s = problem.time_s * scale
-    out.range_time_s = out.task_time_s = None
+    out.submodel_time_s = None
     out._rows = None
     return out
 

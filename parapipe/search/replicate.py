@@ -12,8 +12,8 @@ calls): with ``T_r`` replica ``r``'s time for one frame (its input hand-off plus
 ``w_r = (1/T_r) / Σ 1/T_j``, period contribution ``P_s = 1 / Σ_r 1/T_r`` (every replica PU busy that long per
 inference), latency ``L_s = Σ_r w_r T_r``, dynamic energy ``Σ_r w_r E_dyn,r``. A stage after a replicated one
 receives each tensor from whichever replica produced it: the input time is ``Σ_j w_j · comm(pu_j, q, nbytes)``
-per hand-off. A single-PU stage (or replica) over a range with a stage-level measurement
-(``MappingProblem.range_time_s``) takes the measured time, its dynamic energy scaled alike.
+per hand-off. A single-PU stage (or replica) whose blocks have a stage-level measurement as one sub-model on its PU
+(``MappingProblem.submodel_time_s``) takes the measured time, its dynamic energy scaled alike.
 
 **DP.** States ``(j, used PUs, live producers' tokens[, stages])``; a token is a PU index (plain producer) or the
 tuple ``((pu, w), ...)`` of a replicated producer's PUs and shares — the shares are a function of the stage and
@@ -36,7 +36,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..cost.mapping import Mapping, ReplicaMapping, StageMapping
-from ..cost.problem import MappingProblem
+from ..cost.problem import MappingProblem, block_range
 from ..cost.replication import replica_shares, replicated_energy_j, replicated_period_s
 from .pareto import pareto_mask
 from .stages import STAGE_KINDS
@@ -91,8 +91,8 @@ class _Stops:
         for j, mk, dyn, transfers, tmpl in ex.items:
             if not _held_ok(problem, run.start, run.assignment, j):
                 continue
-            if single and problem.range_time_s and mk > 0:
-                measured = problem.range_time_s.get((run.start, j, run.group[0]))
+            if single and problem.submodel_time_s and mk > 0:
+                measured = problem.submodel_time_s.get((run.group[0], block_range(run.start, j)))
                 if measured is not None:
                     dyn, mk = dyn * float(measured) / mk, float(measured)
             self.by_stop[j] = (mk, dyn, transfers, tmpl)
