@@ -556,8 +556,8 @@ def test_host_that_stalls_after_the_handshake_is_named_at_the_request_deadline(p
             remote.upload(Path(__file__), "never.py")
         elapsed = time.monotonic() - start
     message = str(info.value)
-    assert message.startswith(f"{spec}: no answer to opening an SSH channel within "
-                              f"{DEFAULT_REQUEST_TIMEOUT_S:g} s during the upload of {Path(__file__).name}"), message
+    assert message.startswith(f"{spec}: no answer to opening an SSH channel within {DEFAULT_REQUEST_TIMEOUT_S:g} "
+                              f"s during the upload of {Path(__file__).name}"), message
     assert not isinstance(info.value, ConnectionLost)
     assert elapsed < DEFAULT_STEP_TIMEOUT_S / 2
 
@@ -628,9 +628,12 @@ def test_upload_replaces_files_on_an_sftp_server_without_posix_rename(kind, requ
         assert sorted(os.listdir(folder)) == [target.name, "sub"]
 
 
-def test_failed_fallback_rename_names_the_missing_extension(sftp_only_no_posix_rename_server, tmp_path):
+@pytest.mark.parametrize("kind", ["exec", "sftp-only"])
+def test_failed_fallback_rename_names_the_missing_extension(kind, request, tmp_path):
     import subprocess
 
+    server = request.getfixturevalue("no_posix_rename_server" if kind == "exec"
+                                     else "sftp_only_no_posix_rename_server")
     target = tmp_path / "locked.bin"
     target.write_bytes(b"old")
     local = tmp_path / "new.bin"
@@ -638,12 +641,17 @@ def test_failed_fallback_rename_names_the_missing_extension(sftp_only_no_posix_r
     if subprocess.run(["chattr", "+i", str(target)], capture_output=True).returncode != 0:
         pytest.skip("chattr +i is not permitted here (the test runs as root, whom permissions do not stop)")
     try:
-        with RemoteHost(spec_for(sftp_only_no_posix_rename_server)) as remote:
+        with RemoteHost(spec_for(server)) as remote:
             with pytest.raises(HostError) as info:
                 remote.upload(local, str(target))
     finally:
         subprocess.run(["chattr", "-i", str(target)], check=True)
     message = str(info.value)
-    assert f"cannot upload {local} to {str(target)!r}" in message and "\n" not in message
-    assert "the SFTP server lacks the posix-rename@openssh.com extension and the fallback rename failed" in message
+    assert "\n" not in message
+    if kind == "exec":  # mv ran and refused
+        assert message.startswith(f"{server.host}: cannot replace {str(target)!r} with mv -f, used as the SFTP "
+                                  "server lacks the posix-rename@openssh.com extension (mv: "), message
+    else:
+        assert f"cannot upload {local} to {str(target)!r}" in message
+        assert "the SFTP server lacks the posix-rename@openssh.com extension and the fallback rename failed" in message
     assert target.read_bytes() == b"old" and sorted(os.listdir(tmp_path)) == ["locked.bin", "new.bin"]

@@ -212,10 +212,11 @@ class SftpFiles:
             return False
         if self.kind(tmp) is None:
             return True
-        if rc != 0 and "mv:" in output:  # mv ran and refused (a forced command runs instead: try SFTP)
-            raise HostError(f"{self._conn.spec}: cannot replace {remote!r} ({' '.join(output.split())[-300:]}); "
-                            "check permissions and that it is not a folder")
-        return False
+        if rc != 0 and output.lstrip().startswith("mv:"):  # mv ran and refused
+            raise HostError(f"{self._conn.spec}: cannot replace {remote!r} with mv -f, used as the SFTP server "
+                            f"lacks the {POSIX_RENAME} extension ({' '.join(output.split())[-300:]}); check "
+                            "permissions")
+        return False  # a forced command ran instead (an SFTP-only account), or no mv: SFTP renames
 
     def remove(self, path: str) -> None:
         """Remove one file (absent is fine)."""
