@@ -95,7 +95,8 @@ def _keygen(path: Path, comment: str) -> None:
                    check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-def start_sshd(extra_path: Optional[str] = None, sftp: bool = True) -> SshServer:
+def start_sshd(extra_path: Optional[str] = None, sftp: bool = True, sftp_command: Optional[str] = None,
+               force_command: Optional[str] = None) -> SshServer:
     """Start a loopback sshd and wait until it accepts connections.
 
     Parameters
@@ -105,6 +106,11 @@ def start_sshd(extra_path: Optional[str] = None, sftp: bool = True) -> SshServer
     sftp : bool
         Offer SFTP (``Subsystem sftp internal-sftp``); False leaves the line out, as on Dropbear images
         without ``sftp-server``: the server then refuses the subsystem.
+    sftp_command : str, optional
+        Command line of the SFTP subsystem instead of ``internal-sftp`` (run by the user's shell), e.g. the
+        server of ``tests/sftp_no_posix_rename.py``.
+    force_command : str, optional
+        ``ForceCommand``: every exec and subsystem request runs this instead (an SFTP-only account).
 
     Raises
     ------
@@ -146,7 +152,8 @@ def start_sshd(extra_path: Optional[str] = None, sftp: bool = True) -> SshServer
         "KbdInteractiveAuthentication no",
         "PermitRootLogin prohibit-password",
         f"AllowUsers {getpass.getuser()}",
-        *(["Subsystem sftp internal-sftp"] if sftp else []),
+        *([f"Subsystem sftp {sftp_command or 'internal-sftp'}"] if sftp else []),
+        *([f"ForceCommand {force_command}"] if force_command else []),
         f"SetEnv PATH={path}",
         "MaxSessions 20",
         "LogLevel VERBOSE",

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from parapipe.remote.agent_client import AgentClient, AgentRequestError, agent_path
+from parapipe.remote.connection import DEFAULT_REQUEST_TIMEOUT_S, DEFAULT_STEP_TIMEOUT_S
 from parapipe.remote.host import RemoteHost
 from parapipe.remote.hostspec import HostSpec
 from parapipe.remote.liveness import ConnectionLost
@@ -509,3 +510,148 @@ def test_a_port_that_is_not_ssh_is_one_line_without_paramiko_tracebacks(tmp_path
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("parapipe: error: ") and f"port {port} did not answer as an SSH server" in last, last
     assert [line for line in proc.stderr.strip().splitlines() if not line.startswith("parapipe: ")] == []
+
+
+# ------------------------------------------------------------------------------- stalls at default deadlines
+def test_channel_open_stall_is_named_at_the_request_deadline_not_the_command_deadline(stalling):
+    # the command may take its 60 s; the server's answer to the channel open may not
+    server, spec = stalling("open")
+    with RemoteHost(spec) as stalled:
+        start = time.monotonic()
+        with pytest.raises(HostError) as info:
+            stalled.exec(["true"], timeout_s=DEFAULT_STEP_TIMEOUT_S)
+        elapsed = time.monotonic() - start
+    assert server.stalled.is_set()
+    message = str(info.value)
+    assert message.startswith(f"{spec}: no answer to opening an SSH channel within "
+                              f"{DEFAULT_REQUEST_TIMEOUT_S:g} s during the command 'true'; the SSH server "
+                              "stalls"), message
+    assert "\n" not in message
+    assert elapsed < DEFAULT_STEP_TIMEOUT_S / 2  # before: the 60 s of the command
+
+
+def test_exec_request_stall_is_named_at_the_request_deadline_not_the_command_deadline(stalling):
+    server, spec = stalling("exec")
+    with RemoteHost(spec) as stalled:
+        start = time.monotonic()
+        with pytest.raises(HostError) as info:
+            with stalled.step("the board check"):
+                stalled.exec(["uname", "-m"], timeout_s=120)  # deploy's command deadline
+        elapsed = time.monotonic() - start
+    assert server.stalled.is_set()
+    assert str(info.value).startswith(f"{spec}: no answer to the request to run 'uname' within "
+                                      f"{DEFAULT_REQUEST_TIMEOUT_S:g} s during the board check; the SSH "
+                                      "server stalls"), str(info.value)
+    assert elapsed < DEFAULT_STEP_TIMEOUT_S / 2
+
+
+def test_host_that_stalls_after_the_handshake_is_named_at_the_request_deadline(proxy):
+    # the proxy forwards the handshake and authentication, then stops: SFTP's channel never opens (before:
+    # the 60 s step deadline, cut short only by the keepalive after 45 s)
+    fault, spec = proxy
+    with RemoteHost(spec) as remote:
+        fault.stall()
+        start = time.monotonic()
+        with pytest.raises(HostError) as info:
+            remote.upload(Path(__file__), "never.py")
+        elapsed = time.monotonic() - start
+    message = str(info.value)
+    assert message.startswith(f"{spec}: no answer to opening an SSH channel within {DEFAULT_REQUEST_TIMEOUT_S:g} "
+                              f"s during the upload of {Path(__file__).name}"), message
+    assert not isinstance(info.value, ConnectionLost)
+    assert elapsed < DEFAULT_STEP_TIMEOUT_S / 2
+
+
+def test_request_deadline_does_not_bound_the_command(host, tmp_path):
+    # a command and a transfer that last longer than the request deadline keep their own deadlines
+    connection = host.connection
+    saved, connection.request_timeout_s = connection.request_timeout_s, 0.5
+    try:
+        assert host.exec(["sh", "-c", "sleep 1.5; echo done"], timeout_s=60) == (0, "done\n")
+        rc, out, _ = host.run(["sh", "-c", "sleep 1.5; wc -c"], timeout_s=60, stdin=b"x" * 100_000, idle=True)
+        assert (rc, out.split()) == (0, [b"100000"])
+        channel = host.open_exec_channel(["sh", "-c", "sleep 1.5; echo started"], timeout_s=60)
+        assert channel.recv_exit_status() == 0 and channel.makefile().read() == b"started\n"
+        channel.close()
+    finally:
+        connection.request_timeout_s = saved
+
+
+# ------------------------------------------------------------------------------- SFTP without posix-rename
+def _no_posix_rename_command() -> str:
+    from sftp_no_posix_rename import sftp_server_path
+
+    if sftp_server_path() is None:
+        pytest.fail("OpenSSH's sftp-server is missing; install it with 'apt-get install -y openssh-sftp-server'",
+                    pytrace=False)
+    return f"{sys.executable} {Path(__file__).with_name('sftp_no_posix_rename.py')}"
+
+
+@pytest.fixture(scope="module")
+def no_posix_rename_server():
+    """A loopback sshd whose SFTP server lacks posix-rename@openssh.com (exec channels work)."""
+    yield from sshd._serve(sftp_command=_no_posix_rename_command())
+
+
+@pytest.fixture(scope="module")
+def sftp_only_no_posix_rename_server():
+    """The same, as an SFTP-only account: every exec request runs the SFTP server instead (ForceCommand)."""
+    command = _no_posix_rename_command()
+    yield from sshd._serve(sftp_command=command, force_command=command)
+
+
+@pytest.mark.parametrize("kind", ["exec", "sftp-only"])
+def test_upload_replaces_files_on_an_sftp_server_without_posix_rename(kind, request, tmp_path, caplog):
+    server = request.getfixturevalue("no_posix_rename_server" if kind == "exec"
+                                     else "sftp_only_no_posix_rename_server")
+    folder = tmp_path / "remote dir"
+    folder.mkdir()
+    target = folder / "model file.onnx"
+    local = tmp_path / "local.bin"
+    with RemoteHost(spec_for(server)) as remote:
+        assert remote.file_transport == "SFTP"
+        with pytest.raises(OSError, match="unsupported"):  # the server really lacks it
+            remote.sftp().posix_rename(str(tmp_path / "a"), str(tmp_path / "b"))
+        with caplog.at_level(logging.INFO, logger="parapipe.remote.remote_fs"):
+            for content, mode in ((b"first", 0o640), (b"second, longer", 0o750), (b"third", 0o600)):
+                local.write_bytes(content)
+                local.chmod(mode)
+                remote.upload(local, str(target))  # new, then replacing
+                assert target.read_bytes() == content and stat.S_IMODE(target.stat().st_mode) == mode
+                assert os.listdir(folder) == [target.name]  # no temporary or old copy left behind
+        remote.write_bytes(str(target), b"bytes")
+        assert target.read_bytes() == b"bytes"
+        assert sum("lacks the posix-rename@openssh.com extension" in r.getMessage() for r in caplog.records) == 1
+        (folder / "sub").mkdir()
+        with pytest.raises(HostError, match=r"cannot upload to .*sub': it is a folder; move it away"):
+            remote.upload(local, str(folder / "sub"))
+        assert sorted(os.listdir(folder)) == [target.name, "sub"]
+
+
+@pytest.mark.parametrize("kind", ["exec", "sftp-only"])
+def test_failed_fallback_rename_names_the_missing_extension(kind, request, tmp_path):
+    import subprocess
+
+    server = request.getfixturevalue("no_posix_rename_server" if kind == "exec"
+                                     else "sftp_only_no_posix_rename_server")
+    target = tmp_path / "locked.bin"
+    target.write_bytes(b"old")
+    local = tmp_path / "new.bin"
+    local.write_bytes(b"new")
+    if subprocess.run(["chattr", "+i", str(target)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not permitted here (the test runs as root, whom permissions do not stop)")
+    try:
+        with RemoteHost(spec_for(server)) as remote:
+            with pytest.raises(HostError) as info:
+                remote.upload(local, str(target))
+    finally:
+        subprocess.run(["chattr", "-i", str(target)], check=True)
+    message = str(info.value)
+    assert "\n" not in message
+    if kind == "exec":  # mv ran and refused
+        assert message.startswith(f"{server.host}: cannot replace {str(target)!r} with mv -f, used as the SFTP "
+                                  "server lacks the posix-rename@openssh.com extension (mv: "), message
+    else:
+        assert f"cannot upload {local} to {str(target)!r}" in message
+        assert "the SFTP server lacks the posix-rename@openssh.com extension and the fallback rename failed" in message
+    assert target.read_bytes() == b"old" and sorted(os.listdir(tmp_path)) == ["locked.bin", "new.bin"]

@@ -102,8 +102,9 @@ def add_host_options(s: argparse.ArgumentParser) -> None:
                    help="accept a host key not in known_hosts and save it (a changed key is always refused)")
     s.add_argument("--python", default=None, help="Python on the board (default python3; here: this one)")
     s.add_argument("--ssh-timeout", type=float, default=None, metavar="S",
-                   help="deadline of connecting and of each short SSH step, s (default 10 s to connect, 60 s "
-                   "a step); a host that stops answering fails after it")
+                   help="deadline of connecting and of each short SSH step, s (default 10 s to connect and for "
+                   "the host to answer a channel or command request, 60 s a step); a host that stops answering "
+                   "fails after it")
 
 
 def host_spec(args: argparse.Namespace) -> Optional["HostSpec"]:

@@ -75,8 +75,8 @@ def add_parser(sub) -> None:
     s.add_argument("--python", default="python3", help="Python on the host, by explicit path where the login "
                    "shell's PATH may find another one (default python3)")
     s.add_argument("--ssh-timeout", type=float, default=None, metavar="S",
-                   help="deadline of connecting and of each SSH step but the run, s (default 10 s to connect, "
-                   "120 s a command)")
+                   help="deadline of connecting and of each SSH step but the run, s (default 10 s to connect and "
+                   "for the host to answer a channel or command request, 120 s a command)")
     s.add_argument("--out", default="out/deploy", help="local folder for report.json and trace.json "
                    "(default out/deploy)")
     add_run_options(s)

@@ -24,7 +24,8 @@ from parapipe.remote.hostspec import HostSpec
 from parapipe.remote.known_hosts import RejectPolicy, TrustAndSavePolicy, UnknownHostKey, fingerprint
 from parapipe.remote.liveness import KEEPALIVE_COUNT_MAX, KEEPALIVE_S, ConnectionLost, Keepalive
 
-__all__ = ["SshConnection", "DEFAULT_CONNECT_TIMEOUT_S", "DEFAULT_STEP_TIMEOUT_S", "PARAMIKO_LOG",
+__all__ = ["SshConnection", "DEFAULT_CONNECT_TIMEOUT_S", "DEFAULT_STEP_TIMEOUT_S", "DEFAULT_REQUEST_TIMEOUT_S",
+           "PARAMIKO_LOG",
            "PARAMIKO_HANDSHAKE_LOG", "SETTLE_S", "settle_s"]
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,11 @@ for _name in (PARAMIKO_LOG, PARAMIKO_LOG + ".sftp", PARAMIKO_HANDSHAKE_LOG):
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 #: Deadline of a short remote step (a check, a file operation; a transfer's silence) by default, s.
 DEFAULT_STEP_TIMEOUT_S = 60.0
+#: Deadline of the server's answer to a channel open or to an exec or subsystem request by default, s, whatever
+#: the deadline of the command that follows (a long run keeps its own). Equal to
+#: :data:`DEFAULT_CONNECT_TIMEOUT_S`: answering such a request (a session, a fork on the host) is less work for
+#: the server than the key exchange and authentication that deadline bounds.
+DEFAULT_REQUEST_TIMEOUT_S = DEFAULT_CONNECT_TIMEOUT_S
 #: Longest wait for paramiko's transport thread to notice a dead socket after a failed write, s (its reads
 #: wake every 0.1 s).
 SETTLE_S = 1.0
@@ -83,6 +89,10 @@ class SshConnection:
     step_timeout_s : float
         Deadline of each short step (file operations, channel requests; a transfer's longest silence), s:
         ``spec.timeout_s`` or :data:`DEFAULT_STEP_TIMEOUT_S`.
+    request_timeout_s : float
+        Longest wait for the answer to a channel open, an exec or a subsystem request, s (a step's deadline
+        caps it when shorter): ``spec.timeout_s`` or :data:`DEFAULT_REQUEST_TIMEOUT_S`. A server that
+        accepted the connection but stalls is found after this, not after the step's deadline.
     """
 
     def __init__(self, spec: HostSpec, connect_timeout_s: Optional[float] = None,
@@ -90,6 +100,7 @@ class SshConnection:
         self.spec = spec
         self.connect_timeout_s = float(connect_timeout_s or spec.timeout_s or DEFAULT_CONNECT_TIMEOUT_S)
         self.step_timeout_s = float(spec.timeout_s or DEFAULT_STEP_TIMEOUT_S)
+        self.request_timeout_s = float(spec.timeout_s or DEFAULT_REQUEST_TIMEOUT_S)
         self.keepalive_s, self.keepalive_count = keepalive_s, keepalive_count
         self._client: Optional[paramiko.SSHClient] = None
         self._keepalive: Optional[Keepalive] = None

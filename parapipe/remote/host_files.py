@@ -74,7 +74,7 @@ class HostFiles:
         try:
             self.channels.request(channel, "subsystem", "sftp", deadline, "SFTP", timeout)
             channel.settimeout(timeout)  # every later SFTP answer has this deadline too
-            return SftpFiles(conn, paramiko.SFTPClient(channel), self.forget_files)
+            return SftpFiles(conn, paramiko.SFTPClient(channel), self.forget_files, self.channels)
         except HostError as exc:
             if conn.lost_reason() is not None or "no answer" in str(exc):
                 raise

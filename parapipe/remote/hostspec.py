@@ -35,7 +35,8 @@ class HostSpec:
         Accept a host key that is not in ``known_hosts`` and save it there (a changed key is never accepted).
     timeout_s : float, optional
         Deadline of connecting and of each short remote step (a check, a file operation, a channel request;
-        the longest silence of a transfer), s; None: 10 s to connect, 60 s a step (``--ssh-timeout``).
+        the longest silence of a transfer), s; None: 10 s to connect and for the host to answer a channel
+        open or a command request, 60 s a step (``--ssh-timeout``).
     """
 
     user: str

@@ -3,11 +3,13 @@
 stderr.
 
 paramiko waits without a deadline for the answer to an exec request; here opening the channel, the request
-and the command share one deadline, stdout and stderr are read while stdin is written (reading them only at
-the end deadlocks on large outputs: https://github.com/paramiko/paramiko/issues/448 and
-https://github.com/paramiko/paramiko/issues/1778), and a command that ends without an exit status because the
-connection died raises :class:`~parapipe.remote.liveness.ConnectionLost` instead of
-returning -1.
+and the command share one deadline, and the server's answers to the channel open and to the request must
+also come within the connection's ``request_timeout_s`` (10 s by default), so a server that stalls is named
+within seconds whatever the command's own deadline. stdout and stderr are read while stdin is written
+(reading them only at the end deadlocks on large outputs: https://github.com/paramiko/paramiko/issues/448 and
+https://github.com/paramiko/paramiko/issues/1778), and a command that
+ends without an exit status because the connection died raises
+:class:`~parapipe.remote.liveness.ConnectionLost` instead of returning -1.
 """
 from __future__ import annotations
 
@@ -44,7 +46,8 @@ class ExecChannels:
         self.connection = connection
 
     def open_channel(self, timeout_s: float, what: str) -> paramiko.Channel:
-        """A new session channel, opened within ``timeout_s``; ``what`` names the step for messages.
+        """A new session channel, opened within ``timeout_s`` and the connection's ``request_timeout_s``
+        (the shorter); ``what`` names the step for messages when the connection names none.
 
         Raises
         ------
@@ -53,6 +56,7 @@ class ExecChannels:
         """
         conn = self.connection
         transport = conn.transport(what)
+        timeout_s = min(timeout_s, conn.request_timeout_s)
         try:
             return transport.open_session(timeout=max(timeout_s, 0.001))
         except (paramiko.SSHException, OSError, EOFError) as exc:
@@ -60,19 +64,23 @@ class ExecChannels:
                 raise conn.failure(exc, "", "", what) from None
             if "timeout" in str(exc).lower():
                 raise HostError(f"{conn.spec}: no answer to opening an SSH channel within {timeout_s:g} s"
-                                f"{conn.during()}; the SSH server stalls: check the host, or raise the "
-                                "timeout (--ssh-timeout)") from None
+                                f"{conn.during() or ' during ' + what}; the SSH server stalls: check the host, "
+                                "or raise the timeout (--ssh-timeout)") from None
             raise HostError(f"{conn.spec}: cannot open an SSH channel ({exc}); check the host's MaxSessions "
                             "and that it is still up") from None
 
     def request(self, channel: paramiko.Channel, kind: str, arg: str, deadline: float, what: str,
                 timeout_s: float) -> None:
         """Send an exec or subsystem request on ``channel`` and wait for the answer until ``deadline``
-        (``time.monotonic()``; ``timeout_s`` is the step's whole deadline, for the message)."""
+        (``time.monotonic()``; ``timeout_s`` is the step's whole deadline, for the message), and at most the
+        connection's ``request_timeout_s``."""
         conn = self.connection
         call = channel.exec_command if kind == "exec" else channel.invoke_subsystem
+        left = deadline - time.monotonic()
+        if left > conn.request_timeout_s:
+            left = timeout_s = conn.request_timeout_s
         try:
-            call_with_deadline(lambda: call(arg), deadline - time.monotonic(), channel.close)
+            call_with_deadline(lambda: call(arg), left, channel.close)
         except TimeoutError:
             raise HostError(f"{conn.spec}: no answer to the request to run {what} within {timeout_s:g} s"
                             f"{conn.during()}; the SSH server stalls: check the host, or raise the timeout "
@@ -87,7 +95,8 @@ class ExecChannels:
         """Start a long-running command (arguments shell-quoted) and return its channel, stderr kept apart.
 
         Opening the channel and the exec request share the deadline ``timeout_s`` (default the connection's
-        ``step_timeout_s``); the caller then reads and writes the channel with its own deadlines.
+        ``step_timeout_s``), and the server answers each within the connection's ``request_timeout_s``; the
+        caller then reads and writes the channel with its own deadlines.
 
         Raises
         ------
@@ -109,7 +118,9 @@ class ExecChannels:
         argv : list of str
             Program and arguments (quoted with :func:`shlex.quote`, so no shell syntax is interpreted).
         timeout_s : float
-            Deadline for the whole command (opening the channel and the exec request included), s.
+            Deadline for the whole command (opening the channel and the exec request included), s; the
+            server's answers to the channel open and to the exec request each come within the connection's
+            ``request_timeout_s`` too.
         stdin_data : bytes, optional
             Sent to the command's stdin, which is then closed (it is closed at once without data).
 
