@@ -190,9 +190,11 @@ def pct(value: Optional[float]) -> str:
 
 
 def problem_for(args: argparse.Namespace, input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
-                loaded: Optional["LoadedModel"] = None) -> Tuple["MappingProblem", "SoC", Optional["Prepared"]]:
+                loaded: Optional["LoadedModel"] = None, progress: Optional["StepBars"] = None
+                ) -> Tuple["MappingProblem", "SoC", Optional["Prepared"]]:
     """(problem, SoC, Prepared or None) from ``MODEL`` (``loaded``: already loaded) or ``--blocks FILE``, and
-    ``--soc``, ``--pus``, ``--max-blocks``, ``--input-shape`` (``input_shapes`` first).
+    ``--soc``, ``--pus``, ``--max-blocks``, ``--input-shape`` (``input_shapes`` first); ``progress`` follows
+    the host's measuring steps.
 
     Raises
     ------
@@ -217,7 +219,7 @@ def problem_for(args: argparse.Namespace, input_shapes: Optional[Mapping[str, Se
 
         raise input_error("MODEL", None, "missing", "give a model name/path or --blocks FILE")
     prep = prepare(args.model, args.soc, pus=pus, max_blocks=args.max_blocks,
-                   input_shapes=input_shapes or parsed_input_shapes(args), loaded=loaded)
+                   input_shapes=input_shapes or parsed_input_shapes(args), loaded=loaded, progress=progress)
     return prep.problem, prep.soc, prep
 
 
@@ -250,6 +252,12 @@ def print_run_report(head: str, rep: "RunReport") -> None:
         print(f"replicated stages: {how} (--replica-dispatch {rep.dispatch})")
     print(f"outputs_match: {str(rep.outputs_match).lower()}  (max abs diff {rep.max_abs_diff:.3g}; "
           f"{rep.checked_tensors} handed-over tensors, max relative diff {rep.max_scaled_diff:.3g})")
+    if getattr(rep, "spread", None) is not None or getattr(rep, "load", None) is not None:
+        from parapipe.measure.trust import run_summary
+
+        print_measurement(run_summary(rep.spread, rep.load), None, "run again at a quieter moment (stop other "
+                          "CPU-bound processes), or with more --frames", f"period over windows of the {rep.frames} "
+                          "frames")
     if rep.substituted:
         subs = ", ".join(f"{pu}=CPUs {','.join(map(str, cpus))}" for pu, cpus in rep.substituted.items())
         print(f"substituted: {subs} (CPU provider); the prediction is for the profile's bindings and does not "
