@@ -64,6 +64,8 @@ def search_prepared(prep: Prepared, options: SearchOptions, progress: Optional[C
 
     result = search(prep.problem, options, progress=progress, terms=prep.terms)
     if not prep.host or time_stages <= 0:
+        if prep.measure_log is not None:
+            result.info["measurement"] = measurement_info(prep.measure_log, result)
         return result
     timed_submodels: Set[SubmodelBlocks] = set()
     timed_points: Set[CostMapping] = set()
