@@ -207,7 +207,8 @@ def op_profile(request):
     ``runtime_info`` (the runner's ``describe()``: provider or device, version), ``provider`` (the one ORT
     actually used first; ``None`` for another runtime), ``providers``, ``cpus`` (the affinity the model ran
     under), ``threads``, ``optimization`` (``None`` for another runtime), ``inputs`` (shapes and dtypes
-    used), ``onnxruntime_version``.
+    used), ``onnxruntime_version``, ``load`` (the share of the CPUs' time other processes used while it was
+    measured, with its window: :func:`ppexec.timing.load_between`; null where unknown).
     """
     model = _load_model(request)
     pu = _field(request, "pu", dict, required=True)
@@ -240,7 +241,7 @@ def op_profile(request):
                    "providers": info.get("providers", []), "cpus": timed["cpus"],
                    "threads": pu_spec["threads"], "inputs": timed["fed"][1],
                    "optimization": optimization if runtime == "onnxruntime" else None,
-                   "onnxruntime_version": _ort_version()})
+                   "onnxruntime_version": _ort_version(), "load": timed.get("load")})
     return result
 
 

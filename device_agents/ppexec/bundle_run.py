@@ -61,6 +61,7 @@ from .power import PowerMeter
 from .reference import max_abs_diff, max_scaled_diff, with_outputs, within_tolerance
 from .report import RunReport
 from .session import create_session
+from . import timing
 
 logger = logging.getLogger(__name__)
 
@@ -398,13 +399,17 @@ def run_verified(spec: RunSpec, frames: int = 200, warmup: int = 5, atol: float 
             for _ in ex.run(pool[i % len(pool)] for i in range(warmup)):
                 pass
         run_start = time.perf_counter()
+        before = timing.cpu_sample()
+        done_s = []
         if meter is not None:
             meter.start()
         for i, out in enumerate(ex.run(pool[i % len(pool)] for i in range(frames))):
+            done_s.append(time.perf_counter())
             diff, scaled_diff, ok = check(i % len(pool), out)
             worst, scaled, matched = max(worst, diff), max(scaled, scaled_diff), matched and ok
             progress("run", i + 1, rate=(i + 1) / max(time.perf_counter() - run_start, 1e-9))
         energy = meter.stop() if meter is not None else None
+        load = timing.load_between(before, timing.cpu_sample())
         energy_j = energy.energy_j / frames if energy is not None and energy.energy_j is not None else None
         metrics = ex.metrics
         progress("idle", frames, force=True, rate=metrics.throughput_per_s)
@@ -426,6 +431,7 @@ def run_verified(spec: RunSpec, frames: int = 200, warmup: int = 5, atol: float 
         host=_host_info(), energy_j=energy_j, energy_unknown=energy.unknown if energy is not None else None,
         energy_warnings=list(energy.warnings) if energy is not None else [], bundle_id=spec.bundle_id,
         dispatch=dispatch if plan.replicated() else None,
+        spread=timing.window_spread(run_start, done_s), load=None if load is None else load["load"],
         report_file=REPORT,
         trace_file=TRACE)
     info = {"model": report.model.get("name"), "point": report.point, "frames": report.frames,

@@ -76,6 +76,13 @@ class RunReport:
         How replicated stages got their frames: ``"pull"`` (each replica takes the next frame when it is free)
         or ``"shares"`` (dealt by the plan's shares); None for a plan without replicated stages. Reports of
         boards older than the field read ``"pull"``.
+    spread : float or None
+        How much the throughput varied during the run: p90 / median - 1 of the period over
+        :data:`ppexec.timing.RUN_WINDOWS` consecutive windows of the measured frames
+        (:func:`ppexec.timing.window_spread`); None for too few frames or reports of older boards.
+    load : float or None
+        Share of the CPUs' time other processes used during the measured frames
+        (:func:`ppexec.timing.load_between`); None where unknown or reports of older boards.
     report_file, trace_file : str
         Paths relative to the bundle.
     """
@@ -110,6 +117,8 @@ class RunReport:
     energy_warnings: List[str] = field(default_factory=list)
     bundle_id: Optional[str] = None
     dispatch: Optional[str] = "pull"
+    spread: Optional[float] = None
+    load: Optional[float] = None
     report_file: str = "out/report.json"
     trace_file: str = "out/trace.json"
     schema_version: int = REPORT_SCHEMA_VERSION

@@ -13,6 +13,8 @@ imports parapipe.
 - :func:`handoff_costs`: the cost of handing a tensor from a thread on one CPU set to a thread on another through
   the executor's stage queue (:class:`.queues.BoundedQueue`).
 - :func:`stats`: median, p90 (nearest rank), min and spread of a list of times.
+- :func:`cpu_sample`, :func:`load_between`, :func:`combine_loads`: the machine's load while something was
+  measured: the share of the CPUs' time that other processes used (every reply of :func:`time_model` carries it).
 
 Errors are :class:`TimingError`, whose ``error_type`` is the agent protocol's error type (``PinError``,
 ``ProviderUnavailable``, ``ModelError``, ``RunError``, ``BadRequest``).
@@ -29,7 +31,7 @@ from .errors import PipelineError, PlanError
 from .queues import BoundedQueue
 from .session import pin_current_thread
 
-__all__ = ["TimingError", "stats", "allowed_cpus", "cpu_clusters", "memory_bytes", "machine_facts", "run_pinned",
+__all__ = ["TimingError", "stats", "cpu_sample", "load_between", "combine_loads", "window_spread", "RUN_WINDOWS", "allowed_cpus", "cpu_clusters", "memory_bytes", "machine_facts", "run_pinned",
            "time_model", "handoff_costs", "pin", "SYSFS_CPU", "HANDOFF_WARMUP", "HANDOFF_TIMEOUT_S"]
 
 #: Linux sysfs folder that describes CPUs (kernel Documentation/ABI/testing/sysfs-devices-system-cpu).
@@ -72,6 +74,92 @@ def stats(times_s):
     p90 = max(ordered[max(0, -(-9 * n // 10) - 1)], median)
     spread = (p90 / median - 1.0) if median > 0 else 0.0
     return {"median_s": median, "p90_s": p90, "min_s": ordered[0], "spread": spread, "repeats": n}
+
+
+#: Kernel CPU statistics (proc(5): per-CPU lines of jiffies spent in user, nice, system, idle, iowait, irq,
+#: softirq, steal, ...).
+PROC_STAT = "/proc/stat"
+
+
+def cpu_sample(cpus=None, proc_stat=PROC_STAT):
+    """A snapshot of how busy ``cpus`` (default :func:`allowed_cpus`) have been since boot, for
+    :func:`load_between`: ``{"wall_s": time.monotonic(), "busy_s": seconds those CPUs spent neither idle nor in
+    iowait (steal counts as busy: another guest had the core), "own_s": this process's user + system seconds
+    (``os.times()``, all its threads), "cpus": how many of them were found}``; None where ``proc_stat`` cannot
+    be read (not Linux). Jiffies are converted with ``os.sysconf("SC_CLK_TCK")`` (proc(5))."""
+    wanted = set(allowed_cpus() if cpus is None else cpus)
+    try:
+        hz = float(os.sysconf("SC_CLK_TCK"))
+        busy = 0.0
+        found = 0
+        with open(proc_stat) as handle:
+            for line in handle:
+                name, _, rest = line.partition(" ")
+                if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in wanted:
+                    continue
+                values = [int(v) for v in rest.split()]
+                total = sum(values[:8])  # guest time is already inside user and nice
+                busy += total - values[3] - (values[4] if len(values) > 4 else 0)
+                found += 1
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not found:
+        return None
+    times = os.times()
+    return {"wall_s": time.monotonic(), "busy_s": busy / hz, "own_s": times.user + times.system,
+            "cpus": found}
+
+
+def load_between(before, after):
+    """The machine's load between two :func:`cpu_sample` snapshots: ``{"load": share of the CPUs' time that
+    other processes used, 0 (only this process ran) to 1 (every CPU busy with others all along), "foreign_s":
+    those CPU-seconds, "window_s": wall seconds, "cpus": count}``; None when a snapshot is None or the window
+    is empty. ``load`` is the CPUs' busy time less this process's own CPU time, over ``window_s * cpus``: a
+    process running beside a pinned measurement takes a share of the core from it, which is what makes
+    repeated measurements disagree. Resolution: one jiffy (10 ms at USER_HZ 100) per CPU per snapshot."""
+    if not before or not after or after["wall_s"] <= before["wall_s"]:
+        return None
+    window = after["wall_s"] - before["wall_s"]
+    cpus = min(before["cpus"], after["cpus"])
+    foreign = max(0.0, (after["busy_s"] - before["busy_s"]) - (after["own_s"] - before["own_s"]))
+    return {"load": min(1.0, foreign / (window * cpus)), "foreign_s": foreign, "window_s": window, "cpus": cpus}
+
+
+def combine_loads(loads):
+    """One :func:`load_between` dict for several windows (None entries skipped): CPU-seconds and windows
+    summed, so each window weighs by its length; None when none is known."""
+    known = [x for x in loads if x and x.get("window_s")]
+    if not known:
+        return None
+    foreign = sum(float(x["foreign_s"]) for x in known)
+    window = sum(float(x["window_s"]) for x in known)
+    capacity = sum(float(x["window_s"]) * int(x["cpus"]) for x in known)
+    return {"load": min(1.0, foreign / capacity), "foreign_s": foreign, "window_s": window,
+            "cpus": max(int(x["cpus"]) for x in known)}
+
+
+#: Windows a pipeline run's measured frames are split into for its spread (:func:`window_spread`): each window's
+#: period is the mean over its frames, so one frame's hiccup does not count as the run's spread; ten windows
+#: give the nearest-rank p90 of :func:`stats` a value of its own. A parapipe choice.
+RUN_WINDOWS = 10
+
+
+def window_spread(start_s, done_s, windows=RUN_WINDOWS):
+    """Spread (:func:`stats`: p90 / median - 1) of a pipeline run's period over ``windows`` consecutive windows of
+    its frames: ``done_s`` are the times (``time.perf_counter``) each measured frame came out, in order,
+    ``start_s`` when the first went in. None with fewer than two frames per window for two windows."""
+    n = len(done_s)
+    windows = min(int(windows), n // 2)
+    if windows < 2:
+        return None
+    periods = []
+    previous = start_s
+    for w in range(windows):
+        last = (w + 1) * n // windows - 1
+        first = w * n // windows
+        periods.append((done_s[last] - previous) / (last - first + 1))
+        previous = done_s[last]
+    return stats(periods)["spread"]
 
 
 def allowed_cpus():
@@ -251,7 +339,8 @@ def time_model(model, binding, warmup, repeats, feeds_for, min_s=0.0):
     dict
         ``times_s`` (the timed runs, s), ``runtime_info`` (the runner's ``describe()``), ``fed`` (what
         ``feeds_for`` returned: the feeds, or a tuple whose first item is the feeds), ``cpus`` (the measuring
-        thread's CPUs, sorted).
+        thread's CPUs, sorted), ``load`` (:func:`load_between` over the whole measurement, loading included;
+        None where unknown).
 
     Raises
     ------
@@ -281,7 +370,10 @@ def time_model(model, binding, warmup, repeats, feeds_for, min_s=0.0):
         finally:
             runner.close()
 
-    return run_pinned(binding.cpus, measure, "parapipe-time-model")
+    before = cpu_sample()
+    result = run_pinned(binding.cpus, measure, "parapipe-time-model")
+    result["load"] = load_between(before, cpu_sample())
+    return result
 
 
 def handoff_costs(nbytes, src_cpus, dst_cpus, warmup=HANDOFF_WARMUP, repeats=20):

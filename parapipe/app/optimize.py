@@ -10,7 +10,7 @@ import logging
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 from parapipe.app.prepare import Prepared, model_notes, timed_loaded
 from parapipe.app.stage_timing import (
@@ -20,16 +20,17 @@ from parapipe.cost.mapping import Mapping as CostMapping
 from parapipe.cost.problem import SubmodelBlocks
 from parapipe.errors import input_error
 from parapipe.mapping.model import ParetoDoc
+from parapipe.measure.trust import MeasureLog, StepProgress, front_gap, warning
 from parapipe.search.api import SearchOptions, SearchResult
 
 log = logging.getLogger(__name__)
 
-__all__ = ["search_prepared", "optimize", "result_doc", "write_outputs", "check_out_dir"]
+__all__ = ["search_prepared", "measurement_info", "OPTIMIZE_REMEDY", "optimize", "result_doc", "write_outputs", "check_out_dir"]
 
 
 def search_prepared(prep: Prepared, options: SearchOptions, progress: Optional[Callable[[int], None]] = None,
                     time_stages: int = STAGE_TIMING_POINTS, rounds: int = STAGE_TIMING_ROUNDS, passes: int = 3,
-                    measure: Optional[Measure] = None) -> SearchResult:
+                    measure: Optional[Measure] = None, steps: Optional[StepProgress] = None) -> SearchResult:
     """Search ``prep`` (:func:`parapipe.search.api.search`); on ``--soc host`` then time the stages of the
     ``time_stages`` front points of highest throughput (those within
     :data:`~parapipe.app.stage_timing.STAGE_TIMING_MARGIN` of the best) and of the replicated baseline, as the
@@ -50,7 +51,9 @@ def search_prepared(prep: Prepared, options: SearchOptions, progress: Optional[C
     ``problem`` holds the stage-level times measured (``prep.problem`` when none were), its
     ``info["stage_timing"]`` says what was timed (``points`` asked for, distinct mappings timed, rounds, the
     sub-models timed as ``ranges`` and ``tasks``, :func:`~parapipe.app.stage_timing.submodel_counts`, ``loaded``,
-    ``timed_point_ids``: the points whose every stage has a measured time, seconds).
+    ``timed_point_ids``: the points whose every stage has a measured time, seconds) and its
+    ``info["measurement"]`` how far the host's measurements can be trusted (:func:`measurement_info`).
+    ``steps(step, done, total)`` follows the stage timing.
 
     Raises
     ------
@@ -61,13 +64,16 @@ def search_prepared(prep: Prepared, options: SearchOptions, progress: Optional[C
 
     result = search(prep.problem, options, progress=progress, terms=prep.terms)
     if not prep.host or time_stages <= 0:
+        if prep.measure_log is not None:
+            result.info["measurement"] = measurement_info(prep.measure_log, result)
         return result
     timed_submodels: Set[SubmodelBlocks] = set()
     timed_points: Set[CostMapping] = set()
     done_rounds, t0 = 0, time.perf_counter()
     for _ in range(rounds):
         leading = leading_points(result, time_stages)
-        timed = time_mapping_stages(prep, [p.mapping for p in leading], passes, measure, skip=timed_submodels)
+        timed = time_mapping_stages(prep, [p.mapping for p in leading], passes, measure, skip=timed_submodels,
+                                    progress=steps)
         if not timed.submodels:
             break
         prep = timed.prepared
@@ -79,11 +85,29 @@ def search_prepared(prep: Prepared, options: SearchOptions, progress: Optional[C
                                    **submodel_counts(timed_submodels), "loaded": timed_loaded(prep.terms),
                                    "timed_point_ids": stage_timed_ids(prep.problem, result.points),
                                    "seconds": time.perf_counter() - t0}
+    if prep.measure_log is not None:
+        result.info["measurement"] = measurement_info(prep.measure_log, result)
     return result
 
 
+def measurement_info(record: MeasureLog, result: SearchResult) -> Dict[str, Any]:
+    """pareto.json's ``search.measurement``: :meth:`parapipe.measure.trust.MeasureLog.summary` of the host's
+    measurements, ``gap`` (the best front point's throughput over the next one's, less 1; None with one point)
+    and ``warning`` (:func:`parapipe.measure.trust.warning`, None when the figures are within their
+    thresholds)."""
+    summary = record.summary()
+    gap = front_gap([p.evaluation.throughput_per_s for p in result.front()])
+    return {**summary, "gap": gap, "warning": warning(summary, gap, OPTIMIZE_REMEDY)}
+
+
+#: What a user can do when ``optimize --soc host``'s measurements were disturbed.
+OPTIMIZE_REMEDY = ("run it again at a quieter moment (stop other CPU-bound processes), or time more of the front "
+                   "on one footing (--time-stages K larger, then compare with 'parapipe run')")
+
+
 def optimize(prep: Prepared, options: SearchOptions, out_dir: Path, progress: Optional[Callable[[int], None]] = None,
-             plot: bool = True, time_stages: int = STAGE_TIMING_POINTS) -> Tuple[ParetoDoc, Prepared]:
+             plot: bool = True, time_stages: int = STAGE_TIMING_POINTS,
+             steps: Optional[StepProgress] = None) -> Tuple[ParetoDoc, Prepared]:
     """Search ``prep`` (:func:`search_prepared`, which times the leading points' stages on ``--soc host``) and
     write ``out_dir/pareto.json`` and ``out_dir/pareto.png`` (both or neither).
 
@@ -97,10 +121,12 @@ def optimize(prep: Prepared, options: SearchOptions, out_dir: Path, progress: Op
     """
     out_dir = Path(out_dir)
     check_out_dir(out_dir)
-    result = search_prepared(prep, options, progress=progress, time_stages=time_stages)
+    result = search_prepared(prep, options, progress=progress, time_stages=time_stages, steps=steps)
     if result.problem is not prep.problem:
         prep = replace(prep, problem=result.problem)
     doc = result_doc(prep, result, options.seed)
+    if steps is not None and plot:
+        steps("drawing pareto.png", 0, 1)
     write_outputs(doc, out_dir, plot)
     return doc, prep
 

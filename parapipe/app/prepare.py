@@ -20,6 +20,7 @@ from parapipe.cost.problem import MappingProblem, block_range
 from parapipe.graph.coarsen import BlockGraph
 from parapipe.graph.opgraph import OpGraph
 from parapipe.graph.zoo import LoadedModel
+from parapipe.measure.trust import MeasureLog, StepProgress
 from parapipe.soc.identity import HOST_SOC, is_host
 from parapipe.soc.profile import SoC
 
@@ -64,6 +65,8 @@ class Prepared:
         (:func:`parapipe.app.stage_timing.time_mapping_stages`).
     host_feeds : dict of str to ndarray, optional
         ``--soc host``: the input values the measurement used, one array per model input (None: generated).
+    measure_log : MeasureLog, optional
+        ``--soc host``: the spread and load of every measurement taken for it (stage timing adds to it).
     """
 
     loaded: LoadedModel
@@ -76,12 +79,13 @@ class Prepared:
     terms: Optional[PipelineTerms] = None
     host: bool = False
     host_feeds: Optional[Dict[str, np.ndarray]] = None
+    measure_log: Optional[MeasureLog] = None
 
 
 def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_blocks: Optional[int] = DEFAULT_MAX_BLOCKS,
             measure_progress: Optional[Callable[[int, int], None]] = None, db: Optional[str] = None,
             input_shapes: Optional[TypingMapping[str, Sequence[int]]] = None, feeds: Optional[str] = None,
-            loaded: Optional[LoadedModel] = None) -> Prepared:
+            loaded: Optional[LoadedModel] = None, progress: Optional[StepProgress] = None) -> Prepared:
     """Load ``model`` (registry name or .onnx path), coarsen it, and build its problem on ``soc``.
     ``loaded``: ``model`` already loaded (:func:`parapipe.graph.zoo.load_model`), so it is not read again.
 
@@ -93,7 +97,9 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     dims (:func:`parapipe.graph.inputs.resolve_input_shapes`); ``feeds`` (an .npz, ``--feeds``) are the input
     values the host measurement uses (default: one frame drawn by :func:`ppexec.frames.draw_frames`). A custom-domain
     operator no PU declares is refused before anything is measured
-    (:func:`parapipe.graph.support.check_declared`).
+    (:func:`parapipe.graph.support.check_declared`). ``progress(step, done, total)`` follows the host's long
+    steps (``measuring this machine``, ``measuring blocks`` unless ``measure_progress`` is given, ``timing the
+    whole model``); the spread and load of every host measurement go to ``Prepared.measure_log``.
     """
     from parapipe.cost.pipeline_terms import terms_from_soc
     from parapipe.cost.roofline import problem_from_blocks
@@ -110,6 +116,11 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     bg = coarsen(og, max_blocks=max_blocks)
     timings = {"import_s": time.perf_counter() - t0}
     measured = None
+    record = MeasureLog() if is_host(soc) else None
+
+    def step(name: str) -> Optional[Callable[[int, int], None]]:
+        return None if progress is None else (lambda done, total: progress(name, done, total))
+
     if is_host(soc):
         from parapipe.graph.feeds import load_feeds
         from parapipe.measure.submodels import measure_local, measure_submodels
@@ -121,15 +132,18 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
             from parapipe.profiledb.db import ProfileDB
 
             with ProfileDB(db) as profile_db:
-                hp = measure_local(bg, progress=measure_progress, db=profile_db, feeds=frame)
+                hp = measure_local(bg, progress=measure_progress or step("measuring blocks"), db=profile_db,
+                                   feeds=frame, record=record, soc_progress=step("measuring this machine"))
         else:
-            hp = measure_local(bg, progress=measure_progress, feeds=frame)
+            hp = measure_local(bg, progress=measure_progress or step("measuring blocks"), feeds=frame,
+                               record=record, soc_progress=step("measuring this machine"))
         soc_obj, measured = hp.soc, hp.block_time_s
         # the whole model as one sub-model, as the single and replicated mappings run it; alone when the
         # profile's pipeline terms model co-running (the host's prior does), else with every other core running
         # it too, as a replicated mapping's replicas do (measured 1.00-1.06x slower than alone on two cores)
         whole_s = measure_submodels(bg, [block_range(0, len(bg.blocks))], feeds=frame,
-                                    loaded=timed_loaded(terms_from_soc(soc_obj)))
+                                    loaded=timed_loaded(terms_from_soc(soc_obj)), record=record,
+                                    progress=step("timing the whole model"))
         timings["measure_s"] = time.perf_counter() - t1
     else:
         from parapipe.app.resolve import resolve_soc
@@ -147,7 +161,7 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
         problem = replace(problem, submodel_time_s={(p, blocks): t for blocks, t in whole_s.items()
                                                     for p in range(problem.n_pus)})
     return Prepared(lm, og, bg, soc_obj, problem, max_blocks, timings, terms_from_soc(soc_obj), host=is_host(soc),
-                    host_feeds=frame if is_host(soc) else None)
+                    host_feeds=frame if is_host(soc) else None, measure_log=record)
 
 
 def model_notes(og: OpGraph) -> Dict[str, Any]:

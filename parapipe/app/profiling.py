@@ -28,6 +28,7 @@ from parapipe.profiledb.catalog import Catalog
 from parapipe.profiledb.db import ProfileDB
 from parapipe.profiledb.importer import ImportedGraph
 from parapipe.measure.profile import ProfileOptions, ProfileReport
+from parapipe.measure.trust import MeasureLog
 from parapipe.soc.identity import HOST_SOC
 from parapipe.soc.profile import SoC
 
@@ -138,6 +139,8 @@ def profile_job(model: str, soc: str, db_path: PathArg, host: Optional[HostSpec]
     from parapipe.measure.profile import check_pus, profile_model
     from parapipe.measure.agent_timer import open_agent_timer
 
+    from parapipe.measure.trust import RecordingTimer
+
     options = options or ProfileOptions()
     if not (isinstance(options.budget, (int, float)) and 0.0 < options.budget <= 1.0):
         raise input_error("--budget", None, f"must be a fraction in (0, 1], got {options.budget!r}",
@@ -151,7 +154,11 @@ def profile_job(model: str, soc: str, db_path: PathArg, host: Optional[HostSpec]
             soc_obj = resolve_soc(soc, runner)
             runner.check_pus(soc_obj, check_pus(soc_obj, options.pus))
             db = db or ProfileDB(db_path)
-            return profile_model(og, bg, soc_obj, runner, db, Catalog(db), options, progress)
+            record = MeasureLog()  # spread and load of every model timed (the report's ``measurement``)
+            report = profile_model(og, bg, soc_obj, RecordingTimer(runner, record), db, Catalog(db), options,
+                                   progress)
+            report.measurement = record.summary()
+            return report
     finally:
         if db is not None:
             db.close()
@@ -253,8 +260,10 @@ def import_job(csv_path: PathArg, soc: str, db_path: Optional[PathArg] = None,
 
 
 def detect_job(out: PathArg, host: Optional[HostSpec] = None, python: Optional[str] = None,
-               name: Optional[str] = None, per_core: bool = False) -> Tuple[SoC, Path]:
-    """``parapipe soc detect``: measure the machine and write its profile YAML to ``out``.
+               name: Optional[str] = None, per_core: bool = False, progress: Progress = None,
+               record: Optional[MeasureLog] = None) -> Tuple[SoC, Path]:
+    """``parapipe soc detect``: measure the machine and write its profile YAML to ``out``; ``progress(done,
+    total)`` follows the micro-benchmarks, ``record`` gets their spread and load.
 
     Raises
     ------
@@ -269,8 +278,11 @@ def detect_job(out: PathArg, host: Optional[HostSpec] = None, python: Optional[s
 
     if not str(out).endswith((".yaml", ".yml")):
         raise input_error("--out", None, f"{out} is not a .yaml file", "give a path ending in .yaml")
+    from parapipe.measure.trust import RecordingTimer
+
     with open_agent_timer(host, python) as runner:
-        soc = detect_soc(runner, name=name, per_core=per_core)
+        soc = detect_soc(runner if record is None else RecordingTimer(runner, record), name=name,
+                         per_core=per_core, progress=progress)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     save_soc(soc, path)

@@ -20,6 +20,7 @@ from parapipe.app.prepare import Prepared, timed_loaded
 from parapipe.cost.mapping import Mapping as CostMapping
 from parapipe.cost.problem import MappingProblem, SubmodelBlocks, SubmodelKey, is_block_range
 from parapipe.cost.tasks import stage_submodels
+from parapipe.measure.trust import StepProgress
 from parapipe.search.api import SearchPoint, SearchResult
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,8 @@ def stage_timed_ids(problem: MappingProblem, points: Sequence[SearchPoint]) -> L
 
 
 def time_mapping_stages(prep: Prepared, mappings: Sequence[CostMapping], passes: int = 3,
-                        measure: Optional[Measure] = None, skip: Collection[SubmodelBlocks] = ()) -> TimedStages:
+                        measure: Optional[Measure] = None, skip: Collection[SubmodelBlocks] = (),
+                        progress: Optional[StepProgress] = None) -> TimedStages:
     """Time the stages of ``mappings`` on this machine as the executor runs them (one sub-model per single-PU
     stage, replica or task, :func:`parapipe.cost.tasks.stage_submodels`), so that
     :func:`parapipe.cost.evaluate.evaluate` on the returned problem predicts what
@@ -88,7 +90,8 @@ def time_mapping_stages(prep: Prepared, mappings: Sequence[CostMapping], passes:
     ``measure`` replaces the host measurement (default :func:`parapipe.measure.submodels.measure_submodels` with
     ``passes`` and :data:`~parapipe.measure.submodels.STAGE_MIN_S`). Returns the sub-models timed and ``prep``
     with their times installed (:func:`with_submodel_times`); nothing is timed, and ``prep`` comes back as it is,
-    when ``prep`` is not ``--soc host`` or everything is in ``skip``.
+    when ``prep`` is not ``--soc host`` or everything is in ``skip``. The default measurement adds each timing's
+    spread and load to ``prep.measure_log`` and reports ``progress("timing stages", done, total)``.
 
     Raises
     ------
@@ -102,7 +105,9 @@ def time_mapping_stages(prep: Prepared, mappings: Sequence[CostMapping], passes:
 
         def measure(submodels: List[SubmodelBlocks], loaded: bool) -> Mapping[SubmodelBlocks, float]:
             return measure_submodels(prep.block_graph, submodels, loaded=loaded, passes=passes,
-                                     feeds=prep.host_feeds, min_s=STAGE_MIN_S)
+                                     feeds=prep.host_feeds, min_s=STAGE_MIN_S, record=prep.measure_log,
+                                     progress=None if progress is None else
+                                     (lambda done, total: progress("timing stages", done, total)))
     problem = prep.problem
     wanted = [b for b in stage_submodels(problem, list(mappings)) if b not in skip]
     if not wanted:

@@ -39,10 +39,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="parapipe", description="Map ONNX inference onto heterogeneous SoCs: pipelined stages x "
                 "intra-stage parallelism, Pareto fronts of throughput, latency and energy.")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-v info, -vv debug)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars on stderr (they are also hidden "
+                   "when stderr is not a terminal); results, notes and warnings still print")
     p.add_argument("--version", action="version", version=f"parapipe {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         command.add_parser(sub)
+    for command_parser in sub.choices.values():  # also after the command: parapipe optimize ... --quiet
+        command_parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                                    help="no progress bars on stderr")
     return p
 
 
@@ -60,6 +65,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    from parapipe.cli.common import set_quiet
+
+    set_quiet(args.quiet)
     try:
         return int(args.func(args))
     except ParapipeError as exc:

@@ -22,16 +22,35 @@ if TYPE_CHECKING:
     from parapipe.graph.zoo import LoadedModel
     from parapipe.soc.profile import SoC
 
-__all__ = ["progress_bar", "ProgressBar", "parsed_input_shapes", "add_input_options", "print_model_notes",
+__all__ = ["progress_bar", "ProgressBar", "StepBars", "set_quiet", "is_quiet", "show_progress", "print_measurement", "parsed_input_shapes", "add_input_options", "print_model_notes",
            "add_host_options", "host_spec", "pct", "problem_for", "print_run_report", "add_run_options"]
 
 
-def progress_bar(total: int, desc: str) -> "tqdm":
-    """A tqdm bar on stderr (hidden when stderr is not a terminal and the job is short)."""
+#: ``parapipe --quiet``: no progress bars (set by :func:`set_quiet` from ``main``).
+_QUIET = {"quiet": False}
+
+
+def set_quiet(quiet: bool) -> None:
+    """Hide (True) or allow (False) progress bars for the rest of the command (``--quiet``)."""
+    _QUIET["quiet"] = bool(quiet)
+
+
+def is_quiet() -> bool:
+    """Whether ``--quiet`` was given."""
+    return _QUIET["quiet"]
+
+
+def show_progress() -> bool:
+    """Whether progress is drawn: not ``--quiet``, and stderr is a terminal (a log file or pipe stays clean)."""
+    return not _QUIET["quiet"] and sys.stderr.isatty()
+
+
+def progress_bar(total: Optional[int], desc: str) -> "tqdm":
+    """A tqdm bar on stderr, hidden with ``--quiet`` or when stderr is not a terminal (:func:`show_progress`)."""
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, mininterval=0.5,
-                disable=not sys.stderr.isatty())
+                disable=not show_progress(), bar_format="{desc} ..." if total is None else None)
 
 
 class ProgressBar:
@@ -52,6 +71,49 @@ class ProgressBar:
         """Close the bar, if one was shown."""
         if self.bar is not None:
             self.bar.close()
+
+
+class StepBars:
+    """A :data:`parapipe.measure.trust.StepProgress` callback ``(step, done, total)`` drawing one tqdm bar per
+    step on stderr: a new step closes the previous one's bar. :meth:`status` shows a step without a count (a
+    line with the step's name and the seconds elapsed, e.g. ``starting the agent``)."""
+
+    def __init__(self) -> None:
+        self.step: Optional[str] = None
+        self.bar: Optional["tqdm"] = None
+
+    def __call__(self, step: str, done: int, total: int) -> None:
+        if step != self.step or self.bar is None:
+            self.close()
+            self.step, self.bar = step, progress_bar(total, step)
+        self.bar.total = total
+        self.bar.n = done
+        self.bar.refresh()
+
+    def status(self, step: str) -> None:
+        """Show ``step`` (no count) until the next step or :meth:`close`."""
+        self.close()
+        self.step, self.bar = step, progress_bar(None, step)
+        self.bar.refresh()
+
+    def close(self) -> None:
+        """Close the bar shown, if any."""
+        if self.bar is not None:
+            self.bar.close()
+        self.step, self.bar = None, None
+
+
+def print_measurement(summary: Mapping[str, object], gap: Optional[float], remedy: str, what: str = "timed runs",
+                      warn: Optional[str] = None) -> None:
+    """The ``measurement:`` line (spread and load, :func:`parapipe.measure.trust.summary_text`) on stdout and,
+    when they are high, the one ``warning:`` line on stderr (``warn`` if given, else
+    :func:`parapipe.measure.trust.warning`)."""
+    from parapipe.measure.trust import summary_text, warning
+
+    print(summary_text(dict(summary), what))
+    line = warn if warn is not None else warning(dict(summary), gap, remedy)
+    if line:
+        print(f"parapipe: {line}", file=sys.stderr)
 
 
 def parsed_input_shapes(args: argparse.Namespace) -> Optional[Dict[str, Tuple[int, ...]]]:
@@ -129,9 +191,11 @@ def pct(value: Optional[float]) -> str:
 
 
 def problem_for(args: argparse.Namespace, input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
-                loaded: Optional["LoadedModel"] = None) -> Tuple["MappingProblem", "SoC", Optional["Prepared"]]:
+                loaded: Optional["LoadedModel"] = None, progress: Optional["StepBars"] = None
+                ) -> Tuple["MappingProblem", "SoC", Optional["Prepared"]]:
     """(problem, SoC, Prepared or None) from ``MODEL`` (``loaded``: already loaded) or ``--blocks FILE``, and
-    ``--soc``, ``--pus``, ``--max-blocks``, ``--input-shape`` (``input_shapes`` first).
+    ``--soc``, ``--pus``, ``--max-blocks``, ``--input-shape`` (``input_shapes`` first); ``progress`` follows
+    the host's measuring steps.
 
     Raises
     ------
@@ -156,7 +220,7 @@ def problem_for(args: argparse.Namespace, input_shapes: Optional[Mapping[str, Se
 
         raise input_error("MODEL", None, "missing", "give a model name/path or --blocks FILE")
     prep = prepare(args.model, args.soc, pus=pus, max_blocks=args.max_blocks,
-                   input_shapes=input_shapes or parsed_input_shapes(args), loaded=loaded)
+                   input_shapes=input_shapes or parsed_input_shapes(args), loaded=loaded, progress=progress)
     return prep.problem, prep.soc, prep
 
 
@@ -189,6 +253,12 @@ def print_run_report(head: str, rep: "RunReport") -> None:
         print(f"replicated stages: {how} (--replica-dispatch {rep.dispatch})")
     print(f"outputs_match: {str(rep.outputs_match).lower()}  (max abs diff {rep.max_abs_diff:.3g}; "
           f"{rep.checked_tensors} handed-over tensors, max relative diff {rep.max_scaled_diff:.3g})")
+    if getattr(rep, "spread", None) is not None or getattr(rep, "load", None) is not None:
+        from parapipe.measure.trust import run_summary
+
+        print_measurement(run_summary(rep.spread, rep.load), None, "run again at a quieter moment (stop other "
+                          "CPU-bound processes), or with more --frames", f"period over windows of the {rep.frames} "
+                          "frames")
     if rep.substituted:
         subs = ", ".join(f"{pu}=CPUs {','.join(map(str, cpus))}" for pu, cpus in rep.substituted.items())
         print(f"substituted: {subs} (CPU provider); the prediction is for the profile's bindings and does not "

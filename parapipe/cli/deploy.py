@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict
 
-from parapipe.cli.common import add_input_options, add_run_options, parsed_input_shapes, print_run_report
+from parapipe.cli.common import add_input_options, add_run_options, is_quiet, parsed_input_shapes, print_run_report
 
 __all__ = ["add_parser", "handle"]
 
@@ -30,7 +30,7 @@ def handle(args: argparse.Namespace) -> int:
     binds = parse_binds(args.bind)
 
     def show(event: Dict[str, Any]) -> None:
-        line = describe_event(event)
+        line = None if is_quiet() else describe_event(event)
         if line:
             print(f"parapipe: {line}", file=sys.stderr, flush=True)
 

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import json
 from pathlib import Path
 from typing import Dict
 
-from parapipe.cli.common import add_input_options, parsed_input_shapes, problem_for
+from parapipe.cli.common import StepBars, add_input_options, parsed_input_shapes, print_measurement, problem_for
 
 __all__ = ["add_parser", "handle"]
 
@@ -36,7 +37,11 @@ def handle(args: argparse.Namespace) -> int:
         raise input_error("--point", None, "applies to a pareto.json mapping only",
                           "drop --point, or pass --mapping out/pareto.json")
     stored = doc.input_shapes if doc is not None and args.model and not parsed_input_shapes(args) else None
-    problem, soc, prep = problem_for(args, stored, lm)  # at the shapes the mapping was computed for
+    steps = StepBars()
+    try:  # at the shapes the mapping was computed for
+        problem, soc, prep = problem_for(args, stored, lm, progress=steps)
+    finally:
+        steps.close()
     soc_name = soc.name
     mappings = []
     lines_of: Dict[int, int] = {}  # mapping -> its line in a mappings file
@@ -74,7 +79,10 @@ def handle(args: argparse.Namespace) -> int:
     if prep is not None and prep.host:  # time the stages as optimize --soc host does, so the figures compare
         from parapipe.app.stage_timing import submodel_counts, time_mapping_stages
 
-        stages = time_mapping_stages(prep, [m for _, m in mappings])
+        try:
+            stages = time_mapping_stages(prep, [m for _, m in mappings], progress=steps)
+        finally:
+            steps.close()
         problem = stages.prepared.problem  # the stage-level times installed
         timed = submodel_counts(stages.submodels)
         if not args.json:
@@ -87,8 +95,10 @@ def handle(args: argparse.Namespace) -> int:
               f"/stage, hand-off {terms.handoff_s * 1e6:.1f} us, contention {terms.contention:.3g}, sharing "
               f"{terms.sharing:.3g}, overlap "
               + (", ".join(f"{pu} {v:.2f}" for pu, v in terms.overlap.items()) or "none"))
+    measurement = prep.measure_log.summary() if prep is not None and prep.measure_log is not None else None
+    evaluations = [evaluate(problem, m, terms) for _, m in mappings]
     for k, (label, m) in enumerate(mappings):
-        ev = evaluate(problem, m, terms)
+        ev = evaluations[k]
         row = {"mapping": label, "period_s": ev.period_s, "throughput_per_s": ev.throughput_per_s,
                "latency_s": ev.latency_s, "energy_j": ev.energy_j, "stages": len(m.stages)}
         if k in lines_of:
@@ -96,6 +106,8 @@ def handle(args: argparse.Namespace) -> int:
             label = f"line {lines_of[k]}: {label}"
         if timed is not None:  # stage sub-models timed on this machine (all the mappings' together)
             row["stage_timing"] = timed
+        if measurement is not None:  # spread and load of every measurement taken here (blocks and stages)
+            row["measurement"] = measurement
         # latency_worst_s: None only before Evaluation.__post_init__ sets it to latency_s
         worst_s = ev.latency_worst_s if ev.latency_worst_s is not None else ev.latency_s
         if m.replicated:  # latency is the mean over the frames dealt to the replicas; the worst next to it
@@ -112,6 +124,17 @@ def handle(args: argparse.Namespace) -> int:
                   + (label if len(label) <= 60 else label[:57] + "...")
                   + (f"  weights exceed the memory of {', '.join(exceeded)}"
                      if not ev.fits_memory else ""))
+    if measurement is not None:
+        from parapipe.measure.trust import front_gap, warning
+
+        gap = front_gap([ev.throughput_per_s for ev in evaluations])
+        remedy = "evaluate again at a quieter moment (stop other CPU-bound processes)"
+        if args.json:
+            warned = warning(measurement, gap, remedy)
+            if warned:
+                print(f"parapipe: {warned}", file=sys.stderr)
+        else:
+            print_measurement(measurement, gap, remedy, "timed runs of each block and stage")
     return 0
 
 

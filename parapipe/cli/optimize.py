@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Tuple
 
 from parapipe.cli.common import (
-    ProgressBar, add_host_options, add_input_options, host_spec, parsed_input_shapes, print_model_notes,
-    problem_for, progress_bar)
+    StepBars, add_host_options, add_input_options, host_spec, parsed_input_shapes, print_measurement,
+    print_model_notes, problem_for, progress_bar)
 
 if TYPE_CHECKING:
     from parapipe.app.prepare import Prepared
@@ -91,27 +91,42 @@ def handle(args: argparse.Namespace) -> int:
     if args.blocks or not args.model:
         problem, soc, _ = problem_for(args)
         return _optimize_blocks(args, problem, soc, options)
-    bar = ProgressBar("measuring blocks")
+    steps = StepBars()
     try:
-        prep = prepare(args.model, args.soc, pus=pus, max_blocks=args.max_blocks, measure_progress=bar,
+        if is_host(args.soc):
+            steps.status("loading the model")
+        prep = prepare(args.model, args.soc, pus=pus, max_blocks=args.max_blocks, progress=steps,
                        db=args.db, input_shapes=parsed_input_shapes(args), feeds=args.feeds)
     finally:
-        bar.close()
-    sbar = progress_bar(prep.problem.n_blocks, "searching")
+        steps.close()
+    bars: Dict[str, Any] = {}
 
     def progress(done: int) -> None:
-        sbar.n = done
-        sbar.refresh()
+        if "search" not in bars:
+            steps.close()
+            bars["search"] = progress_bar(prep.problem.n_blocks, "searching")
+        bars["search"].n = done
+        bars["search"].refresh()
+
+    def stage_steps(step: str, done: int, total: int) -> None:
+        if "search" in bars:  # a search round ended: its bar gives way to the stage timing's
+            bars.pop("search").close()
+        steps(step, done, total)
 
     try:
         if args.refine:
             return _optimize_refine(args, prep, options, progress)
         doc, prep = optimize(prep, options, Path(args.out), progress=progress, plot=not args.no_plot,
-                       time_stages=STAGE_TIMING_POINTS if args.time_stages is None else args.time_stages)
+                             time_stages=STAGE_TIMING_POINTS if args.time_stages is None else args.time_stages,
+                             steps=stage_steps)
     finally:
-        sbar.close()
+        if "search" in bars:
+            bars.pop("search").close()
+        steps.close()
     if args.json:
         print(json.dumps(doc.model_dump(mode="json")))
+        if (doc.search.get("measurement") or {}).get("warning"):
+            print(f"parapipe: {doc.search['measurement']['warning']}", file=sys.stderr)
     else:
         print(f"{prep.loaded.name} on {prep.soc.name}: {prep.problem.n_blocks} blocks x {prep.problem.n_pus} PUs "
               f"({', '.join(prep.problem.pu_names)})")
@@ -126,6 +141,10 @@ def handle(args: argparse.Namespace) -> int:
                   f"--time-stages, and the replicated baseline; {timing['ranges']} range(s), {timing['tasks']} "
                   f"task(s), {timing['rounds']} round(s), {timing['seconds']:.1f} s); the table uses those times"
                   + (f"; every stage measured: {shown}" if ids else ""))
+        measurement = doc.search.get("measurement")
+        if measurement:
+            print_measurement(measurement, measurement.get("gap"), "", "timed runs of each block and stage",
+                              warn=measurement.get("warning") or "")
         sensor = prep.soc.power_sensor
         if prep.soc.name == "host" and sensor is None:
             print("note: host energy uses placeholder powers (5 W active, 1 W idle per core, 10 W static): no power "

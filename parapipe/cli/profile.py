@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from parapipe.cli.common import (
-    ProgressBar, add_host_options, add_input_options, host_spec, parsed_input_shapes, pct)
+    StepBars, add_host_options, add_input_options, host_spec, parsed_input_shapes, pct, print_measurement)
 
 __all__ = ["add_parser", "handle"]
 
@@ -15,19 +16,27 @@ def handle(args: argparse.Namespace) -> int:
     """``parapipe profile``: time every distinct operator (and block) into the profile database."""
     from parapipe.app.profiling import profile_job
     from parapipe.measure.profile import ProfileOptions
+    from parapipe.measure.trust import warning
 
     pus = [p.strip() for p in args.pus.split(",") if p.strip()] if args.pus else None
     options = ProfileOptions(pus=pus, budget=args.budget, warmup=args.warmup, repeats=args.repeats,
                              blocks=not args.no_blocks, transfers=not args.no_transfers, seed=args.seed,
                              rounds=args.rounds)
-    bar = ProgressBar("profiling")
+    steps = StepBars()
+    steps.status("starting the agent" + (" and measuring this machine" if args.soc == "host" else ""))
     try:
         rep = profile_job(args.model, args.soc, args.db, host_spec(args), args.python, options, args.batch,
-                          args.max_blocks, bar, input_shapes=parsed_input_shapes(args))
+                          args.max_blocks, lambda done, total: steps("profiling", done, total),
+                          input_shapes=parsed_input_shapes(args))
     finally:
-        bar.close()
+        steps.close()
+    remedy = "profile again at a quieter moment, or with more --rounds (attempts spread over the run, the least " \
+             "disturbed kept) or --repeats"
     if args.json:
         print(json.dumps(rep.to_json()))
+        line = warning(rep.measurement, None, remedy) if rep.measurement else None
+        if line:
+            print(f"parapipe: {line}", file=sys.stderr)
         return 0
     print(f"{rep.model} (batch {rep.batch}) on {rep.soc} via {rep.host} (onnxruntime {rep.ort_version}), PUs "
           f"{', '.join(rep.pus)}: {rep.operators} operators = {rep.signatures} signatures, {rep.blocks} blocks = "
@@ -40,6 +49,8 @@ def handle(args: argparse.Namespace) -> int:
               f"{pct(rep.holdout_mape_percent)} ({rep.holdout_measurements} measurements)")
     for line in rep.failed[:10]:
         print(f"  failed: {line}")
+    if rep.measurement and rep.measurement.get("measurements"):
+        print_measurement(rep.measurement, None, remedy, "timed runs of each measurement")
     return 0
 
 

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from parapipe.cli.common import (
-    add_input_options, add_run_options, parsed_input_shapes, print_run_report, progress_bar)
+    add_input_options, add_run_options, is_quiet, parsed_input_shapes, print_run_report, progress_bar)
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -25,7 +25,7 @@ class _RunProgress:
         self.bar: Optional["tqdm"] = None
 
     def __call__(self, event: Dict[str, Any]) -> None:
-        if event.get("event") != "progress":
+        if event.get("event") != "progress" or is_quiet():
             return
         if not sys.stderr.isatty():
             from parapipe.app.deploy import describe_event

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from parapipe.cli.common import add_host_options, host_spec
+from parapipe.cli.common import StepBars, add_host_options, host_spec, print_measurement
 
 __all__ = ["add_parser", "handle"]
 
@@ -12,14 +12,24 @@ __all__ = ["add_parser", "handle"]
 def handle(args: argparse.Namespace) -> int:
     """``parapipe soc detect``: measure a machine and write its profile YAML."""
     from parapipe.app.profiling import detect_job
+    from parapipe.measure.trust import MeasureLog
 
-    soc, path = detect_job(args.out, host_spec(args), args.python, args.name, args.per_core)
+    record = MeasureLog()
+    steps = StepBars()
+    steps.status("starting the agent")
+    try:
+        soc, path = detect_job(args.out, host_spec(args), args.python, args.name, args.per_core,
+                               lambda done, total: steps("measuring", done, total), record)
+    finally:
+        steps.close()
     for pu in soc.pus.values():
         print(f"{pu.name:<10} {pu.kind:<4} cores {pu.cores:<3} peak {pu.peak_flops / 1e9:8.1f} GFLOPS  bandwidth "
               f"{pu.memory_bandwidth_bytes_per_s / 1e9:6.1f} GB/s  overhead {pu.op_overhead_s * 1e6:6.1f} us")
     t = soc.transfers.default
     print(f"transfer (default): alpha {t.alpha_s * 1e6:.1f} us, beta {t.beta_bytes_per_s / 1e9:.2f} GB/s; "
           f"{len(soc.transfers.pairs)} pair(s)")
+    print_measurement(record.summary(), None, "detect again at a quieter moment (stop other CPU-bound "
+                      "processes)", "timed runs of each micro-benchmark")
     print(f"wrote {path}")
     return 0
 
@@ -34,4 +44,5 @@ def add_parser(sub) -> None:
     d.add_argument("--name", default=None, help="profile name (default detected_<hostname>)")
     d.add_argument("--per-core", action="store_true", help="one PU per core instead of one per CPU cluster")
     add_host_options(d)
+    d.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars on stderr")
     d.set_defaults(func=handle)

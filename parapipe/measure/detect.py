@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -153,7 +153,8 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]+", "_", text).strip("_") or "host"
 
 
-def detect_soc(timer: Timer, name: Optional[str] = None, per_core: bool = False, repeats: int = 5) -> SoC:
+def detect_soc(timer: Timer, name: Optional[str] = None, per_core: bool = False, repeats: int = 5,
+               progress: Optional[Callable[[int, int], None]] = None) -> SoC:
     """``parapipe soc detect``: :func:`measured_soc` of the machine ``timer`` measures, with its accelerators.
 
     Parameters
@@ -166,6 +167,8 @@ def detect_soc(timer: Timer, name: Optional[str] = None, per_core: bool = False,
         ``cluster<i>``, all the cluster's threads).
     repeats : int
         Timed runs per micro-benchmark.
+    progress : callable (done, total), optional
+        As :func:`measured_soc`.
 
     Raises
     ------
@@ -175,14 +178,15 @@ def detect_soc(timer: Timer, name: Optional[str] = None, per_core: bool = False,
     facts = timer.facts
     name = name or f"detected_{_slug(str(facts.get('hostname') or 'host'))}"
     return measured_soc(timer, name, per_core=per_core, repeats=repeats, accelerators=True,
-                        source=DETECTED_SOURCE,
+                        source=DETECTED_SOURCE, progress=progress,
                         description=f"{facts.get('hostname') or 'host'} ({facts.get('machine', '?')}, onnxruntime "
                                     f"{timer.ort_version}), detected by parapipe soc detect; powers are placeholders")
 
 
 def measured_soc(timer: Timer, name: str, per_core: bool, repeats: int, accelerators: bool,
                  source: Tuple[str, str], description: str,
-                 transfer: Optional[Tuple[float, float]] = None) -> SoC:
+                 transfer: Optional[Tuple[float, float]] = None,
+                 progress: Optional[Callable[[int, int], None]] = None) -> SoC:
     """Measure the profile of the machine ``timer`` measures (see the module docstring).
 
     Parameters
@@ -202,6 +206,8 @@ def measured_soc(timer: Timer, name: str, per_core: bool, repeats: int, accelera
     description : str
     transfer : (alpha_s, beta_bytes_per_s), optional
         The default hand-off cost to use instead of measuring the pairs.
+    progress : callable (done, total), optional
+        Called after each PU's micro-benchmarks and each hand-off pair measured.
 
     Returns
     -------
@@ -220,11 +226,22 @@ def measured_soc(timer: Timer, name: str, per_core: bool, repeats: int, accelera
     cpu_specs = _cpu_pus(facts, per_core)
     found = [(p, PROVIDER_KINDS[p]) for p in facts.get("providers") or [] if p in PROVIDER_KINDS]
     cache: Dict[tuple, Tuple[float, float, float]] = {}
+    keys = {(len(cpus), freq) if per_core else (tuple(cpus),) for _, cpus, freq in cpu_specs}
+    n_specs = min(len(cpu_specs), 2) if len(cpu_specs) > MAX_PAIR_PUS else len(cpu_specs)
+    steps = {"done": 0, "total": len(keys) + (len(found) if accelerators else 0)
+             + (0 if transfer is not None else max(1, n_specs * (n_specs - 1)))}
+
+    def tick() -> None:
+        steps["done"] += 1
+        if progress is not None:
+            progress(min(steps["done"], steps["total"]), steps["total"])
+
     for pu_name, cpus, freq in cpu_specs:
         execution = Execution(cpus=tuple(cpus), threads=len(cpus))
         key = (len(cpus), freq) if per_core else (tuple(cpus),)
         if key not in cache:  # cores of one cluster are alike: measure the first of each
             cache[key] = _measure_pu(timer, _probe(pu_name, "cpu", execution, len(cpus)), repeats)
+            tick()
         peak, overhead, bandwidth = cache[key]
         pus.append(PU(name=pu_name, kind="cpu", cores=len(cpus), frequency_hz=freq or FALLBACK_FREQUENCY_HZ,
                       peak_flops=peak, precision="fp32", memory_bandwidth_bytes_per_s=bandwidth,
@@ -243,6 +260,8 @@ def measured_soc(timer: Timer, name: str, per_core: bool, repeats: int, accelera
         except AgentRequestError as exc:
             log.warning("%s: skipping %s (%s)", timer.host, provider, exc)
             continue
+        finally:
+            tick()
         taken.add(pu_name)
         pus.append(PU(name=pu_name, kind=kind, cores=1, frequency_hz=FALLBACK_FREQUENCY_HZ, peak_flops=peak,
                       precision="fp32", memory_bandwidth_bytes_per_s=bandwidth, efficiency={"other": 1.0},
@@ -258,7 +277,7 @@ def measured_soc(timer: Timer, name: str, per_core: bool, repeats: int, accelera
             provenance[f"pus.{pu.name}.efficiency.{cls}"] = Provenance(source="parapipe")
     bandwidth = max(p.memory_bandwidth_bytes_per_s for p in pus)
     if transfer is None:
-        pairs, default = _transfers(timer, cpu_specs, bandwidth)
+        pairs, default = _transfers(timer, cpu_specs, bandwidth, tick)
         default_prov = measured if default[2] else Provenance(confidence="low",
                                                               note="one CPU: no hand-off measured")
     else:
@@ -291,7 +310,7 @@ def fit_handoff(timer: Timer, src: List[int], dst: List[int], bandwidth: float,
     return fit.alpha_s, fit.beta_bytes_per_s
 
 
-def _transfers(timer: Timer, cpu_specs, bandwidth: float):
+def _transfers(timer: Timer, cpu_specs, bandwidth: float, tick: Callable[[], None] = lambda: None):
     """Pair costs between CPU PUs (both directions) and the default (their mean; between two cores of the
     one cluster when there is a single CPU PU; zero-cost at the memory bandwidth on a one-CPU host)."""
     pairs: Dict[Tuple[str, str], Tuple[float, float]] = {}
@@ -301,6 +320,7 @@ def _transfers(timer: Timer, cpu_specs, bandwidth: float):
         for b, cpus_b, _ in specs:
             if a != b:
                 pairs[(a, b)] = fit_handoff(timer, cpus_a[:1], cpus_b[:1], bandwidth)
+                tick()
     if pairs:
         alphas, betas = zip(*pairs.values())
         default = (float(np.mean(alphas)), float(np.mean(betas)), True)
@@ -308,5 +328,6 @@ def _transfers(timer: Timer, cpu_specs, bandwidth: float):
     cpus = cpu_specs[0][1]
     if len(cpus) >= 2:
         alpha, beta = fit_handoff(timer, cpus[:1], cpus[1:2], bandwidth)
+        tick()
         return {}, (alpha, beta, True)
     return {}, (0.0, bandwidth, False)

@@ -16,7 +16,7 @@ The blocks and sub-models of a model are timed on this machine by :mod:`parapipe
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import onnx
 
@@ -26,9 +26,12 @@ from ppexec.plan import PUBinding
 
 from parapipe.errors import ExecutionError, input_error
 from parapipe.measure.detect import measured_soc
-from parapipe.measure.timer import LOCAL_HOST, check_timer_pus, pu_target
+from parapipe.measure.timer import LOCAL_HOST, Timer, check_timer_pus, pu_target
 from parapipe.soc.identity import HOST_SOC
 from parapipe.soc.profile import PU, Provenance, SoC
+
+if TYPE_CHECKING:
+    from parapipe.measure.trust import MeasureLog
 
 __all__ = ["LocalTimer", "local_soc", "allowed_cpus", "LOCAL_PRIOR_TERMS", "SOC_REPEATS"]
 
@@ -128,7 +131,7 @@ class LocalTimer:
         reply = timing.stats(timed["times_s"])
         info = timed["runtime_info"]
         reply.update(runtime=runtime, runtime_info=info, provider=info.get("provider"), cpus=timed["cpus"],
-                     threads=binding.threads, onnxruntime_version=self.ort_version)
+                     threads=binding.threads, onnxruntime_version=self.ort_version, load=timed.get("load"))
         return reply
 
     def time_handoff(self, nbytes: int, src_cpus: Sequence[int], dst_cpus: Sequence[int], warmup: int = 3,
@@ -145,7 +148,8 @@ class LocalTimer:
         return reply
 
 
-def local_soc(n_cpus: Optional[int] = None, transfer: Optional[Tuple[float, float]] = None) -> SoC:
+def local_soc(n_cpus: Optional[int] = None, transfer: Optional[Tuple[float, float]] = None,
+              record: Optional["MeasureLog"] = None, progress: Optional[Callable[[int, int], None]] = None) -> SoC:
     """Build the SoC of this machine (``--soc host``), measuring it as ``soc detect --per-core`` does.
 
     Parameters
@@ -155,6 +159,10 @@ def local_soc(n_cpus: Optional[int] = None, transfer: Optional[Tuple[float, floa
     transfer : (alpha_s, beta_bytes_per_s), optional
         Default transfer cost between cores; measured between every two cores (up to
         :data:`parapipe.measure.detect.MAX_PAIR_PUS` cores, else the first two) when None.
+    record : MeasureLog, optional
+        Gets the spread and load of every micro-benchmark (:class:`parapipe.measure.trust.RecordingTimer`).
+    progress : callable (done, total), optional
+        Called after each micro-benchmark and hand-off (:func:`parapipe.measure.detect.measured_soc`).
 
     Returns
     -------
@@ -185,8 +193,13 @@ def local_soc(n_cpus: Optional[int] = None, transfer: Optional[Tuple[float, floa
             raise input_error("local_soc", "transfer", f"must be (alpha_s >= 0, beta_bytes_per_s > 0), got "
                               f"{tuple(transfer)}", "give seconds and bytes/s, or None to measure them")
         transfer = (alpha, beta)
-    soc = measured_soc(LocalTimer(cpus), HOST_SOC, per_core=True, repeats=SOC_REPEATS, accelerators=False,
-                       source=LOCAL_SOURCE, transfer=transfer,
+    from parapipe.measure.trust import RecordingTimer
+
+    timer: Timer = LocalTimer(cpus)
+    if record is not None:
+        timer = RecordingTimer(timer, record)
+    soc = measured_soc(timer, HOST_SOC, per_core=True, repeats=SOC_REPEATS, accelerators=False,
+                       source=LOCAL_SOURCE, transfer=transfer, progress=progress,
                        description=f"this machine, {len(cpus)} core(s) measured by parapipe; powers are "
                                    "placeholders")
     from parapipe.soc.pipeline import PipelineParams

@@ -119,6 +119,9 @@ class ProfileReport:
     holdout_signatures: int = 0
     holdout_measurements: int = 0
     holdout_mape_percent: Optional[float] = None
+    #: How far the measurements taken can be trusted: :meth:`parapipe.measure.trust.MeasureLog.summary` (None:
+    #: not recorded).
+    measurement: Optional[Dict[str, Any]] = None
 
     def to_json(self) -> dict:
         """The report as a JSON-ready dict."""

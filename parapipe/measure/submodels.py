@@ -39,6 +39,7 @@ from parapipe.graph.extract import extract_submodel
 from parapipe.graph.opgraph import OpGraph
 from parapipe.measure.local import allowed_cpus, local_soc
 from parapipe.measure.timer import LOCAL_HOST
+from parapipe.measure.trust import MeasureLog
 from parapipe.profiledb.catalog import block_signature
 from parapipe.profiledb.db import ProfileDB
 from parapipe.profiledb.records import Measurement, utc_now_iso
@@ -131,19 +132,23 @@ def _real_index_values(bg: BlockGraph, feeds: Optional[dict]) -> dict[str, np.nd
 
 
 def _time_block(og: OpGraph, block: Block, binding: PUBinding, repeats: int, warmup: int,
-                given: Optional[dict] = None) -> list[float]:
+                given: Optional[dict] = None, record: Optional[MeasureLog] = None) -> list[float]:
     """Times of ``repeats`` runs of the block's sub-model on ``binding``, s (:func:`_time_ops`)."""
-    return _time_ops(og, block.ops, block.name, binding, repeats, warmup, given)
+    return _time_ops(og, block.ops, block.name, binding, repeats, warmup, given, record=record)
 
 
 def _time_ops(og: OpGraph, ops: Sequence[str], name: str, binding: PUBinding, repeats: int, warmup: int,
-              given: Optional[dict] = None, min_s: float = 0.0) -> list[float]:
+              given: Optional[dict] = None, min_s: float = 0.0, record: Optional[MeasureLog] = None) -> list[float]:
     """Times of ``repeats`` runs of the sub-model of ``ops`` on ``binding`` (:func:`ppexec.timing.time_model`,
-    on a thread pinned to its CPUs), s (more runs until they add up to ``min_s``)."""
+    on a thread pinned to its CPUs), s (more runs until they add up to ``min_s``); their spread and the load
+    go to ``record``."""
     try:
         sub = extract_submodel(og, ops, name=name, check=False)
         feeds = _random_feeds(og, sub.inputs, given)
-        return timing.time_model(sub.model, binding, warmup, repeats, lambda specs: feeds, min_s)["times_s"]
+        timed = timing.time_model(sub.model, binding, warmup, repeats, lambda specs: feeds, min_s)
+        if record is not None:
+            record.add_times(timed["times_s"], timed.get("load"))
+        return timed["times_s"]
     except Exception as exc:
         detail = " ".join(f"{type(exc).__name__}: {exc}".split())
         raise ExecutionError(f"measuring block {name!r} of {og.name!r} on this machine failed: {detail}; "
@@ -152,7 +157,8 @@ def _time_ops(og: OpGraph, ops: Sequence[str], name: str, binding: PUBinding, re
 
 def measure_local(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optional[ProfileDB] = None,
                  progress: Optional[Callable[[int, int], None]] = None,
-                 feeds: Optional[dict] = None) -> LocalProfile:
+                 feeds: Optional[dict] = None, record: Optional[MeasureLog] = None,
+                 soc_progress: Optional[Callable[[int, int], None]] = None) -> LocalProfile:
     """Build :func:`local_soc` and time every block of ``bg`` on it.
 
     Each distinct block (by :func:`block_signature`) is run ``warmup`` times, then timed ``repeats`` times
@@ -179,6 +185,10 @@ def measure_local(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Option
         :func:`ppexec.frames.draw_frames`). Blocks read them, and the real values of every integer or
         boolean tensor handed between blocks (shape vectors, indices, masks: :func:`_real_index_values`, one run
         of the whole model); other block inputs get seeded standard-normal values.
+    record : MeasureLog, optional
+        Gets the spread and load of every measurement taken (micro-benchmarks of the profile and blocks).
+    soc_progress : callable (done, total), optional
+        Called while the host profile is measured (:func:`parapipe.measure.local.local_soc`).
 
     Returns
     -------
@@ -197,7 +207,7 @@ def measure_local(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Option
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise input_error("measure_local", "warmup", f"must be an integer >= 0, got {warmup!r}", "use 3")
     start = time.perf_counter()
-    soc = local_soc()
+    soc = local_soc(record=record, progress=soc_progress)
     og = bg.opgraph
     measured_pu = soc.pu_names[0]
     pinned = soc.pus[measured_pu].execution.cpus
@@ -217,7 +227,7 @@ def measure_local(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Option
             row = None if db is None else db.get(HOST_SOC, measured_pu, sig, batch, "block",
                                                  ort.__version__)
             if row is None:
-                times = _time_block(og, block, binding, repeats, warmup, feeds)
+                times = _time_block(og, block, binding, repeats, warmup, feeds, record)
                 median, p90 = float(np.median(times)), float(np.percentile(times, 90))
                 summary = "+".join(dict.fromkeys(block.op_types))[:200]
                 row = Measurement(HOST_SOC, measured_pu, sig, summary, batch, ort.__version__, median,
@@ -281,7 +291,8 @@ def _submodel_name(bg: BlockGraph, blocks: SubmodelBlocks) -> str:
 
 def measure_submodels(bg: BlockGraph, submodels: Sequence[Sequence[int]], *, loaded: bool, passes: int = 1,
                       repeats: int = 10, warmup: int = 3, feeds: Optional[Mapping[str, np.ndarray]] = None,
-                      cpu: Optional[int] = None, min_s: float = 0.0) -> Dict[SubmodelBlocks, float]:
+                      cpu: Optional[int] = None, min_s: float = 0.0, record: Optional[MeasureLog] = None,
+                      progress: Optional[Callable[[int, int], None]] = None) -> Dict[SubmodelBlocks, float]:
     """Stage-level times: each set of blocks of ``bg`` in ``submodels`` run as ONE sub-model, as the executor runs
     a single-PU stage or a task (:func:`ppexec.session.create_session`, one thread, ``ORT_ENABLE_ALL``, no
     spinning) on a thread pinned to ``cpu`` (default the first allowed core).
@@ -302,6 +313,9 @@ def measure_submodels(bg: BlockGraph, submodels: Sequence[Sequence[int]], *, loa
     the memory bus and the package's all-core clock (a whole model ran 1.00-1.06x slower so: median 1.02 over
     squeezenet, inception_v1 and resnet50, 3 repeats each); for a cost model without a co-running term of its own
     (:meth:`parapipe.cost.pipeline_terms.PipelineTerms.models_corunning`). Alone otherwise.
+
+    ``record`` gets each timing's spread and load; ``progress(done, total)`` is called after each sub-model of
+    each pass (``total = passes * len(submodels)``).
 
     Returns
     -------
@@ -327,15 +341,23 @@ def measure_submodels(bg: BlockGraph, submodels: Sequence[Sequence[int]], *, loa
                               "give block indices 0 <= v < the number of blocks")
         keys[key] = None
     runs: Dict[SubmodelBlocks, List[float]] = {key: [] for key in keys}
-    for _ in range(passes):
-        for key, t in _time_submodels(bg, list(keys), repeats, warmup, feeds, cpu, loaded, min_s).items():
+    total = passes * len(keys)
+
+    def tick(done: int) -> None:
+        if progress is not None:
+            progress(done, total)
+
+    for index in range(passes):
+        for key, t in _time_submodels(bg, list(keys), repeats, warmup, feeds, cpu, loaded, min_s, record,
+                                      lambda k: tick(index * len(keys) + k)).items():
             runs[key].append(t)
     return {key: float(np.median(ts)) for key, ts in runs.items()}
 
 
 def _time_submodels(bg: BlockGraph, submodels: List[SubmodelBlocks], repeats: int, warmup: int,
                     feeds: Optional[Mapping[str, np.ndarray]], cpu: Optional[int], loaded: bool,
-                    min_s: float) -> Dict[SubmodelBlocks, float]:
+                    min_s: float, record: Optional[MeasureLog] = None,
+                    tick: Optional[Callable[[int], None]] = None) -> Dict[SubmodelBlocks, float]:
     """``{blocks: median seconds}`` of each sub-model run alone on ``cpu`` (one pass of :func:`measure_submodels`)."""
     og = bg.opgraph
     cpu = allowed_cpus()[0] if cpu is None else int(cpu)
@@ -347,7 +369,9 @@ def _time_submodels(bg: BlockGraph, submodels: List[SubmodelBlocks], repeats: in
     for blocks in submodels:
         ops = sorted((op for v in blocks for op in bg.blocks[v].ops), key=topo.__getitem__)
         with _load_other_cores(og, ops, names[blocks], cpu, given) if loaded else contextlib.nullcontext():
-            times = _time_ops(og, ops, names[blocks], binding, repeats, warmup, given, min_s)
+            times = _time_ops(og, ops, names[blocks], binding, repeats, warmup, given, min_s, record)
         out[blocks] = float(np.median(times))
+        if tick is not None:
+            tick(len(out))
     logger.info("stage-level times of %s: %s", og.name, {names[b]: round(t * 1e3, 3) for b, t in out.items()})
     return out

@@ -13,7 +13,7 @@ finds.
 
 Versions: 1 had ``measurements`` only, with the catalog tables and ``runs`` created on first use by their own
 modules (``work_catalog`` without ``boundary_nbytes`` before that column existed); 2 creates all four tables at
-once.
+once; 3 gives ``runs`` the ``spread`` and ``load`` of each run (NULL for runs recorded before).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 __all__ = ["ProfileDB", "SCHEMA_VERSION", "SQLITE_HEADER", "LOCK_TIMEOUT_S"]
 
 #: Version of the table layout below, stored in PRAGMA user_version (0 means "not created yet").
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: First 16 bytes of every SQLite 3 database file (https://www.sqlite.org/fileformat.html, section 1.3.1).
 SQLITE_HEADER = b"SQLite format 3\x00"
 #: Seconds to wait for another process's write lock before giving up (sqlite3.connect's timeout).
@@ -95,7 +95,9 @@ CREATE TABLE IF NOT EXISTS runs (
     substituted TEXT NOT NULL,
     outputs_match INTEGER NOT NULL,
     runner TEXT NOT NULL,
-    board TEXT NOT NULL
+    board TEXT NOT NULL,
+    spread REAL,
+    load REAL
 )
 """
 #: Every table of the current layout (:data:`SCHEMA_VERSION`), as created in a new file.
@@ -112,8 +114,16 @@ def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE work_catalog ADD COLUMN boundary_nbytes INTEGER NOT NULL DEFAULT 0")
 
 
+def _migrate_2_to_3(conn: sqlite3.Connection) -> None:
+    """Version 2 -> 3: give ``runs`` its ``spread`` and ``load`` columns (NULL: not measured then)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+    for column in ("spread", "load"):
+        if column not in columns:
+            conn.execute(f"ALTER TABLE runs ADD COLUMN {column} REAL")
+
+
 #: ``{version: step}``: the step that takes a file of that version to the next; run in order on open.
-_MIGRATIONS: Dict[int, Callable[[sqlite3.Connection], None]] = {1: _migrate_1_to_2}
+_MIGRATIONS: Dict[int, Callable[[sqlite3.Connection], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3}
 
 _UPSERT = (f"INSERT INTO measurements ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)}) "
            f"ON CONFLICT ({', '.join(_KEY)}) DO UPDATE SET "

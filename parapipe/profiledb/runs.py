@@ -47,6 +47,11 @@ class RunRecord:
         ``local`` or the SSH host (``user@address:port``).
     board : dict
         The board's facts (hostname, machine, Python, onnxruntime, CPUs, runtimes).
+    spread : float or None
+        p90 / median - 1 of the run's period over windows of its frames (``RunReport.spread``); None for runs
+        recorded before it was kept.
+    load : float or None
+        Share of the CPUs' time other processes used during the run (``RunReport.load``); None where unknown.
     """
 
     recorded_at: str
@@ -73,6 +78,8 @@ class RunRecord:
     outputs_match: bool
     runner: str
     board: Dict[str, Any]
+    spread: Optional[float] = None
+    load: Optional[float] = None
     id: Optional[int] = None
 
 
@@ -107,7 +114,7 @@ def record_from_run(doc, point, report, runner: str) -> RunRecord:
         predicted_period_s=float(point.period_s), predicted_latency_s=float(point.latency_s),
         predicted_energy_j=float(point.energy_j), prediction_applies=not report.substituted,
         substituted=dict(report.substituted), outputs_match=bool(report.outputs_match), runner=runner,
-        board=board)
+        board=board, spread=getattr(report, "spread", None), load=getattr(report, "load", None))
 
 
 def append_run(db: ProfileDB, record: RunRecord) -> int:
