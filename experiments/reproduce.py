@@ -10,8 +10,8 @@ Writes ``DIR/points.csv``, ``DIR/energy_efficiency.csv``, ``DIR/search_times.csv
 ``DIR/fronts/<model>__<soc>.pareto.json``, ``DIR/figures/*.png``, ``DIR/report.md`` and ``DIR/manifest.json``.
 Everything is written into a temporary folder next to ``DIR`` and renamed onto it at the end, so ``DIR`` holds
 either the previous complete result or the new one. Exit codes: 0 done, 2 bad input (one line on stderr:
-unknown model or SoC in the configuration, unwritable output folder, Dask scheduler that does not answer),
-130 interrupted.
+unknown model or SoC in the configuration, unwritable output folder, Dask scheduler that does not answer, a
+cluster without workers or whose scheduler or workers lack this parapipe version), 130 interrupted.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from parapipe.errors import ParapipeError, input_error
 
 from . import markdown, tables
 from .config import FULL_CONFIG, QUICK_CONFIG, SweepConfig, load_config
-from .sweep import DEFAULT_SCHEDULER_TIMEOUT_S, Job, JobResult, connect_dask, run_dask, run_local
+from .sweep import DEFAULT_SCHEDULER_TIMEOUT_S, Job, JobResult, check_cluster, connect_dask, run_dask, run_local
 
 log = logging.getLogger("experiments")
 
@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="run the jobs on this Dask scheduler (e.g. tcp://host:8786), not local processes")
     p.add_argument("--scheduler-timeout", type=float, default=DEFAULT_SCHEDULER_TIMEOUT_S, metavar="S",
-                   help=f"seconds to wait for the scheduler (default {DEFAULT_SCHEDULER_TIMEOUT_S:g})")
+                   help="seconds to wait for the scheduler, and then for a first worker "
+                   f"(default {DEFAULT_SCHEDULER_TIMEOUT_S:g})")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-v info, -vv debug)")
     return p
 
@@ -114,16 +115,23 @@ def publish(staging: Path, out: Path) -> None:
 
 
 # -- running -------------------------------------------------------------------------------------------------
+def _absolute(name: str) -> str:
+    """``name`` as an absolute path when it names an existing .onnx / .yaml file, else unchanged (a registry or
+    bundled name): a job may run in another folder (a Dask worker's), where a relative path would not resolve."""
+    p = Path(name).expanduser()
+    return str(p.resolve()) if name.endswith((".onnx", ".yaml", ".yml")) and p.is_file() else name
+
+
 def make_jobs(cfg: SweepConfig) -> List[Job]:
-    """One job per model x SoC, models outermost (the report's row order).
+    """One job per model x SoC, models outermost (the report's row order); file paths made absolute.
 
     Raises
     ------
     InputError
         Two entries would write the same files (e.g. ``a/net.onnx`` and ``b/net.onnx``).
     """
-    jobs = [Job(model=m, soc=s, search=dict(cfg.search), max_blocks=cfg.max_blocks, figures=cfg.figures)
-            for m in cfg.models for s in cfg.socs]
+    jobs = [Job(model=_absolute(m), soc=_absolute(s), search=dict(cfg.search), max_blocks=cfg.max_blocks,
+                figures=cfg.figures) for m in cfg.models for s in cfg.socs]
     seen: Dict[str, str] = {}
     for job in jobs:
         if job.key in seen:
@@ -200,11 +208,13 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out = Path(args.out).expanduser()
     staging = stage_output(out)
     client = None
+    n_dask = 0
     try:
         if args.scheduler:
             client = connect_dask(args.scheduler, args.scheduler_timeout)
+            n_dask = check_cluster(client, args.scheduler, args.scheduler_timeout)
         jobs = make_jobs(cfg)
-        runner = (f"Dask scheduler {args.scheduler}" if client
+        runner = (f"Dask scheduler {args.scheduler} ({n_dask} worker(s) at the start)" if client
                   else f"{min(workers, len(jobs))} local process(es)")
         log.info("%d jobs (%d models x %d SoCs) on %s", len(jobs), len(cfg.models), len(cfg.socs), runner)
         bar, update = _progress(len(jobs))

@@ -1,9 +1,9 @@
-"""One job per model x SoC, and two ways to run a list of them: local processes or a Dask cluster.
+"""Two ways to run a list of sweep jobs: local processes or a Dask cluster.
 
-A job (:class:`Job`) imports and coarsens the model, costs it on the SoC profile, searches the parapipe front
-and the baselines (:func:`parapipe.search.api.search`), and returns a :class:`JobResult` holding the
-``pareto.json`` document, the preparation and search times, and (optionally) the PNG bytes of its figures, so
-that results come back the same way from a local process or from a remote Dask worker.
+A job (:class:`parapipe.app.sweep.Job`, run by :func:`parapipe.app.sweep.run_job`) is one model on one SoC
+profile; it returns a :class:`parapipe.app.sweep.JobResult`. The job code is part of the installed ``parapipe``
+package, not of this folder, so that a Dask scheduler and its workers can unpickle the tasks with only
+``pip install 'parapipe[experiments]'`` (README.md in this folder: what a worker machine needs).
 
 Both runners return the results in job order, whatever order they finish in; the search is deterministic
 (one CP-SAT worker, fixed seed), so both give the same points.
@@ -13,14 +13,14 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import multiprocessing
-import tempfile
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+import parapipe
+from parapipe.app.sweep import Job, JobResult, result_seed, run_job, throughput_optimal
 from parapipe.errors import input_error
-from parapipe.mapping import ParetoDoc, Point
+
+__all__ = ["Job", "JobResult", "run_job", "result_seed", "throughput_optimal", "run_local", "connect_dask",
+           "check_cluster", "run_dask", "DEFAULT_SCHEDULER_TIMEOUT_S"]
 
 log = logging.getLogger(__name__)
 
@@ -29,117 +29,6 @@ log = logging.getLogger(__name__)
 DEFAULT_SCHEDULER_TIMEOUT_S = 10.0
 
 Progress = Callable[["JobResult"], None]
-
-
-@dataclass(frozen=True)
-class Job:
-    """One model on one SoC profile, with the search options (plain data: it travels to Dask workers)."""
-
-    model: str
-    soc: str
-    search: Dict[str, Any] = field(default_factory=dict)
-    max_blocks: Optional[int] = 48
-    figures: bool = True
-
-    @property
-    def key(self) -> str:
-        """``<model>__<soc>`` with path characters replaced: file-name stem of the job's figures."""
-        stem = lambda s: Path(s).stem if s.endswith((".onnx", ".yaml", ".yml")) else s  # noqa: E731
-        return f"{stem(self.model)}__{stem(self.soc)}".replace("/", "_")
-
-
-@dataclass
-class JobResult:
-    """What a job returns.
-
-    Attributes
-    ----------
-    job : Job
-    doc : parapipe.mapping.ParetoDoc
-        The search result as its pareto.json document.
-    prepare_s : float
-        Wall time of import, coarsening and costing (the "profiling" part for bundled profiles), seconds.
-    search_s : float
-        Wall time of the search (``SearchResult.stats["search_s"]``), seconds.
-    n_blocks, n_pus : int
-        Problem size.
-    throughput_point : str
-        ``id`` of the throughput-optimal parapipe point (min period, ties: min energy).
-    figures : dict
-        File name (in ``figures/``) -> PNG bytes; empty when figures are off.
-    """
-
-    job: Job
-    doc: ParetoDoc
-    prepare_s: float
-    search_s: float
-    n_blocks: int
-    n_pus: int
-    throughput_point: str
-    figures: Dict[str, bytes] = field(default_factory=dict)
-
-
-def throughput_optimal(points: Sequence[Point], strategy: str) -> Optional[Point]:
-    """The point of ``strategy`` with the smallest period, ties broken by the smallest energy (then latency).
-
-    Returns None when the document has no point of that strategy.
-    """
-    pts = [p for p in points if p.strategy == strategy]
-    if not pts:
-        return None
-    return min(pts, key=lambda p: (p.period_s, p.energy_j, p.latency_s))
-
-
-def _render(doc: ParetoDoc, point: Point, key: str) -> Dict[str, bytes]:
-    from parapipe.report import plot_gantt, plot_pareto, plot_utilisation
-
-    out: Dict[str, bytes] = {}
-    with tempfile.TemporaryDirectory(prefix="parapipe-fig-") as tmp:
-        for suffix, draw in (("front", lambda p: plot_pareto(doc, p)),
-                             ("gantt", lambda p: plot_gantt(doc, point, p)),
-                             ("utilisation", lambda p: plot_utilisation(doc, point, p))):
-            path = Path(tmp) / f"{key}_{suffix}.png"
-            draw(path)
-            out[path.name] = path.read_bytes()
-    return out
-
-
-def run_job(job: Job) -> JobResult:
-    """Prepare, search and (optionally) draw one model on one SoC.
-
-    Raises
-    ------
-    parapipe.errors.ParapipeError
-        Bad model or profile, or no feasible mapping (carried back to the caller by both runners).
-    """
-    from parapipe.mapping import doc_from_result
-    from parapipe.search.api import SearchOptions, search
-    from parapipe.app.prepare import prepare
-    from parapipe.app.resolve import soc_ref
-
-    t0 = time.perf_counter()
-    prep = prepare(job.model, job.soc, max_blocks=job.max_blocks)
-    prepare_s = time.perf_counter() - t0
-    result = search(prep.problem, SearchOptions(**job.search), terms=prep.terms)
-    blocks = {b.name: list(b.ops) for b in prep.block_graph.blocks}
-    doc = doc_from_result(result, prep.loaded.name, prep.loaded.sha256, soc_ref(prep.soc), blocks=blocks,
-                          search={"max_blocks": prep.max_blocks, "seed": result_seed(job),
-                                  "prepare_s": prepare_s, **prep.timings_s})
-    best = throughput_optimal(doc.points, "parapipe")
-    assert best is not None, "search returned no parapipe point"
-    figures = _render(doc, best, job.key) if job.figures else {}
-    log.info("%s on %s: %d blocks, search %.2f s", job.model, job.soc, prep.problem.n_blocks,
-             result.stats["search_s"])
-    return JobResult(job=job, doc=doc, prepare_s=prepare_s, search_s=float(result.stats["search_s"]),
-                     n_blocks=prep.problem.n_blocks, n_pus=prep.problem.n_pus, throughput_point=best.id,
-                     figures=figures)
-
-
-def result_seed(job: Job) -> int:
-    """The search seed of ``job`` (SearchOptions' default when the configuration sets none)."""
-    from parapipe.search.api import SearchOptions
-
-    return int(job.search.get("seed", SearchOptions().seed))
 
 
 def run_local(jobs: Sequence[Job], workers: int, progress: Optional[Progress] = None) -> List[JobResult]:
@@ -204,13 +93,71 @@ def connect_dask(address: str, timeout_s: float = DEFAULT_SCHEDULER_TIMEOUT_S):
     except (OSError, TimeoutError, ValueError) as exc:
         reason = " ".join(str(exc).split())[:160] or type(exc).__name__
         raise input_error("--scheduler", address, f"no Dask scheduler answers ({reason})",
-                          "start one ('dask scheduler' and 'dask worker ADDRESS' in the repository root) "
+                          "start one ('dask scheduler', then 'dask worker ADDRESS' on each machine that has "
+                          f"'pip install parapipe[experiments]=={parapipe.__version__}') "
                           "or omit --scheduler to run on local processes") from None
 
 
+def _parapipe_probe() -> Callable[[], Dict[str, str]]:
+    """A function that tells which parapipe its process imports: ``{"version": "0.1.0"}`` or ``{"error": ...}``.
+
+    It is built inside this function so that Dask pickles it by value (cloudpickle sends functions it cannot
+    find by module and name with their code): the scheduler and the workers run it without this folder.
+    """
+    def probe() -> Dict[str, str]:
+        try:
+            import parapipe as pp
+            import parapipe.app.sweep  # noqa: F401  (what the tasks are unpickled with)
+        except Exception as exc:  # any import failure is the answer, not an error of the probe
+            return {"error": f"cannot import parapipe.app.sweep ({type(exc).__name__}: {exc})"}
+        return {"version": str(pp.__version__)}
+
+    return probe
+
+
+def check_cluster(client, address: str, timeout_s: float = DEFAULT_SCHEDULER_TIMEOUT_S) -> int:
+    """Check that the scheduler and the workers of ``client`` import the parapipe version of this process.
+
+    A scheduler unpickles the task graph and a worker its tasks by importing :mod:`parapipe.app.sweep`; without
+    it, or with another version, the jobs would fail with a traceback from inside Dask (or give other results).
+
+    Returns
+    -------
+    int
+        The number of workers.
+
+    Raises
+    ------
+    InputError
+        No worker joins within ``timeout_s``, or the scheduler or a worker cannot import
+        ``parapipe.app.sweep`` or has another ``parapipe.__version__`` (naming the machine and the install
+        command).
+    """
+    want = str(parapipe.__version__)
+    fix = f"run pip install 'parapipe[experiments]=={want}' there and restart it (experiments/README.md)"
+    try:
+        client.wait_for_workers(1, timeout=timeout_s)
+    except TimeoutError:
+        raise input_error("--scheduler", address, f"no Dask worker joined within {timeout_s:g} s",
+                          f"start workers with 'dask worker {address}'") from None
+    probe = _parapipe_probe()
+    answers: Dict[str, Any] = {f"the scheduler {address}": client.run_on_scheduler(probe)}
+    workers = client.run(probe, on_error="return")
+    answers.update((f"the worker {w}", a) for w, a in sorted(workers.items()))
+    for where, answer in answers.items():
+        if not isinstance(answer, dict):
+            answer = {"error": f"the check failed ({type(answer).__name__}: {answer})"}
+        if "error" in answer:
+            raise input_error("--scheduler", address, f"{where} {answer['error']}", fix)
+        if answer["version"] != want:
+            raise input_error("--scheduler", address, f"{where} has parapipe {answer['version']}, this "
+                              f"client {want}", fix)
+    return len(workers)
+
+
 def run_dask(jobs: Sequence[Job], client, progress: Optional[Progress] = None) -> List[JobResult]:
-    """Run ``jobs`` on the Dask cluster of ``client`` (its workers must be able to import ``experiments``:
-    start them in the repository root).
+    """Run ``jobs`` on the Dask cluster of ``client`` (its scheduler and workers import
+    :mod:`parapipe.app.sweep` from their installed parapipe: :func:`check_cluster` checks it).
 
     Returns
     -------

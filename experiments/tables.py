@@ -2,7 +2,7 @@
 
 Definitions: energy efficiency = inferences per joule = 1 / energy per inference. The
 throughput-optimal point of a strategy has the smallest period, ties broken by the smallest energy
-(:func:`experiments.sweep.throughput_optimal`). Gain in percent = 100 * (eff_parapipe / eff_baseline - 1), the
+(:func:`parapipe.app.sweep.throughput_optimal`). Gain in percent = 100 * (eff_parapipe / eff_baseline - 1), the
 measure of the Para-Pipe paper's 11.0 % (over pure pipelining) and 23.3 % (over non-pipelined parallel).
 At equal throughput (next to the paper's throughput-optimal comparison): for each baseline, the most efficient
 parapipe point whose throughput is at least that of the baseline's throughput-optimal point
@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from parapipe.mapping import Point
 
-from .sweep import JobResult, throughput_optimal
+from parapipe.app.sweep import JobResult, throughput_optimal
 
 #: The Para-Pipe paper's average energy-efficiency gains of throughput-optimal configurations (percent):
 #: over pure pipelining and over non-pipelined parallel execution (Zhang et al., "Para-Pipe: Exploiting
@@ -92,7 +92,7 @@ def equal_throughput_point(points: Sequence[Point], base: Point) -> Optional[Poi
 
 
 def front_optimal(result: JobResult) -> Point:
-    """The throughput-optimal parapipe point of a job (:func:`experiments.sweep.throughput_optimal`).
+    """The throughput-optimal parapipe point of a job (:func:`parapipe.app.sweep.throughput_optimal`).
 
     Raises
     ------

@@ -1,5 +1,6 @@
 """experiments.reproduce: configuration checks, the tables' definitions, a small sweep on local processes and
-on a local Dask cluster (same results), and bad inputs (exit code 2, one line, nothing written)."""
+on an in-process Dask cluster (same results), and bad inputs (exit code 2, one line, nothing written). The sweep
+on a real scheduler and worker processes is in test_experiments_cluster.py."""
 from __future__ import annotations
 
 import csv
@@ -214,6 +215,28 @@ def test_dask_address_that_does_not_answer(tiny_config, tmp_path, capsys):
     assert rc == 2
     assert "no Dask scheduler answers" in _one_line_error(capsys)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_scheduler_without_workers_is_refused_in_one_line(tiny_config, tmp_path, capsys):
+    distributed = pytest.importorskip("distributed")
+    out = tmp_path / "out"
+    with distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster:
+        rc = reproduce.main(["--config", str(tiny_config), "--out", str(out), "--scheduler",
+                             cluster.scheduler_address, "--scheduler-timeout", "1"])
+    assert rc == 2
+    assert "no Dask worker joined within 1 s" in _one_line_error(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_jobs_name_model_and_profile_files_by_absolute_path(tmp_path, monkeypatch):
+    """A Dask worker runs in its own folder: a relative path of the configuration must not reach it."""
+    m = make_diamond_model()
+    (tmp_path / "net.onnx").write_bytes(m.SerializeToString())
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(_write_config(tmp_path / "c.yaml", models=["net.onnx", "squeezenet"]))
+    jobs = reproduce.make_jobs(cfg)
+    assert [j.model for j in jobs] == [str(tmp_path / "net.onnx"), "squeezenet"]
+    assert [j.soc for j in jobs] == [SOC, SOC] and jobs[0].key == "net__" + SOC
 
 
 def test_a_job_that_fails_in_a_worker_leaves_nothing(tiny_config, tmp_path, capsys):

@@ -11,6 +11,8 @@ user errors; the CLI formats what they return.
 - :mod:`~parapipe.app.refine`: ``optimize --refine N`` (search, run, fit the pipeline terms, search again).
 - :mod:`~parapipe.app.profiling`: ``profile``, ``calibrate``, ``import``, ``soc detect``.
 - :mod:`~parapipe.app.deploy`: ``deploy`` (a mapping run on an SSH host through the agent).
+- :mod:`~parapipe.app.sweep`: one model x SoC job of ``python -m experiments.reproduce`` (what its local
+  processes and Dask workers run; installed so that workers need no checkout).
 
 Nothing is imported here: ``import parapipe.app.<module>`` loads only what that command needs.
 """
