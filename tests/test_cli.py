@@ -492,3 +492,26 @@ def test_front_table_lists_each_mapping_once_and_explains_gap():
     assert rows == ["p0", "single-gpu"]
     assert lines[2].endswith("pipeline-0") and lines[3].endswith("parallel-0")
     assert "25%" in lines[2] and lines[-1].endswith("exact front")
+
+
+def test_executor_errors_are_one_line_and_other_errors_are_not_swallowed(monkeypatch, capsys):
+    # ppexec's own errors (raised by the board-side executor, which knows nothing of parapipe) reach the user as
+    # one line with exit code 2; any other exception is our bug and propagates as itself.
+    from ppexec.errors import PlanError
+
+    from parapipe.cli import main, socs
+
+    def plan_error(args):
+        raise PlanError("PipelineExecutor: PU 'cpu1': is pinned to CPUs [4095]; bind it to allowed CPUs")
+
+    monkeypatch.setattr(socs, "handle", plan_error)
+    assert main(["socs"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("parapipe: error: PipelineExecutor: PU 'cpu1'") and err.count("\n") == 1
+
+    def our_bug(args):
+        raise FileNotFoundError("a bug of ours")
+
+    monkeypatch.setattr(socs, "handle", our_bug)
+    with pytest.raises(FileNotFoundError):
+        main(["socs"])
