@@ -170,7 +170,7 @@ def _png_size(path):
 def test_plot_pareto_writes_png(doc, tmp_path):
     out = tmp_path / "pareto.png"
     plot_pareto(doc, out)
-    assert _png_size(out) == (1600, 700)
+    assert _png_size(out) == (1600, 1250)
     assert os.listdir(tmp_path) == ["pareto.png"]  # no temp file left behind
 
 
@@ -415,7 +415,7 @@ def test_place_labels_keeps_a_crowded_cluster_readable():
         assert all(_overlap(box, other) == 0 for other in boxes[:i] + boxes[i + 1:] + markers + [legend])
     # the first label sits beside its marker, on the left (its right is the cluster); crowding pushed some
     # out to a farther ring, with a leader line
-    assert placed[0] == ((176.0, 295.5, 190.0, 304.5), False)
+    assert placed[0] == ((175.0, 295.5, 189.0, 304.5), False)
     assert any(leader for _, leader in placed)
     # at an edge of the axes, a label goes to the side that stays inside
     ((box, _),) = place_labels([(795.0, 300.0, 4.0)], [(30.0, 10.0)], [], bounds)

@@ -21,6 +21,7 @@ from parapipe.cost.problem import SubmodelBlocks
 from parapipe.errors import input_error
 from parapipe.mapping.model import ParetoDoc
 from parapipe.search.api import SearchOptions, SearchResult
+from parapipe.soc.profile import SoC
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ def optimize(prep: Prepared, options: SearchOptions, out_dir: Path, progress: Op
     if result.problem is not prep.problem:
         prep = replace(prep, problem=result.problem)
     doc = result_doc(prep, result, options.seed)
-    write_outputs(doc, out_dir, plot)
+    write_outputs(doc, out_dir, plot, soc=prep.soc)
     return doc, prep
 
 
@@ -117,9 +118,11 @@ def result_doc(prep: Prepared, result: SearchResult, seed: int) -> ParetoDoc:
                            **model_notes(prep.opgraph))
 
 
-def write_outputs(doc: ParetoDoc, out_dir: Path, plot: bool = True) -> None:
+def write_outputs(doc: ParetoDoc, out_dir: Path, plot: bool = True, soc: Optional[SoC] = None) -> None:
     """Write ``out_dir/pareto.json`` and, with ``plot``, ``out_dir/pareto.png`` (both or neither); without a
-    plot, remove an earlier result's pareto.png so that no stale plot sits next to the new pareto.json."""
+    plot, remove an earlier result's pareto.png so that no stale plot sits next to the new pareto.json.
+    ``soc``: the profile the document was computed with (the plot notes placeholder powers from its
+    provenance; default: found from the document)."""
     from parapipe.files import atomic_path
     from parapipe.mapping import write_pareto
 
@@ -132,7 +135,7 @@ def write_outputs(doc: ParetoDoc, out_dir: Path, plot: bool = True) -> None:
     from parapipe.report.plots import plot_pareto
 
     with atomic_path(png, suffix=".png") as tmp_png:
-        plot_pareto(doc, tmp_png)
+        plot_pareto(doc, tmp_png, soc=soc)
         write_pareto(doc, out_dir / "pareto.json")
 
 
