@@ -34,6 +34,10 @@ def handle(args: argparse.Namespace) -> int:
     if int(args.gantt) + int(args.graph) + int(bool(args.trace)) != 1:
         raise input_error("parapipe plot", None, "give exactly one of --gantt, --graph and --trace",
                           "use --gantt or --graph with --mapping FILE --point ID, or --trace TRACE.json (measured)")
+    from pathlib import Path
+
+    if not Path(args.out).parent.is_dir():
+        raise input_error("--out", args.out, "its folder does not exist", "create the folder or choose another path")
     if args.graph:
         from parapipe.app.export import load_mapped
         from parapipe.report.graph import plot_block_graph
