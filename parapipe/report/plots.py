@@ -168,6 +168,8 @@ def _place_panel_labels(fig: Figure, ax, renderer, labels: list, markers: Sequen
     canvas drawn once the layout is final. Returns the number of labels of visible points left out."""
     if not labels:
         return 0
+    ax.set_xlim(ax.get_xlim())  # leader lines and labels must not move the view they were placed in
+    ax.set_ylim(ax.get_ylim())
     px = fig.dpi / 72.0
     to_px = ax.transData.transform
     b = ax.get_window_extent(renderer)
@@ -184,8 +186,8 @@ def _place_panel_labels(fig: Figure, ax, renderer, labels: list, markers: Sequen
     shown = [lab for lab in labels if inside(*to_px((lab[1], lab[2])))]
     anchors = [(*to_px((x, y)), radius.get((round(float(x), 12), round(float(y), 12)), 4.0))
                for _, x, y, _, _ in shown]
-    texts = [ax.text(0, 0, text, fontsize=size, color=colour, zorder=5, ha="left", va="bottom")
-             for text, _, _, colour, size in shown]
+    texts = [ax.text(x, y, text, fontsize=size, color=colour, zorder=5, ha="left", va="bottom")
+             for text, x, y, colour, size in shown]
     for t in texts:
         t.set_gid("point-label")
         t.set_in_layout(False)  # placed inside the axes: the layout stays as it was measured
@@ -206,7 +208,7 @@ def _place_panel_labels(fig: Figure, ax, renderer, labels: list, markers: Sequen
         if leader:
             cx, cy = to_px((x, y))
             nx, ny = min(max(cx, box[0]), box[2]), min(max(cy, box[1]), box[3])  # the box's nearest point
-            ax.plot(*zip((x, y), inverse((nx, ny))), color="0.45", lw=0.6, zorder=4.5)
+            ax.plot(*zip((x, y), inverse((nx, ny))), color="0.45", lw=0.6, zorder=4.5, scalex=False, scaley=False)
     return left_out
 
 
@@ -221,10 +223,12 @@ def _figures(doc: ParetoDoc) -> Dict[str, List[Dict[str, Any]]]:
 
 #: What the energy panels say when the profile's powers are placeholders or low-confidence estimates
 #: (:func:`power_note`).
-PLACEHOLDER_NOTE = ("energies from PLACEHOLDER powers (no power meter was read):\n"
-                    "compare them between points only, not with a meter")
-LOW_CONFIDENCE_NOTE = ("energies from low-confidence power estimates\n"
-                       "(the SoC profile's provenance): indicative only")
+PLACEHOLDER_NOTE = "PLACEHOLDER powers (no power meter read): compare energies between points only"
+LOW_CONFIDENCE_NOTE = "low-confidence power estimates (profile provenance): energies are indicative"
+
+
+#: Colour of the energy axis label when it carries a note (dark orange).
+NOTE_COLOUR = "#a34a00"
 
 
 def power_note(doc: ParetoDoc, soc: Any = None) -> Optional[str]:
@@ -415,8 +419,9 @@ def pareto_figure(doc: ParetoDoc, *, source: Optional[str] = None, soc: Any = No
                 axis.set_major_formatter(ScalarFormatter())
                 axis.set_minor_formatter(NullFormatter())
                 label += ", log scale"
-            if key == "energy_mj" and note:
-                label += ", see the note"
+            if key == "energy_mj" and note:  # under the axis, off the data, in the warning colour
+                set_label(f"{label})\n{note}", fontsize=12, color=NOTE_COLOUR)
+                continue
             set_label(label + ")", fontsize=12)
         ax.tick_params(labelsize=11)
         ax.grid(True, which="both", alpha=0.25)
@@ -433,10 +438,6 @@ def pareto_figure(doc: ParetoDoc, *, source: Optional[str] = None, soc: Any = No
             obstacles_of.setdefault(zoom_of, []).append(
                 zoom_of.annotate(title[:3], (xlim[1], ylim[1]), fontsize=10, color="0.3", ha="left", va="bottom",
                                  zorder=1.5))
-        if xk == "energy_mj" and note:
-            obstacles.append(ax.text(0.99, 0.01, note, transform=ax.transAxes, ha="right", va="bottom",
-                                     fontsize=10, color="#8a4b00", zorder=6,
-                                     bbox=dict(boxstyle="round,pad=0.35", facecolor="#fff3cd", edgecolor="#c58a00")))
         ax.set_title(f"{title}\n ", fontsize=12)  # the second line says how many labels were left out
         labels = [(text, x, y, STYLE[strategy]["color"], 8 if strategy == "parapipe" else 9)
                   for x, y, text, strategy in ranked_labels(by_strategy, xk, yk, maximise_y, zoom_of is not None)]
@@ -451,6 +452,7 @@ def pareto_figure(doc: ParetoDoc, *, source: Optional[str] = None, soc: Any = No
 
     canvas = FigureCanvasAgg(fig)
     canvas.draw()  # constrained layout and the log scales fix where everything lands
+    fig.set_layout_engine("none")  # and there it stays: labels are placed in these pixels
     renderer = canvas.get_renderer()
     for ax, (labels, markers, title, full) in labels_of.items():
         left_out = _place_panel_labels(fig, ax, renderer, labels, markers, obstacles_of.get(ax, []))
