@@ -147,8 +147,9 @@ def plot_block_graph(doc: ParetoDoc, point: Point, bg: BlockGraph, path: Any, *,
         ax.add_patch(FancyBboxPatch((min(xs) - 0.46, ymin), max(xs) - min(xs) + 0.92, ymax - ymin,
                                     boxstyle="round,pad=0,rounding_size=0.12", facecolor="0.5" if j % 2 else "0.7",
                                     alpha=0.16, edgecolor="0.35", linewidth=0.8, zorder=0))
-        n = len(st.blocks)
-        ax.text((min(xs) + max(xs)) / 2, ymax - 0.08, f"stage {j}\n{stages_text([st])}\n{n} block{'s' * (n != 1)}",
+        count = len(st.blocks)
+        ax.text((min(xs) + max(xs)) / 2, ymax - 0.08,
+                f"stage {j}\n{stages_text([st])}\n{count} block{'s' * (count != 1)}",
                 ha="center", va="top", fontsize=9, color="0.15", zorder=1, clip_on=True)
     for u, v in bg.graph.edges:
         a, b = at[u], at[v]

@@ -433,7 +433,7 @@ def pareto_figure(doc: ParetoDoc, *, source: Optional[str] = None, soc: Any = No
             ax.set_ylim(*ylim)
             zoom_of.add_patch(Rectangle((xlim[0], ylim[0]), xlim[1] - xlim[0], ylim[1] - ylim[0], fill=False,
                                         edgecolor="0.3", ls="-.", lw=1.0, zorder=1.5))
-        obstacles = []
+        obstacles: List[Any] = []
         if zoom_of is not None:
             obstacles_of.setdefault(zoom_of, []).append(
                 zoom_of.annotate(title[:3], (xlim[1], ylim[1]), fontsize=10, color="0.3", ha="left", va="bottom",
