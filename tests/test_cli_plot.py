@@ -60,7 +60,7 @@ def test_measured_gantt_of_a_trace_and_the_trace_reads_back(trace, tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["plot", "--out", "x.png"], "give exactly one of --gantt and --trace"),
+    (["plot", "--out", "x.png"], "give exactly one of --gantt, --graph and --trace"),
     (["plot", "--gantt", "--out", "x.png"], "--mapping: is required with --gantt"),
     (["plot", "--gantt", "--mapping", "{pareto}", "--point", "nope", "--out", "x.png"], "no point 'nope'"),
     (["plot", "--trace", "{bad}", "--out", "x.png"], "not valid JSON"),
@@ -96,8 +96,8 @@ def test_trace_window_and_title(trace, tmp_path, monkeypatch):
     assert json.loads(path.read_text())["otherData"]["point"] == "p3"
     drawn = []
     real_draw = gantt._draw
-    monkeypatch.setattr(gantt, "_draw", lambda bars, lanes, title, out, names, *a: (
-        drawn.append((sorted({b.frame for b in bars}), title)), real_draw(bars, lanes, title, out, names, *a)))
+    monkeypatch.setattr(gantt, "_draw", lambda bars, lanes, title, out, names, *a, **kw: (
+        drawn.append((sorted({b.frame for b in bars}), title)), real_draw(bars, lanes, title, out, names, *a, **kw)))
     out = tmp_path / "window.png"
     assert main(["plot", "--trace", str(path), "--frames-window", "3:7", "--out", str(out)]) == 0
     assert drawn[-1] == ([3, 4, 5, 6], "chain: point p3 — 123.4 inf/s measured, 150.0 predicted — frames 3–6 of 30")

@@ -170,7 +170,7 @@ def _png_size(path):
 def test_plot_pareto_writes_png(doc, tmp_path):
     out = tmp_path / "pareto.png"
     plot_pareto(doc, out)
-    assert _png_size(out) == (1600, 700)
+    assert _png_size(out) == (1600, 1250)
     assert os.listdir(tmp_path) == ["pareto.png"]  # no temp file left behind
 
 
@@ -415,7 +415,7 @@ def test_place_labels_keeps_a_crowded_cluster_readable():
         assert all(_overlap(box, other) == 0 for other in boxes[:i] + boxes[i + 1:] + markers + [legend])
     # the first label sits beside its marker, on the left (its right is the cluster); crowding pushed some
     # out to a farther ring, with a leader line
-    assert placed[0] == ((176.0, 295.5, 190.0, 304.5), False)
+    assert placed[0] == ((175.0, 295.5, 189.0, 304.5), False)
     assert any(leader for _, leader in placed)
     # at an edge of the axes, a label goes to the side that stays inside
     ((box, _),) = place_labels([(795.0, 300.0, 4.0)], [(30.0, 10.0)], [], bounds)
@@ -429,3 +429,152 @@ def test_drawing_a_chart_does_not_import_the_executor_or_onnxruntime():
             "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('onnxruntime', 'ppexec'))))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert "ppexec.dispatch" in loaded and "ppexec.executor" not in loaded and "onnxruntime" not in loaded, loaded
+
+
+def _crowded_doc(n_front=40, n_pipeline=60, soc="amlogic_a311d"):
+    """The fixture's document with a crowded front: ``n_front`` parapipe points on a tight staircase (1 % apart)
+    and a cloud of ``n_pipeline`` pipeline points next to it, every one a copy of a real mapping with its own
+    figures; host documents have placeholder powers."""
+    import copy
+
+    data = _doc()
+    base = {p["strategy"]: p for p in data["points"]}
+    pts = [p for p in data["points"] if p["strategy"] not in ("parapipe", "pipeline")]
+    rng = np.random.default_rng(0)
+    for i in range(n_front):
+        p = copy.deepcopy(base["parapipe"])
+        p.update(id=f"p{i}", period_s=0.030 * (1 + 0.01 * i), latency_s=0.080 * (1 - 0.004 * i),
+                 energy_j=0.30 * (1 + 0.005 * ((i * 7) % n_front)), pareto=True)
+        p["throughput_per_s"] = 1 / p["period_s"]
+        pts.append(p)
+    for i in range(n_pipeline):
+        p = copy.deepcopy(base["pipeline"])
+        p.update(id=f"pipeline-{i}", period_s=0.033 * (1 + 0.2 * rng.random()),
+                 latency_s=0.085 * (1 + 0.2 * rng.random()), energy_j=0.33 * (1 + 0.2 * rng.random()))
+        p["throughput_per_s"] = 1 / p["period_s"]
+        pts.append(p)
+    data["points"] = pts
+    data["soc"] = {"name": soc}
+    return _parse(data)
+
+
+def _label_collisions(fig):
+    """Renderer boxes of every point label of ``fig`` that overlap another label or a visible marker (marker
+    extents from the scatter collections' own paths and sizes), or leave the axes; and the label count."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.collections import PathCollection
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    r = canvas.get_renderer()
+    px = fig.dpi / 72
+    bad, count = [], 0
+
+    def hit(a, b):
+        return min(a[2], b[2]) > max(a[0], b[0]) and min(a[3], b[3]) > max(a[1], b[1])
+
+    for ax in fig.axes:
+        b = ax.get_window_extent(r)
+        texts = [t for t in ax.texts if t.get_gid() == "point-label"]
+        boxes = [(e.x0, e.y0, e.x1, e.y1) for e in (t.get_window_extent(r) for t in texts)]
+        count += len(boxes)
+        markers = []
+        for c in ax.collections:
+            if isinstance(c, PathCollection):
+                ext = c.get_paths()[0].get_extents()
+                sizes = c.get_sizes()
+                for i, (x, y) in enumerate(c.get_offset_transform().transform(c.get_offsets())):
+                    if b.x0 <= x <= b.x1 and b.y0 <= y <= b.y1:
+                        k = sizes[i % len(sizes)] ** 0.5 * px
+                        markers.append((x + ext.x0 * k, y + ext.y0 * k, x + ext.x1 * k, y + ext.y1 * k))
+        for i, a in enumerate(boxes):
+            if not (b.x0 - 0.5 <= a[0] and a[2] <= b.x1 + 0.5 and b.y0 - 0.5 <= a[1] and a[3] <= b.y1 + 0.5):
+                bad.append((texts[i].get_text(), "outside the axes"))
+            bad += [(texts[i].get_text(), texts[j].get_text()) for j in range(i + 1, len(boxes)) if hit(a, boxes[j])]
+            bad += [(texts[i].get_text(), "a marker") for m in markers if hit(a, m)]
+    return bad, count
+
+
+def test_crowded_front_labels_never_overlap_labels_or_markers():
+    from parapipe.report.plots import pareto_figure
+
+    fig = pareto_figure(_crowded_doc())
+    bad, count = _label_collisions(fig)
+    assert bad == [] and count >= 40
+    zoom_c = fig.axes[2]
+    labelled = {t.get_text() for t in zoom_c.texts if t.get_gid() == "point-label"}
+    # the zoomed panel names most of the 40 crowded front points; those left out are counted in its title
+    ids = {part for text in labelled for part in text.split("/")}
+    front = {f"p{i}" for i in range(40)}
+    left = len(front - ids)
+    assert left <= 20
+    assert (f"{left} label" in zoom_c.get_title()) == (left > 0)
+    # every baseline strategy is named somewhere (single PU by its PU), not only single-PU
+    every = {part for ax in fig.axes for t in ax.texts if t.get_gid() == "point-label" for part in t.get_text().split("/")}
+    assert any(s.startswith("pipeline-") for s in every) and any(s.startswith("parallel-") for s in every)
+    assert {"big", "gpu", "little"} <= every
+
+
+def test_legend_sits_outside_every_panel_and_the_upper_bound_shows(doc):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from parapipe.report.plots import pareto_figure
+
+    fig = pareto_figure(doc)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    r = canvas.get_renderer()
+    (legend,) = fig.legends
+    e = legend.get_window_extent(r)
+    for ax in fig.axes:
+        a = ax.get_window_extent(r)
+        assert min(a.x1, e.x1) <= max(a.x0, e.x0) or min(a.y1, e.y1) <= max(a.y0, e.y0)
+    ax_t = fig.axes[0]
+    upper = 1 / doc.bounds.period_lb_s
+    assert ax_t.get_ylim()[0] <= upper <= ax_t.get_ylim()[1]
+    assert "throughput upper bound" in [t.get_text() for t in legend.get_texts()][-1]
+
+
+def test_placeholder_energies_are_marked_on_the_energy_panels():
+    from parapipe.report.plots import PLACEHOLDER_NOTE, power_note, pareto_figure
+    from parapipe.soc.loader import load_soc
+
+    host = _crowded_doc(4, 4, soc="host")
+    assert power_note(host) == PLACEHOLDER_NOTE
+    fig = pareto_figure(host)
+    assert PLACEHOLDER_NOTE in fig.axes[1].get_xlabel() and PLACEHOLDER_NOTE in fig.axes[3].get_xlabel()
+    assert PLACEHOLDER_NOTE not in fig.axes[0].get_xlabel()
+    # a profile whose powers all cite a source gets no note; one with a placeholder power gets it
+    soc = load_soc("amlogic_a311d")
+    sourced = soc.model_copy(update={"provenance": {k: v.model_copy(update={"confidence": None, "source": "x"})
+                                                    for k, v in soc.provenance.items()}})
+    assert power_note(_parse(_doc()), sourced) is None
+    prov = dict(sourced.provenance)
+    prov["pus.gpu.active_power_w"] = prov["pus.gpu.active_power_w"].model_copy(
+        update={"confidence": "low", "note": "placeholder: no power meter read"})
+    assert power_note(_parse(_doc()), sourced.model_copy(update={"provenance": prov})) == PLACEHOLDER_NOTE
+
+
+def test_narrow_blocks_of_a_stage_merge_into_one_counted_bar():
+    # 35 blocks of 0.1 ms on one PU in a 70 ms chart (~2 px each) become one bar "35 blocks"; wide bars stay
+    from parapipe.report.gantt import GanttBar, merge_narrow_bars
+
+    narrow = [GanttBar("npu", 0.010 + 1e-4 * i, 0.010 + 1e-4 * (i + 1), 3, 0, f"n{i}", "block") for i in range(35)]
+    wide = [GanttBar("npu", 0.020, 0.030, 3, 0, "big block", "block"),
+            GanttBar("npu", 0.005, 0.010, 3, 0, "input", "input")]
+    other_frame = [GanttBar("npu", 0.040 + 1e-4 * i, 0.040 + 1e-4 * (i + 1), 3, 1, f"n{i}", "block")
+                   for i in range(3)]
+    px_per_s = 1360 / 0.070
+    out = merge_narrow_bars(narrow + wide + other_frame, px_per_s)
+    labels = sorted(b.label for b in out)
+    assert labels == ["3 blocks", "35 blocks", "big block", "input"]
+    merged = next(b for b in out if b.label == "35 blocks")
+    assert (merged.start_s, merged.end_s) == (pytest.approx(0.010), pytest.approx(0.0135))
+
+
+def test_trace_bars_speak_of_stages_and_frames():
+    from parapipe.report.gantt import GanttBar, trace_bar_texts
+
+    texts = trace_bar_texts(GanttBar("cpu0", 0.0, 1.0, 1, 12, "s1.cpu0.t0", "task"))
+    assert texts[0] == "stage 1 on cpu0, frame 12" and all("s1.cpu0" not in t for t in texts)
+    assert trace_bar_texts(GanttBar("cpu0", 0.0, 1.0, 2, 3, "s2.cpu0.t1", "task"))[0] == \
+        "stage 2 task 1 on cpu0, frame 3"

@@ -22,6 +22,7 @@ from parapipe.errors import input_error
 from parapipe.mapping.model import ParetoDoc
 from parapipe.measure.trust import MeasureLog, StepProgress, front_gap, warning
 from parapipe.search.api import SearchOptions, SearchResult
+from parapipe.soc.profile import SoC
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,7 @@ def optimize(prep: Prepared, options: SearchOptions, out_dir: Path, progress: Op
     doc = result_doc(prep, result, options.seed)
     if steps is not None and plot:
         steps("drawing pareto.png", 0, 1)
-    write_outputs(doc, out_dir, plot)
+    write_outputs(doc, out_dir, plot, soc=prep.soc)
     return doc, prep
 
 
@@ -143,9 +144,11 @@ def result_doc(prep: Prepared, result: SearchResult, seed: int) -> ParetoDoc:
                            **model_notes(prep.opgraph))
 
 
-def write_outputs(doc: ParetoDoc, out_dir: Path, plot: bool = True) -> None:
+def write_outputs(doc: ParetoDoc, out_dir: Path, plot: bool = True, soc: Optional[SoC] = None) -> None:
     """Write ``out_dir/pareto.json`` and, with ``plot``, ``out_dir/pareto.png`` (both or neither); without a
-    plot, remove an earlier result's pareto.png so that no stale plot sits next to the new pareto.json."""
+    plot, remove an earlier result's pareto.png so that no stale plot sits next to the new pareto.json.
+    ``soc``: the profile the document was computed with (the plot notes placeholder powers from its
+    provenance; default: found from the document)."""
     from parapipe.files import atomic_path
     from parapipe.mapping import write_pareto
 
@@ -158,7 +161,7 @@ def write_outputs(doc: ParetoDoc, out_dir: Path, plot: bool = True) -> None:
     from parapipe.report.plots import plot_pareto
 
     with atomic_path(png, suffix=".png") as tmp_png:
-        plot_pareto(doc, tmp_png)
+        plot_pareto(doc, tmp_png, soc=soc)
         write_pareto(doc, out_dir / "pareto.json")
 
 

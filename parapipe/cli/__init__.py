@@ -14,7 +14,8 @@ from typing import List, NoReturn, Optional
 
 from parapipe import __version__
 from parapipe.cli import (
-    calibrate, deploy, evaluate, import_csv, inspect, models, optimize, plot, profile, run, runs, soc_detect, socs)
+    calibrate, deploy, evaluate, export, import_csv, inspect, models, optimize, plot, profile, run, runs, soc_detect,
+    socs)
 from parapipe.errors import ParapipeError
 
 __all__ = ["build_parser", "main", "entry"]
@@ -22,8 +23,8 @@ __all__ = ["build_parser", "main", "entry"]
 log = logging.getLogger("parapipe")
 
 #: The command modules, in the order ``parapipe --help`` lists them.
-COMMANDS = (models, socs, inspect, optimize, evaluate, run, deploy, runs, plot, profile, calibrate, import_csv,
-            soc_detect)
+COMMANDS = (models, socs, inspect, optimize, evaluate, run, deploy, runs, plot, export, profile, calibrate,
+            import_csv, soc_detect)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,4 +1,5 @@
-"""``parapipe plot``: Gantt charts, predicted from a pareto.json point or measured from a run's trace."""
+"""``parapipe plot``: Gantt charts, predicted from a pareto.json point or measured from a run's trace, and the
+block graph of a point (where each block runs)."""
 from __future__ import annotations
 
 import argparse
@@ -25,14 +26,27 @@ def _frames_window(text: Optional[str]) -> Optional[Tuple[int, int]]:
 
 
 def handle(args: argparse.Namespace) -> int:
-    """``parapipe plot``: a predicted (``--gantt``) or measured (``--trace``) Gantt chart as a PNG. Returns
+    """``parapipe plot``: a predicted (``--gantt``) or measured (``--trace``) Gantt chart, or a point's block
+    graph (``--graph``), as a PNG. Returns
     the exit status; raises :class:`~parapipe.errors.InputError` for bad options or inputs."""
     from parapipe.errors import input_error
 
-    if args.gantt == bool(args.trace):
-        raise input_error("parapipe plot", None, "give exactly one of --gantt and --trace",
-                          "use --gantt --mapping FILE --point ID (predicted) or --trace TRACE.json (measured)")
-    if args.gantt:
+    if int(args.gantt) + int(args.graph) + int(bool(args.trace)) != 1:
+        raise input_error("parapipe plot", None, "give exactly one of --gantt, --graph and --trace",
+                          "use --gantt or --graph with --mapping FILE --point ID, or --trace TRACE.json (measured)")
+    from pathlib import Path
+
+    if not Path(args.out).parent.is_dir():
+        raise input_error("--out", args.out, "its folder does not exist", "create the folder or choose another path")
+    if args.graph:
+        from parapipe.app.export import load_mapped
+        from parapipe.report.graph import plot_block_graph
+
+        if not args.mapping:
+            raise input_error("--mapping", None, "is required with --graph", "pass the pareto.json to draw")
+        mapped = load_mapped(args.model, args.mapping, args.point)
+        plot_block_graph(mapped.doc, mapped.point, mapped.blocks, args.out, source=args.mapping)
+    elif args.gantt:
         from parapipe.mapping import read_pareto, select_point
         from parapipe.report import plot_gantt
 
@@ -53,10 +67,16 @@ def handle(args: argparse.Namespace) -> int:
 
 def add_parser(sub) -> None:
     """Register ``plot`` on the ``parapipe`` sub-command parser ``sub``."""
-    s = sub.add_parser("plot", help="draw a Gantt chart: predicted (--gantt) or measured (--trace)")
+    s = sub.add_parser("plot", help="draw a Gantt chart (predicted --gantt, measured --trace) or where each block "
+                       "runs (--graph)")
     s.add_argument("--gantt", action="store_true", help="the modelled schedule of --point in --mapping")
-    s.add_argument("--mapping", default=None, help="pareto.json (with --gantt)")
-    s.add_argument("--point", default="best-throughput", help="point id or best-* (with --gantt)")
+    s.add_argument("--graph", action="store_true",
+                   help="the model's block graph, blocks coloured by the PU --point of --mapping runs them on and "
+                   "grouped by stage")
+    s.add_argument("--mapping", default=None, help="pareto.json (with --gantt, --graph)")
+    s.add_argument("--point", default="best-throughput", help="point id or best-* (with --gantt, --graph)")
+    s.add_argument("--model", default=None,
+                   help="with --graph: registry name or .onnx path (default: the model pareto.json names)")
     s.add_argument("--frames", type=int, default=3, help="frames drawn (with --gantt; default 3)")
     s.add_argument("--trace", default=None, help="Chrome trace JSON of a run ('parapipe run --trace', deploy)")
     s.add_argument("--frames-window", default=None, metavar="FIRST:STOP",
