@@ -214,10 +214,10 @@ def test_missing_provider_names_pu_and_provider_and_fallback_works():
     assert parapipe_threads() == []
 
 
-def test_bad_cpu_id_is_an_execution_error_naming_the_pu():
+def test_bad_cpu_id_is_refused_naming_the_pu():
     m, plan = _two_stage_chain()
     plan.bindings["cpu1"] = PUBinding(cpus=(4095,))
-    with pytest.raises(ExecutionError, match=r"^stage 1: PU 'cpu1': cannot pin to CPUs \(4095,\)"):
+    with pytest.raises(InputError, match=r"^PipelineExecutor: PU 'cpu1': is pinned to CPUs \[4095\] but this"):
         with PipelineExecutor(plan):
             pass
     assert parapipe_threads() == []

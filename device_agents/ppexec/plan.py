@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from .errors import PipelineError, PlanError, plan_error
 
@@ -137,6 +137,97 @@ class ExecutionPlan:
             for task in stage:
                 seen.setdefault(task.pu, None)
         return list(seen)
+
+
+def cpu_ranges(cpus: Iterable[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"`` (``"none"`` for no CPU)."""
+    out: List[str] = []
+    run: List[int] = []
+    for c in sorted(set(cpus)):
+        if run and c == run[-1] + 1:
+            run.append(c)
+            continue
+        if run:
+            out.append("%d-%d" % (run[0], run[-1]) if len(run) > 1 else str(run[0]))
+        run = [c]
+    if run:
+        out.append("%d-%d" % (run[0], run[-1]) if len(run) > 1 else str(run[0]))
+    return ",".join(out) or "none"
+
+
+def binding_cpu_problem(binding: PUBinding, allowed: Iterable[int],
+                        allows: str = "the board allows") -> Optional[Tuple[str, str]]:
+    """Why ``binding`` cannot run as bound on a host whose processes may use the CPUs ``allowed``, or None.
+
+    The one CPU check of a binding, shared by the executor (:func:`check_cpu_bindings`, against this process)
+    and parapipe's check of a board's facts before a run or deploy; each caller adds its own fix.
+
+    Parameters
+    ----------
+    binding : PUBinding
+        A binding with ``cpus=None`` (not pinned) has nothing to check.
+    allowed : iterable of int
+        CPU ids the process may run on (``os.sched_getaffinity(0)``: ``taskset`` and cgroup cpuset limits count;
+        a thread may widen its mask beyond ``taskset``'s, so pinning alone does not refuse them).
+    allows : str
+        Words before the allowed CPUs in the problem (``"the board allows"``, ``"this process may use"``).
+
+    Returns
+    -------
+    (str, str) or None
+        ``("cpus", problem)``: some CPUs are not allowed; ``("threads", problem)``: more threads than distinct
+        CPUs (two threads would time-slice one core).
+    """
+    if binding.cpus is None:
+        return None
+    allowed = sorted(set(int(c) for c in allowed))
+    missing = sorted(set(binding.cpus) - set(allowed))
+    if missing:
+        return "cpus", "is pinned to CPUs %s but %s %s (CPUs %s missing)" % (
+            list(binding.cpus), allows, cpu_ranges(allowed), missing)
+    if int(binding.threads) > len(set(binding.cpus)):
+        return "threads", "runs %s threads on %d CPU(s) %s" % (binding.threads, len(binding.cpus),
+                                                               list(binding.cpus))
+    return None
+
+
+def check_cpu_bindings(bindings: Dict[str, PUBinding], allowed: Optional[Iterable[int]] = None,
+                       source: str = "PipelineExecutor") -> None:
+    """Refuse a binding this process cannot run as bound (:func:`binding_cpu_problem`).
+
+    Parameters
+    ----------
+    bindings : dict of str to PUBinding
+        The plan's bindings.
+    allowed : iterable of int, optional
+        CPUs the process may use; default ``os.sched_getaffinity(0)`` of the calling thread (call it from a
+        thread that is not pinned narrower than the process; without ``sched_getaffinity``, only the thread
+        count is checked).
+    source : str
+        First part of the message.
+
+    Raises
+    ------
+    PlanError
+        The first PU at fault: ``"<source>: PU '<pu>': <problem>; <fix>"``.
+    """
+    if allowed is None:
+        allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    for pu, binding in bindings.items():
+        if binding.cpus is None:
+            continue
+        usable = binding.cpus if allowed is None else allowed
+        found = binding_cpu_problem(binding, usable, "this process may use")
+        if found is None:
+            continue
+        kind, problem = found
+        if kind == "cpus":
+            fix = ("bind the PU to CPUs of os.sched_getaffinity(0), or start the process with those CPUs allowed "
+                   "(taskset and cgroup cpuset limits count)")
+        else:
+            fix = ("give PUBinding.threads <= %d (one thread per CPU), or bind more CPUs"
+                   % len(set(binding.cpus)))
+        raise plan_error(source, "PU %r" % pu, problem, fix)
 
 
 def _find_cycle(edges: Dict[str, List[str]]) -> Optional[List[str]]:

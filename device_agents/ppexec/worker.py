@@ -15,7 +15,7 @@ import dataclasses
 import queue
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from .queues import BoundedQueue
 from .runtimes import RuntimeAdapter
 from .session import pin_current_thread
 
-__all__ = ["STOP", "Stopped", "Run", "Frame", "WorkerContext", "Worker"]
+__all__ = ["STOP", "Stopped", "Run", "InOrder", "Frame", "WorkerContext", "Worker"]
 
 STOP = object()  # sentinel: the worker receiving it exits
 
@@ -34,8 +34,38 @@ class Stopped(Exception):
     """Raised inside a worker when the executor is shutting down."""
 
 
+class InOrder:
+    """The hand-off after a replicated stage: frames its replicas finish in any order go on in frame order.
+
+    A frame finished before an earlier one waits in ``held`` until every earlier frame has gone on. ``held``
+    holds at most the frames in flight, which the executor bounds (``PipelineExecutor``: at most
+    ``Σ_stages replicas · (queue_depth + 2) + 1`` frames admitted and not yet returned); held frames take no
+    queue slot, so the replicas keep taking frames while an earlier one is still running.
+    """
+
+    __slots__ = ("lock", "next_seq", "held")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.next_seq = 0  # frames of a run are numbered 0, 1, 2, ... in admission order
+        self.held: Dict[int, Dict[str, np.ndarray]] = {}
+
+    def release(self, seq: int, tensors: Dict[str, np.ndarray],
+                deal: Callable[[int, Dict[str, np.ndarray]], None]) -> None:
+        """Record frame ``seq`` as finished and ``deal`` every frame that may now go on, in frame order (under
+        the lock: ``deal`` may wait for room in the next stage, and no later frame may overtake meanwhile)."""
+        with self.lock:
+            self.held[seq] = tensors
+            while self.next_seq in self.held:
+                nxt = self.next_seq
+                deal(nxt, self.held.pop(nxt))
+                self.next_seq = nxt + 1
+
+
 class Run:
-    """Book-keeping of one ``run()`` call: time origin, trace, exit times and the output queue.
+    """Book-keeping of one ``run()`` call: time origin, trace, exit times, the output queue and the in-order
+    hand-off after each replicated stage (``in_order``: stage -> :class:`InOrder`, for the stages listed in
+    ``in_order_stages``).
 
     ``exit_s`` (``(frame, seconds)`` when each frame left the last stage) keeps the last ``max_frames`` frames
     and ``trace`` (task executions) twice as many frames' ``events_per_frame`` events (early stages run ahead
@@ -43,12 +73,14 @@ class Run:
     run over an endless stream (a camera) holds bounded memory; appending to a bounded deque is thread-safe.
     """
 
-    def __init__(self, max_frames: Optional[int] = None, events_per_frame: int = 1) -> None:
+    def __init__(self, max_frames: Optional[int] = None, events_per_frame: int = 1,
+                 in_order_stages: Iterable[int] = ()) -> None:
         self.t0 = time.perf_counter()
         self.trace: "collections.deque[TraceEvent]" = collections.deque(
             maxlen=None if max_frames is None else 2 * max_frames * max(1, events_per_frame))
         self.exit_s: "collections.deque[Tuple[int, float]]" = collections.deque(maxlen=max_frames)
         self.out_q: "queue.SimpleQueue[Tuple[int, Dict[str, np.ndarray]]]" = queue.SimpleQueue()  # unbounded; C
+        self.in_order: Dict[int, InOrder] = {s: InOrder() for s in in_order_stages}
 
 
 class Frame:

@@ -8,7 +8,9 @@ uploaded or started, so a mismatch costs nothing but one line.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, List, Mapping
+from typing import Any, Dict, Mapping
+
+from ppexec.plan import binding_cpu_problem
 
 from parapipe.errors import input_error
 
@@ -105,16 +107,12 @@ def check_board(bindings: Mapping[str, Any], facts: Mapping[str, Any], where: st
     providers = list(facts.get("providers") or [])
     for pu, b in bindings.items():
         alt = f"or run it elsewhere with --bind {pu}=CPUS"
-        if b.cpus is not None:
-            missing = sorted(set(b.cpus) - set(allowed))
-            if missing:
-                raise input_error(where, f"PU {pu}", f"is pinned to CPUs {list(b.cpus)} but the board allows "
-                                  f"{_ranges(allowed)} (CPUs {missing} missing)",
-                                  f"run on a board that has them (taskset/cgroup limits count), {alt}")
-            if int(b.threads) > len(b.cpus):
-                raise input_error(where, f"PU {pu}", f"runs {b.threads} threads on {len(b.cpus)} CPU(s) "
-                                  f"{list(b.cpus)}", "set execution.threads <= its CPUs in the profile, or bind "
-                                  f"more CPUs with --bind {pu}=CPUS")
+        found = binding_cpu_problem(b, allowed)  # the executor's own check, against the board's CPUs
+        if found is not None:
+            kind, problem = found
+            fix = (f"run on a board that has them (taskset/cgroup limits count), {alt}" if kind == "cpus" else
+                   f"set execution.threads <= its CPUs in the profile, or bind more CPUs with --bind {pu}=CPUS")
+            raise input_error(where, f"PU {pu}", problem, fix)
         runtime = getattr(b, "runtime", "onnxruntime")
         info = runtimes.get(runtime)
         if info is None:
@@ -130,18 +128,3 @@ def check_board(bindings: Mapping[str, Any], facts: Mapping[str, Any], where: st
                               f"{facts.get('onnxruntime_version', '?')} has {', '.join(providers) or 'none'}",
                               f"install an onnxruntime build with {b.provider} there, {alt}")
 
-
-def _ranges(cpus: Iterable[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
-    out: List[str] = []
-    run: List[int] = []
-    for c in sorted(cpus):
-        if run and c == run[-1] + 1:
-            run.append(c)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [c]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(out) or "none"
