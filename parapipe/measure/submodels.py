@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, TypeVar
 
 import numpy as np
 import onnx

@@ -17,7 +17,7 @@ from typing import Any, Dict
 
 from matplotlib.figure import Figure
 
-from ..mapping.model import STRATEGIES, ParetoDoc
+from ..mapping.model import ParetoDoc
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,8 @@ from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
 from ..errors import input_error
 from ..mapping.model import ParetoDoc
-from ._common import DEFAULT_SOURCE, STRATEGIES, STYLE, save_figure, title_of
+from ..mapping.model import STRATEGIES
+from ._common import DEFAULT_SOURCE, STYLE, save_figure, title_of
 from .gantt import gantt_from_trace, plot_gantt
 from .utilisation import plot_utilisation
 
