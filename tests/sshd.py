@@ -147,7 +147,9 @@ def start_sshd(extra_path: Optional[str] = None, sftp: bool = True) -> SshServer
         "PermitRootLogin prohibit-password",
         f"AllowUsers {getpass.getuser()}",
         *(["Subsystem sftp internal-sftp"] if sftp else []),
-        f"SetEnv PATH={path}",
+        # One SetEnv line (sshd keeps only the first): the sessions' caches (ONNX Runtime's device files,
+        # matplotlib's font list) go to this server's folder, not the account's ~/.cache.
+        f"SetEnv PATH={path} XDG_CACHE_HOME={workdir / 'cache'} MPLCONFIGDIR={workdir / 'matplotlib'}",
         "MaxSessions 20",
         "LogLevel VERBOSE",
         "",
