@@ -163,6 +163,9 @@ class DeployReport:
     def to_json(self) -> Dict[str, Any]:
         """The report's figures plus where things went (JSON-ready)."""
         doc = self.report.to_json()
+        # where the report and the trace are here (absolute); the board's report names them in its bundle
+        for key, path in (("report_file", self.report_path), ("trace_file", self.trace_path)):
+            doc[key] = str(Path(path).resolve()) if Path(path).is_file() else None
         doc["deploy"] = {"host": self.host, "bundle_id": self.bundle_id, "remote_folder": self.remote_folder,
                          "report_path": str(self.report_path), "trace_path": str(self.trace_path),
                          "uploaded": self.uploaded, "skipped": self.skipped,
