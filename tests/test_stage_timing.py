@@ -271,3 +271,25 @@ def test_stage_timing_note_counts_what_it_lists():
     many = stage_timing_note({**timing, "timed_point_ids": [f"p{i}" for i in range(11)]})
     assert many.endswith("11 point(s) of the front have every stage measured: p0, p1, p2, p3, p4, p5, p6, p7, +3")
     assert "every stage" not in stage_timing_note({**timing, "timed_point_ids": []})
+
+
+def test_ctrl_c_in_optimize_removes_the_folders_it_created(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while ``optimize`` searches or times stages: exit 130, one line, and the output folders this run
+    created are gone; a folder that existed before keeps its files."""
+    import parapipe.app.optimize as app_optimize
+    from parapipe.cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(app_optimize, "search_prepared", interrupted)
+    out = tmp_path / "new" / "deeper" / "out"
+    assert main(["optimize", "squeezenet", "--soc", "amlogic_a311d", "--out", str(out), "--no-plot"]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"parapipe: interrupted; nothing written to {out}"]
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "notes.txt").write_text("mine")
+    assert main(["optimize", "squeezenet", "--soc", "amlogic_a311d", "--out", str(tmp_path / "old"),
+                 "--no-plot"]) == 130
+    assert [p.name for p in (tmp_path / "old").iterdir()] == ["notes.txt"]

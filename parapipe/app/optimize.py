@@ -94,14 +94,25 @@ def optimize(prep: Prepared, options: SearchOptions, out_dir: Path, progress: Op
     ------
     parapipe.errors.InputError
         ``out_dir`` cannot be created or written (checked before the search).
+    KeyboardInterrupt
+        Passed on after removing the folders this call created (empty: nothing was written).
     """
     out_dir = Path(out_dir)
+    created = [d for d in (out_dir, *out_dir.parents) if not d.exists()]  # deepest first
     check_out_dir(out_dir)
-    result = search_prepared(prep, options, progress=progress, time_stages=time_stages)
-    if result.problem is not prep.problem:
-        prep = replace(prep, problem=result.problem)
-    doc = result_doc(prep, result, options.seed)
-    write_outputs(doc, out_dir, plot)
+    try:
+        result = search_prepared(prep, options, progress=progress, time_stages=time_stages)
+        if result.problem is not prep.problem:
+            prep = replace(prep, problem=result.problem)
+        doc = result_doc(prep, result, options.seed)
+        write_outputs(doc, out_dir, plot)
+    except BaseException:  # Ctrl-C (KeyboardInterrupt) or an error: leave no empty folder of this run behind
+        for folder in created:
+            try:
+                folder.rmdir()  # only if still empty: write_outputs writes both files or neither
+            except OSError:
+                break
+        raise
     return doc, prep
 
 

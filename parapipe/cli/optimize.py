@@ -108,6 +108,10 @@ def handle(args: argparse.Namespace) -> int:
             return _optimize_refine(args, prep, options, progress)
         doc, prep = optimize(prep, options, Path(args.out), progress=progress, plot=not args.no_plot,
                        time_stages=STAGE_TIMING_POINTS if args.time_stages is None else args.time_stages)
+    except KeyboardInterrupt:
+        sbar.close()
+        print(f"parapipe: interrupted; nothing written to {args.out}", file=sys.stderr, flush=True)
+        return 130
     finally:
         sbar.close()
     if args.json:
