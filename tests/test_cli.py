@@ -492,3 +492,24 @@ def test_front_table_lists_each_mapping_once_and_explains_gap():
     assert rows == ["p0", "single-gpu"]
     assert lines[2].endswith("pipeline-0") and lines[3].endswith("parallel-0")
     assert "25%" in lines[2] and lines[-1].endswith("exact front")
+
+
+def test_executor_errors_are_one_line_and_other_errors_keep_their_traceback(monkeypatch, capsys):
+    """An executor error (ppexec.errors) is one line, exit 2; any other exception is our bug and propagates
+    as itself (not as an AttributeError of the check)."""
+    import parapipe.cli.socs as socs_cli
+    from ppexec.errors import PlanError
+
+    def plan_error(args):
+        raise PlanError("stage 1: bad\n  plan")
+
+    monkeypatch.setattr(socs_cli, "handle", plan_error)
+    assert main(["socs"]) == 2
+    assert capsys.readouterr().err.strip() == "parapipe: error: stage 1: bad plan"
+
+    def bug(args):
+        raise RuntimeError("our bug")
+
+    monkeypatch.setattr(socs_cli, "handle", bug)
+    with pytest.raises(RuntimeError, match="our bug"):
+        main(["socs"])
