@@ -513,3 +513,20 @@ def test_executor_errors_are_one_line_and_other_errors_keep_their_traceback(monk
     monkeypatch.setattr(socs_cli, "handle", bug)
     with pytest.raises(RuntimeError, match="our bug"):
         main(["socs"])
+
+
+def test_inspect_blocks_marks_cut_names_and_op_lists(capsys):
+    """``inspect --blocks``: a block name or op list longer than its 40-character column ends in an ellipsis."""
+    code, out, _ = run_cli(capsys, "inspect", "squeezenet", "--max-blocks", "4", "--json")
+    blocks = json.loads(out)["block_list"]
+    code, out, _ = run_cli(capsys, "inspect", "squeezenet", "--max-blocks", "4", "--blocks")
+    rows = out.splitlines()[-len(blocks):]
+    cut = 0
+    for block, row in zip(blocks, rows):
+        for full, cell in ((block["name"], row[:40].rstrip()), ("+".join(block["ops"]), row[41:81].rstrip())):
+            if len(full) <= 40:
+                assert cell == full
+            else:
+                cut += 1
+                assert len(cell) == 40 and cell == full[:39] + "…", (cell, full)
+    assert cut >= 1  # the last block's op list at least
