@@ -530,3 +530,25 @@ def test_inspect_blocks_marks_cut_names_and_op_lists(capsys):
                 cut += 1
                 assert len(cell) == 40 and cell == full[:39] + "…", (cell, full)
     assert cut >= 1  # the last block's op list at least
+
+
+def test_runs_table_has_the_period_error_and_says_what_it_is(tmp_path, capsys):
+    """``runs``: an ``err %`` column, (predicted - measured) / measured period, and a line defining it."""
+    from parapipe.profiledb.db import ProfileDB
+    from parapipe.profiledb.runs import RunRecord, append_run
+
+    with ProfileDB(str(tmp_path / "db.sqlite")) as db:
+        for point, predicted in (("p0", 0.011), ("p1", None)):
+            append_run(db, RunRecord(
+                recorded_at="2025-01-01T00:00:00+00:00", model="squeezenet", model_sha256="x", soc="host",
+                soc_sha256="y", point=point, pu_list="cpu0", mapping=[], frames=100, throughput_per_s=100.0,
+                period_s=0.010, latency_p50_s=0.02, latency_p99_s=0.03, idle_latency_s=0.02, pu_busy_s={},
+                energy_j=None, predicted_period_s=predicted, predicted_latency_s=None, predicted_energy_j=None,
+                prediction_applies=True, substituted={}, outputs_match=True, runner="local", board={}))
+    code, out, err = run_cli(capsys, "runs", "--db", tmp_path / "db.sqlite")
+    assert code == 0
+    header, first, second = out.splitlines()
+    column = header.split().index("err")
+    assert header.split()[column + 1] == "%"
+    assert first.split()[column] == "+10.0" and second.split()[column] == "-"  # 11 ms predicted, 10 measured
+    assert "err %: relative error of the predicted period, (predicted - measured) / measured" in err
