@@ -47,11 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _executor_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is one of the executor's own errors (:class:`ppexec.PlanError`,
-    :class:`ppexec.PipelineError`; ppexec knows nothing of parapipe). Looked up among the loaded modules: a
-    command that never loaded the executor (which loads ONNX Runtime) cannot have raised one."""
-    ppexec = sys.modules.get("ppexec")
-    return ppexec is not None and isinstance(exc, (ppexec.PlanError, ppexec.PipelineError))
+    """Whether ``exc`` is one of the executor's own errors (:class:`ppexec.errors.PlanError`,
+    :class:`ppexec.errors.PipelineError`; ppexec knows nothing of parapipe). Looked up among the loaded
+    modules: a command that never loaded them cannot have raised one."""
+    errors = sys.modules.get("ppexec.errors")
+    return errors is not None and isinstance(exc, (errors.PlanError, errors.PipelineError))
 
 
 def main(argv: Optional[List[str]] = None) -> int:

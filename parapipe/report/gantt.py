@@ -33,7 +33,7 @@ from ._common import DEFAULT_SOURCE, FIX, save_figure, title_of
 log = logging.getLogger(__name__)
 
 __all__ = ["GanttBar", "stage_offsets_s", "gantt_bars", "plot_gantt", "gantt_from_trace", "trace_frame_window",
-           "trace_title", "merge_narrow_bars", "trace_bar_texts"]
+           "trace_title"]
 
 
 @dataclass(frozen=True)
@@ -208,86 +208,24 @@ def _lanes(bars: Iterable[GanttBar], order: Sequence[str] = ()) -> List[str]:
     return lanes
 
 
-#: A block bar narrower than this (pixels at the chart's 1600 px width) is merged with its narrow neighbours of
-#: the same PU, stage and frame into one bar labelled with their count: 35 one-pixel bars with white edges read
-#: as a barcode. Chosen for readability, not from a source.
-MERGE_BELOW_PX = 4.0
-
-
-def merge_narrow_bars(bars: Sequence[GanttBar], px_per_s: float, min_px: float = MERGE_BELOW_PX) -> List[GanttBar]:
-    """Merge runs of consecutive ``"block"`` bars of one PU, stage and frame that are each narrower than
-    ``min_px`` pixels (and at most ``min_px`` apart) into one bar from the first start to the last end,
-    labelled ``"<n> blocks"``; other bars are kept as they are.
-
-    Parameters
-    ----------
-    bars : sequence of GanttBar
-    px_per_s : float
-        Pixels per second of the chart.
-    min_px : float
-        Width below which a bar is merged.
-
-    Returns
-    -------
-    list of GanttBar
-        Sorted by PU, stage, frame and start.
-
-    Examples
-    --------
-    >>> bs = [GanttBar("big", t, t + 0.001, 0, 0, f"b{i}", "block") for i, t in enumerate((0.0, 0.001, 0.002))]
-    >>> [(b.label, b.end_s) for b in merge_narrow_bars(bs + [GanttBar("big", 0.003, 0.1, 0, 0, "b3", "block")], 1000)]
-    [('3 blocks', 0.003), ('b3', 0.1)]
-    """
-    out: List[GanttBar] = []
-    run: List[GanttBar] = []
-
-    def flush() -> None:
-        if len(run) > 1:
-            out.append(GanttBar(run[0].pu, run[0].start_s, max(b.end_s for b in run), run[0].stage, run[0].frame,
-                                f"{len(run)} blocks", "block"))
-        else:
-            out.extend(run)
-        run.clear()
-
-    for b in sorted(bars, key=lambda b: (b.pu, b.stage, b.frame, b.kind, b.start_s)):
-        narrow = b.kind == "block" and (b.end_s - b.start_s) * px_per_s < min_px
-        if run and not (narrow and (b.pu, b.stage, b.frame) == (run[0].pu, run[0].stage, run[0].frame)
-                        and (b.start_s - max(r.end_s for r in run)) * px_per_s <= min_px):
-            flush()
-        if narrow:
-            run.append(b)
-        else:
-            out.append(b)
-    flush()
-    return out
-
-
 def _draw(bars: Sequence[GanttBar], lanes: Sequence[str], title: str, path: Any,
-          stage_names: Dict[int, str], frame_starts_s: Sequence[float] = (),
-          label_of: Optional[Any] = None) -> None:
-    """Draw ``bars`` (seconds; shown in ms) on one lane per PU and write the PNG. Narrow block bars are merged
-    (:func:`merge_narrow_bars`). ``label_of(bar)`` gives the texts to try in a bar, longest first (default: the
-    bar's label); the first that fits is written."""
+          stage_names: Dict[int, str], frame_starts_s: Sequence[float] = ()) -> None:
+    """Draw ``bars`` (seconds; shown in ms) on one lane per PU and write the PNG."""
     t_min = min(b.start_s for b in bars)
     t_max = max(b.end_s for b in bars)
     span_ms = max((t_max - t_min) * 1e3, 1e-9)
-    px_per_ms = 16 * 100 * 0.85 / span_ms  # figure px x axes share / x span: whether a label fits its bar
-    bars = merge_narrow_bars(bars, px_per_ms * 1e3)
     fig = Figure(figsize=(16, max(3.6, 1.9 + 0.75 * len(lanes))), layout="constrained")
     ax = fig.subplots()
     row = {pu: i for i, pu in enumerate(lanes)}
+    px_per_ms = 16 * 100 * 0.85 / span_ms  # figure px x axes share / x span: whether a label fits its bar
     groups: Dict[tuple, List[tuple]] = {}  # one broken_barh call per lane, stage, frame parity and kind
     for b in bars:
         y = len(lanes) - 1 - row[b.pu]
         x0 = (b.start_s - t_min) * 1e3
         w = (b.end_s - b.start_s) * 1e3
         groups.setdefault((y, b.stage, b.frame % 2, b.kind), []).append((x0, w))
-        if b.kind == "input":
-            continue
-        texts = label_of(b) if label_of is not None and not b.label.endswith(" blocks") else [b.label]
-        text = next((t for t in texts if w * px_per_ms > 7 * len(t) + 6), None)
-        if text:
-            ax.text(x0 + w / 2, y, text, ha="center", va="center", fontsize=8, color="white", clip_on=True,
+        if b.kind != "input" and w * px_per_ms > 7 * len(b.label) + 6:
+            ax.text(x0 + w / 2, y, b.label, ha="center", va="center", fontsize=8, color="white", clip_on=True,
                     zorder=3)
     for (y, stage, odd, kind), spans in groups.items():
         color = f"C{stage % 10}"
@@ -468,27 +406,6 @@ def gantt_from_trace(trace_events: Iterable[Any], path: Any, *, title: Optional[
             bars.append(GanttBar(str(_attr(ev, "pu", i)), start, end, int(_attr(ev, "stage", i)), frame,
                                  str(_attr(ev, "task", i)), "task"))
     bars.sort(key=lambda b: (b.start_s, b.stage, b.pu))
-    pus: Dict[int, List[str]] = {}
-    for b in bars:
-        pus.setdefault(b.stage, [])
-        if b.pu not in pus[b.stage]:
-            pus[b.stage].append(b.pu)
-    names = {s: f"stage {s} on {', '.join(pus[s])}" for s in sorted(pus)}
+    names = {s: f"stage {s}" for s in sorted({b.stage for b in bars})}
     head = title or trace_title(info or {}, events, first, stop)
-    _draw(bars, _lanes(bars), head, path, names, label_of=trace_bar_texts)
-
-
-def trace_bar_texts(bar: GanttBar) -> List[str]:
-    """Texts for a measured task's bar, longest first: ``"stage 1 on cpu0, frame 12"``, ``"stage 1, frame
-    12"``, ``"s1 f12"``, ``"12"`` (the executor's task name ``s1.cpu0.t0`` is not shown; a stage split into
-    several tasks on one PU adds ``task k``).
-
-    Examples
-    --------
-    >>> trace_bar_texts(GanttBar("cpu0", 0.0, 1.0, 1, 12, "s1.cpu0.t0", "task"))
-    ['stage 1 on cpu0, frame 12', 'stage 1, frame 12', 's1 f12', '12']
-    """
-    part = bar.label.rsplit(".", 1)[-1]
-    task = f" task {part[1:]}" if part.startswith("t") and part[1:].isdigit() and part != "t0" else ""
-    return [f"stage {bar.stage}{task} on {bar.pu}, frame {bar.frame}", f"stage {bar.stage}{task}, frame {bar.frame}",
-            f"s{bar.stage} f{bar.frame}", f"{bar.frame}"]
+    _draw(bars, _lanes(bars), head, path, names)
