@@ -1,13 +1,24 @@
-"""Shared fixtures: tiny real ONNX graphs (chain, diamond, two branches) and cached zoo OpGraphs.
+"""Shared fixtures: tiny real ONNX graphs (chain, diamond, two branches) and cached zoo OpGraphs; and the
+session's isolation from the user's state.
 
 The tiny models take ``x`` float32[1, 3, 8, 8], have seeded random weights (initializers), opset 13,
 IR version 8, named nodes; they run in ONNX Runtime.
+
+Isolation (:func:`pytest_configure`, :func:`_session_in_a_temporary_folder`): the session runs in a temporary
+working folder, so the relative defaults of the commands (``profile.sqlite``, ``out/``, ``out/deploy``) land
+there, never in the checkout; ``PARAPIPE_HOST_CACHE_DIR`` sends the agent copies uploaded over SSH to a
+temporary folder instead of ``~/.cache/parapipe`` on the (loopback) host; ``XDG_CACHE_HOME`` and
+``MPLCONFIGDIR`` send ONNX Runtime's ``Microsoft/DeveloperTools`` files and matplotlib's font list there too.
+Everything is removed when the session ends. tests/test_user_state.py checks it.
 """
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 # The executor package `ppexec` lives in device_agents/ (it also runs on boards); test this checkout's copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "device_agents"))
@@ -18,6 +29,47 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 TINY_INPUT_SHAPE = (1, 3, 8, 8)
+
+#: Environment variables pointed at the session's temporary folder, and their sub-folder there.
+ISOLATED_ENV = {"PARAPIPE_HOST_CACHE_DIR": "host-cache", "XDG_CACHE_HOME": "xdg-cache",
+                "MPLCONFIGDIR": "matplotlib"}
+_isolation: dict[str, object] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Point the caches at a temporary folder before any test module (or ONNX Runtime) is imported."""
+    root = Path(tempfile.mkdtemp(prefix="parapipe-tests-"))
+    _isolation.update(root=root, env={name: os.environ.get(name) for name in ISOLATED_ENV})
+    for name, sub in ISOLATED_ENV.items():
+        (root / sub).mkdir()
+        os.environ[name] = str(root / sub)
+    (root / "cwd").mkdir()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Restore the environment and remove the temporary folder (agent copies included)."""
+    root = _isolation.pop("root", None)
+    saved = _isolation.pop("env", {})
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if isinstance(root, Path):
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_in_a_temporary_folder() -> Iterator[Path]:
+    """Run every test in the session's temporary working folder (the commands' relative defaults land there)."""
+    root = _isolation["root"]
+    assert isinstance(root, Path)
+    before = os.getcwd()
+    os.chdir(root / "cwd")
+    try:
+        yield root
+    finally:
+        os.chdir(before)
 
 
 class _Builder:

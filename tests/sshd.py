@@ -154,7 +154,9 @@ def start_sshd(extra_path: Optional[str] = None, sftp: bool = True, sftp_command
         f"AllowUsers {getpass.getuser()}",
         *([f"Subsystem sftp {sftp_command or 'internal-sftp'}"] if sftp else []),
         *([f"ForceCommand {force_command}"] if force_command else []),
-        f"SetEnv PATH={path}",
+        # One SetEnv line (sshd keeps only the first): the sessions' caches (ONNX Runtime's device files,
+        # matplotlib's font list) go to this server's folder, not the account's ~/.cache.
+        f"SetEnv PATH={path} XDG_CACHE_HOME={workdir / 'cache'} MPLCONFIGDIR={workdir / 'matplotlib'}",
         "MaxSessions 20",
         "LogLevel VERBOSE",
         "",

@@ -288,3 +288,25 @@ def test_profile_a_zoo_model_whose_weights_are_constant_of_shape_outputs(agent):
     assert reply["inputs"] == {"data_0": {"shape": [1, 3, 224, 224], "dtype": "float32"}}
     assert reply["provider"] == "CPUExecutionProvider" and reply["repeats"] == 3
     assert 0 < reply["min_s"] <= reply["median_s"] <= reply["p90_s"]
+
+
+def test_ctrl_c_while_a_pinned_timing_runs_waits_for_it_then_passes_on(tmp_path):
+    """``ppexec.timing.run_pinned``: a KeyboardInterrupt while its thread times is raised once the thread has
+    finished (an interpreter exiting under a running ONNX Runtime session aborts with -6 instead of exit 130).
+    In a subprocess: the SIGINT must not reach this test session."""
+    script = tmp_path / "interrupt.py"
+    script.write_text(
+        "import signal, threading, time\n"
+        "from ppexec.timing import run_pinned\n"
+        "done = []\n"
+        "def work():\n"
+        "    time.sleep(1.0)\n"
+        "    done.append(True)\n"
+        "threading.Timer(0.2, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT)).start()\n"
+        "try:\n"
+        "    run_pinned(None, work)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted after the work finished' if done else 'interrupted while the work ran')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env)
+    assert (done.returncode, done.stdout.strip()) == (0, "interrupted after the work finished"), done.stderr

@@ -73,3 +73,20 @@ def test_run_validates_the_plan_once_and_writes_no_bundle(tmp_path, monkeypatch,
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["pareto.json", "trace.json"]
     out = capsys.readouterr().out
     assert "point p0: 2 stage(s) (cpu0 | cpu1), 3 frames" in out and "outputs_match: true" in out
+
+
+def test_run_json_names_only_files_that_exist(tmp_path, monkeypatch, capsys):
+    """``run --json``: ``trace_file`` is the absolute path of the trace written with ``--trace``, else null;
+    ``report_file`` is null (a local run writes no report file)."""
+    import json
+
+    path = write_doc(two_stage_doc("squeezenet"), tmp_path / "pareto.json")
+    argv = ["run", "squeezenet", "--mapping", str(path), "--point", "p0", "--frames", "3", "--db", "", "--json"]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["report_file"] is None and doc["trace_file"] is None
+    monkeypatch.chdir(tmp_path)  # a relative --trace comes back absolute
+    assert main(argv + ["--trace", "t.json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["report_file"] is None and doc["trace_file"] == str((tmp_path / "t.json").resolve())
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]

@@ -494,24 +494,61 @@ def test_front_table_lists_each_mapping_once_and_explains_gap():
     assert "25%" in lines[2] and lines[-1].endswith("exact front")
 
 
-def test_executor_errors_are_one_line_and_other_errors_are_not_swallowed(monkeypatch, capsys):
-    # ppexec's own errors (raised by the board-side executor, which knows nothing of parapipe) reach the user as
-    # one line with exit code 2; any other exception is our bug and propagates as itself.
+def test_executor_errors_are_one_line_and_other_errors_keep_their_traceback(monkeypatch, capsys):
+    """An executor error (ppexec.errors) is one line, exit 2; any other exception is our bug and propagates
+    as itself (not as an AttributeError of the check)."""
+    import parapipe.cli.socs as socs_cli
     from ppexec.errors import PlanError
 
-    from parapipe.cli import main, socs
-
     def plan_error(args):
-        raise PlanError("PipelineExecutor: PU 'cpu1': is pinned to CPUs [4095]; bind it to allowed CPUs")
+        raise PlanError("stage 1: bad\n  plan")
 
-    monkeypatch.setattr(socs, "handle", plan_error)
+    monkeypatch.setattr(socs_cli, "handle", plan_error)
     assert main(["socs"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("parapipe: error: PipelineExecutor: PU 'cpu1'") and err.count("\n") == 1
+    assert capsys.readouterr().err.strip() == "parapipe: error: stage 1: bad plan"
 
-    def our_bug(args):
-        raise FileNotFoundError("a bug of ours")
+    def bug(args):
+        raise RuntimeError("our bug")
 
-    monkeypatch.setattr(socs, "handle", our_bug)
-    with pytest.raises(FileNotFoundError):
+    monkeypatch.setattr(socs_cli, "handle", bug)
+    with pytest.raises(RuntimeError, match="our bug"):
         main(["socs"])
+
+
+def test_inspect_blocks_marks_cut_names_and_op_lists(capsys):
+    """``inspect --blocks``: a block name or op list longer than its 40-character column ends in an ellipsis."""
+    code, out, _ = run_cli(capsys, "inspect", "squeezenet", "--max-blocks", "4", "--json")
+    blocks = json.loads(out)["block_list"]
+    code, out, _ = run_cli(capsys, "inspect", "squeezenet", "--max-blocks", "4", "--blocks")
+    rows = out.splitlines()[-len(blocks):]
+    cut = 0
+    for block, row in zip(blocks, rows):
+        for full, cell in ((block["name"], row[:40].rstrip()), ("+".join(block["ops"]), row[41:81].rstrip())):
+            if len(full) <= 40:
+                assert cell == full
+            else:
+                cut += 1
+                assert len(cell) == 40 and cell == full[:39] + "…", (cell, full)
+    assert cut >= 1  # the last block's op list at least
+
+
+def test_runs_table_has_the_period_error_and_says_what_it_is(tmp_path, capsys):
+    """``runs``: an ``err %`` column, (predicted - measured) / measured period, and a line defining it."""
+    from parapipe.profiledb.db import ProfileDB
+    from parapipe.profiledb.runs import RunRecord, append_run
+
+    with ProfileDB(str(tmp_path / "db.sqlite")) as db:
+        for point, predicted in (("p0", 0.011), ("p1", None)):
+            append_run(db, RunRecord(
+                recorded_at="2025-01-01T00:00:00+00:00", model="squeezenet", model_sha256="x", soc="host",
+                soc_sha256="y", point=point, pu_list="cpu0", mapping=[], frames=100, throughput_per_s=100.0,
+                period_s=0.010, latency_p50_s=0.02, latency_p99_s=0.03, idle_latency_s=0.02, pu_busy_s={},
+                energy_j=None, predicted_period_s=predicted, predicted_latency_s=None, predicted_energy_j=None,
+                prediction_applies=True, substituted={}, outputs_match=True, runner="local", board={}))
+    code, out, err = run_cli(capsys, "runs", "--db", tmp_path / "db.sqlite")
+    assert code == 0
+    header, first, second = out.splitlines()
+    column = header.split().index("err")
+    assert header.split()[column + 1] == "%"
+    assert first.split()[column] == "+10.0" and second.split()[column] == "-"  # 11 ms predicted, 10 measured
+    assert "err %: relative error of the predicted period, (predicted - measured) / measured" in err

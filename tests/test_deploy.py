@@ -91,6 +91,9 @@ def test_deploy_two_stage_inception_v1_outputs_match_and_leaves_nothing(sshd_ser
     assert set(doc["pu_busy_s"]) == {"cpu0", "cpu1"}
     assert "run " in captured.err and "upload done" in captured.err  # progress streamed to stderr
     # the report and the trace came back; the trace has one lane per PU and every measured task
+    # --json names the report and the trace where they are here, absolute
+    assert doc["report_file"] == str((out / "report.json").resolve())
+    assert doc["trace_file"] == str((out / "trace.json").resolve())
     report = json.loads((out / "report.json").read_text())
     assert report["outputs_match"] is True and report["bundle_id"] == doc["deploy"]["bundle_id"]
     trace = json.loads((out / "trace.json").read_text())

@@ -117,6 +117,33 @@ def test_efficiency_gains_break_even_and_average():
     assert tables.break_even_rows([r])[0]["break_even_inferences"] is None
 
 
+def test_report_names_the_break_even_baseline_its_text_describes_and_says_whose_target():
+    """report.md: the break-even text lists the baselines the table's "best baseline" is drawn from (here the
+    replicated one is the fastest); the legend defines ``replicated``; the target row says it is this project's
+    goal, the paper's row cites the paper."""
+    from experiments import markdown
+
+    doc = ParetoDoc(model={"name": "m", "sha256": "0" * 64}, soc={"name": "s"}, blocks={},
+                    bounds={"period_lb_s": 0.0, "latency_lb_s": 0.0}, points=[
+        _pt("p0", "parapipe", 1.0, 0.5, stages=(("big", "gpu"), ("npu",))),
+        _pt("pipeline-0", "pipeline", 4.0, 1.0, stages=(("big",), ("npu",))),
+        _pt("parallel-0", "parallel", 4.0, 0.4, stages=(("big", "gpu"),)),
+        _pt("single-big", "single", 8.0, 2.0),
+        _pt("replicated-0", "replicated", 2.0, 1.0, stages=(("big", "gpu"),))])
+    r = JobResult(job=Job("m", "s"), doc=doc, prepare_s=1.0, search_s=2.0, n_blocks=3, n_pus=3,
+                  throughput_point="p0")
+    [be] = tables.break_even_rows([r])
+    assert be["best_baseline"] == "replicated-0" and be["break_even_inferences"] == 3
+    text = "\n".join(markdown.break_even_section([be]))
+    described = text.split("the fastest of the ", 1)[1].split(" baselines)", 1)[0]
+    assert "replicated" in described.replace(",", " ").split()  # the table's best baseline is among them
+    eff = "\n".join(markdown.efficiency_section(tables.efficiency_rows([r])))
+    assert "*replicated*: one stage of the whole model run by several replicas" in eff
+    assert "| this project's target (A311D and A1000) | ≥ 15 % | ≥ 30 % |" in eff
+    assert "Para-Pipe paper (Zhang et al., IEEE TCAD 2025) | +11.0 % | +23.3 %" in eff
+    assert "doi:10.1109/TCAD.2025.3568348" in eff and "it is not a published figure" in eff
+
+
 def test_equal_throughput_picks_the_most_efficient_fast_enough_point():
     pts = [_pt("p0", "parapipe", 1.0, 4.0), _pt("p1", "parapipe", 2.0, 1.0), _pt("p2", "parapipe", 3.0, 0.5),
            _pt("pipeline-0", "pipeline", 2.0, 2.0), _pt("parallel-0", "parallel", 0.5, 1.0)]

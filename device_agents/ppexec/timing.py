@@ -278,8 +278,14 @@ def machine_facts():
 
 def run_pinned(cpus, fn, name="parapipe-timing"):
     """Run ``fn()`` in a new thread pinned to ``cpus`` (None: not pinned) and return its result, re-raising its
-    exception here; a CPU this process may not use is a ``PinError``."""
+    exception here; a CPU this process may not use is a ``PinError``.
+
+    A KeyboardInterrupt (Ctrl-C) while ``fn`` runs is passed on once the thread has finished: the thread holds
+    ONNX Runtime sessions, and an interpreter that exits while one runs aborts the process ("terminate called
+    without an active exception", exit status -6) instead of exiting 130. Further Ctrl-Cs meanwhile are ignored.
+    """
     box = {}
+    finished = threading.Event()  # not Thread.join: a join interrupted by Ctrl-C marks the thread stopped
 
     def body():
         try:
@@ -287,9 +293,20 @@ def run_pinned(cpus, fn, name="parapipe-timing"):
             box["result"] = fn()
         except BaseException as exc:  # carried back to the caller
             box["error"] = exc
+        finally:
+            finished.set()
 
     worker = threading.Thread(target=body, name=name, daemon=True)
     worker.start()
+    try:
+        finished.wait()
+    except BaseException:
+        while not finished.is_set():
+            try:
+                finished.wait()
+            except BaseException:
+                pass
+        raise
     worker.join()
     if "error" in box:
         raise box["error"]

@@ -36,6 +36,7 @@ from parapipe.deploy.bundle import Bundle, build_bundle
 from parapipe.remote.host import RemoteHost
 from parapipe.remote.hostspec import HostSpec
 from parapipe.remote.liveness import ConnectionLost
+from parapipe.remote.remote_agent import host_cache_dir
 from parapipe.deploy.upload import fetch, remote_abs, remote_files, remove_strays, upload_bundle
 from parapipe.errors import ExecutionError, HostError, input_error
 from parapipe.execution.facts import check_board, facts_from_probe, facts_probe
@@ -46,10 +47,18 @@ from ppexec.report import RunReport
 log = logging.getLogger(__name__)
 
 __all__ = ["DeployOptions", "DeployReport", "deploy", "deploy_mapping", "deploy_bundle", "describe_event",
-           "with_ssh_timeout", "DEFAULT_REMOTE_DIR"]
+           "with_ssh_timeout", "DEFAULT_REMOTE_DIR", "default_remote_dir"]
 
-#: Default folder of bundles on the host, relative to the remote home.
+#: Default folder of bundles on the host, relative to the remote home (when ``$PARAPIPE_HOST_CACHE_DIR`` is not set;
+#: :func:`default_remote_dir`).
 DEFAULT_REMOTE_DIR = ".cache/parapipe/deploy"
+
+
+def default_remote_dir() -> str:
+    """Default folder of bundles on the host: ``deploy/`` in :func:`~parapipe.remote.remote_agent.host_cache_dir`
+    (:data:`DEFAULT_REMOTE_DIR` unless ``$PARAPIPE_HOST_CACHE_DIR`` names another folder)."""
+    return posixpath.join(host_cache_dir(), "deploy")
+
 #: Bundle files the agent needs to start (uploaded before the clean-up of stale bundles).
 AGENT_FILES_PREFIXES = ("agent.py", "ppexec/")
 
@@ -77,7 +86,8 @@ class DeployOptions:
     keep : bool
         Leave the bundle on the host (marked ``.keep`` so that later clean-ups leave it too).
     remote_dir : str
-        Folder of bundles on the host (absolute, ``~/...`` or relative to the remote home).
+        Folder of bundles on the host (absolute, ``~/...`` or relative to the remote home; default
+        :func:`default_remote_dir`).
     python : str
         Interpreter on the host.
     idle_frames : int
@@ -105,7 +115,7 @@ class DeployOptions:
     atol: float = 1e-5
     rtol: float = 1e-5
     keep: bool = False
-    remote_dir: str = DEFAULT_REMOTE_DIR
+    remote_dir: str = field(default_factory=default_remote_dir)
     python: str = "python3"
     idle_frames: int = 10
     dispatch: str = "pull"
@@ -153,6 +163,9 @@ class DeployReport:
     def to_json(self) -> Dict[str, Any]:
         """The report's figures plus where things went (JSON-ready)."""
         doc = self.report.to_json()
+        # where the report and the trace are here (absolute); the board's report names them in its bundle
+        for key, path in (("report_file", self.report_path), ("trace_file", self.trace_path)):
+            doc[key] = str(Path(path).resolve()) if Path(path).is_file() else None
         doc["deploy"] = {"host": self.host, "bundle_id": self.bundle_id, "remote_folder": self.remote_folder,
                          "report_path": str(self.report_path), "trace_path": str(self.trace_path),
                          "uploaded": self.uploaded, "skipped": self.skipped,

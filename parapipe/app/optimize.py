@@ -119,16 +119,27 @@ def optimize(prep: Prepared, options: SearchOptions, out_dir: Path, progress: Op
     ------
     parapipe.errors.InputError
         ``out_dir`` cannot be created or written (checked before the search).
+    KeyboardInterrupt
+        Passed on after removing the folders this call created (empty: nothing was written).
     """
     out_dir = Path(out_dir)
+    created = [d for d in (out_dir, *out_dir.parents) if not d.exists()]  # deepest first
     check_out_dir(out_dir)
-    result = search_prepared(prep, options, progress=progress, time_stages=time_stages, steps=steps)
-    if result.problem is not prep.problem:
-        prep = replace(prep, problem=result.problem)
-    doc = result_doc(prep, result, options.seed)
-    if steps is not None and plot:
-        steps("drawing pareto.png", 0, 1)
-    write_outputs(doc, out_dir, plot, soc=prep.soc)
+    try:
+        result = search_prepared(prep, options, progress=progress, time_stages=time_stages, steps=steps)
+        if result.problem is not prep.problem:
+            prep = replace(prep, problem=result.problem)
+        doc = result_doc(prep, result, options.seed)
+        if steps is not None and plot:
+            steps("drawing pareto.png", 0, 1)
+        write_outputs(doc, out_dir, plot, soc=prep.soc)
+    except BaseException:  # Ctrl-C (KeyboardInterrupt) or an error: leave no empty folder of this run behind
+        for folder in created:
+            try:
+                folder.rmdir()  # only if still empty: write_outputs writes both files or neither
+            except OSError:
+                break
+        raise
     return doc, prep
 
 

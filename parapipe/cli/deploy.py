@@ -24,9 +24,10 @@ def handle(args: argparse.Namespace) -> int:
 
     spec = HostSpec.parse(args.host, identity=args.identity, known_hosts=args.known_hosts,
                           trust_new_host=args.trust_new_host, timeout_s=args.ssh_timeout)
+    remote = {} if args.remote_dir is None else {"remote_dir": args.remote_dir}
     options = with_ssh_timeout(DeployOptions(frames=args.frames, warmup=args.warmup, seed=args.seed, keep=args.keep,
-                                             remote_dir=args.remote_dir, python=args.python,
-                                             dispatch=args.replica_dispatch), args.ssh_timeout)
+                                             python=args.python, dispatch=args.replica_dispatch, **remote),
+                               args.ssh_timeout)
     binds = parse_binds(args.bind)
 
     def show(event: Dict[str, Any]) -> None:
@@ -70,8 +71,9 @@ def add_parser(sub) -> None:
     s.add_argument("--warmup", type=int, default=5)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--keep", action="store_true", help="leave the bundle on the host")
-    s.add_argument("--remote-dir", default=".cache/parapipe/deploy",
-                   help="folder of bundles on the host (default ~/.cache/parapipe/deploy)")
+    s.add_argument("--remote-dir", default=None,
+                   help="folder of bundles on the host (default ~/.cache/parapipe/deploy, or deploy/ in "
+                   "$PARAPIPE_HOST_CACHE_DIR when set)")
     s.add_argument("--python", default="python3", help="Python on the host, by explicit path where the login "
                    "shell's PATH may find another one (default python3)")
     s.add_argument("--ssh-timeout", type=float, default=None, metavar="S",

@@ -43,9 +43,14 @@ def handle(args: argparse.Namespace) -> int:
     if args.verbose_blocks:
         print(f"\n{'block':<40} {'ops':<40} {'MFLOPs':>10} {'out KB':>9}")
         for b in bg.blocks:
-            print(f"{b.name[:40]:<40} {'+'.join(b.op_types)[:40]:<40} {b.flops / 1e6:>10.2f} "
+            print(f"{_fit(b.name, 40):<40} {_fit('+'.join(b.op_types), 40):<40} {b.flops / 1e6:>10.2f} "
                   f"{b.out_nbytes / 1e3:>9.1f}")
     return 0
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` if it fits in ``width`` characters, else its start and an ellipsis (``…``), ``width`` in all."""
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def add_parser(sub) -> None:

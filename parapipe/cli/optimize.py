@@ -66,7 +66,7 @@ def handle(args: argparse.Namespace) -> int:
     exit status; raises :class:`~parapipe.errors.InputError` for bad options or inputs."""
     from parapipe.app.optimize import optimize
     from parapipe.app.prepare import prepare
-    from parapipe.app.stage_timing import STAGE_TIMING_MARGIN, STAGE_TIMING_POINTS
+    from parapipe.app.stage_timing import STAGE_TIMING_POINTS
     from parapipe.search.api import SearchOptions
     from parapipe.soc.identity import is_host
 
@@ -119,6 +119,12 @@ def handle(args: argparse.Namespace) -> int:
         doc, prep = optimize(prep, options, Path(args.out), progress=progress, plot=not args.no_plot,
                              time_stages=STAGE_TIMING_POINTS if args.time_stages is None else args.time_stages,
                              steps=stage_steps)
+    except KeyboardInterrupt:
+        if "search" in bars:
+            bars.pop("search").close()
+        steps.close()
+        print(f"parapipe: interrupted; nothing written to {args.out}", file=sys.stderr, flush=True)
+        return 130
     finally:
         if "search" in bars:
             bars.pop("search").close()
@@ -134,13 +140,7 @@ def handle(args: argparse.Namespace) -> int:
         print_model_notes(prep.opgraph)
         timing = doc.search.get("stage_timing")
         if timing and timing["rounds"]:
-            ids = timing.get("timed_point_ids") or []
-            shown = ", ".join(ids[:8]) + (f", +{len(ids) - 8}" if len(ids) > 8 else "")
-            print(f"note: the stages of {timing['points_timed']} leading mapping(s) were timed as sub-models "
-                  f"(the front's best {timing['points']} within {STAGE_TIMING_MARGIN:.0%} of the best throughput, "
-                  f"--time-stages, and the replicated baseline; {timing['ranges']} range(s), {timing['tasks']} "
-                  f"task(s), {timing['rounds']} round(s), {timing['seconds']:.1f} s); the table uses those times"
-                  + (f"; every stage measured: {shown}" if ids else ""))
+            print(stage_timing_note(timing))
         measurement = doc.search.get("measurement")
         if measurement:
             print_measurement(measurement, measurement.get("gap"), "", "timed runs of each block and stage",
@@ -206,6 +206,25 @@ def _optimize_blocks(args: argparse.Namespace, problem: "MappingProblem", soc: "
         print(f"{problem.name} on {soc.name}: {problem.n_blocks} blocks x {problem.n_pus} PUs")
         print(front_table(doc))
     return 0
+
+
+def stage_timing_note(timing: Dict[str, Any]) -> str:
+    """The note on the stages timed as sub-models (``pareto.json``'s ``search.stage_timing``).
+
+    Two counts, each next to what it counts: the leading mappings whose stages were timed (``points_timed``,
+    over every round), and the points of the final front whose every stage has a measured time
+    (``timed_point_ids``: more than the leading ones when other points share their stages, fewer when a leading
+    mapping left the front); at most 8 ids are listed, then ``+N``.
+    """
+    from parapipe.app.stage_timing import STAGE_TIMING_MARGIN
+
+    ids = list(timing.get("timed_point_ids") or [])
+    shown = ", ".join(ids[:8]) + (f", +{len(ids) - 8}" if len(ids) > 8 else "")
+    return (f"note: the stages of {timing['points_timed']} leading mapping(s) were timed as sub-models "
+            f"(the front's best {timing['points']} within {STAGE_TIMING_MARGIN:.0%} of the best throughput, "
+            f"--time-stages, and the replicated baseline; {timing['ranges']} range(s), {timing['tasks']} "
+            f"task(s), {timing['rounds']} round(s), {timing['seconds']:.1f} s); the table uses those times"
+            + (f"; {len(ids)} point(s) of the front have every stage measured: {shown}" if ids else ""))
 
 
 def add_parser(sub) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from parapipe.cli.common import (
@@ -64,7 +65,12 @@ def handle(args: argparse.Namespace) -> int:
         progress.close()
     record_run(args.db, lm.doc, lm.point, rep, "local")
     if args.json:
-        print(json.dumps(rep.to_json()))
+        doc = rep.to_json()
+        # paths of files this run wrote, absolute (a local run writes no report file; the trace only with --trace)
+        trace = Path(args.trace).resolve() if args.trace else None
+        doc["report_file"] = None
+        doc["trace_file"] = str(trace) if trace is not None and trace.is_file() else None
+        print(json.dumps(doc))
     else:
         from parapipe.mapping import stages_text
 

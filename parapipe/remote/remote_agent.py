@@ -1,6 +1,7 @@
 """Put the on-device agent on an SSH host and start it: check Python and ONNX Runtime, upload once a version.
 
-The agent goes to ``~/.cache/parapipe/agent-<digest[:12]>/agent.py`` on the host with the executor core next to
+The agent goes to ``~/.cache/parapipe/agent-<digest[:12]>/agent.py`` on the host (the folder
+:func:`host_cache_dir` names: ``$PARAPIPE_HOST_CACHE_DIR`` when set) with the executor core next to
 it (``ppexec/``: the runtime adapters through which the agent profiles a PU whose profile names another runtime
 than ONNX Runtime, e.g. OpenVINO), one folder per version of those files, so hosts shared by several parapipe
 versions keep working; ``<digest>`` is :func:`agent_digest`. A ``MANIFEST.sha256`` written after every file says
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import posixpath
 import re
 import tempfile
@@ -22,8 +24,8 @@ from parapipe.remote.connection import SETTLE_S, SshConnection
 from parapipe.remote.host_files import HostFiles
 from parapipe.remote.ssh_channels import ExecChannels
 
-__all__ = ["AgentLauncher", "MIN_PYTHON", "MIN_ONNXRUNTIME", "AGENT_CACHE_DIR", "AGENT_MANIFEST", "agent_files",
-           "agent_digest"]
+__all__ = ["AgentLauncher", "MIN_PYTHON", "MIN_ONNXRUNTIME", "AGENT_CACHE_DIR", "HOST_CACHE_ENV", "AGENT_MANIFEST",
+           "agent_files", "agent_digest", "host_cache_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,17 @@ MIN_PYTHON = (3, 8)
 MIN_ONNXRUNTIME = (1, 19)
 #: Remote folder (relative to the remote home) that holds one agent folder per agent version.
 AGENT_CACHE_DIR = ".cache/parapipe"
+#: Environment variable (read here, on the machine running parapipe) naming another folder for
+#: :data:`AGENT_CACHE_DIR` on every host: absolute, or relative to the remote home (the test suite points it
+#: at a temporary folder so that it never writes into the account's cache).
+HOST_CACHE_ENV = "PARAPIPE_HOST_CACHE_DIR"
+
+
+def host_cache_dir() -> str:
+    """The folder on SSH hosts that holds parapipe's agent copies (and, by default, deploy bundles):
+    ``$PARAPIPE_HOST_CACHE_DIR`` when set and not blank, else :data:`AGENT_CACHE_DIR`; absolute, or relative
+    to the remote home (``~/`` allowed)."""
+    return os.environ.get(HOST_CACHE_ENV, "").strip() or AGENT_CACHE_DIR
 
 
 #: Written last into the agent's folder: ``<digest>`` then one ``<sha256>  <path>`` line per file.
@@ -131,7 +144,7 @@ class AgentLauncher:
                                             lost_reason=lambda: conn.lost_reason(SETTLE_S)))
 
     def start(self, python: str = "python3", timeout_s: Optional[float] = None) -> AgentClient:
-        """Upload the agent and ppexec/ to ``~/.cache/parapipe/agent-<digest[:12]>/`` (skipped when the same
+        """Upload the agent and ppexec/ to ``<host_cache_dir()>/agent-<digest[:12]>/`` (skipped when the same
         version is already there) and run the agent over an SSH exec channel; :meth:`close` stops it.
 
         Parameters
@@ -155,7 +168,7 @@ class AgentLauncher:
         self.check_python(python, timeout_s)
         files = agent_files()
         digest, manifest = agent_digest(files)
-        folder = posixpath.join(self.files.home(), AGENT_CACHE_DIR, f"agent-{digest[:12]}")
+        folder = posixpath.normpath(self.files.abs_path(posixpath.join(host_cache_dir(), f"agent-{digest[:12]}")))
         remote = posixpath.join(folder, "agent.py")
         marker = posixpath.join(folder, AGENT_MANIFEST)
         manifest_sha = hashlib.sha256(manifest.encode()).hexdigest()

@@ -107,6 +107,9 @@ def solve_stage(problem: MappingProblem, start: int, stop: int, group: Sequence[
     solver.parameters.max_time_in_seconds = float(time_limit_s)
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = int(seed)
+    # CP-SAT's own SIGINT handler (on by default) resets SIGINT to the default action when the solve ends, so a
+    # later Ctrl-C killed parapipe silently instead of raising KeyboardInterrupt (ortools/base/sigint.cc).
+    solver.parameters.catch_sigint_signal = False
     status = solver.solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
