@@ -13,7 +13,9 @@ def handle(args: argparse.Namespace) -> int:
     """``parapipe soc detect``: measure a machine and write its profile YAML."""
     from parapipe.app.profiling import detect_job
 
-    soc, path = detect_job(args.out, host_spec(args), args.python, args.name, args.per_core)
+    per_core = True if args.per_core else False if args.per_cluster else None
+    soc, path, how = detect_job(args.out, host_spec(args), args.python, args.name, per_core)
+    print(f"PUs: {how}")
     for pu in soc.pus.values():
         print(f"{pu.name:<10} {pu.kind:<4} cores {pu.cores:<3} peak {pu.peak_flops / 1e9:8.1f} GFLOPS  bandwidth "
               f"{pu.memory_bandwidth_bytes_per_s / 1e9:6.1f} GB/s  overhead {pu.op_overhead_s * 1e6:6.1f} us")
@@ -32,6 +34,10 @@ def add_parser(sub) -> None:
                           "write its profile YAML")
     d.add_argument("--out", required=True, help="profile .yaml to write")
     d.add_argument("--name", default=None, help="profile name (default detected_<hostname>)")
-    d.add_argument("--per-core", action="store_true", help="one PU per core instead of one per CPU cluster")
+    grouping = d.add_mutually_exclusive_group()
+    grouping.add_argument("--per-core", action="store_true", help="one PU per core (default where all cores form "
+                          "one cluster: one PU would leave nothing to pipeline)")
+    grouping.add_argument("--per-cluster", action="store_true", help="one PU per CPU cluster (default where the "
+                          "machine has several, e.g. big.LITTLE)")
     add_host_options(d)
     d.set_defaults(func=handle)
