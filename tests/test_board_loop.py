@@ -149,3 +149,132 @@ def test_run_under_a_narrower_affinity_is_refused_before_it_starts(tmp_path, cap
         assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
         for w in words:
             assert w in lines[0], (w, lines[0])
+
+
+def readme_board_loop() -> tuple:
+    """``(variables, commands)`` of README.md's "The loop on a board" block: the shell assignments (``B``,
+    ``BIND``) and the ``parapipe`` command lines, comments stripped. Read from the README so that a command the
+    code no longer takes fails here."""
+    import re
+    import shlex
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text[text.index("### The loop on a board"):]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    variables, commands = {}, []
+    for line in block.splitlines():
+        words = shlex.split(line, comments=True)
+        if not words:
+            continue
+        if len(words) == 1 and re.match(r"^[A-Z_]+=", words[0]):
+            name, _, value = words[0].partition("=")
+            variables[name] = value
+        else:
+            assert words[0] == "parapipe", line
+            commands.append(line.split("#")[0].strip())
+    return variables, commands
+
+
+def test_readme_board_loop_parses():
+    variables, commands = readme_board_loop()
+    assert set(variables) == {"B", "BIND"} and variables["BIND"] == ""
+    assert len(commands) == 7
+    assert [c.split()[1] for c in commands] == ["profile", "calibrate", "optimize", "deploy", "runs", "calibrate",
+                                                "optimize"]
+    refine = commands[-1]
+    assert "--refine" in refine and "--db board.sqlite" in refine and "$B" in refine
+    assert "$BIND" in commands[0] and "$BIND" in commands[1]
+
+
+#: What the test changes in the README's commands, besides B and BIND, to bound its time: a smaller model than
+#: inception_v1 (the same loop; its full profile on four PUs bound to two cores takes minutes), fewer frames per run
+#: and a shorter CP-SAT budget. Each is an option the commands take as written.
+SPEED = {"model": ("inception_v1", "squeezenet"), "optimize": "--time-limit 2 --no-plot --frames 20",
+         "deploy": "--frames 20"}
+
+
+def test_readme_board_loop_runs_as_written(sshd_server, tmp_path):
+    """Every command of README.md's board loop, as written, against the loopback sshd: B is its user@127.0.0.1:PORT
+    with the key, known_hosts and this interpreter; BIND binds the A311D's four PUs to this machine's CPUs (the
+    README's route for a board that is not an A311D). Each command is a subprocess in a temporary folder, with a
+    deadline; each must exit 0."""
+    import shlex
+    import subprocess
+
+    variables, commands = readme_board_loop()
+    cpus = sorted(os.sched_getaffinity(0))
+    first, second = cpus[0], cpus[1 % len(cpus)]
+    subst = {"$BIND": f"--bind big={first} --bind little={second} --bind gpu={first} --bind npu={second}",
+             "$B": f"{sshd_server.host} --identity {sshd_server.client_key} --known-hosts "
+                   f"{sshd_server.known_hosts} --python {sys.executable}"}
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(repo), str(repo / "device_agents"),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    outputs = []
+    for command in commands:
+        for var in ("$BIND", "$B"):  # $BIND first: $B is its prefix
+            command = command.replace(var, subst[var])
+        command = command.replace(*SPEED["model"])
+        verb = command.split()[1]
+        if verb in ("optimize", "deploy"):
+            extra = SPEED[verb]
+            if verb == "optimize" and "--refine" not in command:
+                extra = extra.replace(" --frames 20", "")
+            command = f"{command} {extra}"
+        argv = [sys.executable, "-m", "parapipe"] + shlex.split(command)[1:]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, cwd=str(tmp_path), env=env)
+        assert proc.returncode == 0, (command, proc.stdout[-2000:], proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr, proc.stderr
+        outputs.append(proc.stdout)
+    profile, calibrate, optimize, deploy, runs, calibrate_runs, refine = outputs
+    assert f"substituted: big=CPUs {first}" in profile
+    from parapipe.soc import load_soc
+
+    bound = load_soc(str(tmp_path / "vim3.yaml"))  # step 2 wrote the bindings the blocks were measured with
+    assert bound.pus["big"].execution.cpus == (first,) and bound.pus["npu"].execution.provider == \
+        "CPUExecutionProvider"
+    assert "outputs_match: true" in deploy and "substituted" not in deploy  # the profile's own bindings
+    assert "warning: 1 run(s) for" in calibrate_runs and "wrote vim3-runs.yaml" in calibrate_runs
+    assert "stopped after round" in refine and "next: " in refine
+    assert "runs recorded in board.sqlite; the search used its measured blocks" in refine
+    doc = json.loads((tmp_path / "out" / "vim3" / "pareto.json").read_text())
+    info = doc["search"]["refine"]
+    assert info["stop_reason"] in ("converged", "rounds", "unchanged")
+    assert all(s["mapping"].startswith("m") and len(s["mapping"]) == 7 for s in info["trajectory"])
+    from parapipe.profiledb.db import ProfileDB
+    from parapipe.profiledb.runs import list_runs
+
+    with ProfileDB(tmp_path / "board.sqlite") as db:
+        rows = list_runs(db)
+    assert len(rows) == 1 + len(info["trajectory"])  # the deploy and every refine run, in the --db given
+    assert all(r.prediction_applies and r.outputs_match for r in rows)
+
+
+def test_profile_and_calibrate_bind_a_pu_the_machine_lacks(tmp_path, capsys):
+    """``profile --bind`` measures an A311D PU on this machine's CPU 0 (its own, CPUs 2-5, are refused here with a
+    message that names --bind), recorded as the profile's PU; ``calibrate --bind`` writes that binding into the
+    profile it fits, so its points run where the blocks were measured."""
+    import sqlite3
+
+    from parapipe.soc import load_soc
+
+    db = tmp_path / "db.sqlite"
+    base = ["profile", "squeezenet", "--soc", "amlogic_a311d", "--pus", "big", "--db", db, "--repeats", 2,
+            "--warmup", 1, "--no-transfers"]
+    code, _, err = cli(capsys, *base)
+    assert code == 2 and "--bind big=CPUS" in err and not db.exists()
+    code, out, err = cli(capsys, *base, "--bind", "big=0")
+    assert code == 0, err
+    assert "substituted: big=CPUs 0 (CPU provider), recorded as amlogic_a311d's PUs" in out
+    conn = sqlite3.connect(str(db))
+    socs = {tuple(r) for r in conn.execute("SELECT DISTINCT soc, pu FROM measurements")}
+    conn.close()
+    assert socs == {("amlogic_a311d", "big")}
+    code, out, err = cli(capsys, "calibrate", "--soc", "amlogic_a311d", "--pus", "big", "--db", db, "--bind",
+                         "big=0", "--out", tmp_path / "bound.yaml")
+    assert code == 0, err
+    bound = load_soc(str(tmp_path / "bound.yaml"))
+    assert bound.pus["big"].execution.cpus == (0,) and bound.pus["big"].execution.threads == 1
+    assert bound.pus["little"].execution.cpus == (0, 1)  # not bound: as the profile says
+    code, _, err = cli(capsys, "calibrate", "--soc", "amlogic_a311d", "--db", db, "--bind", "dsp=0")
+    assert code == 2 and "no PU 'dsp' in SoC 'amlogic_a311d'" in err

@@ -302,3 +302,29 @@ def test_replicated_runs_are_fitted_with_slowdown_and_dispatch(tmp_path):
         assert est[name].fitted and abs(est[name].value - true) <= 3 * est[name].stderr, (name, est[name])
     assert res.terms.slowdown == pytest.approx(1.1, rel=0.02) and res.terms.dispatch_s == pytest.approx(4e-4, rel=0.25)
     assert res.overall["after"].period_mape < 1.0 < res.overall["before"].period_mape
+
+
+def test_one_run_fits_one_parameter_and_warns_enough_runs_fit_all(tmp_path, capsys):
+    """With fewer runs than parameters the fit would be exact whatever the terms: at most one parameter per run is
+    fitted (slowdown first), the rest keep the profile's values, and the output says so in a warning line."""
+    rng = np.random.default_rng(3)
+    write_tables(tmp_path / "tables", rng, models=("net",))
+    rows = draw_runs(tmp_path / "tables", rng, per_model=12, models=("net",), energy=False)
+    one = write_runs(tmp_path / "one.csv", rows[:1], energy=False)
+    doc = calibrate_json(capsys, "--runs", str(one), "--blocks", str(tmp_path / "tables"))
+    fitted = [p["name"] for p in doc["params"] if p["fitted"]]
+    assert fitted == ["slowdown"]
+    capped = [p for p in doc["params"] if not p["fitted"] and "run(s) support" in p["note"]]
+    assert {p["name"] for p in capped} >= {"dispatch_s", "overlap.gpu"}
+    assert len(doc["warnings"]) == 2 and "fitted only 1 (slowdown)" in doc["warnings"][0]
+    assert "leave-one-out" in doc["warnings"][1] and "loo" not in doc["errors"]
+    capsys.readouterr()
+    assert main(["calibrate", "--soc", SOC, "--runs", str(one), "--blocks", str(tmp_path / "tables")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("warning: ") == 2 and "1 run(s) for" in out and "record at least" in out
+
+    many = write_runs(tmp_path / "many.csv", rows, energy=False)
+    doc = calibrate_json(capsys, "--runs", str(many), "--blocks", str(tmp_path / "tables"))
+    assert doc["warnings"] == []
+    assert not any("run(s) support" in p["note"] for p in doc["params"])
+    assert {"slowdown", "dispatch_s", "overlap.gpu"} <= {p["name"] for p in doc["params"] if p["fitted"]}

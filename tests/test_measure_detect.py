@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from parapipe.cli import main
-from parapipe.measure.detect import _cpu_pus, detect_soc
+from parapipe.measure.detect import _cpu_pus, cpu_grouping, detect_soc
 from parapipe.measure.agent_timer import open_agent_timer
 from parapipe.soc.loader import load_soc
 
@@ -19,6 +19,27 @@ def detected(tmp_path_factory):
     out = tmp_path_factory.mktemp("detect") / "this.yaml"
     assert main(["soc", "detect", "--out", str(out)]) == 0
     return out
+
+
+def test_default_grouping_is_pipelineable_and_said(tmp_path, capsys):
+    """Without --per-core/--per-cluster: one PU per core where every core is in one cluster (this machine, as
+    sysfs groups it), so the profile has PUs to pipeline across; the output says which and how to get the other."""
+    from ppexec.timing import machine_facts
+
+    facts = machine_facts()
+    per_core, _ = cpu_grouping(facts)
+    capsys.readouterr()
+    out = tmp_path / "d.yaml"
+    assert main(["soc", "detect", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    soc = load_soc(str(out))
+    if len(facts["cpu_clusters"]) == 1 and len(os.sched_getaffinity(0)) > 1:
+        assert per_core and len(soc.pus) == len(os.sched_getaffinity(0)) >= 2
+        assert "PUs: one PU per core" in text and "--per-cluster" in text
+    assert main(["soc", "detect", "--out", str(out), "--per-cluster"]) == 0
+    text = capsys.readouterr().out
+    assert "PUs: one PU per CPU cluster, as --per-cluster asked (--per-core for one PU per core)" in text
+    assert len(load_soc(str(out)).pus) == len(facts["cpu_clusters"])
 
 
 def test_detected_profile_loads_and_is_measured(detected):
@@ -55,6 +76,15 @@ def test_clusters_become_big_and_little():
     assert _cpu_pus(hello, per_core=False) == [("big", [2, 3, 4, 5], 2.2e9), ("little", [0, 1], 1.8e9)]
     assert [n for n, _, _ in _cpu_pus(hello, per_core=True)] == ["cpu2", "cpu3", "cpu4", "cpu5", "cpu0",
                                                                  "cpu1"]
+
+
+def test_grouping_per_cluster_on_big_little_per_core_on_one_cluster():
+    two = {"cpus_allowed": [0, 1, 2, 3], "cpu_clusters": [{"cpus": [2, 3]}, {"cpus": [0, 1]}]}
+    one = {"cpus_allowed": [0, 1, 2, 3], "cpu_clusters": [{"cpus": [0, 1, 2, 3]}]}
+    single = {"cpus_allowed": [1], "cpu_clusters": [{"cpus": [0, 1, 2, 3]}]}
+    assert cpu_grouping(two)[0] is False and "--per-core" in cpu_grouping(two)[1]
+    assert cpu_grouping(one)[0] is True and "nothing to pipeline" in cpu_grouping(one)[1]
+    assert cpu_grouping(single)[0] is False
 
 
 def test_out_must_be_yaml(tmp_path, capsys):

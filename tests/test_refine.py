@@ -27,11 +27,15 @@ def test_refine_converges_on_a_board_with_unknown_terms(tmp_path, monkeypatch):
     board_s = {}  # (round, point) -> (period, latency) the board ran it at
     first_round_s = {}  # point -> period the starting terms predict, computed here, apart from the loop
 
+    ids_to_stages, stage_keys = {}, {}
+
     def fake_run(model, out_dir, point, frames, host, python, rnd, input_shapes, feeds):
         doc = json.loads((out_dir / "pareto.json").read_text())
         from parapipe.mapping import parse_pareto
 
         pt = next(p for p in parse_pareto(doc, "pareto.json").points if p.id == point)
+        ids_to_stages[rnd, point] = pt.stages
+        stage_keys[rnd, point] = json.dumps([[st.pus, st.blocks, st.assignment] for st in pt.stages])
         m = mapping_from_point(prep.problem, pt, "pareto.json")
         ev = evaluate(prep.problem, m, board)
         ran.append((rnd, point))
@@ -58,7 +62,17 @@ def test_refine_converges_on_a_board_with_unknown_terms(tmp_path, monkeypatch):
     traj = doc["search"]["refine"]
     assert traj["converged"] is True and len(traj["trajectory"]) == len(res.steps)
     assert set(traj["trajectory"][0]) == {"round", "point", "predicted_period_s", "measured_period_s",
-                                          "predicted_latency_s", "measured_latency_s", "error"}
+                                          "predicted_latency_s", "measured_latency_s", "error", "mapping"}
+    assert traj["stop_reason"] == "converged" and "within 5%" in traj["stopped"] and traj["next"]
+    # one mapping, one id, whatever its point id in each round's document
+    for s in res.steps:
+        assert s.mapping == refine_mod.mapping_id(ids_to_stages[s.round, s.point])
+    by_id = {}
+    for s in res.steps:
+        by_id.setdefault(s.mapping, set()).add(stage_keys[s.round, s.point])
+    assert all(len(keys) == 1 for keys in by_id.values())
+    table = refine_mod.trajectory_table(res.steps)
+    assert all(s.mapping in table for s in res.steps) and "mapping" in table.splitlines()[0]
     assert traj["terms"]["slowdown"] == pytest.approx(res.terms.slowdown)
     cal = load_soc(str(res.calibrated))
     assert cal.provenance["pipeline.slowdown"].source == "runs" and cal.pipeline.slowdown == res.terms.slowdown
@@ -126,3 +140,61 @@ def test_refine_on_a_host_deploys_with_the_ssh_timeout(tmp_path, capsys, monkeyp
     assert (spec.user, spec.address, spec.port, spec.timeout_s) == ("me", "board", 2222, 7.5)
     assert options.connect_timeout_s == options.command_timeout_s == 7.5
     assert options.frames == 5 and options.python == "/opt/py3"
+
+
+def test_refine_stops_when_the_search_proposes_only_measured_mappings(tmp_path, monkeypatch):
+    """A board the terms cannot describe (every run measured 3x slower, then 0.3x, alternately): with one point
+    per round the search keeps proposing the mapping already measured, and the loop stops saying so."""
+    import parapipe.app.refine as refine_mod
+    from parapipe.app.prepare import prepare
+    from parapipe.search.api import SearchOptions
+
+    prep = prepare("squeezenet", "amlogic_a311d")
+    calls = []
+
+    def fake_run(model, out_dir, point, frames, host, python, rnd, input_shapes, feeds):
+        from parapipe.mapping import parse_pareto
+
+        doc = parse_pareto(json.loads((out_dir / "pareto.json").read_text()), "pareto.json")
+        pt = next(p for p in doc.points if p.id == point)
+        calls.append(rnd)
+        period = pt.period_s * (3.0 if len(calls) % 2 else 0.3)
+        return SimpleNamespace(throughput_per_s=1.0 / period, idle_latency_s=pt.latency_s, energy_j=None), "fake"
+
+    monkeypatch.setattr(refine_mod, "_run_point", fake_run)
+    options = SearchOptions(time_limit_s=1.0, reuse_time_limit_s=1.0, replicate=False)
+    res = refine_mod.refine(prep, options, tmp_path, rounds=6, model="squeezenet", points=1, plot=False)
+    assert not res.converged
+    info = json.loads((tmp_path / "pareto.json").read_text())["search"]["refine"]
+    assert info["stop_reason"] in ("unchanged", "rounds") and info["stop_reason"] == res.stop_reason
+    if res.stop_reason == "unchanged":
+        assert res.steps[-1].round < 6 and res.steps[-1].mapping in {s.mapping for s in res.steps[:-1]}
+        assert "--refine-points" in info["next"]
+    else:
+        assert res.steps[-1].round == 6
+
+
+def test_refine_searches_with_the_database_it_records_into(tmp_path, capsys, monkeypatch):
+    """``optimize --refine`` without --db: the search and the runs use profile.sqlite alike (where it exists); with
+    --db, that database for both."""
+    import parapipe.app.prepare as prepare_mod
+    from parapipe.cli import main
+
+    from parapipe.errors import input_error
+
+    seen = []
+
+    def fake_prepare(*args, **kwargs):  # stops the command there (one error line, exit 2)
+        seen.append(kwargs.get("db"))
+        raise input_error("stop", None, "here", "-")
+
+    monkeypatch.setattr(prepare_mod, "prepare", fake_prepare)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "profile.sqlite").write_bytes(b"")
+    for argv, db in ((["--refine", "1"], "profile.sqlite"), (["--refine", "1", "--db", "board.sqlite"], None),
+                     ([], None)):
+        assert main(["optimize", "squeezenet", "--soc", "amlogic_a311d", "--no-plot", *argv]) == 2
+        assert seen.pop() == db  # board.sqlite does not exist yet: nothing measured to search with
+    (tmp_path / "board.sqlite").write_bytes(b"")
+    assert main(["optimize", "squeezenet", "--soc", "amlogic_a311d", "--refine", "1", "--db", "board.sqlite"]) == 2
+    assert seen.pop() == "board.sqlite"

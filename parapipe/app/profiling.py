@@ -109,7 +109,8 @@ def _check_db(path: PathArg) -> Optional[ProfileDB]:
 def profile_job(model: str, soc: str, db_path: PathArg, host: Optional[HostSpec] = None,
                 python: Optional[str] = None, options: Optional[ProfileOptions] = None, batch: Optional[int] = None,
                 max_blocks: Optional[int] = 48, progress: Progress = None,
-                input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> ProfileReport:
+                input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+                binds: Optional[Mapping[str, Sequence[int]]] = None) -> ProfileReport:
     """``parapipe profile``: returns the :class:`~parapipe.measure.profile.ProfileReport`.
 
     Parameters
@@ -129,11 +130,14 @@ def profile_job(model: str, soc: str, db_path: PathArg, host: Optional[HostSpec]
     progress : callable (done, total), optional
     input_shapes : dict of str to sequence of int, optional
         ``--input-shape`` values (:func:`parapipe.graph.inputs.resolve_input_shapes`).
+    binds : dict of str to sequence of int, optional
+        ``--bind``: these PUs are measured on those CPUs with ONNX Runtime's CPU provider
+        (:func:`parapipe.execution.bindings.bind_soc`) and recorded as the profile's PUs.
 
     Raises
     ------
     InputError, HostError
-        Before anything is written: bad model, SoC, PU, batch, budget, database; unreachable host, refused or
+        Before anything is written: bad model, SoC, PU, batch, budget, database, ``--bind``; unreachable host, refused or
         unknown key, no onnxruntime or too old a Python there, a PU whose provider or CPUs it lacks.
     """
     from parapipe.measure.profile import check_pus, profile_model
@@ -145,13 +149,15 @@ def profile_job(model: str, soc: str, db_path: PathArg, host: Optional[HostSpec]
     if not (isinstance(options.budget, (int, float)) and 0.0 < options.budget <= 1.0):
         raise input_error("--budget", None, f"must be a fraction in (0, 1], got {options.budget!r}",
                           "give e.g. 0.1 to measure a tenth of the operators, or 1 for all")
+    from parapipe.execution.bindings import bind_soc
+
     _, og, bg = load_graph(model, batch, max_blocks, input_shapes)
     if soc != HOST_SOC:
-        check_pus(resolve_soc(soc), options.pus)
+        check_pus(bind_soc(resolve_soc(soc), binds), options.pus)
     db = _check_db(db_path)
     try:
         with open_agent_timer(host, python) as runner:
-            soc_obj = resolve_soc(soc, runner)
+            soc_obj = bind_soc(resolve_soc(soc, runner), binds)
             runner.check_pus(soc_obj, check_pus(soc_obj, options.pus))
             db = db or ProfileDB(db_path)
             record = MeasureLog()  # spread and load of every model timed (the report's ``measurement``)
@@ -179,9 +185,12 @@ def calibrate_job(soc: str, db_path: PathArg, models: Sequence[str] = (), host: 
                   python: Optional[str] = None, out: Optional[PathArg] = None, pus: Optional[Sequence[str]] = None,
                   splits: Sequence[int] = (1, 2, 4),
                   warmup: int = 3, repeats: int = 10, max_blocks: Optional[int] = 48,
-                  progress: Progress = None, rounds: int = 3) -> CalibrateResult:
+                  progress: Progress = None, rounds: int = 3,
+                  binds: Optional[Mapping[str, Sequence[int]]] = None) -> CalibrateResult:
     """``parapipe calibrate``: fit, optionally time stages of ``models`` first, evaluate, optionally write
-    the calibrated profile to ``out`` (temporary file, then rename).
+    the calibrated profile to ``out`` (temporary file, then rename). ``binds`` (``--bind``) substitutes PUs as
+    :func:`profile_job` does: stages are timed on them and the written profile carries those bindings, so the
+    points searched on it run where the measurements were taken.
 
     Raises
     ------
@@ -198,13 +207,17 @@ def calibrate_job(soc: str, db_path: PathArg, models: Sequence[str] = (), host: 
 
     if out is not None and not str(out).endswith((".yaml", ".yml")):
         raise input_error("--out", None, f"{out} is not a .yaml file", "give a path ending in .yaml")
+    from parapipe.execution.bindings import bind_soc
+
     graphs = [load_graph(m, None, max_blocks) for m in models]
+    if binds and soc != HOST_SOC:
+        bind_soc(resolve_soc(soc), binds)  # a PU the profile lacks: refused before the database is opened
     db = open_existing_db(db_path)
     measured = 0
     try:
         if graphs or (soc == HOST_SOC and host is not None):
             with open_agent_timer(host, python) as runner:
-                soc_obj = resolve_soc(soc, runner)
+                soc_obj = bind_soc(resolve_soc(soc, runner), binds)
                 chosen = check_pus(soc_obj, pus)
                 runner.check_pus(soc_obj, chosen)
                 for _, og, bg in graphs:
@@ -212,7 +225,7 @@ def calibrate_job(soc: str, db_path: PathArg, models: Sequence[str] = (), host: 
                                          repeats, progress, rounds)
                     measured += res.measured
         else:
-            soc_obj = resolve_soc(soc)
+            soc_obj = bind_soc(resolve_soc(soc), binds)
             check_pus(soc_obj, pus)
         cal = fit_calibration(soc_obj, db, Catalog(db))
     finally:
@@ -260,10 +273,12 @@ def import_job(csv_path: PathArg, soc: str, db_path: Optional[PathArg] = None,
 
 
 def detect_job(out: PathArg, host: Optional[HostSpec] = None, python: Optional[str] = None,
-               name: Optional[str] = None, per_core: bool = False, progress: Progress = None,
-               record: Optional[MeasureLog] = None) -> Tuple[SoC, Path]:
-    """``parapipe soc detect``: measure the machine and write its profile YAML to ``out``; ``progress(done,
-    total)`` follows the micro-benchmarks, ``record`` gets their spread and load.
+               name: Optional[str] = None, per_core: Optional[bool] = None, progress: Progress = None,
+               record: Optional[MeasureLog] = None) -> Tuple[SoC, Path, str]:
+    """``parapipe soc detect``: measure the machine and write its profile YAML to ``out``; returns the profile,
+    its path and how its CPU PUs were grouped (``per_core`` None: as
+    :func:`parapipe.measure.detect.cpu_grouping` chooses). ``progress(done, total)`` follows the
+    micro-benchmarks, ``record`` gets their spread and load.
 
     Raises
     ------
@@ -272,7 +287,7 @@ def detect_job(out: PathArg, host: Optional[HostSpec] = None, python: Optional[s
     HostError
         As :func:`profile_job`.
     """
-    from parapipe.measure.detect import detect_soc
+    from parapipe.measure.detect import cpu_grouping, detect_soc
     from parapipe.measure.agent_timer import open_agent_timer
     from parapipe.soc.loader import load_soc, save_soc
 
@@ -281,13 +296,18 @@ def detect_job(out: PathArg, host: Optional[HostSpec] = None, python: Optional[s
     from parapipe.measure.trust import RecordingTimer
 
     with open_agent_timer(host, python) as runner:
+        if per_core is None:
+            per_core, how = cpu_grouping(runner.facts)
+        else:
+            how = ("one PU per core, as --per-core asked (--per-cluster for one PU per cluster)" if per_core else
+                   "one PU per CPU cluster, as --per-cluster asked (--per-core for one PU per core)")
         soc = detect_soc(runner if record is None else RecordingTimer(runner, record), name=name,
                          per_core=per_core, progress=progress)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     save_soc(soc, path)
     load_soc(str(path))  # the written file must load; a failure here is a bug in detect_soc
-    return soc, path
+    return soc, path, how
 
 
 def calibrate_runs_job(soc: str, runs_csv: Optional[str], db_path: Optional[str], blocks_dir: Optional[str],

@@ -9,12 +9,19 @@ period, or after ``rounds`` rounds; otherwise fit the pipeline terms on every ru
 (:func:`parapipe.calibration.runfit.calibrate_runs`) and search again. Each prediction in the trajectory was made
 before the run it is compared with (out of sample).
 
-The trajectory goes into ``pareto.json`` (``search.refine``: rounds, tolerance, converged, the fitted terms and
-one row per run: round, point, predicted and measured period and latency, error), and the last fit into
-``OUT/calibrated.yaml`` (the profile with the terms, ``source: runs``).
+A round whose points were all measured in earlier rounds ends the loop too (``unchanged``: the search with the
+fitted terms proposes nothing new, so more rounds would re-measure the same mappings). Point ids (``p0``, ...) are
+per round: the same id in two rounds may be two mappings, so every run also names its mapping by
+:func:`mapping_id`, a hash of its stages, the same in every round and every document.
+
+The trajectory goes into ``pareto.json`` (``search.refine``: rounds, tolerance, converged, why it stopped and what
+to try next, the fitted terms and one row per run: round, mapping id, point, predicted and measured period and
+latency, error), and the last fit into ``OUT/calibrated.yaml`` (the profile with the terms, ``source: runs``).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -33,15 +40,40 @@ if TYPE_CHECKING:  # the executor's report type only: importing ppexec loads ONN
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RefineStep", "RefineResult", "refine", "trajectory_table", "REFINE_TOLERANCE"]
+__all__ = ["RefineStep", "RefineResult", "refine", "trajectory_table", "REFINE_TOLERANCE", "mapping_id",
+           "STOP_REASONS"]
 
 #: Relative period error at which the loop stops (5 %: a prediction this close ranks mappings as runs do).
 REFINE_TOLERANCE = 0.05
 
 
+#: Why the loop stopped -> (what it means, what to try next); ``{tol}`` is the tolerance in %.
+STOP_REASONS = {
+    "converged": ("converged: every point of the last round was predicted within {tol} of its measured period",
+                  "deploy the front's best point; refine again after changing the board or the model"),
+    "rounds": ("rounds exhausted: the last round still missed {tol}",
+               "more rounds (a larger --refine), more points per round (--refine-points) or more frames per run "
+               "(--frames) where the runs' spread is large; or calibrate the blocks again ('parapipe calibrate')"),
+    "unchanged": ("the mappings stayed the same: the search with the fitted terms proposed only mappings already "
+                  "measured, still off by more than {tol}",
+                  "more points per round (--refine-points) to measure other mappings, or better block times "
+                  "('parapipe profile --repeats', 'parapipe calibrate'): the pipeline terms cannot absorb the rest"),
+}
+
+
+def mapping_id(stages) -> str:
+    """A stable short id of a mapping: ``m`` and 6 hex digits of the SHA-256 of its stages' PUs, blocks,
+    operator assignment and replicas (a pareto.json point's ``stages``). The same mapping has the same id in
+    every round and document; point ids (``p0``) are per document."""
+    key = [[st.pus, st.blocks, sorted(st.assignment.items()),
+            [[r.pus, sorted(r.assignment.items())] for r in st.replicas or []]] for st in stages]
+    return "m" + hashlib.sha256(json.dumps(key).encode()).hexdigest()[:6]
+
+
 @dataclass(frozen=True)
 class RefineStep:
-    """One measured point of the loop (s): predicted before it ran, then measured."""
+    """One measured point of the loop (s): predicted before it ran, then measured. ``point`` is the id in that
+    round's document; ``mapping`` the stable :func:`mapping_id`."""
 
     round: int
     point: str
@@ -50,6 +82,7 @@ class RefineStep:
     predicted_latency_s: float
     measured_latency_s: float
     error: float  # predicted / measured − 1 (period)
+    mapping: str = ""
 
 
 @dataclass(frozen=True)
@@ -64,6 +97,7 @@ class RefineResult:
     terms: PipelineTerms
     calibrated: Optional[Path]
     prepared: Prepared
+    stop_reason: str = "converged"  # a key of STOP_REASONS
 
 
 def _key(mapping: CostMapping) -> tuple:
@@ -120,6 +154,7 @@ def refine(prep: Prepared, options: SearchOptions, out_dir: Path, rounds: int, m
     seen: Set[tuple] = set()
     steps: List[RefineStep] = []
     converged, fit = False, None
+    stop = "rounds"
     doc: Optional[ParetoDoc] = None
     for rnd in range(1, rounds + 1):
         doc, prep = optimize(replace(prep, terms=terms), options, out_dir, progress=progress, plot=False)
@@ -132,13 +167,14 @@ def refine(prep: Prepared, options: SearchOptions, out_dir: Path, rounds: int, m
         ranked.sort(key=lambda r: (r[0].period_s, r[0].latency_s))
         chosen = ranked[:1] + [r for r in ranked[1:] if _key(r[2]) not in seen][:points - 1]
         round_ok = True
+        new = any(_key(m) not in seen for _, _, m in chosen)
         for ev, pt, m in chosen:
             rep, runner = _run_point(model, out_dir, pt.id, frames, host, python, rnd, input_shapes, feeds)
             record_run(db, doc, pt, rep, runner)
             seen.add(_key(m))
             period = 1.0 / rep.throughput_per_s
             step = RefineStep(rnd, pt.id, ev.period_s, period, ev.latency_s, rep.idle_latency_s,
-                              ev.period_s / period - 1.0)
+                              ev.period_s / period - 1.0, mapping_id(pt.stages))
             steps.append(step)
             if on_step is not None:
                 on_step(step)
@@ -146,14 +182,19 @@ def refine(prep: Prepared, options: SearchOptions, out_dir: Path, rounds: int, m
             measured.append(MeasuredRun(prep.loaded.name, pt.id, prep.problem, m, period,
                                         rep.idle_latency_s or None, rep.energy_j, f"refine round {rnd}"))
         if round_ok:
-            converged = True
+            converged, stop = True, "converged"
+            break
+        if not new and rnd > 1:
+            stop = "unchanged"
             break
         if rnd < rounds:
             fit = calibrate_runs(measured, base, soc=prep.soc, loo=False)
             terms = fit.terms
     prep = replace(prep, terms=terms)
     assert doc is not None  # rounds >= 1: the loop ran
+    why, next_ = STOP_REASONS[stop]
     doc.search["refine"] = {"rounds": steps[-1].round, "tolerance": tolerance, "converged": converged,
+                            "stop_reason": stop, "stopped": why.format(tol=f"{tolerance:.0%}"), "next": next_,
                             "terms": terms.to_json(),
                             "trajectory": [asdict(s) for s in steps]}
     write_outputs(doc, out_dir, plot)
@@ -165,7 +206,7 @@ def refine(prep: Prepared, options: SearchOptions, out_dir: Path, rounds: int, m
         calibrated = out_dir / "calibrated.yaml"
         save_soc(calibrated_profile(prep.soc, fit, f"parapipe optimize --refine: {len(measured)} runs of "
                                     f"{prep.loaded.name}"), calibrated)
-    return RefineResult(doc, steps, converged, terms, calibrated, prep)
+    return RefineResult(doc, steps, converged, terms, calibrated, prep, stop)
 
 
 def _run_point(model: str, out_dir: Path, point: str, frames: int, host: Optional[HostSpec], python: str, rnd: int,
@@ -187,9 +228,10 @@ def _run_point(model: str, out_dir: Path, point: str, frames: int, host: Optiona
 
 
 def trajectory_table(steps: Sequence[RefineStep]) -> str:
-    """The trajectory as text (ms, %)."""
-    lines = [f"{'round':>5} {'point':<8} {'predicted ms':>12} {'measured ms':>11} {'error':>7}"]
+    """The trajectory as text (ms, %): one row per run, the mapping by its stable id, the round's point id next
+    to it."""
+    lines = [f"{'round':>5} {'mapping':<8} {'point':<8} {'predicted ms':>12} {'measured ms':>11} {'error':>7}"]
     for s in steps:
-        lines.append(f"{s.round:>5} {s.point:<8} {s.predicted_period_s * 1e3:>12.3f} {s.measured_period_s * 1e3:>11.3f} "
-                     f"{s.error * 100:>+6.1f}%")
+        lines.append(f"{s.round:>5} {s.mapping:<8} {s.point:<8} {s.predicted_period_s * 1e3:>12.3f} "
+                     f"{s.measured_period_s * 1e3:>11.3f} {s.error * 100:>+6.1f}%")
     return "\n".join(lines)

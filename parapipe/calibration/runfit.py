@@ -162,6 +162,7 @@ class RunsFit:
     predictions: List[Dict[str, Tuple[float, float, Optional[float]]]]
     overall: Dict[str, Errors]
     per_model: Dict[str, Dict[str, Errors]]
+    warnings: List[str] = field(default_factory=list)
 
 
 def _log_ratio(pred: float, meas: float) -> float:
@@ -219,6 +220,11 @@ class _Design:
             for pu in pus:
                 if pu not in shared:
                     self.skipped[f"overlap.{pu}"] = "no run has this PU serve two stages"
+        if len(self.names) > len(runs):  # more unknowns than runs: the fit would be exact and say nothing
+            for name in self.names[len(runs):]:
+                self.skipped[name] = (f"{len(runs)} run(s) support {len(runs)} parameter(s), fitted in the order "
+                                      "slowdown, dispatch, handoff, contention, sharing, overlap; record more runs")
+            del self.names[len(runs):], self.lower[len(runs):], self.upper[len(runs):], self.scale[len(runs):]
 
     def start(self) -> np.ndarray:
         b = self.base
@@ -376,7 +382,10 @@ def _errors(runs: Sequence[MeasuredRun], preds: Sequence[Tuple[float, float, Opt
 
 def calibrate_runs(runs: Sequence[MeasuredRun], base: PipelineTerms, fit: Sequence[str] = TERM_NAMES,
                    soc=None, loo: bool = True) -> RunsFit:
-    """Fit the terms (and, where runs carry energies, the powers) and report the errors.
+    """Fit the terms (and, where runs carry energies, the powers) and report the errors. At most one parameter
+    per run is fitted (in the order of :data:`TERM_NAMES`; the rest keep ``base``'s values): with more unknowns
+    than runs the fit is exact whatever the terms, so its error says nothing. ``warnings`` of the result say so,
+    and that one run has no leave-one-out check.
 
     Parameters
     ----------
@@ -421,7 +430,18 @@ def calibrate_runs(runs: Sequence[MeasuredRun], base: PipelineTerms, fit: Sequen
     for model in dict.fromkeys(r.model for r in runs):
         idx = [i for i, r in enumerate(runs) if r.model == model]
         per_model[model] = {k: _errors([runs[i] for i in idx], [preds[i][k] for i in idx]) for k in kinds}
-    return RunsFit(runs, terms, params, power, preds, overall, per_model)
+    warnings = []
+    capped = [p.name for p in params if not p.fitted and "run(s) support" in p.note]
+    fitted = sum(p.fitted for p in params)
+    if capped:
+        warnings.append(f"{len(runs)} run(s) for {fitted + len(capped)} parameters: fitted only {fitted} "
+                        f"({', '.join(p.name for p in params if p.fitted)}), kept the profile's "
+                        f"{', '.join(capped)}; record at least {fitted + len(capped)} runs (other points, other "
+                        "models) to fit them all")
+    if len(runs) == 1:
+        warnings.append("one run: its 'after' error is in sample (the fit saw it) and no leave-one-out check is "
+                        "possible; record 2 runs or more to see how well the fit predicts")
+    return RunsFit(runs, terms, params, power, preds, overall, per_model, warnings)
 
 
 def _value(terms: PipelineTerms, name: str) -> float:

@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any, Dict, Optional
 
-from parapipe.cli.common import ProgressBar, add_host_options, host_spec, pct
+from parapipe.cli.common import ProgressBar, add_bind_option, add_host_options, host_spec, pct
 
 __all__ = ["add_parser", "handle"]
 
@@ -35,10 +35,12 @@ def _calibrate_runs(args: argparse.Namespace) -> int:
                               [*f.power.delta_w.values(), f.power.base_w] if f.power else [])],
                           "errors": {k: asdict(v) for k, v in f.overall.items()},
                           "per_model": {m: {k: asdict(v) for k, v in e.items()} for m, e in f.per_model.items()},
-                          "out": str(res.out) if res.out else None}))
+                          "warnings": f.warnings, "out": str(res.out) if res.out else None}))
         return 0
     models = list(f.per_model)
     print(f"calibrate --runs: {len(f.runs)} runs of {', '.join(models)} on {res.soc.name}")
+    for warning in f.warnings:
+        print(f"warning: {warning}")
     print(f"{'parameter':<26} {'value':>12} {'bounds':>20} {'±1σ':>12}")
     powers = [*f.power.delta_w.values(), f.power.base_w] if f.power else []
     for p in f.params + powers:
@@ -68,8 +70,15 @@ def handle(args: argparse.Namespace) -> int:
     """``parapipe calibrate``: fit the cost model on a profile database (``--runs``: the pipeline terms on
     measured runs) and print its errors."""
     from parapipe.app.profiling import calibrate_job
+    from parapipe.execution.bindings import parse_binds
 
+    binds = parse_binds(args.bind)
     if args.runs is not None:
+        if binds:
+            from parapipe.errors import input_error
+
+            raise input_error("--bind", None, "is not used with --runs (the runs' profile already carries the "
+                              "bindings they ran with)", "drop --bind")
         return _calibrate_runs(args)
     if not args.db:
         from parapipe.errors import input_error
@@ -81,7 +90,7 @@ def handle(args: argparse.Namespace) -> int:
     bar = ProgressBar("timing stages")
     try:
         res = calibrate_job(args.soc, args.db, args.model or (), host_spec(args), args.python, args.out, pus,
-                            splits, args.warmup, args.repeats, args.max_blocks, bar, args.rounds)
+                            splits, args.warmup, args.repeats, args.max_blocks, bar, args.rounds, binds)
     finally:
         bar.close()
     acc = res.accuracy
@@ -135,6 +144,7 @@ def add_parser(sub) -> None:
     s.add_argument("--warmup", type=int, default=3)
     s.add_argument("--rounds", type=int, default=3, help="attempts per stage, lowest median kept (default 3)")
     s.add_argument("--max-blocks", type=int, default=48)
+    add_bind_option(s, "measure")
     add_host_options(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=handle)

@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from parapipe.graph.zoo import LoadedModel
     from parapipe.soc.profile import SoC
 
-__all__ = ["progress_bar", "ProgressBar", "StepBars", "set_quiet", "is_quiet", "show_progress", "print_measurement", "parsed_input_shapes", "add_input_options", "print_model_notes",
-           "add_host_options", "host_spec", "pct", "problem_for", "print_run_report", "add_run_options"]
+__all__ = ["progress_bar", "ProgressBar", "StepBars", "set_quiet", "is_quiet", "show_progress", "print_measurement",
+           "parsed_input_shapes", "add_input_options", "print_model_notes", "add_host_options", "host_spec", "pct",
+           "problem_for", "print_run_report", "add_run_options", "add_bind_option"]
 
 
 #: ``parapipe --quiet``: no progress bars (set by :func:`set_quiet` from ``main``).
@@ -265,11 +266,20 @@ def print_run_report(head: str, rep: "RunReport") -> None:
               "apply to this run")
 
 
+def add_bind_option(s: argparse.ArgumentParser, what: str = "run") -> None:
+    """``--bind PU=CPUS`` (repeatable; read back with :func:`parapipe.execution.bindings.parse_binds`): ``what``
+    says what the command does with the bound PU (``run``: run it; ``measure``: measure and record it)."""
+    tail = ("The report names substituted PUs (their prediction does not apply)" if what == "run" else
+            "What is measured, recorded and written is the bound PU's, under the profile's PU names (a board that "
+            "is not the profile's: bind every PU it lacks)")
+    s.add_argument("--bind", action="append", default=[], metavar="PU=CPUS",
+                   help=f"{what} PU on these CPUs (0, 0-3, 0,2) with ONNX Runtime's CPU provider instead of its "
+                   f"profile binding; repeatable. {tail}")
+
+
 def add_run_options(s: argparse.ArgumentParser) -> None:
     """``--bind``, ``--replica-dispatch`` and ``--db`` of ``run`` and ``deploy``."""
-    s.add_argument("--bind", action="append", default=[], metavar="PU=CPUS",
-                   help="run PU on these CPUs (0, 0-3, 0,2) with ONNX Runtime's CPU provider instead of its profile "
-                   "binding; repeatable. The report names substituted PUs (their prediction does not apply)")
+    add_bind_option(s)
     s.add_argument("--replica-dispatch", default="pull", metavar="POLICY",
                    help="how a replicated stage's frames reach its replicas: pull (default; each replica takes the "
                    "next frame when it is free, so each gets frames in proportion to its speed as it runs) or "

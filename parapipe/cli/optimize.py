@@ -91,12 +91,21 @@ def handle(args: argparse.Namespace) -> int:
     if args.blocks or not args.model:
         problem, soc, _ = problem_for(args)
         return _optimize_blocks(args, problem, soc, options)
+    db = args.db
+    if args.refine:  # the loop searches with the database it records its runs into
+        db = db or "profile.sqlite"
+        if not is_host(args.soc) and not Path(db).exists():
+            db_search = None  # nothing measured yet: the profile's model alone
+        else:
+            db_search = db
+    else:
+        db_search = db
     steps = StepBars()
     try:
         if is_host(args.soc):
             steps.status("loading the model")
         prep = prepare(args.model, args.soc, pus=pus, max_blocks=args.max_blocks, progress=steps,
-                       db=args.db, input_shapes=parsed_input_shapes(args), feeds=args.feeds)
+                       db=db_search, input_shapes=parsed_input_shapes(args), feeds=args.feeds)
     finally:
         steps.close()
     bars: Dict[str, Any] = {}
@@ -115,7 +124,7 @@ def handle(args: argparse.Namespace) -> int:
 
     try:
         if args.refine:
-            return _optimize_refine(args, prep, options, progress)
+            return _optimize_refine(args, prep, options, progress, db, db_search is not None)
         doc, prep = optimize(prep, options, Path(args.out), progress=progress, plot=not args.no_plot,
                              time_stages=STAGE_TIMING_POINTS if args.time_stages is None else args.time_stages,
                              steps=stage_steps)
@@ -157,27 +166,31 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _optimize_refine(args: argparse.Namespace, prep: "Prepared", options: "SearchOptions",
-                     progress: Callable[[int], None]) -> int:
+                     progress: Callable[[int], None], db: str, searched_db: bool) -> int:
     """optimize --refine N: search, run the most promising points, re-calibrate, search again
-    (:func:`parapipe.app.refine.refine`); ``--host`` with its ``--ssh-timeout``."""
+    (:func:`parapipe.app.refine.refine`); ``--host`` with its ``--ssh-timeout``. ``db`` keeps the runs;
+    ``searched_db``: the search used its measurements too."""
     from parapipe.app.refine import refine, trajectory_table
 
     host = host_spec(args)
 
     def show(step: "RefineStep") -> None:
-        print(f"parapipe: refine round {step.round}: {step.point} predicted {step.predicted_period_s * 1e3:.3f} ms, "
+        print(f"parapipe: refine round {step.round}: {step.mapping} ({step.point}) predicted {step.predicted_period_s * 1e3:.3f} ms, "
               f"measured {step.measured_period_s * 1e3:.3f} ms ({step.error * 100:+.1f}%)", file=sys.stderr, flush=True)
 
     res = refine(prep, options, Path(args.out), args.refine, args.model, frames=args.frames, points=args.refine_points,
-                 db=args.db or "profile.sqlite", host=host, python=args.python or "python3", plot=not args.no_plot,
+                 db=db, host=host, python=args.python or "python3", plot=not args.no_plot,
                  progress=progress, on_step=show, input_shapes=parsed_input_shapes(args), feeds=args.feeds)
     if args.json:
         print(json.dumps(res.doc.model_dump(mode="json")))
         return 0
     print(front_table(res.doc))
     print(trajectory_table(res.steps))
-    print(("converged: measured and predicted period within " if res.converged else "not converged within ")
-          + f"{res.doc.search['refine']['tolerance'] * 100:.0f}%" + ("" if res.converged else f" in {args.refine} round(s)"))
+    info = res.doc.search["refine"]
+    print(f"stopped after round {info['rounds']} of {args.refine}: {info['stopped']}")
+    print(f"next: {info['next']}")
+    print(f"runs recorded in {db}" + ("; the search used its measured blocks" if searched_db else
+                                      "; it had no measured blocks of this SoC yet ('parapipe profile' fills it)"))
     print(f"wrote {Path(args.out) / 'pareto.json'}" + (f" and {res.calibrated}" if res.calibrated else ""))
     return 0
 

@@ -7,7 +7,8 @@ import json
 import sys
 
 from parapipe.cli.common import (
-    StepBars, add_host_options, add_input_options, host_spec, parsed_input_shapes, pct, print_measurement)
+    StepBars, add_bind_option, add_host_options, add_input_options, host_spec, parsed_input_shapes, pct,
+    print_measurement)
 
 __all__ = ["add_parser", "handle"]
 
@@ -15,9 +16,11 @@ __all__ = ["add_parser", "handle"]
 def handle(args: argparse.Namespace) -> int:
     """``parapipe profile``: time every distinct operator (and block) into the profile database."""
     from parapipe.app.profiling import profile_job
+    from parapipe.execution.bindings import parse_binds
     from parapipe.measure.profile import ProfileOptions
     from parapipe.measure.trust import warning
 
+    binds = parse_binds(args.bind)
     pus = [p.strip() for p in args.pus.split(",") if p.strip()] if args.pus else None
     options = ProfileOptions(pus=pus, budget=args.budget, warmup=args.warmup, repeats=args.repeats,
                              blocks=not args.no_blocks, transfers=not args.no_transfers, seed=args.seed,
@@ -27,7 +30,7 @@ def handle(args: argparse.Namespace) -> int:
     try:
         rep = profile_job(args.model, args.soc, args.db, host_spec(args), args.python, options, args.batch,
                           args.max_blocks, lambda done, total: steps("profiling", done, total),
-                          input_shapes=parsed_input_shapes(args))
+                          input_shapes=parsed_input_shapes(args), binds=binds)
     finally:
         steps.close()
     remedy = "profile again at a quieter moment, or with more --rounds (attempts spread over the run, the least " \
@@ -47,6 +50,9 @@ def handle(args: argparse.Namespace) -> int:
         print(f"budget {rep.budget:g}: {rep.selected_signatures} of {rep.signatures} signatures fitted, "
               f"{rep.holdout_signatures} held out; calibrated prediction error on the held-out operators: MAPE "
               f"{pct(rep.holdout_mape_percent)} ({rep.holdout_measurements} measurements)")
+    if binds:
+        print("substituted: " + ", ".join(f"{pu}=CPUs {','.join(map(str, cpus))}" for pu, cpus in binds.items())
+              + f" (CPU provider), recorded as {rep.soc}'s PUs; calibrate with the same --bind")
     for line in rep.failed[:10]:
         print(f"  failed: {line}")
     if rep.measurement and rep.measurement.get("measurements"):
@@ -73,6 +79,7 @@ def add_parser(sub) -> None:
     s.add_argument("--no-blocks", action="store_true", help="time operators only")
     s.add_argument("--no-transfers", action="store_true", help="do not time hand-offs between PUs")
     s.add_argument("--seed", type=int, default=0, help="seed of the held-out sample of --budget")
+    add_bind_option(s, "measure")
     add_input_options(s)
     add_host_options(s)
     s.add_argument("--json", action="store_true")

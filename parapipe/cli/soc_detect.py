@@ -14,14 +14,16 @@ def handle(args: argparse.Namespace) -> int:
     from parapipe.app.profiling import detect_job
     from parapipe.measure.trust import MeasureLog
 
+    per_core = True if args.per_core else False if args.per_cluster else None
     record = MeasureLog()
     steps = StepBars()
     steps.status("starting the agent")
     try:
-        soc, path = detect_job(args.out, host_spec(args), args.python, args.name, args.per_core,
-                               lambda done, total: steps("measuring", done, total), record)
+        soc, path, how = detect_job(args.out, host_spec(args), args.python, args.name, per_core,
+                                    lambda done, total: steps("measuring", done, total), record)
     finally:
         steps.close()
+    print(f"PUs: {how}")
     for pu in soc.pus.values():
         print(f"{pu.name:<10} {pu.kind:<4} cores {pu.cores:<3} peak {pu.peak_flops / 1e9:8.1f} GFLOPS  bandwidth "
               f"{pu.memory_bandwidth_bytes_per_s / 1e9:6.1f} GB/s  overhead {pu.op_overhead_s * 1e6:6.1f} us")
@@ -42,7 +44,11 @@ def add_parser(sub) -> None:
                           "write its profile YAML")
     d.add_argument("--out", required=True, help="profile .yaml to write")
     d.add_argument("--name", default=None, help="profile name (default detected_<hostname>)")
-    d.add_argument("--per-core", action="store_true", help="one PU per core instead of one per CPU cluster")
+    grouping = d.add_mutually_exclusive_group()
+    grouping.add_argument("--per-core", action="store_true", help="one PU per core (default where all cores form "
+                          "one cluster: one PU would leave nothing to pipeline)")
+    grouping.add_argument("--per-cluster", action="store_true", help="one PU per CPU cluster (default where the "
+                          "machine has several, e.g. big.LITTLE)")
     add_host_options(d)
     d.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars on stderr")
     d.set_defaults(func=handle)

@@ -4,6 +4,9 @@ Every PU of the point runs as its profile's ``execution`` block (embedded in the
 :class:`parapipe.mapping.SocRef`) says: pinned CPUs and thread count, runtime adapter, execution provider and
 options. ``--bind PU=CPUS`` substitutes a PU: it runs on those CPUs with ONNX Runtime's CPU provider instead, so a
 point computed for one board can be tried on another machine (its prediction then no longer applies).
+:func:`bind_soc` makes the same substitution in a SoC profile, for the commands that measure (``profile``,
+``calibrate``): what they measure and write is then the bound PUs', so the profile they lead to carries the
+bindings and its points run, and are predicted, as measured.
 """
 from __future__ import annotations
 
@@ -13,9 +16,10 @@ from typing import Dict, Mapping, Optional, Sequence, Set, Tuple
 from ppexec.plan import PUBinding
 
 from parapipe.errors import input_error
+from parapipe.soc.execution import Execution
 from parapipe.mapping.model import ParetoDoc, Point
 
-__all__ = ["parse_binds", "parse_cpus", "bindings_for"]
+__all__ = ["parse_binds", "parse_cpus", "bindings_for", "bind_soc"]
 
 _CPUS = re.compile(r"^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*$")
 
@@ -58,6 +62,29 @@ def parse_binds(items: Optional[Sequence[str]]) -> Dict[str, Tuple[int, ...]]:
             raise input_error("--bind", pu, "given twice", "bind each PU once")
         binds[pu] = parse_cpus(cpus, f"--bind {pu}")
     return binds
+
+
+def bind_soc(soc, binds: Optional[Mapping[str, Sequence[int]]]):
+    """``soc`` (a :class:`parapipe.soc.profile.SoC`) with each PU named in ``binds`` run on those CPUs with ONNX
+    Runtime's CPU provider, one thread per CPU (the substitution of ``--bind``); its name, costs and powers are
+    kept, so measurements are recorded as that PU's. ``soc`` itself when ``binds`` is empty.
+
+    Raises
+    ------
+    InputError
+        A bound PU the profile does not have.
+    """
+    if not binds:
+        return soc
+    for pu in binds:
+        if pu not in soc.pus:
+            raise input_error("--bind", pu, f"no PU {pu!r} in SoC {soc.name!r}",
+                              f"bind one of {', '.join(soc.pus)}")
+    pus = {name: (pu.model_copy(update={"execution": Execution(cpus=tuple(int(c) for c in binds[name]),
+                                                               threads=len(binds[name]))})
+                  if name in binds else pu) for name, pu in soc.pus.items()}
+    fields = {f: getattr(soc, f) for f in type(soc).model_fields}
+    return type(soc).model_validate({**fields, "pus": pus, "path": None})
 
 
 def bindings_for(doc: ParetoDoc, point: Point, binds: Optional[Mapping[str, Sequence[int]]] = None,

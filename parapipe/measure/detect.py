@@ -3,7 +3,7 @@
 :func:`measured_soc` asks a :class:`~parapipe.measure.timer.Timer` (the agent, local or over SSH, or this process:
 both run :mod:`ppexec.timing`) for the machine's facts, makes one PU per CPU cluster (CPUs grouped by sysfs
 ``cpu_capacity`` / ``cpuinfo_max_freq``; or one PU per core with ``per_core``) and, if asked, one per accelerator
-execution provider it reports, and measures on each PU, through ONNX Runtime:
+execution provider it reports (``parapipe soc detect`` picks per core or per cluster with :func:`cpu_grouping`), and measures on each PU, through ONNX Runtime:
 
 * peak FLOP/s: a :data:`GEMM_N`-square fp32 MatMul with all the PU's threads (best of the repeats, 2·N³
   FLOPs);
@@ -133,6 +133,27 @@ def _cpu_pus(hello: dict, per_core: bool) -> List[Tuple[str, List[int], Optional
     return [(name, cpus, f) for name, (cpus, f) in zip(names, clusters)]
 
 
+def cpu_grouping(hello: dict) -> Tuple[bool, str]:
+    """``(per_core, why)``: the default grouping of :func:`detect_soc` for the machine whose facts are ``hello``.
+    One PU per cluster where there are several clusters (a big.LITTLE board: a pipeline across them); one PU per
+    core where all cores form one cluster, since a single PU leaves nothing to pipeline.
+
+    Raises
+    ------
+    HostError
+        No usable CPU.
+    """
+    clusters = _cpu_pus(hello, False)
+    if len(clusters) > 1:
+        return False, (f"one PU per CPU cluster ({len(clusters)} clusters of different cores; --per-core for one "
+                       "PU per core)")
+    cores = len(clusters[0][1])
+    if cores > 1:
+        return True, (f"one PU per core (the {cores} cores form one cluster: one PU for all of them would leave "
+                      "nothing to pipeline; --per-cluster for that one PU)")
+    return False, "one PU: the machine lets parapipe use one core only"
+
+
 def _measure_pu(timer: Timer, probe: PU, repeats: int) -> Tuple[float, float, float]:
     """(peak FLOP/s, overhead s, bandwidth bytes/s) of a PU."""
     gemm = timer.time_model(gemm_model(), probe, "disabled", warmup=2, repeats=repeats)
@@ -153,7 +174,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]+", "_", text).strip("_") or "host"
 
 
-def detect_soc(timer: Timer, name: Optional[str] = None, per_core: bool = False, repeats: int = 5,
+def detect_soc(timer: Timer, name: Optional[str] = None, per_core: Optional[bool] = None, repeats: int = 5,
                progress: Optional[Callable[[int, int], None]] = None) -> SoC:
     """``parapipe soc detect``: :func:`measured_soc` of the machine ``timer`` measures, with its accelerators.
 
@@ -162,9 +183,9 @@ def detect_soc(timer: Timer, name: Optional[str] = None, per_core: bool = False,
     timer : Timer
     name : str, optional
         Profile name (default ``"detected_<hostname>"``).
-    per_core : bool
+    per_core : bool, optional
         One PU per CPU core (``cpu<i>``, one thread) instead of one per cluster (``cpu``; ``big``/``little``;
-        ``cluster<i>``, all the cluster's threads).
+        ``cluster<i>``, all the cluster's threads); None (default): as :func:`cpu_grouping` chooses.
     repeats : int
         Timed runs per micro-benchmark.
     progress : callable (done, total), optional
@@ -176,6 +197,8 @@ def detect_soc(timer: Timer, name: Optional[str] = None, per_core: bool = False,
         No usable CPU; the agent died.
     """
     facts = timer.facts
+    if per_core is None:
+        per_core = cpu_grouping(facts)[0]
     name = name or f"detected_{_slug(str(facts.get('hostname') or 'host'))}"
     return measured_soc(timer, name, per_core=per_core, repeats=repeats, accelerators=True,
                         source=DETECTED_SOURCE, progress=progress,
