@@ -116,6 +116,24 @@ def input_specs(og, ranges: Optional[Mapping[str, tuple[int, int]]] = None) -> l
     return specs
 
 
+def read_feeds(path: str) -> dict[str, np.ndarray]:
+    """The arrays of an ``--feeds`` .npz file by name, as stored (checked against a model by :func:`load_feeds`;
+    before the model is imported they give the shape probe real values,
+    :func:`parapipe.graph.opgraph.import_onnx`).
+
+    Raises
+    ------
+    InputError
+        The file cannot be read as an .npz (no pickled objects are loaded).
+    """
+    try:
+        with np.load(Path(path), allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise input_error(f"--feeds {path}", None, f"cannot be read as an .npz file ({exc})",
+                          "save the inputs with numpy.savez(FILE, NAME=array, ...)") from None
+
+
 def load_feeds(path: str, og) -> list[dict[str, np.ndarray]]:
     """The frames stored in an ``.npz`` file: one array per data input, named like it, holding one frame (the
     input's shape) or several (a leading frame axis). Integer values are checked against
@@ -128,12 +146,7 @@ def load_feeds(path: str, og) -> list[dict[str, np.ndarray]]:
         counts; an integer value outside the input's valid range (naming the input and the range).
     """
     src = f"--feeds {path}"
-    try:
-        with np.load(Path(path), allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise input_error(src, None, f"cannot be read as an .npz file ({exc})",
-                          "save the inputs with numpy.savez(FILE, NAME=array, ...)") from None
+    arrays = read_feeds(path)
     missing = [n for n in og.inputs if n not in arrays]
     extra = sorted(set(arrays) - set(og.inputs))
     if missing or extra:
@@ -165,7 +178,7 @@ def load_feeds(path: str, og) -> list[dict[str, np.ndarray]]:
     n = next(iter(counts.values()), 0)
     if n == 0:
         raise input_error(src, None, "holds no frame", "store at least one frame")
-    return [{name: arrays[name][i] for name in og.inputs} for i in range(n)]
+    return [{name: np.asarray(arrays[name][i]) for name in og.inputs} for i in range(n)]  # 0-d arrays, not numpy scalars
 
 
 def feed_error(og, exc: BaseException, source: str, feeds: Sequence[str] = ()) -> Exception:
