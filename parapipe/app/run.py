@@ -207,7 +207,7 @@ def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warm
             from parapipe.graph.feeds import feed_error
 
             raise feed_error(lm.opgraph, exc.__cause__ or exc,
-                             f"--feeds {feeds}" if feeds else "generated inputs") from exc
+                             f"--feeds {feeds}" if feeds else "generated inputs", generated=not feeds) from exc
         if trace:
             import shutil
 

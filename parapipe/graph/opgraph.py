@@ -25,7 +25,7 @@ import parapipe.graph.inputs as input_shapes_mod
 import parapipe.graph.normalize as normalize
 import parapipe.graph.shapes as shapes
 import parapipe.graph.support as support
-from parapipe.graph._proto import elem_tensor_nbytes, node_inputs, np_dtype_name, tensor_nbytes
+from parapipe.graph._proto import captured_tensors, elem_tensor_nbytes, node_inputs, np_dtype_name, tensor_nbytes
 from parapipe.graph.flops import has_flop_formula, op_flops
 
 logger = logging.getLogger(__name__)
@@ -223,11 +223,6 @@ def _value_info(name: str, elem_types: dict[str, int], tensors: dict[str, Tensor
     dims = [f"{stem}_dim{i}" if i in axes else d for i, d in enumerate(info.shape)]
     return helper.make_tensor_value_info(name, elem_types[name], dims)
 
-
-def captured_tensors(graph: onnx.GraphProto) -> frozenset[str]:
-    """Tensors of ``graph`` that a control-flow subgraph (an ``If`` branch, a ``Loop``/``Scan`` body) reads from
-    the outer scope."""
-    return frozenset(t for node in graph.node for t in set(node_inputs(node)) - set(node.input))
 
 
 def import_onnx(model: onnx.ModelProto, name: str = "model", source: str = "<memory>",

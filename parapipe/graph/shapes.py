@@ -17,7 +17,7 @@ import onnx
 from onnx import helper
 
 from parapipe.errors import input_error
-from parapipe.graph._proto import value_info_shape
+from parapipe.graph._proto import captured_tensors, value_info_shape, with_symbolic_dims
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ def infer_tensor_types(model: onnx.ModelProto, source: str, *, strict: bool = Tr
     if missing and measure:
         logger.info("%s: %d tensor shapes not inferable statically (first: %s); measuring with ONNX Runtime",
                     source, len(missing), missing[0])
-        for name, (shape, elem) in _measure_with_ort(model, missing, source, feeds).items():
+        for name, (shape, elem) in _measure_with_ort(model, missing, source, _probe_values(model, found, feeds)).items():
             if name not in result.sequences:
                 axes = result.data_dependent.get(name)
                 if axes is None or any(a >= len(shape) for a in axes):
@@ -189,6 +189,36 @@ def infer_tensor_types(model: onnx.ModelProto, source: str, *, strict: bool = Tr
                 shape = tuple(max(d, 1) if i in axes else d for i, d in enumerate(shape))
             result.types[name] = (shape, elem)
     return result
+
+
+def _probe_values(model: onnx.ModelProto, found: Mapping[str, onnx.ValueInfoProto],
+                  feeds: Optional[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Input values for the shape probe: ``feeds``, plus the value of every other integer input that is a shape
+    operand and whose value follows from the statically known shapes ``found``
+    (:func:`parapipe.graph.shape_inputs.shape_operand_values`)."""
+    from parapipe.graph.shape_inputs import shape_operand_values
+
+    given = dict(feeds or {})
+    dims = {t.name: tuple(int(d) for d in t.dims) for t in model.graph.initializer}
+
+    def shape_of(name: str) -> Optional[tuple[int, ...]]:
+        if name in dims:
+            return dims[name]
+        vi = found.get(name)
+        shape = value_info_shape(vi)[0] if vi is not None and vi.type.HasField("tensor_type") else None
+        return None if shape is None or any(d is None for d in shape) else tuple(int(d) for d in shape)
+
+    ints = {}
+    for vi in model.graph.input:
+        shape, elem = value_info_shape(vi) if vi.type.HasField("tensor_type") else (None, 0)
+        if vi.name not in given and vi.name not in dims and elem in _INDEX_TYPES and elem != onnx.TensorProto.BOOL \
+                and shape is not None and all(d is not None for d in shape):
+            ints[vi.name] = (tuple(int(d) for d in shape), elem)
+    derived = shape_operand_values(model.graph.node, {n: s for n, (s, _) in ints.items()}, shape_of)
+    for name, value in derived.items():
+        if value is not None:
+            given[name] = np.asarray(value, dtype=helper.tensor_dtype_to_np_dtype(ints[name][1]))
+    return given
 
 
 def _refuse_dim(model: onnx.ModelProto, source: str, name: str, shape: tuple) -> None:
@@ -254,6 +284,10 @@ def _measure_with_ort(model: onnx.ModelProto, names: list[str], source: str,
 
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
+    captured = captured_tensors(probe.graph)
+    for vi in probe.graph.input:  # an If branch not taken may not type-check at the static shapes
+        if vi.name in captured:
+            with_symbolic_dims(vi)
     present = {o.name for o in probe.graph.output}
     for name in names:
         if name not in present:
