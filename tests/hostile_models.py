@@ -226,3 +226,20 @@ def sample_rate_if_model(state: int = 8) -> onnx.ModelProto:
                   [helper.make_tensor_value_info("y", F, [None, state]),
                    helper.make_tensor_value_info("stateN", F, [2, None, state])],
                   [_w("w16k", (512, state), 0), _w("w8k", (256, state), 1)])
+
+
+def constant_sequence_model() -> onnx.ModelProto:
+    """Two weights w0[2, 4], w1[2, 4] -> SequenceConstruct -> seq (every input a constant); SequenceInsert(seq,
+    Relu(x[2, 4])) -> ConcatFromSequence (axis 0) -> Tanh -> y[6, 4]; SequenceAt(seq, 1) + x -> z[2, 4]. Folding
+    SequenceConstruct as a tensor (a stacked [2, 2, 4] array) made SequenceInsert read a tensor: an invalid
+    graph."""
+    nodes = [helper.make_node("SequenceConstruct", ["w0", "w1"], ["seq"], name="construct"),
+             helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("SequenceInsert", ["seq", "r"], ["seq2"], name="insert"),
+             helper.make_node("ConcatFromSequence", ["seq2"], ["cat"], name="concat", axis=0),
+             helper.make_node("Tanh", ["cat"], ["y"], name="tanh"),
+             helper.make_node("SequenceAt", ["seq", "one"], ["picked"], name="at"),
+             helper.make_node("Add", ["x", "picked"], ["z"], name="add")]
+    return _model(nodes, [helper.make_tensor_value_info("x", F, [2, 4])],
+                  [helper.make_tensor_value_info("y", F, [6, 4]), helper.make_tensor_value_info("z", F, [2, 4])],
+                  [_w("w0", (2, 4), 0), _w("w1", (2, 4), 1), numpy_helper.from_array(np.array(1, np.int64), "one")])

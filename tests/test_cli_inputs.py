@@ -169,3 +169,11 @@ def test_expand_with_a_shape_input_optimizes_and_runs_on_generated_inputs(capsys
     code, out, err = run_cli(capsys, "optimize", _save(tmp_path, "broken", broken), "--soc", "host", "--out",
                              tmp_path / "b", "--no-plot")
     assert_user_error(code, out, err, "pass real values of shape with --feeds FILE.npz")
+
+
+def test_sequence_of_constants_optimizes_and_runs(capsys, tmp_path):
+    model = _save(tmp_path, "seq", hm.constant_sequence_model())
+    mapping, _ = _optimize(capsys, tmp_path, model, "--max-blocks", "3")
+    for point in ("best-throughput", "best-latency"):
+        code, rep, err = _run(capsys, model, mapping, "--point", point)
+        assert code == 0 and rep["outputs_match"] is True, err

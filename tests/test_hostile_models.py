@@ -374,3 +374,18 @@ def test_the_shape_probe_feeds_shape_inputs_their_derived_value():
     model.graph.output.append(helper.make_tensor_value_info("nz", TensorProto.INT64, None))
     og = import_onnx(model, source="expand.onnx")  # zeros for 'shape' made the probe's Expand fail
     assert og.tensors["nz"].shape == (3, 9) and og.tensors["nz"].data_dependent_axes == (1,)
+
+
+def test_a_sequence_of_constants_is_not_folded_into_a_tensor():
+    original = hm.constant_sequence_model()
+    og = import_onnx(original)  # the folded seq, a [2, 2, 4] tensor, made SequenceInsert's graph invalid
+    assert "construct" in og.graph and og.tensors["seq"].sequence and "seq" not in og.constants
+    bg = singleton_blocks(og)
+    assert all(not og.tensors[t].sequence for _, _, ts in bg.graph.edges(data="tensors") for t in ts)
+    assert len(bg.blocks) >= 3
+    x = np.random.default_rng(6).standard_normal((2, 4)).astype(np.float32)
+    assert hm.pipeline_vs_original(og, original, [{"x": x}], bg) == 0.0
+    from parapipe.measure.local import measure_local
+
+    times = measure_local(bg, repeats=1, warmup=0).block_time_s  # every block's measurement sub-model runs
+    assert {b for b, _ in times} == {b.name for b in bg.blocks}
