@@ -201,19 +201,22 @@ def _probe_values(model: onnx.ModelProto, found: Mapping[str, onnx.ValueInfoProt
     given = dict(feeds or {})
     dims = {t.name: tuple(int(d) for d in t.dims) for t in model.graph.initializer}
 
-    def shape_of(name: str) -> Optional[tuple[int, ...]]:
-        if name in dims:
-            return dims[name]
-        vi = found.get(name)
+    def static(vi: Optional[onnx.ValueInfoProto]) -> Optional[tuple[int, ...]]:
         shape = value_info_shape(vi)[0] if vi is not None and vi.type.HasField("tensor_type") else None
-        return None if shape is None or any(d is None for d in shape) else tuple(int(d) for d in shape)
+        if shape is None or any(d is None for d in shape):
+            return None
+        return tuple(int(d) for d in shape if d is not None)
+
+    def shape_of(name: str) -> Optional[tuple[int, ...]]:
+        return dims[name] if name in dims else static(found.get(name))
 
     ints = {}
     for vi in model.graph.input:
-        shape, elem = value_info_shape(vi) if vi.type.HasField("tensor_type") else (None, 0)
+        elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+        shape = static(vi)
         if vi.name not in given and vi.name not in dims and elem in _INDEX_TYPES and elem != onnx.TensorProto.BOOL \
-                and shape is not None and all(d is not None for d in shape):
-            ints[vi.name] = (tuple(int(d) for d in shape), elem)
+                and shape is not None:
+            ints[vi.name] = (shape, elem)
     derived = shape_operand_values(model.graph.node, {n: s for n, (s, _) in ints.items()}, shape_of)
     for name, value in derived.items():
         if value is not None:
