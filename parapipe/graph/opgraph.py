@@ -170,10 +170,11 @@ class OpGraph:
         symbolic dims, sequences as sequence types, a map or a sequence of maps with its inferred type).
 
         A tensor a control-flow subgraph captures (:func:`captured_tensors`) is declared with every dim
-        symbolic: ONNX Runtime type-checks both branches of an ``If`` at the declared outer shapes, and with
-        static ones its graph optimisations (``ORT_ENABLE_BASIC`` and above, onnxruntime 1.20-1.23) made
-        silero VAD's ``If`` fail to load ("LSTM: First input tensor must have rank 3"), which it runs with
-        symbolic ones. ``tensors`` keeps the static shape for costs and frames."""
+        symbolic: ONNX Runtime type-checks both branches of an ``If`` at the declared outer shapes, so a branch
+        not taken may not load at the static shapes the taken one runs with (silero VAD's ``silero_vad.onnx``
+        with ``input`` fixed to 1x512 does not load in onnxruntime 1.32 from ``ORT_ENABLE_BASIC`` up: "LSTM:
+        First input tensor must have rank 3"; it loads with its inputs as exported). ``tensors`` keeps the
+        static shape for costs and frames."""
         return _value_info(tensor, self._elem_types, self.tensors, self._value_types,
                            symbolic=tensor in self.captured)
 
