@@ -198,3 +198,48 @@ def stale_output_shape_model() -> onnx.ModelProto:
     return _model(nodes, [helper.make_tensor_value_info("x", F, [1, 4])],
                   [helper.make_tensor_value_info("y", F, [1, "seqlen"])],
                   [numpy_helper.from_array(np.array([2, 2, 1], np.int64), "shape")])
+
+
+def sample_rate_if_model(state: int = 8) -> onnx.ModelProto:
+    """Silero VAD's structure: x[1, N] audio, state[2, 1, S], sr int64 scalar; ``If sr == 16000`` runs a 512-sample
+    branch (MatMul with a [512, S] weight), else a 256-sample one ([256, S]); both read x, the weights and
+    ``h = Tanh(state)`` from the outer scope. y = Sigmoid(branch output), stateN = h +/- it. Only sr = 16000 runs at
+    N = 512: zeros for sr take the 256-sample branch, and static shapes make the branch not taken fail type
+    checks."""
+    def branch(name: str, weight: str, combine: str) -> onnx.GraphProto:
+        nodes = [helper.make_node("MatMul", ["x", weight], [f"{name}_y"], name=f"{name}_mm"),
+                 helper.make_node(combine, ["h", f"{name}_y"], [f"{name}_s"], name=f"{name}_state")]
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(f"{name}_y", F, [None, state]),
+                                                   helper.make_tensor_value_info(f"{name}_s", F, [2, None, state])])
+
+    nodes = [helper.make_node("Constant", [], ["rate16k"], name="rate",
+                              value=numpy_helper.from_array(np.array(16000, np.int64))),
+             helper.make_node("Equal", ["sr", "rate16k"], ["is16k"], name="is16k"),
+             helper.make_node("Tanh", ["state"], ["h"], name="tanh"),
+             helper.make_node("If", ["is16k"], ["yb", "sb"], name="by_rate",
+                              then_branch=branch("r16k", "w16k", "Add"), else_branch=branch("r8k", "w8k", "Sub")),
+             helper.make_node("Sigmoid", ["yb"], ["y"], name="sigmoid"),
+             helper.make_node("Identity", ["sb"], ["stateN"], name="state_out")]
+    return _model(nodes, [helper.make_tensor_value_info("x", F, [1, "N"]),
+                          helper.make_tensor_value_info("state", F, [2, 1, state]),
+                          helper.make_tensor_value_info("sr", I64, [])],
+                  [helper.make_tensor_value_info("y", F, [None, state]),
+                   helper.make_tensor_value_info("stateN", F, [2, None, state])],
+                  [_w("w16k", (512, state), 0), _w("w8k", (256, state), 1)])
+
+
+def constant_sequence_model() -> onnx.ModelProto:
+    """Two weights w0[2, 4], w1[2, 4] -> SequenceConstruct -> seq (every input a constant); SequenceInsert(seq,
+    Relu(x[2, 4])) -> ConcatFromSequence (axis 0) -> Tanh -> y[6, 4]; SequenceAt(seq, 1) + x -> z[2, 4]. Folding
+    SequenceConstruct as a tensor (a stacked [2, 2, 4] array) made SequenceInsert read a tensor: an invalid
+    graph."""
+    nodes = [helper.make_node("SequenceConstruct", ["w0", "w1"], ["seq"], name="construct"),
+             helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("SequenceInsert", ["seq", "r"], ["seq2"], name="insert"),
+             helper.make_node("ConcatFromSequence", ["seq2"], ["cat"], name="concat", axis=0),
+             helper.make_node("Tanh", ["cat"], ["y"], name="tanh"),
+             helper.make_node("SequenceAt", ["seq", "one"], ["picked"], name="at"),
+             helper.make_node("Add", ["x", "picked"], ["z"], name="add")]
+    return _model(nodes, [helper.make_tensor_value_info("x", F, [2, 4])],
+                  [helper.make_tensor_value_info("y", F, [6, 4]), helper.make_tensor_value_info("z", F, [2, 4])],
+                  [_w("w0", (2, 4), 0), _w("w1", (2, 4), 1), numpy_helper.from_array(np.array(1, np.int64), "one")])

@@ -139,3 +139,41 @@ def test_bundle_frames_use_the_graph_ranges(capsys, tmp_path):
     # one rule: the host draws the same frames from the graph's specs as the board from plan.json's
     here = draw_frames(input_specs(import_onnx(hm.bert_front_end(vocab=30, types=2))), 8, seed=0)
     assert all(sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a) for a, b in zip(here, frames))
+
+
+def test_if_on_an_int64_sample_rate_optimizes_and_runs_with_feeds(capsys, tmp_path):
+    vad = _save(tmp_path, "vad", hm.sample_rate_if_model())
+    rng = np.random.default_rng(5)
+    np.savez(tmp_path / "f.npz", x=rng.standard_normal((4, 1, 512)).astype(np.float32),
+             state=rng.standard_normal((4, 2, 1, 8)).astype(np.float32), sr=np.full(4, 16000, np.int64))
+    code, out, err = run_cli(capsys, "optimize", vad, "--soc", "host", "--out", tmp_path / "o", "--no-plot",
+                             "--input-shape", "x:1x512")  # no feeds: the probe's sr = 0 takes the other branch
+    assert_user_error(code, out, err, "pass real values of sr with --feeds FILE.npz")
+    mapping, _ = _optimize(capsys, tmp_path, vad, "--input-shape", "x:1x512", "--feeds", tmp_path / "f.npz",
+                           "--time-stages", "0", "--max-blocks", "4")
+    assert json.loads(mapping.read_text())["input_shapes"] == {"x": [1, 512], "state": [2, 1, 8], "sr": []}
+    for point in ("best-throughput", "best-latency"):
+        code, rep, err = _run(capsys, vad, mapping, "--point", point, "--feeds", tmp_path / "f.npz")
+        assert code == 0 and rep["outputs_match"] is True and rep["max_abs_diff"] == 0.0, err
+
+
+def test_expand_with_a_shape_input_optimizes_and_runs_on_generated_inputs(capsys, tmp_path):
+    from test_hostile_models import _backend_model
+
+    model = _save(tmp_path, "expand", _backend_model("test_expand_shape_model3"))  # Expand(X[1,3,1], shape[3])
+    mapping, _ = _optimize(capsys, tmp_path, model, "--time-stages", "0")
+    code, rep, err = _run(capsys, model, mapping)
+    assert code == 0 and rep["outputs_match"] is True, err
+    broken = _backend_model("test_expand_shape_model3")  # Y's dims no longer stated: only real inputs run it
+    broken.graph.output[0].type.tensor_type.ClearField("shape")
+    code, out, err = run_cli(capsys, "optimize", _save(tmp_path, "broken", broken), "--soc", "host", "--out",
+                             tmp_path / "b", "--no-plot")
+    assert_user_error(code, out, err, "pass real values of shape with --feeds FILE.npz")
+
+
+def test_sequence_of_constants_optimizes_and_runs(capsys, tmp_path):
+    model = _save(tmp_path, "seq", hm.constant_sequence_model())
+    mapping, _ = _optimize(capsys, tmp_path, model, "--max-blocks", "3")
+    for point in ("best-throughput", "best-latency"):
+        code, rep, err = _run(capsys, model, mapping, "--point", point)
+        assert code == 0 and rep["outputs_match"] is True, err

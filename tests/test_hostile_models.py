@@ -285,3 +285,107 @@ def test_blocks_are_measured_with_the_real_values_of_shape_vectors():
 def test_a_stale_declared_output_shape_is_not_a_data_dependent_one():
     og = import_onnx(hm.stale_output_shape_model())
     assert og.tensors["y"].shape == (2, 2, 1) and og.data_dependent_ops == []
+
+
+# ------------------------------------------------------------------------------------ models ORT runs
+def _sample_rate_frames(n=3, rate=16000):
+    rng = np.random.default_rng(4)
+    return [{"x": rng.standard_normal((1, 512)).astype(np.float32),
+             "state": rng.standard_normal((2, 1, 8)).astype(np.float32), "sr": np.array(rate, np.int64)}
+            for _ in range(n)]
+
+
+def test_shape_probe_runs_on_the_given_feeds_and_the_if_splits_anywhere():
+    original = hm.sample_rate_if_model()
+    with pytest.raises(InputError) as err:  # fixed probe values (sr = 0) take the 256-sample branch
+        import_onnx(original, source="vad.onnx", input_shapes={"x": (1, 512)})
+    assert "pass real values of sr with --feeds FILE.npz" in str(err.value)
+    frames = _sample_rate_frames()
+    og = import_onnx(original, source="vad.onnx", input_shapes={"x": (1, 512)}, feeds=frames[0])
+    assert og.tensors["yb"].shape == (1, 8) and og.tensors["sb"].shape == (2, 1, 8)
+    assert og.captured == {"x", "h", "w16k", "w8k"}
+    for name in ("x", "h"):  # declared symbolic: ORT type-checks the branch not taken at the declared shapes
+        assert all(d.dim_param for d in og.value_info(name).type.tensor_type.shape.dim)
+    bg = singleton_blocks(og)
+    assert len(bg.blocks) >= 4  # the If gets its own stage, fed h and x across cuts
+    assert hm.pipeline_vs_original(og, original, frames, bg) == 0.0
+
+
+def _backend_model(name):
+    from pathlib import Path
+
+    path = Path(onnx.__file__).parent / "backend" / "test" / "data" / "simple" / name / "model.onnx"
+    if not path.exists():
+        pytest.skip(f"the onnx wheel has no {name}")
+    return onnx.load(str(path))
+
+
+@pytest.mark.parametrize("case, value", [(1, (3, 1)), (2, (3, 3)), (3, (3, 3, 3)), (4, (3, 3, 3, 3))])
+def test_generated_shape_inputs_take_the_value_the_output_shape_needs(case, value):
+    model = _backend_model(f"test_expand_shape_model{case}")  # Expand(X[1, 3, 1], shape) -> Y of declared shape
+    og = import_onnx(model)
+    from parapipe.graph.feeds import shape_input_values
+
+    assert shape_input_values(og) == {"shape": value}
+    frames = draw_frames(input_specs(og), 2, seed=3)
+    assert all(f["shape"].tolist() == list(value) for f in frames)
+    (out,) = reference_outputs(model, frames[:1])
+    assert out["Y"].shape == og.tensors["Y"].shape
+
+
+def test_shape_values_of_reshape_tile_and_constant_of_shape():
+    from parapipe.graph.feeds import shape_input_values
+
+    nodes = [helper.make_node("Reshape", ["x", "target"], ["r"], name="reshape"),
+             helper.make_node("Tile", ["r", "reps"], ["t"], name="tile"),
+             helper.make_node("ConstantOfShape", ["dims"], ["c"], name="zeros"),
+             helper.make_node("Add", ["t", "c"], ["y"], name="add")]
+    I = TensorProto.INT64
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+                     helper.make_tensor_value_info("target", I, [2]), helper.make_tensor_value_info("reps", I, [2]),
+                     helper.make_tensor_value_info("dims", I, [2])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # declared: the values follow from them
+         for name, shape in (("y", [6, 8]), ("r", [3, 4]), ("t", [6, 8]), ("c", [6, 8]))]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    og = import_onnx(model)
+    assert shape_input_values(og) == {"target": (3, 4), "reps": (2, 2), "dims": (6, 8)}
+    (out,) = reference_outputs(model, draw_frames(input_specs(og), 1))
+    assert out["y"].shape == (6, 8)
+
+
+def test_a_shape_input_without_a_derivable_value_names_the_input_and_feeds():
+    model = _backend_model("test_expand_shape_model2")
+    del model.graph.output[0].type.tensor_type.shape.dim[:]  # Y's shape no longer stated: nothing to derive from
+    model.graph.output[0].type.tensor_type.ClearField("shape")
+    with pytest.raises(InputError) as err:
+        import_onnx(model, source="expand.onnx")
+    assert str(err.value).startswith("expand.onnx: tensor 'Y': ")
+    assert str(err.value).endswith("pass real values of shape with --feeds FILE.npz (the probe ran on fixed ones: "
+                                   "floats 1, integers 0), or export the model with static shapes "
+                                   "(onnx.shape_inference, onnxsim)")
+    og = import_onnx(model, feeds={"shape": np.array([1, 3], np.int64)})
+    assert og.tensors["Y"].shape == (1, 3, 3)
+
+
+def test_the_shape_probe_feeds_shape_inputs_their_derived_value():
+    model = _backend_model("test_expand_shape_model2")  # Y[1, 3, 3] declared; NonZero after it needs the probe
+    model.graph.node.append(helper.make_node("NonZero", ["Y"], ["nz"], name="nonzero"))
+    model.graph.output.append(helper.make_tensor_value_info("nz", TensorProto.INT64, None))
+    og = import_onnx(model, source="expand.onnx")  # zeros for 'shape' made the probe's Expand fail
+    assert og.tensors["nz"].shape == (3, 9) and og.tensors["nz"].data_dependent_axes == (1,)
+
+
+def test_a_sequence_of_constants_is_not_folded_into_a_tensor():
+    original = hm.constant_sequence_model()
+    og = import_onnx(original)  # the folded seq, a [2, 2, 4] tensor, made SequenceInsert's graph invalid
+    assert "construct" in og.graph and og.tensors["seq"].sequence and "seq" not in og.constants
+    bg = singleton_blocks(og)
+    assert all(not og.tensors[t].sequence for _, _, ts in bg.graph.edges(data="tensors") for t in ts)
+    assert len(bg.blocks) >= 3
+    x = np.random.default_rng(6).standard_normal((2, 4)).astype(np.float32)
+    assert hm.pipeline_vs_original(og, original, [{"x": x}], bg) == 0.0
+    from parapipe.measure.submodels import measure_local
+
+    times = measure_local(bg, repeats=1, warmup=0).block_time_s  # every block's measurement sub-model runs
+    assert {b for b, _ in times} == {b.name for b in bg.blocks}

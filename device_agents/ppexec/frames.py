@@ -8,7 +8,10 @@ of its valid values) and a seed, by one rule:
 - booleans: 0 or 1 with equal odds;
 - integers: uniform in the input's inclusive range ``(low, high)``; 0 when no range bounds it (integers
   mostly index rows or count things, and 0 is valid for every such use);
-- any other dtype (complex, strings): zeros of that dtype (no value is valid in general: pass real inputs).
+- any other dtype (complex, strings): zeros of that dtype (no value is valid in general: pass real inputs);
+- an input with a fixed ``value`` (an integer input that IS a shape: the target of an ``Expand`` or
+  ``Reshape``, the repeats of a ``Tile``, where only one value is valid): that value in every frame, drawing
+  nothing.
 
 The inputs of a frame are drawn in the order of their names, frame after frame, from one
 ``numpy.random.RandomState(seed)``: the legacy generator, whose stream numpy keeps fixed across versions (NEP 19),
@@ -16,7 +19,8 @@ so a board and the host computer with different numpy versions draw the same fra
 
 The ranges come from the model's graph on the host computer (parapipe's ``graph.feeds.integer_input_ranges``:
 the rows of the embedding or ``Gather`` an input indexes); a deploy bundle carries them in ``plan.json``
-(``"inputs"``: ``{name: {"shape", "dtype", "range"?}}``, read by :func:`inputs_from_doc`). Standard library and
+(``"inputs"``: ``{name: {"shape", "dtype", "range"?, "value"?}}``, read by :func:`inputs_from_doc`). Standard
+library and
 numpy only (Python >= 3.8).
 """
 from __future__ import annotations
@@ -41,17 +45,23 @@ class FrameInput(NamedTuple):
         A numpy dtype name (``"float32"``, ``"int64"``, ``"bool"``).
     int_range : (int, int), optional
         For an integer input, the inclusive range ``(low, high)`` of its valid values; None draws 0.
+    value : tuple of int, optional
+        The input's one valid value, flattened (row-major, as many elements as ``shape`` holds): used as is in
+        every frame.
     """
 
     name: str
     shape: Tuple[int, ...]
     dtype: str
     int_range: Optional[Tuple[int, int]] = None
+    value: Optional[Tuple[int, ...]] = None
 
 
 def _draw(rng: np.random.RandomState, spec: FrameInput) -> np.ndarray:
     shape = tuple(int(d) for d in spec.shape)
     dtype = np.dtype(spec.dtype)
+    if spec.value is not None:
+        return np.asarray(spec.value, dtype=dtype).reshape(shape)
     if dtype.kind == "f":
         return rng.standard_normal(shape).astype(dtype)
     if dtype.kind == "b":
@@ -99,10 +109,12 @@ def draw_frames(inputs: Iterable[Sequence[Any]], count: int, seed: int = 0) -> L
 
 def inputs_from_doc(doc: Mapping[str, Mapping[str, Any]]) -> List[FrameInput]:
     """The :class:`FrameInput` list of a ``plan.json`` ``"inputs"`` object ``{name: {"shape": [...], "dtype"
-    (default ``"float32"``), "range": [low, high] (optional)}}``."""
+    (default ``"float32"``), "range": [low, high] (optional), "value": [v0, v1, ...] (optional, flattened)}}``."""
     found = []
     for name, entry in doc.items():
         bounds = entry.get("range")
+        value = entry.get("value")
         found.append(FrameInput(str(name), tuple(int(d) for d in entry["shape"]), str(entry.get("dtype", "float32")),
-                                None if bounds is None else (int(bounds[0]), int(bounds[1]))))
+                                None if bounds is None else (int(bounds[0]), int(bounds[1])),
+                                None if value is None else tuple(int(v) for v in value)))
     return found

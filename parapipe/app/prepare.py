@@ -104,6 +104,7 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     from parapipe.cost.pipeline_terms import terms_from_soc
     from parapipe.cost.roofline import problem_from_blocks
     from parapipe.graph.coarsen import coarsen
+    from parapipe.graph.feeds import read_feeds
     from parapipe.graph.opgraph import import_onnx
     from parapipe.graph.support import check_declared
     from parapipe.graph.zoo import load_model
@@ -112,7 +113,8 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
 
     lm = loaded if loaded is not None else load_model(model)
     source = str(lm.path or model)
-    og = import_onnx(lm.model, name=lm.name, source=source, input_shapes=input_shapes)
+    og = import_onnx(lm.model, name=lm.name, source=source, input_shapes=input_shapes,
+                     feeds=read_feeds(feeds) if feeds else None)
     bg = coarsen(og, max_blocks=max_blocks)
     timings = {"import_s": time.perf_counter() - t0}
     measured = None

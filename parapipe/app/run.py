@@ -28,6 +28,7 @@ from parapipe.execution.bindings import bindings_for
 from parapipe.execution.plan import build_plan
 from parapipe.execution.reference import reference_with_outputs
 from parapipe.graph.coarsen import BlockGraph, coarsen
+from parapipe.graph.feeds import read_feeds
 from parapipe.graph.opgraph import OpGraph, import_onnx
 from parapipe.graph.zoo import LoadedModel, load_model
 from parapipe.mapping import ParetoDoc, Point, check_model, read_pareto, select_point
@@ -133,7 +134,8 @@ def load_mapping(model: str, mapping_path: str, point: str,
                               f"mapping was computed for ({planned})",
                               "run with those shapes, or optimize again with the new ones")
     og = import_onnx(lm.model, name=lm.name, source=str(lm.path or model),
-                     input_shapes=stored if stored is not None else input_shapes)
+                     input_shapes=stored if stored is not None else input_shapes,
+                     feeds=read_feeds(feeds) if feeds else None)
     bg = coarsen(og, max_blocks=doc.search.get("max_blocks"))
     if {b.name: list(b.ops) for b in bg.blocks} != doc.blocks:
         raise input_error(mapping_path, "blocks", "block structure differs from this model's",
@@ -219,7 +221,7 @@ def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warm
         from parapipe.graph.feeds import feed_error
 
         raise feed_error(lm.opgraph, exc.__cause__ or exc,
-                         f"--feeds {feeds}" if feeds else "generated inputs") from exc
+                         f"--feeds {feeds}" if feeds else "generated inputs", generated=not feeds) from exc
     if trace:
         from parapipe.files import atomic_path
 

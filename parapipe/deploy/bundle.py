@@ -146,12 +146,14 @@ def build_bundle(mapping: Any, dest: Path) -> Bundle:
     reference, checked = reference_with_outputs(mapping.loaded.model, og, handed_over_tensors(mapping.plan))
     _write_model(reference, dest / REFERENCE, "reference")
     plan_doc = plan_to_doc(mapping.plan, model_files)
-    from parapipe.graph.feeds import integer_input_ranges
+    from parapipe.graph.feeds import integer_input_ranges, shape_input_values
 
     ranges = integer_input_ranges(og)  # valid integer values (embedding rows ...), for the frames on the board
+    fixed = {n: v for n, v in shape_input_values(og).items() if v is not None}  # inputs that are shapes
     plan_doc.update({
         "inputs": {n: {"shape": [int(d) for d in og.tensors[n].shape], "dtype": str(og.tensors[n].dtype),
-                       **({"range": list(ranges[n])} if n in ranges else {})}
+                       **({"range": list(ranges[n])} if n in ranges else {}),
+                       **({"value": list(fixed[n])} if n in fixed else {})}
                    for n in mapping.plan.model_inputs},
         "check_tensors": checked,
         "reference_model": REFERENCE,

@@ -129,3 +129,19 @@ def value_info_shape(vi: onnx.ValueInfoProto) -> "tuple[Optional[tuple[Optional[
         return None, tt.elem_type
     dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
     return dims, tt.elem_type
+
+
+def captured_tensors(graph: onnx.GraphProto) -> frozenset[str]:
+    """Tensors of ``graph`` that a control-flow subgraph (an ``If`` branch, a ``Loop``/``Scan`` body) reads from
+    the outer scope (:func:`node_inputs` less the node's own inputs)."""
+    return frozenset(t for node in graph.node for t in set(node_inputs(node)) - set(node.input))
+
+
+def with_symbolic_dims(vi: onnx.ValueInfoProto) -> None:
+    """Make every dim of tensor value ``vi`` symbolic, named ``<name>_dim<i>`` (in place; the rank is kept)."""
+    if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+        return
+    stem = "".join(c if c.isalnum() else "_" for c in vi.name)
+    for i, d in enumerate(vi.type.tensor_type.shape.dim):
+        d.Clear()
+        d.dim_param = f"{stem}_dim{i}"

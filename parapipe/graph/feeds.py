@@ -6,8 +6,11 @@ each integer input must lie in: following the input through value-preserving ope
 Unsqueeze, Expand, Slice, Concat, ...) to the operators that use it as an index -- ``Gather`` /
 ``GatherElements`` (rows of their data along ``axis``), ``OneHot`` (``depth``) and ``com.microsoft``
 ``EmbedLayerNormalization`` (rows of the word/segment embedding) -- and keeping the tightest bound. Inputs with
-no such use get 0. :func:`input_specs` hands these ranges, with every input's shape and dtype, to the one
-generator of seeded frames, ``ppexec.frames.draw_frames`` (this layer draws nothing itself).
+no such use get 0. An integer input whose values ARE a shape (the target shape of ``Expand``, ``Reshape`` or
+``ConstantOfShape``, the repeats of ``Tile``) has one valid value, not a range: :func:`shape_input_values`
+derives it from the operator's statically known output shape. :func:`input_specs` hands these ranges and values,
+with every input's shape and dtype, to the one generator of seeded frames, ``ppexec.frames.draw_frames`` (this
+layer draws nothing itself).
 """
 from __future__ import annotations
 
@@ -96,26 +99,64 @@ def integer_input_ranges(og) -> dict[str, tuple[int, int]]:
     return ranges
 
 
-#: One input of seeded frames: ``(name, shape, numpy dtype name, inclusive integer range or None)``, the form
-#: ``ppexec.frames.FrameInput`` takes (ppexec draws the values: one rule on the board and here).
-InputSpec = tuple[str, tuple[int, ...], str, Optional[tuple[int, int]]]
+def shape_input_values(og) -> dict[str, Optional[tuple[int, ...]]]:
+    """The one valid value of every integer data input of ``og`` used as a shape operand
+    (:func:`parapipe.graph.shape_inputs.shape_operand_values` over the operator graph's static shapes; a shape
+    measured on one sample counts as unknown). None for such an input when no value can be derived: generated
+    frames cannot run that model, it needs ``--feeds``. Pure; inputs used in no shape operand are left out."""
+    from parapipe.graph.shape_inputs import shape_operand_values
+
+    def shape_of(name: str) -> Optional[tuple[int, ...]]:
+        info = og.tensors.get(name)
+        if info is not None:
+            return None if info.data_dependent_axes or info.sequence else tuple(int(d) for d in info.shape)
+        return tuple(int(d) for d in og.initializer(name).dims) if name in og.constants else None
+
+    ints = {n: tuple(int(d) for d in og.tensors[n].shape) for n in og.inputs
+            if np.dtype(og.tensors[n].dtype).kind in "iu"}
+    return shape_operand_values([og.node(n) for n in og.topo_order], ints, shape_of)
+
+
+#: One input of seeded frames: ``(name, shape, numpy dtype name, inclusive integer range or None, fixed value or
+#: None)``, the form ``ppexec.frames.FrameInput`` takes (ppexec draws the values: one rule on the board and here).
+InputSpec = tuple[str, tuple[int, ...], str, Optional[tuple[int, int]], Optional[tuple[int, ...]]]
 
 
 def input_specs(og, ranges: Optional[Mapping[str, tuple[int, int]]] = None) -> list[InputSpec]:
-    """What seeded frames for the data inputs of ``og`` are drawn from: every input's name, shape and dtype, and
-    for an integer input its range of valid values (:func:`integer_input_ranges`, or ``ranges``), in input order.
+    """What seeded frames for the data inputs of ``og`` are drawn from: every input's name, shape and dtype, for
+    an integer input its range of valid values (:func:`integer_input_ranges`, or ``ranges``) and, for one that is
+    a shape, its one valid value (:func:`shape_input_values`), in input order.
 
     Pure; the values are drawn above this layer, by ``ppexec.frames.draw_frames(input_specs(og), count, seed)``
-    (floats standard normal, booleans 0/1, integers uniform in their range).
+    (floats standard normal, booleans 0/1, integers uniform in their range, shapes their value).
     """
     ranges = integer_input_ranges(og) if ranges is None else ranges
+    fixed = shape_input_values(og)
     specs: list[InputSpec] = []
     for name in og.inputs:
         info = og.tensors[name]
         dtype = np.dtype(info.dtype)
         bounds = ranges.get(name, (0, 0)) if dtype.kind in "iu" else None
-        specs.append((name, tuple(int(d) for d in info.shape), dtype.name, bounds))
+        specs.append((name, tuple(int(d) for d in info.shape), dtype.name, bounds, fixed.get(name)))
     return specs
+
+
+def read_feeds(path: str) -> dict[str, np.ndarray]:
+    """The arrays of an ``--feeds`` .npz file by name, as stored (checked against a model by :func:`load_feeds`;
+    before the model is imported they give the shape probe real values,
+    :func:`parapipe.graph.opgraph.import_onnx`).
+
+    Raises
+    ------
+    InputError
+        The file cannot be read as an .npz (no pickled objects are loaded).
+    """
+    try:
+        with np.load(Path(path), allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise input_error(f"--feeds {path}", None, f"cannot be read as an .npz file ({exc})",
+                          "save the inputs with numpy.savez(FILE, NAME=array, ...)") from None
 
 
 def load_feeds(path: str, og) -> list[dict[str, np.ndarray]]:
@@ -130,12 +171,7 @@ def load_feeds(path: str, og) -> list[dict[str, np.ndarray]]:
         counts; an integer value outside the input's valid range (naming the input and the range).
     """
     src = f"--feeds {path}"
-    try:
-        with np.load(Path(path), allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise input_error(src, None, f"cannot be read as an .npz file ({exc})",
-                          "save the inputs with numpy.savez(FILE, NAME=array, ...)") from None
+    arrays = read_feeds(path)
     missing = [n for n in og.inputs if n not in arrays]
     extra = sorted(set(arrays) - set(og.inputs))
     if missing or extra:
@@ -167,12 +203,15 @@ def load_feeds(path: str, og) -> list[dict[str, np.ndarray]]:
     n = next(iter(counts.values()), 0)
     if n == 0:
         raise input_error(src, None, "holds no frame", "store at least one frame")
-    return [{name: arrays[name][i] for name in og.inputs} for i in range(n)]
+    return [{name: np.asarray(arrays[name][i]) for name in og.inputs} for i in range(n)]  # 0-d arrays, not numpy scalars
 
 
-def feed_error(og, exc: BaseException, source: str, feeds: Sequence[str] = ()) -> Exception:
+def feed_error(og, exc: BaseException, source: str, feeds: Sequence[str] = (), *,
+               generated: bool = False) -> Exception:
     """An InputError for a run that failed on its inputs: names the data inputs that reach the failing node
-    (from ONNX Runtime's message) or, failing that, every input."""
+    (from ONNX Runtime's message) or, failing that, every input. ``generated``: the inputs were generated
+    (:func:`input_specs`), so an input that is a shape with no derivable value (:func:`shape_input_values`) is
+    named first, as the cause."""
     text = " ".join(str(exc).split())
     match = _NODE_IN_MESSAGE.search(text)
     names = list(og.inputs)
@@ -184,6 +223,15 @@ def feed_error(og, exc: BaseException, source: str, feeds: Sequence[str] = ()) -
         reached = [i for i in og.inputs if any(i in og.op(o).inputs for o in upstream)]
         ints = [i for i in reached if np.dtype(og.tensors[i].dtype).kind in "iub"]
         names = ints or reached or names
+    if generated:  # a shape input whose value the graph does not give is the likely cause
+        unknown = [n for n, v in shape_input_values(og).items() if v is None]
+        if unknown:
+            names = unknown + [n for n in names if n not in unknown]
+            return input_error(source, f"input {names[0]!r}" + (f" (or {', '.join(names[1:])})" if names[1:]
+                                                                else ""),
+                               "its values are a shape (of Expand, Reshape, Tile or ConstantOfShape) that parapipe "
+                               f"cannot derive from the graph, and the model fails on generated ones ({text[:200]})",
+                               "pass real inputs with --feeds FILE.npz (one array per input)")
     return input_error(source, f"input {names[0]!r}" + (f" (or {', '.join(names[1:])})" if names[1:] else ""),
                        f"feed error: the model fails on this input ({text[:240]})",
                        "pass real inputs with --feeds FILE.npz (one array per input)")

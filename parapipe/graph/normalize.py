@@ -154,7 +154,16 @@ def _eval_node(node: onnx.NodeProto, feeds: list[np.ndarray], opset: int) -> lis
     from onnx.reference import ReferenceEvaluator  # local: slow import, rarely needed
 
     ref = ReferenceEvaluator(node, opsets={"": opset})
-    return [np.asarray(v) for v in ref.run(None, dict(zip(node.input, feeds)))]
+    values = ref.run(None, dict(zip(node.input, feeds)))
+    if any(not isinstance(v, (np.ndarray, np.generic)) for v in values):
+        raise _NotATensor(f"{op} gives a sequence, map or optional, not a tensor")
+    return [np.asarray(v) for v in values]
+
+
+class _NotATensor(ValueError):
+    """A constant node's value is not a tensor (a ``seq(tensor)`` of SequenceConstruct, SequenceEmpty ...): an
+    initializer cannot hold it, so the node stays (numpy would stack the list into one tensor of another
+    type)."""
 
 
 def _foldable(node: onnx.NodeProto, consts: dict[str, Const], graph_outputs: set[str]) -> bool:
@@ -183,6 +192,9 @@ def _fold_constants(graph: onnx.GraphProto, consts: dict[str, Const], opset: int
             else:
                 feeds: list[Any] = [_as_array(consts[n]) if n else None for n in node.input]  # None: omitted input
                 values = list(_eval_node(node, feeds, opset))
+        except _NotATensor:
+            kept.append(node)
+            continue
         except Exception as exc:  # a failing evaluation means an invalid model (or an op we cannot fold)
             logger.warning("%s: could not fold constant node %s (%s): %s; keeping it", source, node.name,
                            node.op_type, exc)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 import networkx as nx
+import numpy as np
 import onnx
 from onnx import helper
 
@@ -24,7 +25,7 @@ import parapipe.graph.inputs as input_shapes_mod
 import parapipe.graph.normalize as normalize
 import parapipe.graph.shapes as shapes
 import parapipe.graph.support as support
-from parapipe.graph._proto import elem_tensor_nbytes, node_inputs, np_dtype_name, tensor_nbytes
+from parapipe.graph._proto import captured_tensors, elem_tensor_nbytes, node_inputs, np_dtype_name, tensor_nbytes
 from parapipe.graph.flops import has_flop_formula, op_flops
 
 __all__ = ["TensorInfo", "Operator", "OpGraph", "import_onnx"]
@@ -121,6 +122,7 @@ class OpGraph:
         self.input_notes = list(input_notes)
         self._node_index = {n.name: i for i, n in enumerate(model.graph.node)}
         self._init_index: Optional[dict[str, int]] = None
+        self.captured = captured_tensors(model.graph)
 
     @property
     def flops(self) -> float:
@@ -167,8 +169,16 @@ class OpGraph:
 
     def value_info(self, tensor: str) -> onnx.ValueInfoProto:
         """A ValueInfoProto with the type and shape of activation tensor ``tensor`` (data-dependent axes as
-        symbolic dims, sequences as sequence types, a map or a sequence of maps with its inferred type)."""
-        return _value_info(tensor, self._elem_types, self.tensors, self._value_types)
+        symbolic dims, sequences as sequence types, a map or a sequence of maps with its inferred type).
+
+        A tensor a control-flow subgraph captures (:func:`captured_tensors`) is declared with every dim
+        symbolic: ONNX Runtime type-checks both branches of an ``If`` at the declared outer shapes, so a branch
+        not taken may not load at the static shapes the taken one runs with (silero VAD's ``silero_vad.onnx``
+        with ``input`` fixed to 1x512 does not load in onnxruntime 1.32 from ``ORT_ENABLE_BASIC`` up: "LSTM:
+        First input tensor must have rank 3"; it loads with its inputs as exported). ``tensors`` keeps the
+        static shape for costs and frames."""
+        return _value_info(tensor, self._elem_types, self.tensors, self._value_types,
+                           symbolic=tensor in self.captured)
 
     def __repr__(self) -> str:
         return (f"OpGraph(name={self.name!r}, ops={self.graph.number_of_nodes()}, "
@@ -199,7 +209,9 @@ def _signature(node: onnx.NodeProto, in_types: list[Optional[tuple[tuple[int, ..
 
 
 def _value_info(name: str, elem_types: dict[str, int], tensors: dict[str, TensorInfo],
-                value_types: Optional[dict[str, onnx.TypeProto]] = None) -> onnx.ValueInfoProto:
+                value_types: Optional[dict[str, onnx.TypeProto]] = None, symbolic: bool = False) -> onnx.ValueInfoProto:
+    """The declared type of ``name``: data-dependent axes (every axis when ``symbolic``) as named symbolic
+    dims ``<name>_dim<i>``."""
     if value_types and name in value_types:  # not a tensor nor a sequence of tensors: its type as inferred
         vi = onnx.ValueInfoProto(name=name)
         vi.type.CopyFrom(value_types[name])
@@ -207,15 +219,18 @@ def _value_info(name: str, elem_types: dict[str, int], tensors: dict[str, Tensor
     info = tensors[name]
     if info.sequence:
         return helper.make_tensor_sequence_value_info(name, elem_types[name], None)
-    if not info.data_dependent_axes:
+    axes = range(len(info.shape)) if symbolic else info.data_dependent_axes
+    if not axes:
         return helper.make_tensor_value_info(name, elem_types[name], list(info.shape))
     stem = re.sub(r"\W", "_", name)
-    dims = [f"{stem}_dim{i}" if i in info.data_dependent_axes else d for i, d in enumerate(info.shape)]
+    dims = [f"{stem}_dim{i}" if i in axes else d for i, d in enumerate(info.shape)]
     return helper.make_tensor_value_info(name, elem_types[name], dims)
 
 
+
 def import_onnx(model: onnx.ModelProto, name: str = "model", source: str = "<memory>",
-                input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> OpGraph:
+                input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+                feeds: Optional[Mapping[str, np.ndarray]] = None) -> OpGraph:
     """Build the :class:`OpGraph` of an ONNX model.
 
     Parameters
@@ -229,6 +244,9 @@ def import_onnx(model: onnx.ModelProto, name: str = "model", source: str = "<mem
     input_shapes : mapping of str to sequence of int, optional
         Static shapes of data inputs (``--input-shape``); other symbolic dims follow the rules of
         :func:`parapipe.graph.inputs.resolve_input_shapes` (batch dim 1, any other refused).
+    feeds : mapping of str to ndarray, optional
+        Input values (the arrays of ``--feeds``, :func:`parapipe.graph.feeds.read_feeds`) for the one ONNX
+        Runtime run that measures the shapes ONNX cannot infer (:func:`parapipe.graph.shapes.infer_tensor_types`).
 
     Returns
     -------
@@ -242,7 +260,7 @@ def import_onnx(model: onnx.ModelProto, name: str = "model", source: str = "<mem
         <= 0 follows), or a tensor shape that cannot be determined; the message names ``source``.
     """
     try:
-        return _import(model, name, source, input_shapes)
+        return _import(model, name, source, input_shapes, feeds)
     except InputError:
         raise
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
@@ -251,7 +269,7 @@ def import_onnx(model: onnx.ModelProto, name: str = "model", source: str = "<mem
 
 
 def _import(model: onnx.ModelProto, name: str, source: str,
-            given: Optional[Mapping[str, Sequence[int]]]) -> OpGraph:
+            given: Optional[Mapping[str, Sequence[int]]], feeds: Optional[Mapping[str, np.ndarray]] = None) -> OpGraph:
     support.check_runtime(model, source)
     resolved = input_shapes_mod.resolve_input_shapes(model, given, source)
     norm = normalize.normalise(model, source, resolved.shapes)
@@ -259,7 +277,7 @@ def _import(model: onnx.ModelProto, name: str, source: str,
     if len(g.node) == 0:
         raise input_error(source, "graph", "has no operators after folding constants",
                           "give a model that computes something from its inputs")
-    found = shapes.infer_tensor_types(norm, source)
+    found = shapes.infer_tensor_types(norm, source, feeds=feeds)
     constants = {t.name for t in g.initializer}
     const_types = {t.name: (tuple(int(d) for d in t.dims), np_dtype_name(t.data_type)) for t in g.initializer}
     const_nbytes = {t.name: elem_tensor_nbytes(t.dims, t.data_type) for t in g.initializer}
@@ -275,16 +293,17 @@ def _import(model: onnx.ModelProto, name: str, source: str,
     del g.value_info[:]
     graph_inputs = [vi.name for vi in g.input]
     graph_outputs = [vi.name for vi in g.output]
+    captured = captured_tensors(g)  # declared symbolic (OpGraph.value_info says why)
     producer: dict[str, str] = {}
     for node in g.node:
         for o in node.output:
             if o:
                 producer[o] = node.name
                 if o not in graph_outputs:
-                    g.value_info.append(_value_info(o, elem_types, tensors, found.value_types))
-    for vi in g.output:
+                    g.value_info.append(_value_info(o, elem_types, tensors, found.value_types, o in captured))
+    for vi in list(g.output) + [vi for vi in g.input if vi.name in captured]:
         if vi.name in tensors:
-            vi.CopyFrom(_value_info(vi.name, elem_types, tensors, found.value_types))
+            vi.CopyFrom(_value_info(vi.name, elem_types, tensors, found.value_types, vi.name in captured))
 
     dg = nx.DiGraph()
     edge_tensors: dict[tuple[str, str], set[str]] = defaultdict(set)

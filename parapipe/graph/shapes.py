@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Mapping, Optional
 
 import numpy as np
 import onnx
 from onnx import helper
 
 from parapipe.errors import input_error
-from parapipe.graph._proto import value_info_shape
+from parapipe.graph._proto import captured_tensors, value_info_shape, with_symbolic_dims
 
 __all__ = ["SKELETON_MAX_INLINE_ELEMENTS", "skeleton", "TensorTypes", "infer_tensor_types",
            "infer_activation_types"]
@@ -125,7 +126,7 @@ def _producers(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
 
 
 def infer_tensor_types(model: onnx.ModelProto, source: str, *, strict: bool = True,
-                       measure: bool = True) -> TensorTypes:
+                       measure: bool = True, feeds: Optional[Mapping[str, np.ndarray]] = None) -> TensorTypes:
     """Shape and element type of every graph input and node output of ``model``, with the data-dependent dims.
 
     Parameters
@@ -139,6 +140,10 @@ def infer_tensor_types(model: onnx.ModelProto, source: str, *, strict: bool = Tr
     measure : bool
         Measure the shapes ONNX cannot infer with ONNX Runtime (one run on fixed inputs); if False they are
         left out of ``types``.
+    feeds : mapping of str to ndarray, optional
+        Values of data inputs for that run (the arrays of ``--feeds``: see :func:`_probe_feed`); the other
+        inputs get fixed values. A model that branches on an input (an ``If`` on a sample rate) needs the
+        real value there.
 
     Returns
     -------
@@ -178,7 +183,7 @@ def infer_tensor_types(model: onnx.ModelProto, source: str, *, strict: bool = Tr
     if missing and measure:
         logger.info("%s: %d tensor shapes not inferable statically (first: %s); measuring with ONNX Runtime",
                     source, len(missing), missing[0])
-        for name, (shape, elem) in _measure_with_ort(model, missing, source).items():
+        for name, (shape, elem) in _measure_with_ort(model, missing, source, _probe_values(model, found, feeds)).items():
             if name not in result.sequences:
                 axes = result.data_dependent.get(name)
                 if axes is None or any(a >= len(shape) for a in axes):
@@ -187,6 +192,39 @@ def infer_tensor_types(model: onnx.ModelProto, source: str, *, strict: bool = Tr
                 shape = tuple(max(d, 1) if i in axes else d for i, d in enumerate(shape))
             result.types[name] = (shape, elem)
     return result
+
+
+def _probe_values(model: onnx.ModelProto, found: Mapping[str, onnx.ValueInfoProto],
+                  feeds: Optional[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Input values for the shape probe: ``feeds``, plus the value of every other integer input that is a shape
+    operand and whose value follows from the statically known shapes ``found``
+    (:func:`parapipe.graph.shape_inputs.shape_operand_values`)."""
+    from parapipe.graph.shape_inputs import shape_operand_values
+
+    given = dict(feeds or {})
+    dims = {t.name: tuple(int(d) for d in t.dims) for t in model.graph.initializer}
+
+    def static(vi: Optional[onnx.ValueInfoProto]) -> Optional[tuple[int, ...]]:
+        shape = value_info_shape(vi)[0] if vi is not None and vi.type.HasField("tensor_type") else None
+        if shape is None or any(d is None for d in shape):
+            return None
+        return tuple(int(d) for d in shape if d is not None)
+
+    def shape_of(name: str) -> Optional[tuple[int, ...]]:
+        return dims[name] if name in dims else static(found.get(name))
+
+    ints = {}
+    for vi in model.graph.input:
+        elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+        shape = static(vi)
+        if vi.name not in given and vi.name not in dims and elem in _INDEX_TYPES and elem != onnx.TensorProto.BOOL \
+                and shape is not None:
+            ints[vi.name] = (shape, elem)
+    derived = shape_operand_values(model.graph.node, {n: s for n, (s, _) in ints.items()}, shape_of)
+    for name, value in derived.items():
+        if value is not None:
+            given[name] = np.asarray(value, dtype=helper.tensor_dtype_to_np_dtype(ints[name][1]))
+    return given
 
 
 def _refuse_dim(model: onnx.ModelProto, source: str, name: str, shape: tuple) -> None:
@@ -207,10 +245,19 @@ def infer_activation_types(model: onnx.ModelProto, source: str, *, strict: bool 
     return infer_tensor_types(model, source, strict=strict, measure=measure).types
 
 
-def _probe_feed(vi: onnx.ValueInfoProto) -> np.ndarray:
-    """The value a graph input gets in the shape probe: fixed, not drawn (seeded frames are drawn above this
-    layer, by ``ppexec.frames``), so the measured shapes depend on no seed: floats 1 (no zero for ``NonZero`` to
-    drop, no 0 for ``Log``/``Div``), integers 0 (a valid index), booleans false; dynamic dims 1.
+#: Integer and boolean element types: inputs that select branches, lengths and indices.
+_INDEX_TYPES = frozenset({onnx.TensorProto.BOOL, onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
+                          onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
+                          onnx.TensorProto.UINT32, onnx.TensorProto.UINT64})
+
+
+def _probe_feed(vi: onnx.ValueInfoProto, given: Optional[np.ndarray] = None) -> np.ndarray:
+    """The value a graph input gets in the shape probe: ``given`` (the user's ``--feeds`` array: one frame of the
+    input's shape and dtype, or several along a leading axis, of which the first is used) where it fits;
+    otherwise fixed, not drawn (seeded frames are drawn above this layer, by ``ppexec.frames``), so the measured
+    shapes depend on no seed: floats 1 (no zero for ``NonZero`` to drop, no 0 for ``Log``/``Div``), integers 0
+    (a valid index), booleans false; dynamic dims 1. A ``given`` array of another dtype or shape is not used
+    here (:func:`parapipe.graph.feeds.load_feeds` refuses it, naming the input).
 
     Raises
     ------
@@ -220,6 +267,14 @@ def _probe_feed(vi: onnx.ValueInfoProto) -> np.ndarray:
     shape, elem = value_info_shape(vi)
     dims = [d if d is not None else 1 for d in (shape or ())]
     dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem))
+    if given is not None:
+        value = np.asarray(given)
+        if value.dtype == dtype and value.shape == tuple(dims):
+            return value
+        if value.dtype == dtype and value.ndim == len(dims) + 1 and value.shape[1:] == tuple(dims) and len(value):
+            return np.asarray(value[0])  # a 0-d array, not a numpy scalar (ONNX Runtime refuses those)
+        logger.info("%s: the given value (%s %s) does not fit the input (%s %s); the shape probe uses a fixed one",
+                    vi.name, value.dtype, list(value.shape), dtype, dims)
     if dtype.kind == "f":
         return np.ones(dims, dtype=dtype)
     if dtype.kind in "iub":
@@ -227,13 +282,18 @@ def _probe_feed(vi: onnx.ValueInfoProto) -> np.ndarray:
     raise ValueError(f"cannot make a probe feed of element type {elem}")
 
 
-def _measure_with_ort(model: onnx.ModelProto, names: list[str], source: str) -> TypeMap:
-    """Run ``model`` once on fixed inputs (:func:`_probe_feed`) with ``names`` exposed as outputs; return their
-    shapes/types."""
+def _measure_with_ort(model: onnx.ModelProto, names: list[str], source: str,
+                      feeds: Optional[Mapping[str, np.ndarray]] = None) -> TypeMap:
+    """Run ``model`` once on ``feeds`` or fixed inputs (:func:`_probe_feed`) with ``names`` exposed as outputs;
+    return their shapes/types."""
     import onnxruntime as ort  # local: the rest of the graph package does not need ONNX Runtime
 
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
+    captured = captured_tensors(probe.graph)
+    for vi in probe.graph.input:  # an If branch not taken may not type-check at the static shapes
+        if vi.name in captured:
+            with_symbolic_dims(vi)
     present = {o.name for o in probe.graph.output}
     for name in names:
         if name not in present:
@@ -241,16 +301,23 @@ def _measure_with_ort(model: onnx.ModelProto, names: list[str], source: str) -> 
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     opts.intra_op_num_threads = 1
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4  # a failing run is reported below, in one line
+    given = feeds or {}
+    constants = {t.name for t in model.graph.initializer}
     try:
         sess = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        feeds = {vi.name: _probe_feed(vi) for vi in model.graph.input}
-        values = sess.run(names, feeds)
+        values = sess.run(names, {vi.name: _probe_feed(vi, given.get(vi.name)) for vi in model.graph.input
+                                  if vi.name not in constants})
     except Exception as exc:  # ORT raises its own Fail/InvalidArgument types
+        fixed = [vi for vi in model.graph.input if vi.name not in constants and vi.name not in given]
+        steering = [vi.name for vi in fixed if vi.type.tensor_type.elem_type in _INDEX_TYPES]
+        fixed = steering or [vi.name for vi in fixed]  # integers and booleans pick branches and sizes
+        remedy = ("export the model with static shapes (e.g. onnx.shape_inference, onnxsim)" if not fixed else
+                  f"pass real values of {', '.join(fixed)} with --feeds FILE.npz (the probe ran on fixed ones: "
+                  "floats 1, integers 0), or export the model with static shapes (onnx.shape_inference, onnxsim)")
         raise input_error(source, f"tensor {names[0]!r}",
                           f"shape cannot be inferred by ONNX nor measured with ONNX Runtime "
-                          f"({str(exc).splitlines()[0][:200]})",
-                          "export the model with static shapes (e.g. onnx.shape_inference, onnxsim)") from exc
+                          f"({' '.join(str(exc).split())[:200]})", remedy) from exc
     out: TypeMap = {}
     for name, value in zip(names, values):
         if isinstance(value, list):  # a sequence: (length, *first element's shape)

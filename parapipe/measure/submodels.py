@@ -107,8 +107,16 @@ def _random_feeds(og: OpGraph, names: Sequence[str], given: Optional[dict] = Non
 
 def _real_index_values(bg: BlockGraph, feeds: Optional[dict]) -> dict[str, np.ndarray]:
     """``feeds`` (default: one seeded frame) plus the values of the integer and boolean tensors that cross
-    blocks, from one run of the whole model: random values there would be wrong shapes or indices."""
-    from parapipe.graph.feeds import input_specs
+    blocks, from one run of the whole model: random values there would be wrong shapes or indices.
+
+    Raises
+    ------
+    InputError
+        The whole model fails on these inputs (a feed error naming the inputs that reach the failing node and
+        the ``--feeds`` remedy, :func:`parapipe.graph.feeds.feed_error`); run only when integer or boolean values
+        matter (such a tensor crosses blocks, or the model has such an input).
+    """
+    from parapipe.graph.feeds import feed_error, input_specs
     from ppexec.reference import reference_outputs
 
     og = bg.opgraph
@@ -116,17 +124,16 @@ def _real_index_values(bg: BlockGraph, feeds: Optional[dict]) -> dict[str, np.nd
     wanted = sorted({t for _, _, ts in bg.graph.edges(data="tensors") for t in ts
                      if t in og.tensors and np.dtype(og.tensors[t].dtype).kind in "iub"
                      and not og.tensors[t].sequence})
-    if wanted:
+    if wanted or any(np.dtype(og.tensors[n].dtype).kind in "iub" for n in og.inputs):
         probe = onnx.ModelProto()
         probe.CopyFrom(og.model)
         present = {o.name for o in probe.graph.output}
         probe.graph.output.extend(og.value_info(t) for t in wanted if t not in present)
         try:
             (ran,) = reference_outputs(probe, [values])
-        except Exception as exc:  # the feeds do not run: measure with seeded values, as before
-            logger.warning("%s: the whole model does not run on its inputs (%s); blocks get seeded values",
-                           og.name, " ".join(str(exc).split())[:200])
-            return values
+        except Exception as exc:  # the inputs are wrong, not the model: ORT runs it on others
+            raise feed_error(og, exc, "--feeds" if feeds is not None else "generated inputs",
+                             generated=feeds is None) from exc
         values.update({t: ran[t] for t in wanted})
     return values
 
