@@ -31,6 +31,16 @@ RELAX_WORK_PER_S = 4.0e6
 """Bound relaxation (:mod:`.relaxation`): label rows built by probes, and ``blocks × modes²`` per Lagrangian
 evaluation, per CPU second."""
 
+PERIOD_WORK_PER_S = 3.5e5
+"""Least-period DP pass (:func:`parapipe.search.passes.period_pass`: busy-time labels filtered by the relaxation's
+guide, dearer per unit than the other DP passes): units per CPU second measured on the 40-block table
+(``tests/search_cases.py:branchy_block_table``, A311D, ``--seed 1``: 1.6e6 units in about 4.6 CPU s)."""
+
+CPSAT_DET_PER_S = 0.3
+"""CP-SAT deterministic time per CPU second of its solves on the development machine (6.8 deterministic s in
+about 20 CPU s of polish on that 40-block table): a polish budget of ``S`` seconds is ``0.3 S`` of CP-SAT's
+deterministic time, so ``--time-limit S`` takes about ``S`` CPU seconds there."""
+
 SAFETY_FACTOR = 50.0
 """Wall-clock safety net of a pass: this many times its budget in deterministic seconds (plus
 :data:`SAFETY_FLOOR_S`). A pass gets about ``cores / (runnable processes)`` of a core: on a machine loaded to 3×
@@ -38,7 +48,7 @@ its cores a budget takes about 4× its seconds, so the net only catches runaway 
 12 runnable processes, measured while developing this, still stayed below it)."""
 
 CPSAT_MODEL_S_PER_CELL = 6.0e-4
-"""CP-SAT polish: deterministic seconds charged per block × PU of a stage model, on top of CP-SAT's own
+"""CP-SAT polish: seconds charged per block × PU of a stage model, on top of CP-SAT's own
 deterministic time, for building the model and the solver's set-up (which CP-SAT does not count): measured CPU
 seconds per solve on a 40-block table, 0.004 s at 5 blocks × 2 PUs to 0.1 s at 40 × 4, against 0.00004-0.015 s
 of CP-SAT deterministic time."""

@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ..cost.mapping import Mapping
 from ..cost.problem import MappingProblem
 from ..errors import InfeasibleError
-from .budget import DP_WORK_PER_S, REPLICATED_WORK_PER_S, SAFETY_FACTOR, Budget
+from .budget import DP_WORK_PER_S, PERIOD_WORK_PER_S, REPLICATED_WORK_PER_S, SAFETY_FACTOR, Budget
 from .dp import DPDeadline, DPOptions, DPResult, dp_front
 from .replicate import ReplicatedDeadline, replicated_front
 from .transitions import StageCatalog
@@ -214,7 +214,7 @@ def period_pass(problem: MappingProblem, best_period_s: float, catalog: StageCat
         ``work_limit`` and, when the budget stopped the pass, ``timed_out`` and ``stopped_by``.
     """
     t0 = time.monotonic()
-    budget = Budget.of_seconds(time_limit_s, DP_WORK_PER_S, SAFETY_FACTOR if safety_factor is None else safety_factor)
+    budget = Budget.of_seconds(time_limit_s, PERIOD_WORK_PER_S, SAFETY_FACTOR if safety_factor is None else safety_factor)
     dpo = DPOptions(reuse_pus=True, period_below=best_period_s * (1 - 1e-9), guide=guide, epsilon=epsilon,
                     budget=budget)
     report: Dict[str, Any] = {"searched": True, "exact": False, "epsilon": epsilon, "time_limit_s": time_limit_s}

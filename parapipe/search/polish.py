@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..cost.mapping import Mapping, StageMapping
 from ..cost.problem import MappingProblem
-from .budget import CPSAT_MODEL_S_PER_CELL
+from .budget import CPSAT_DET_PER_S, CPSAT_MODEL_S_PER_CELL
 from .cpsat import StageSchedule, solve_stage
 
 
@@ -29,11 +29,12 @@ class Polisher:
     max_blocks : int
         Largest stage (in blocks) handed to CP-SAT.
     stage_limit_s : float
-        CP-SAT deterministic time limit per stage (seconds of CP-SAT's work measure).
+        Budget per stage in deterministic seconds: CP-SAT gets ``stage_limit_s ×``
+        :data:`parapipe.search.budget.CPSAT_DET_PER_S` of its deterministic time.
     total_s : float
-        CP-SAT deterministic time for all stages, each solve charged its deterministic time plus
-        :data:`parapipe.search.budget.CPSAT_MODEL_S_PER_CELL` per block × PU: once spent (less than 0.05 s left),
-        no new stage is solved.
+        Budget of all stages in deterministic seconds, each solve charged its CP-SAT deterministic time /
+        ``CPSAT_DET_PER_S`` plus :data:`parapipe.search.budget.CPSAT_MODEL_S_PER_CELL` per block × PU: once spent
+        (less than 0.05 s left), no new stage is solved.
 
     After polishing, ``spent_s`` is the deterministic time used and ``wall_stops`` lists the stages whose solve the
     wall-clock safety limit ended (``start-stop@pus``; the polish is then not reproducible).
@@ -74,11 +75,11 @@ class Polisher:
                         self.memo[key] = None
                     else:
                         rep: Dict[str, Any] = {}
+                        det_s = min(left, self.stage_limit_s) * CPSAT_DET_PER_S
                         self.memo[key] = solve_stage(self.problem, st.start, st.stop, st.pus, hint=st.assignment,
-                                                     time_limit_s=min(left, self.stage_limit_s), seed=self.seed,
-                                                     report=rep)
+                                                     time_limit_s=det_s, seed=self.seed, report=rep)
                         cells = (st.stop - st.start) * len(st.pus)
-                        self.spent_s += rep["deterministic_s"] + CPSAT_MODEL_S_PER_CELL * cells
+                        self.spent_s += rep["deterministic_s"] / CPSAT_DET_PER_S + CPSAT_MODEL_S_PER_CELL * cells
                         if rep["wall_stopped"]:
                             self.wall_stops.append(f"{st.start}-{st.stop}@{','.join(map(str, st.pus))}")
                 sol = self.memo[key]
