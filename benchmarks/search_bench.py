@@ -8,10 +8,15 @@
 2. The whole ``parapipe optimize densenet121 --soc black_sesame_a1000 --no-plot`` process, median of runs, next to
    the same command in another checkout (``--before DIR``), with the ratio; the goal is at most 2 s.
 3. A scaling curve on synthetic block tables (search time vs blocks, with time / n²).
+4. ``--rates``: the work rates of :mod:`parapipe.search.budget` (units of counted work per CPU second of each
+   budgeted pass: PU-reuse and least-period DP, replicated pass, bound relaxation), median over the zoo models ×
+   the bundled profiles and a seeded 40-block table with parallel branches (tests/search_cases.py); CPU seconds
+   (``time.process_time``) so a loaded machine measures the same rates.
 
 Run from the repository root::
 
     python benchmarks/search_bench.py [--models a,b] [--socs x,y] [--sizes 25,50,...] [--before DIR] [--runs N]
+    python benchmarks/search_bench.py --rates
 """
 from __future__ import annotations
 
@@ -47,25 +52,25 @@ def _pct(x):
 
 
 def zoo_table(models, socs):
-    print(f"{'model':<13} {'soc':<19} {'blocks':>6} {'search s':>8} {'front':>5} {'exact':>5} {'period ms':>9} "
+    print(f"{'model':<13} {'soc':<19} {'blocks':>6} {'search s':>8} {'cpu s':>6} {'front':>5} {'exact':>5} {'period ms':>9} "
           f"{'bound ms':>8} {'gap':>15} {'bound by':>10} | {'EE thr-opt vs pipe/par %':>24} | "
           f"{'EE eq-thr vs pipe/par %':>23}")
     rows = []
     for soc in socs:
         for m in models:
             prep = prepare(m, soc)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             res = search(prep.problem)
-            dt = time.perf_counter() - t0
-            doc = doc_from_result(res, m, prep.loaded.sha256, soc_ref(prep.soc)).model_dump(mode="json")
+            dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+            doc = doc_from_result(res, m, prep.loaded.sha256, soc_ref(prep.soc))
             [eff] = tables.efficiency_rows([SimpleNamespace(doc=doc)])
             best = min(p.evaluation.period_s for p in res.front())
             b = res.bounds
             gap = best / b.period_lb_s - 1
             gap_text = "proved optimal" if b.period_proved_optimal else f"{gap * 100:.1f} %"
-            rows.append({"soc": soc, "model": m, "s": dt, "ok": b.period_proved_optimal or gap <= GAP_TARGET,
+            rows.append({"soc": soc, "model": m, "s": dt, "cpu": cpu, "ok": b.period_proved_optimal or gap <= GAP_TARGET,
                          **eff})
-            print(f"{m:<13} {soc:<19} {prep.problem.n_blocks:>6} {dt:>8.2f} {len(res.front()):>5} "
+            print(f"{m:<13} {soc:<19} {prep.problem.n_blocks:>6} {dt:>8.2f} {cpu:>6.2f} {len(res.front()):>5} "
                   f"{'yes' if res.info['exact'] else 'no':>5} {best * 1e3:>9.3f} {b.period_lb_s * 1e3:>8.3f} "
                   f"{gap_text:>15} {b.period_method:>10} | "
                   f"{_pct(eff['gain_vs_pipeline_pct']):>11} {_pct(eff['gain_vs_parallel_pct']):>12} | "
@@ -76,7 +81,7 @@ def zoo_table(models, socs):
         rs = [r for r in rows if r["soc"] == soc]
         print(f"{soc}: {sum(r['ok'] for r in rs)}/{len(rs)} models with the period within {GAP_TARGET:.0%} of its "
               f"lower bound or proved optimal (target >= 7); mean search {statistics.mean(r['s'] for r in rs):.2f} s,"
-              f" max {max(r['s'] for r in rs):.2f} s")
+              f" max {max(r['s'] for r in rs):.2f} s; CPU {sum(r['cpu'] for r in rs):.2f} s in all")
     avg = tables.average_row(rows)
     print(f"average energy-efficiency gain, throughput-optimal vs throughput-optimal: vs pure pipeline "
           f"{_pct(avg['gain_vs_pipeline_pct'])} %, vs non-pipelined parallel {_pct(avg['gain_vs_parallel_pct'])} % "
@@ -138,6 +143,49 @@ def scaling(sizes):
               f"{dt / n ** 2 * 1e6:>15.2f}", flush=True)
 
 
+def rates(models, socs):
+    """Print the measured work rates (units per CPU second) of the budgeted passes (item 4 of the docstring)."""
+    import tempfile as _tf
+
+    from parapipe.app.resolve import resolve_soc
+    from parapipe.cost.blocktable import read_block_table
+    from parapipe.search import bounds as _bounds, passes as _passes, relaxation as _relax
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from search_cases import branchy_block_table
+
+    seen = {"dp": [], "replicated": [], "relax": []}
+
+    def wrap(mod, name, kind, get_budget):
+        orig = getattr(mod, name)
+
+        def run(*a, **kw):
+            b = get_budget(a, kw)
+            u0, c0 = (b.used if b is not None else 0.0), time.process_time()
+            try:
+                return orig(*a, **kw)
+            finally:
+                if b is not None and b.limit is not None:
+                    seen[kind].append((b.used - u0, time.process_time() - c0))
+        setattr(mod, name, run)
+
+    wrap(_passes, "dp_front", "dp", lambda a, kw: (a[1] if len(a) > 1 else kw.get("options")).budget)
+    wrap(_passes, "replicated_front", "replicated", lambda a, kw: kw.get("budget"))
+    wrap(_relax, "lagrangian_period_bound", "relax", lambda a, kw: kw.get("budget"))
+    wrap(_relax, "relaxed_period_bound", "relax", lambda a, kw: kw.get("budget"))
+    problems = [prepare(m, soc).problem for soc in socs for m in models]
+    with _tf.TemporaryDirectory() as d:
+        problems.append(read_block_table(branchy_block_table(Path(d) / "T.csv"), resolve_soc("amlogic_a311d")))
+    for pr in problems:
+        search(pr)
+    print(f"\n{'pass':<11} {'runs':>4} {'median units/CPU s':>18} {'min':>10} {'max':>10}")
+    for kind, xs in seen.items():
+        r = [u / c for u, c in xs if c > 0.02 and u > 0]
+        if r:
+            print(f"{kind:<11} {len(r):>4} {statistics.median(r):>18.3g} {min(r):>10.3g} {max(r):>10.3g}")
+    del _bounds
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(ZOO))
@@ -145,7 +193,11 @@ def main():
     ap.add_argument("--sizes", default="25,50,100,200,300,500")
     ap.add_argument("--before", default=None, help="another checkout to time the DenseNet process in")
     ap.add_argument("--runs", type=int, default=5, help="process runs per checkout (median)")
+    ap.add_argument("--rates", action="store_true", help="only measure the work rates of the search budgets")
     args = ap.parse_args()
+    if args.rates:
+        rates(ZOO, ["amlogic_a311d", "black_sesame_a1000", "jetson_agx_orin"])
+        return
     zoo_table(args.models.split(","), args.socs.split(","))
     process_table(args.before, args.runs)
     if args.sizes:

@@ -210,3 +210,43 @@ def all_replicated_objectives(pr: MappingProblem, max_stages: Optional[int] = No
 
     extend(0, [], frozenset())
     return np.array(out).reshape(-1, 3)
+
+
+def branchy_block_table(path, n: int = 40, pus: Tuple[str, ...] = ("big", "little", "gpu", "npu"), seed: int = 1):
+    """Write a seeded ``--blocks`` CSV (:mod:`parapipe.cost.blocktable`) of ``n`` blocks with parallel branches:
+    a chain interrupted by fork/join sections of 2-4 branches of 1-3 blocks each (an Inception-like shape);
+    times 0.2-8 ms per PU (the NPU cannot run 20 % of the blocks), outputs 10 kB-1 MB. Returns ``path``."""
+    rng = np.random.default_rng(seed)
+    names: List[str] = []
+    deps: List[Tuple[str, ...]] = []
+    last = ""
+    while len(names) < n:
+        left = n - len(names)
+        if left >= 4 and rng.random() < 0.6:  # a fork/join section: branches, then a join block
+            ends = []
+            for _ in range(int(rng.integers(2, 5))):
+                prev = last
+                for _ in range(int(rng.integers(1, 4))):
+                    if n - len(names) <= 1:
+                        break
+                    names.append(f"b{len(names)}")
+                    deps.append((prev,) if prev else ())
+                    prev = names[-1]
+                if prev != last:
+                    ends.append(prev)
+            names.append(f"b{len(names)}")
+            deps.append(tuple(ends) if ends else ((last,) if last else ()))
+        else:
+            names.append(f"b{len(names)}")
+            deps.append((last,) if last else ())
+        last = names[-1]
+    rows = ["block,deps,out_bytes," + ",".join(f"t_{p}" for p in pus)]
+    for name, d in zip(names, deps):
+        times = []
+        for p in pus:
+            t = float(rng.uniform(0.2e-3, 8e-3))
+            times.append("" if p == "npu" and rng.random() < 0.2 else f"{t:.6g}")
+        rows.append(f"{name},{';'.join(d)},{int(rng.integers(10_000, 1_000_000))}," + ",".join(times))
+    with open(path, "w") as f:
+        f.write("\n".join(rows) + "\n")
+    return path

@@ -58,6 +58,11 @@ def front_table(doc: ParetoDoc) -> str:
                  f" search {doc.search.get('search_s', 0):.2f} s"
                  + ("" if exact is None else ", exact front" if exact else
                     ", front approximate above the exact size (pareto.json search.spaces)"))
+    stopped = doc.search.get("stopped_early")
+    if stopped:
+        lines.append("warning: a wall-clock safety limit stopped the search early ("
+                     + "; ".join(f"{s.get('space')}: {s.get('at')}" for s in stopped)
+                     + "): the front may differ on a rerun (pareto.json search.stopped_early)")
     return "\n".join(lines)
 
 
@@ -248,7 +253,8 @@ def add_parser(sub) -> None:
     s.add_argument("--soc", required=True, help="bundled profile name, a profile YAML path, or 'host'")
     s.add_argument("--out", default="out", help="output folder (default: out)")
     s.add_argument("--seed", type=int, default=0, help="CP-SAT seed; same seed, same front (default 0)")
-    s.add_argument("--time-limit", type=float, default=20.0, help="CP-SAT budget in seconds (default 20)")
+    s.add_argument("--time-limit", type=float, default=20.0, help="CP-SAT budget in deterministic seconds (CP-SAT's work measure, about CPU seconds; "
+                   "the same on a busy machine; default 20)")
     s.add_argument("--objectives", default="throughput,latency,energy",
                    help="comma-separated subset of throughput, latency, energy (default: all three)")
     s.add_argument("--max-stages", type=int, default=None, help="most pipeline stages (default: no limit)")

@@ -14,8 +14,14 @@ hierarchical mappings (contiguous stages, each on one PU or on a PU group list-s
 PUs disjoint or shared between stages), hierarchical mappings with replicated stages (:mod:`.replicate`: a stage
 run whole by >= 2 replicas — PUs or list-scheduled PU groups — on disjoint PUs, frames dealt in proportion to
 speed; PUs disjoint between stages), plus CP-SAT-polished versions of their multi-PU stages. Above it the
-passes are bounded (label grid, label cap, stage boundaries at narrow cuts, time limits) and
+passes are bounded (label grid, label cap, stage boundaries at narrow cuts, work budgets) and
 ``SearchResult.info["spaces"]`` says, per space, whether it was still exact and what bounded it.
+
+**Determinism.** Every budget is counted work (:mod:`.budget`: DP label candidates and transitions, relaxation
+label rows, CP-SAT deterministic time with one worker), set in deterministic seconds by the ``*_time_limit_s``
+options, so the same problem, options and seed give the same result whatever the machine's load. Wall-clock
+limits (``wall_safety_factor`` × each budget + :data:`parapipe.search.budget.SAFETY_FLOOR_S`) are a safety net:
+when one stops a pass, ``SearchResult.info["stopped_early"]`` lists where (the result may then differ on a rerun).
 
 **Memory.** Mappings that do not fit ``MappingProblem.memory_bytes`` (``Evaluation.fits_memory``) are dropped
 from the parapipe front (kept, with a warning, only if no candidate fits); the replicated pass never places a
@@ -38,6 +44,7 @@ from ..cost.replicated_baseline import replicated_mappings
 from ..errors import InfeasibleError, input_error
 from .baselines import parallel_mappings, single_pu_mappings
 from .bounds import PROOF_RTOL, Bounds, lower_bounds, optimistic_problem
+from .budget import RELAX_WORK_PER_S, SAFETY_FACTOR, WALL, Budget
 from .cpsat import TIME_UNIT_S
 from .pareto import pareto_mask
 from .passes import period_pass, run_passes
@@ -65,9 +72,10 @@ class SearchOptions:
     max_stages : int or None
         Most pipeline stages.
     time_limit_s : float
-        Budget for the CP-SAT polish.
+        Budget for the CP-SAT polish, in CP-SAT deterministic time (seconds of its work measure; about wall
+        seconds on the machine :mod:`parapipe.search.budget` names).
     seed : int
-        CP-SAT random seed (with one worker, same seed → same front).
+        CP-SAT random seed (one worker and deterministic budgets: same seed → same front).
     exact_max_cells : int
         Problems of at most this many blocks × PUs are searched exactly (:data:`EXACT_MAX_CELLS`).
     epsilon, max_labels : float, int
@@ -79,25 +87,31 @@ class SearchOptions:
     reuse_pus, reuse_epsilon, reuse_max_labels, reuse_time_limit_s, reuse_max_blocks : bool, float, int, float, int
         Also search the space where a PU serves several non-adjacent stages; above ``exact_max_cells`` with this
         label grid and label cap, on problems of at most ``reuse_max_blocks`` blocks (or when no disjoint mapping
-        exists); always within this time limit (measured on the zoo models: up to 37 % shorter periods, e.g.
+        exists); always within this work budget in deterministic seconds (:mod:`.budget`) (measured on the zoo models: up to 37 % shorter periods, e.g.
         inception_v1 on the A311D 19.5 → 12.2 ms).
     polish : bool
         Re-schedule multi-PU stages of front mappings with CP-SAT.
     cpsat_max_blocks : int
         Largest stage (in blocks) handed to CP-SAT.
     cpsat_stage_limit_s : float
-        CP-SAT time limit per stage (within ``time_limit_s`` overall).
+        CP-SAT deterministic time limit per stage (within ``time_limit_s`` overall).
     bound_time_limit_s : float
-        Budget of the period lower bound (:func:`parapipe.search.bounds.lower_bounds`).
+        Work budget (deterministic seconds) of the period lower bound's relaxation
+        (:func:`parapipe.search.bounds.lower_bounds`), shared with the relaxation that guides the period pass.
     replicate, replicate_time_limit_s : bool, float
-        Also search mappings with replicated stages (:mod:`parapipe.search.replicate`), within this time limit.
+        Also search mappings with replicated stages (:mod:`parapipe.search.replicate`), within this work budget
+        (deterministic seconds).
     replicate_large_time_limit_s, replicate_max_labels, replicate_max_cut_tensors : float, int, int
-        Above ``exact_max_cells``: the replicated pass's time limit, label cap and stage boundaries (at most this
+        Above ``exact_max_cells``: the replicated pass's work budget, label cap and stage boundaries (at most this
         many live tensors), one PU per replica, states keyed on replica PUs (not exact).
     period_gap, period_epsilon, period_time_limit_s : float, float, float
         The least-period pass (:func:`parapipe.search.passes.period_pass`) runs when the period found is more than
         ``period_gap`` above the relaxation's bound, with this label grid above ``exact_max_cells`` and this
-        time limit.
+        work budget (deterministic seconds).
+    wall_safety_factor : float
+        Wall-clock safety limit of every budget: this many times its deterministic seconds, plus
+        :data:`parapipe.search.budget.SAFETY_FLOOR_S` (0: none). Only a runaway pass on a badly overloaded machine
+        reaches it; ``SearchResult.info["stopped_early"]`` then says so.
     """
 
     objectives: Tuple[str, ...] = OBJECTIVES
@@ -125,6 +139,7 @@ class SearchOptions:
     period_gap: float = 0.10
     period_epsilon: float = 0.01
     period_time_limit_s: float = 2.0
+    wall_safety_factor: float = SAFETY_FACTOR
 
     def __post_init__(self) -> None:
         bad = [o for o in self.objectives if o not in OBJECTIVES]
@@ -215,7 +230,7 @@ def merge_same_pu_stages(mapping: Mapping) -> Mapping:
 
 
 
-def _relaxation(problem: MappingProblem, best_period_s: float, deadline: float):
+def _relaxation(problem: MappingProblem, best_period_s: float, budget: Budget):
     """The plain relaxation (:class:`parapipe.search.relaxation.Relaxed`: mappings without replicated stages,
     which is the space the least-period pass searches), or None beyond its PU count. It guides that pass and
     gives the bound of its space; :func:`parapipe.search.bounds.lower_bounds` adds the replicated space's."""
@@ -223,7 +238,7 @@ def _relaxation(problem: MappingProblem, best_period_s: float, deadline: float):
 
     if problem.n_pus > MAX_PUS:
         return None
-    return Relaxed(problem, best_period_s * (1 - PROOF_RTOL), deadline)
+    return Relaxed(problem, best_period_s * (1 - PROOF_RTOL), budget)
 
 
 def _bounds_with_terms(plain: Bounds, terms, best_period_s: float) -> Bounds:
@@ -262,8 +277,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
         raise InfeasibleError(f"{problem.name}: no mapping exists on PUs {', '.join(problem.pu_names)}: some block "
                               "cannot run on any of them; allow a PU that supports it (--pus)")
     t_dp = time.monotonic() - t0
-    polisher = Polisher(problem, opts.cpsat_max_blocks, opts.cpsat_stage_limit_s,
-                        time.monotonic() + opts.time_limit_s, opts.seed)
+    polisher = Polisher(problem, opts.cpsat_max_blocks, opts.cpsat_stage_limit_s, opts.time_limit_s, opts.seed)
 
     points: List[SearchPoint] = []
     baseline = [("single", f"single-{name}", m) for name, m in single_pu_mappings(problem)]
@@ -303,11 +317,12 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     # which then never prunes a mapping the cost model could still reach) on the optimistic times
     bound_problem = optimistic_problem(problem)
     period_report: Optional[Dict[str, Any]] = None  # the period pass's report (pareto.json: search.spaces.period)
-    relaxed = _relaxation(bound_problem, best_period, t_b + opts.bound_time_limit_s)
+    bound_budget = Budget.of_seconds(opts.bound_time_limit_s, RELAX_WORK_PER_S, opts.wall_safety_factor)
+    relaxed = _relaxation(bound_problem, best_period, bound_budget)
     if relaxed is not None and best_period > relaxed.bound_s * (1 + opts.period_gap):
         eps = 0.0 if problem.n_blocks * problem.n_pus <= opts.exact_max_cells else opts.period_epsilon
         period_m, period_report = period_pass(problem, best_period, catalog, relaxed.guide(),
-                                              opts.period_time_limit_s, eps)
+                                              opts.period_time_limit_s, eps, opts.wall_safety_factor)
         if period_m is not None:
             m = merge_same_pu_stages(period_m)
             cand_points.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m), origin="period"))
@@ -328,9 +343,8 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     on_front = {objs[j] for j in np.flatnonzero(pareto_mask(np.array(objs)))}
     for i, p in enumerate(all_points):
         p.pareto = objs[i] in on_front
-    bounds = lower_bounds(bound_problem, best_period_s=plain_period_s(front),
-                          time_limit_s=max(0.0, opts.bound_time_limit_s - (time.monotonic() - t_b)),
-                          relaxed=relaxed, replicated=opts.replicate)
+    bounds = lower_bounds(bound_problem, best_period_s=plain_period_s(front), relaxed=relaxed,
+                          replicated=opts.replicate, budget=bound_budget)
     if full and not any(terms.overlap.values()):
         bounds = _bounds_with_terms(bounds, terms, min(p.evaluation.period_s for p in front))
     stats = {"search_s": time.monotonic() - t0, "dp_s": t_dp, "dp_states": n_states,
@@ -338,12 +352,25 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     cells = problem.n_blocks * problem.n_pus
     claimed = ["disjoint", "pipeline"] + (["reuse"] if opts.reuse_pus else []) + (
         ["replicated"] if opts.replicate else [])
-    info = {"exact": all(spaces[s].exact for s in claimed), "exact_max_cells": opts.exact_max_cells,
+    info: Dict[str, Any] = {"exact": all(spaces[s].exact for s in claimed), "exact_max_cells": opts.exact_max_cells,
             "cells": cells, "spaces": {**{name: rep.to_json() for name, rep in spaces.items()},
                                        **({"period": period_report} if period_report is not None else {})},
             "cpsat": {"time_unit_s": TIME_UNIT_S, "rounding": "up", "time_limit_s": opts.time_limit_s,
-                      "stage_limit_s": opts.cpsat_stage_limit_s, "max_blocks": opts.cpsat_max_blocks},
-            "bound": bounds.info()}
+                      "stage_limit_s": opts.cpsat_stage_limit_s, "max_blocks": opts.cpsat_max_blocks,
+                      "limits": "deterministic time", "deterministic_s": round(polisher.spent_s, 6)},
+            "bound": {**bounds.info(), **bound_budget.to_json()}}
+    stopped = [{"space": name, "reason": WALL, "at": rep.skipped} for name, rep in spaces.items()
+               if rep.stopped_by == WALL]
+    if period_report is not None and period_report.get("stopped_by") == WALL:
+        stopped.append({"space": "period", "reason": WALL, "at": period_report.get("skipped", "")})
+    if bound_budget.wall_stopped:
+        stopped.append({"space": "bound", "reason": WALL, "at": bound_budget.stop_point or "between probes"})
+    if polisher.wall_stops:
+        stopped.append({"space": "cp-sat", "reason": WALL, "at": "stages " + ", ".join(polisher.wall_stops)})
+    if stopped:
+        info["stopped_early"] = stopped
+        log.warning("%s: a wall-clock safety limit stopped the search early (%s); the front may differ on a rerun",
+                    problem.name, "; ".join(f"{s['space']}: {s['at']}" for s in stopped))
     if full:
         info["cost_terms"] = terms.to_json()
     log.info("search %s: %d blocks x %d PUs, front %d points, %.2fs (DP %.2fs, %d states), exact %s",

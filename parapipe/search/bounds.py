@@ -26,13 +26,13 @@ sub-model that contains them (a measured sub-model's blocks take ``t[v, p] · me
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 import numpy as np
 
 from ..cost.problem import MappingProblem
+from .budget import RELAX_WORK_PER_S, Budget
 
 PROOF_RTOL = 1e-9
 """Relative tolerance of "proved optimal": the bound is at least ``(1 - PROOF_RTOL) ×`` the best period found
@@ -134,7 +134,8 @@ def block_period_bound(problem: MappingProblem, replicated: bool = True) -> floa
 
 
 def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
-                 time_limit_s: Optional[float] = 5.0, relaxed=None, replicated: bool = True) -> Bounds:
+                 time_limit_s: Optional[float] = 5.0, relaxed=None, replicated: bool = True,
+                 budget: Optional[Budget] = None) -> Bounds:
     """Both bounds (module docstring).
 
     With ``replicated`` the period bound is the lesser of two: the bound of mappings without replicated stages
@@ -149,7 +150,10 @@ def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
     best_period_s : float, optional
         Best period a search found, seconds: the relaxed DP prunes at it and proves it optimal if it can.
     time_limit_s : float or None
-        Budget of the relaxed DPs, seconds (None: unbounded); past it the other bounds stand.
+        Budget of the relaxed DPs in deterministic seconds (counted work at
+        :data:`parapipe.search.budget.RELAX_WORK_PER_S`; None: unbounded); past it the other bounds stand.
+    budget : parapipe.search.budget.Budget, optional
+        The budget itself (what remains of the search's bound budget), instead of ``time_limit_s``.
     relaxed : parapipe.search.relaxation.Relaxed, optional
         The plain relaxation already built by the search on this ``problem`` (its Lagrangian bound is reused;
         dropped when stage-level times make the bounds take :func:`optimistic_problem` of it).
@@ -157,16 +161,17 @@ def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
         Bound every mapping of the cost model including replicated stages (True), or only mappings without
         them (False).
     """
-    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
+    if budget is None:
+        budget = Budget.of_seconds(time_limit_s, RELAX_WORK_PER_S)
     if relaxed is not None and getattr(relaxed, "replicated", False):
         relaxed = None
     optimistic = optimistic_problem(problem)
     if optimistic is not problem:  # a relaxation built on ``problem`` itself would not bound the faster ranges
         problem, relaxed = optimistic, None
-    plain = _space_bound(problem, best_period_s, deadline, relaxed, replicated=False)
+    plain = _space_bound(problem, best_period_s, budget, relaxed, replicated=False)
     if replicated:
         small = problem.n_blocks * problem.n_pus <= REPLICATED_RELAXATION_MAX_CELLS
-        rep = _space_bound(problem, best_period_s, deadline, None, replicated=True, stop_s=plain[1], relax=small)
+        rep = _space_bound(problem, best_period_s, budget, None, replicated=True, stop_s=plain[1], relax=small)
         if rep[1] < plain[1]:
             method, lb, proved, note = rep
             note = note or "a replicated stage may be faster than the plain bound"
@@ -174,7 +179,7 @@ def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
     return _finish(problem, best_period_s, *plain)
 
 
-def _space_bound(problem: MappingProblem, best_period_s: Optional[float], deadline: Optional[float], relaxed,
+def _space_bound(problem: MappingProblem, best_period_s: Optional[float], budget: Budget, relaxed,
                  replicated: bool, stop_s: float = np.inf, relax: bool = True):
     """(method, bound_s, proved, note) over the mappings without (``replicated=False``) or with replicated
     stages; the relaxation runs (if ``relax``) only while the closed-form bounds stay below ``stop_s`` (no need
@@ -184,11 +189,11 @@ def _space_bound(problem: MappingProblem, best_period_s: Optional[float], deadli
     candidates = {"block": block_period_bound(problem, replicated), "lp": lp_period_bound(problem)}
     note, proved = "", False
     floor = max(candidates.values())
-    if relax and best_period_s is not None and floor < stop_s and (deadline is None or time.monotonic() < deadline):
+    if relax and best_period_s is not None and floor < stop_s and budget.over() is None:
         top = min(best_period_s, stop_s)
         try:
             candidates["relaxed-dp"], proved = relaxed_period_bound(
-                problem, top, floor, deadline=deadline, rtol=PROOF_RTOL, relaxed=relaxed, replicated=replicated)
+                problem, top, floor, budget=budget, rtol=PROOF_RTOL, relaxed=relaxed, replicated=replicated)
             proved = proved and top >= best_period_s
         except ValueError as exc:
             note = str(exc)

@@ -6,17 +6,22 @@ delay when producer and consumer sit on different PUs, makespan minimised. Times
 ``TIME_UNIT_S``, every duration and transfer rounded *up* to the unit (rounding to nearest turned ten 40 ns
 blocks into zero-length intervals, so any schedule looked optimal); "optimal" therefore means optimal for the
 rounded-up durations, within ``n · TIME_UNIT_S`` of the true optimum for ``n`` blocks. The greedy schedule is
-passed as a hint; the search is deterministic (one worker) and time-limited.
+passed as a hint; the search is deterministic: one worker, and a limit in CP-SAT's *deterministic time*
+(``max_deterministic_time``, a count of the solver's work scaled to be close to seconds; OR-Tools' SatParameters),
+so the same model and seed give the same schedule whatever the machine's load. A wall-clock limit
+(:data:`parapipe.search.budget.SAFETY_FACTOR` × the budget + :data:`parapipe.search.budget.SAFETY_FLOOR_S`) is a
+safety net only; ``report["wall_stopped"]`` says when it stopped the solver first.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..cost.problem import MappingProblem
+from .budget import SAFETY_FACTOR, SAFETY_FLOOR_S
 
 TIME_UNIT_S = 1e-7
 """Integer time resolution of the CP-SAT model, seconds (0.1 µs; chosen far below operator times). Durations are
@@ -44,14 +49,18 @@ class StageSchedule:
 
 
 def solve_stage(problem: MappingProblem, start: int, stop: int, group: Sequence[int],
-                hint: Optional[Sequence[int]] = None, time_limit_s: float = 1.0, seed: int = 0
-                ) -> Optional[StageSchedule]:
+                hint: Optional[Sequence[int]] = None, time_limit_s: float = 1.0, seed: int = 0,
+                report: Optional[Dict[str, Any]] = None) -> Optional[StageSchedule]:
     """Minimum-makespan schedule of blocks ``[start, stop)`` on PU indices ``group``.
+
+    ``time_limit_s`` is CP-SAT deterministic time (seconds of its work measure, not of the clock). ``report``, if
+    given, receives ``deterministic_s`` (deterministic time spent) and ``wall_stopped`` (the wall-clock safety
+    limit, not the deterministic one, ended the solve).
 
     Returns
     -------
     StageSchedule or None
-        None if CP-SAT found no solution within ``time_limit_s`` (or the stage is infeasible on ``group``).
+        None if CP-SAT found no solution within ``time_limit_s`` of deterministic time (or the stage is infeasible on ``group``).
     """
     from ortools.sat.python import cp_model  # ~0.3 s to import: only when a stage is solved
 
@@ -104,13 +113,20 @@ def solve_stage(problem: MappingProblem, start: int, stop: int, group: Sequence[
                 if (v, p) in x:
                     m.add_hint(x[v, p], p == hp)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(time_limit_s)
+    solver.parameters.max_deterministic_time = float(time_limit_s)
+    wall_s = SAFETY_FACTOR * float(time_limit_s) + SAFETY_FLOOR_S
+    solver.parameters.max_time_in_seconds = wall_s
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = int(seed)
     # CP-SAT's own SIGINT handler (on by default) resets SIGINT to the default action when the solve ends, so a
     # later Ctrl-C killed parapipe silently instead of raising KeyboardInterrupt (ortools/base/sigint.cc).
     solver.parameters.catch_sigint_signal = False
     status = solver.solve(m)
+    if report is not None:
+        det = float(solver.response_proto.deterministic_time)
+        report["deterministic_s"] = det
+        report["wall_stopped"] = (status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
+                                  and solver.wall_time >= 0.99 * wall_s and det < float(time_limit_s))
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     assign = tuple(next(p for p in group if (v, p) in x and solver.value(x[v, p])) for v in blocks)

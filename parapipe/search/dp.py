@@ -16,11 +16,11 @@ Two spaces:
   busy time of every PU, ``(busy_1..busy_k, latency, E_dyn)``, and the state drops the used-PU set. This space
   contains the first one and every pure pipeline in which PUs repeat.
 
-With ``epsilon = 0``, no label cap, no cut restriction and no deadline the result is the exact front of the space
+With ``epsilon = 0``, no label cap, no cut restriction and no budget the result is the exact front of the space
 (tests check it against brute force). ``epsilon > 0`` merges labels closer than ``epsilon`` × the total work on a
 grid (ε-dominance, Laumanns et al., Evolutionary Computation 10(3), 2002), ``max_labels`` keeps at most that many
-labels per state, ``max_cut_tensors`` restricts stage boundaries, ``deadline`` stops the DP: each bounds the work
-on large problems and :class:`DPResult` says which of them cut anything.
+labels per state, ``max_cut_tensors`` restricts stage boundaries, ``budget`` (counted work,
+:mod:`.budget`) stops the DP: each bounds the work on large problems and :class:`DPResult` says which of them cut anything.
 
 Implementation: transitions are recorded as scalars ``(source state, stage time, energy, run)`` and the labels of
 a state are built in one vectorised step when the state is finalised (all its sources lie at earlier positions).
@@ -28,7 +28,6 @@ a state are built in one vectorised step when the state is finalised (all its so
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -36,6 +35,7 @@ import numpy as np
 
 from ..cost.mapping import Mapping, StageMapping
 from ..cost.problem import MappingProblem
+from .budget import Budget, BudgetExceeded
 from .labels import LabelStore
 from .pareto import pareto_mask
 from .stages import STAGE_KINDS, StageRun, all_groups  # noqa: F401  (all_groups: public here too)
@@ -68,8 +68,9 @@ class DPOptions:
         Stage boundaries only where at most this many producers are live (None = anywhere). Cuts through the
         middle of a wide parallel section move many tensors and multiply the DP states (stage boundaries are
         best at cut points where few bytes cross).
-    deadline : float or None
-        ``time.monotonic()`` value after which the DP gives up with :class:`DPDeadline`.
+    budget : parapipe.search.budget.Budget or None
+        Work budget: label candidates built plus transitions recorded, checked after each block position; past
+        it (or past its wall-clock safety limit) the DP gives up with :class:`DPDeadline`.
     period_below : float or None
         Period-only search (with ``reuse_pus``): labels are busy times only, and only those that can still end
         below this period are kept; the result is one mapping of least period, if any is below it.
@@ -85,13 +86,13 @@ class DPOptions:
     max_labels: int = 0
     reuse_pus: bool = False
     max_cut_tensors: Optional[int] = None
-    deadline: Optional[float] = None
+    budget: Optional[Budget] = None
     period_below: Optional[float] = None
     guide: Optional[tuple] = None
 
 
-class DPDeadline(Exception):
-    """The DP ran past ``DPOptions.deadline`` (the caller keeps what it had)."""
+class DPDeadline(BudgetExceeded):
+    """The DP ran past ``DPOptions.budget`` (the caller keeps what it had)."""
 
 
 @dataclass
@@ -138,7 +139,7 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
     parapipe.errors.InfeasibleError
         If no mapping exists (e.g. groups exclude every PU that can run some block).
     DPDeadline
-        If ``options.deadline`` passes before the DP ends.
+        If ``options.budget`` runs out before the DP ends.
     ValueError
         An unknown stage kind.
     """
@@ -178,7 +179,7 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
     keys = store.keys
     pending: Dict[tuple, list] = {}
     by_pos: Dict[int, List[tuple]] = {}
-    n_trans = 0
+    n_trans = spent = 0
     for i in range(n):
         here = [store.start((0, 0, (), 0))] if i == 0 else [store.add(key, pending.pop(key))
                                                             for key in by_pos.pop(i, [])]
@@ -204,8 +205,13 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
                     n_trans += 1
         if progress is not None:
             progress(i + 1)
-        if opts.deadline is not None and time.monotonic() > opts.deadline:
-            raise DPDeadline(f"DP stopped at block {i + 1} of {n}")
+        if opts.budget is not None:
+            opts.budget.spend(store.n_candidates + n_trans - spent)
+            spent = store.n_candidates + n_trans
+            why = opts.budget.over()
+            if why is not None:
+                opts.budget.stop_point = f"block {i + 1} of {n}"
+                raise DPDeadline(f"DP stopped at block {i + 1} of {n} ({why})", why)
     finals = by_pos.pop(n, [])
     if not finals and period_only:
         raise InfeasibleError(f"{problem.name}: no mapping with a period below {opts.period_below:.6g} s")

@@ -74,6 +74,7 @@ class LabelStore:
         self.sizes: List[int] = []
         self.capped_states = 0
         self.n_labels = 0
+        self.n_candidates = 0  # labels built before pruning (the DP's counted work)
 
     # ------------------------------------------------------------------ access
     def start(self, key: tuple) -> int:
@@ -121,6 +122,7 @@ class LabelStore:
         """
         sizes = self.sizes
         total = sum([sizes[r[0]] for r in rec])
+        self.n_candidates += total
         cap = self.max_labels
         if not prune or total > PY_MAX_CANDIDATES or (cap and total > 16 * cap):
             return self._add_numpy(key, rec, prune)

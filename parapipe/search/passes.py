@@ -12,7 +12,11 @@ Four passes share one :class:`parapipe.search.transitions.StageCatalog`:
   PUs, with its own label cap and stage-boundary restriction, and states keyed on replica PUs only.
 
 Up to ``exact_max_cells`` (blocks × PUs) every pass is exact: no label grid, no label cap, stage boundaries
-anywhere; the reuse pass still has a time limit and, if it fires, is re-run approximately and marked so. Above
+anywhere; the reuse pass still has a work budget and, if it runs out, is re-run approximately and marked so.
+
+Budgets are counted work (:mod:`.budget`), set in deterministic seconds by the options' ``*_time_limit_s``: where a
+pass stops depends on the inputs and options only, not on the machine's load. Each budget also has a wall-clock
+safety limit; a pass it stops is reported in ``SpaceReport.stopped_by`` (and by the search as ``stopped_early``). Above
 it, each pass runs with the bounds of :class:`parapipe.search.api.SearchOptions`, and :class:`SpaceReport` says
 which of them cut anything (pareto.json ``search.spaces``).
 """
@@ -26,6 +30,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ..cost.mapping import Mapping
 from ..cost.problem import MappingProblem
 from ..errors import InfeasibleError
+from .budget import DP_WORK_PER_S, PERIOD_WORK_PER_S, REPLICATED_WORK_PER_S, SAFETY_FACTOR, Budget
 from .dp import DPDeadline, DPOptions, DPResult, dp_front
 from .replicate import ReplicatedDeadline, replicated_front
 from .transitions import StageCatalog
@@ -40,8 +45,10 @@ class SpaceReport:
     ``exact`` is true when the front of the space was computed exactly; otherwise the other fields say what
     bounded it: ``epsilon`` (label grid, a fraction of the total work), ``max_labels`` (labels per DP state;
     ``capped_states`` states lost labels to it), ``max_cut_tensors`` (stage boundaries only where at most that
-    many tensors are live; ``cut_limited`` whether that excluded any), ``time_limit_s`` (``timed_out``), or
-    ``skipped`` (why the space was not searched at all).
+    many tensors are live; ``cut_limited`` whether that excluded any), ``time_limit_s`` (the work budget in
+    deterministic seconds, :mod:`.budget`; ``work_limit`` units, ``work`` spent; ``timed_out`` when it ran out,
+    ``stopped_by`` saying whether the work budget or the wall-clock safety limit stopped it), or ``skipped`` (why
+    the space was not searched at all).
     """
 
     searched: bool
@@ -56,22 +63,28 @@ class SpaceReport:
     skipped: str = ""
     states: int = 0
     seconds: float = 0.0
+    work: Optional[int] = None
+    work_limit: Optional[int] = None
+    stopped_by: str = ""
+
+    def charge(self, budget: Budget) -> None:
+        """Record ``budget``'s count and limit."""
+        self.work, self.work_limit = int(budget.used), None if budget.limit is None else int(budget.limit)
 
     def to_json(self) -> Dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v not in ("", None)}
 
 
-def _run(problem: MappingProblem, dpo: DPOptions, catalog: StageCatalog, progress=None
-         ) -> Tuple[Optional[DPResult], SpaceReport]:
+def _run(problem: MappingProblem, dpo: DPOptions, catalog: StageCatalog, progress=None,
+         limit_s: Optional[float] = None) -> Tuple[Optional[DPResult], SpaceReport]:
     t0 = time.monotonic()
-    limit = None if dpo.deadline is None else dpo.deadline - t0
     rep = SpaceReport(searched=True, exact=False, epsilon=dpo.epsilon, max_labels=dpo.max_labels,
-                      max_cut_tensors=dpo.max_cut_tensors, time_limit_s=limit)
+                      max_cut_tensors=dpo.max_cut_tensors, time_limit_s=limit_s)
     try:
         res = dp_front(problem, dpo, progress=progress, catalog=catalog)
     except DPDeadline as exc:
         rep.timed_out, rep.searched = True, False
-        rep.skipped = str(exc)
+        rep.skipped, rep.stopped_by = str(exc), exc.reason
         res = None
     except InfeasibleError as exc:
         rep.skipped = f"no mapping in this space ({exc})"
@@ -80,6 +93,8 @@ def _run(problem: MappingProblem, dpo: DPOptions, catalog: StageCatalog, progres
     if res is not None:
         rep.exact = res.exact(dpo.epsilon)
         rep.capped_states, rep.cut_limited, rep.states = res.capped_states, res.cut_limited, res.n_states
+    if dpo.budget is not None:
+        rep.charge(dpo.budget)
     rep.seconds = time.monotonic() - t0
     return res, rep
 
@@ -122,14 +137,17 @@ def run_passes(problem: MappingProblem, opts, catalog: StageCatalog,
     limit = opts.reuse_time_limit_s if out["disjoint"] else 10 * opts.reuse_time_limit_s
     approx = DPOptions(max_stages=opts.max_stages, epsilon=max(dpo.epsilon, opts.reuse_epsilon),
                        max_labels=opts.reuse_max_labels, max_cut_tensors=opts.max_cut_tensors, reuse_pus=True)
+    sf = opts.wall_safety_factor
     res = None
     if small:
-        res, rep = _run(problem, replace(exact_dpo, reuse_pus=True, deadline=time.monotonic() + limit), catalog)
+        res, rep = _run(problem, replace(exact_dpo, reuse_pus=True,
+                                         budget=Budget.of_seconds(limit, DP_WORK_PER_S, sf)), catalog, None, limit)
         if res is None and rep.timed_out:
-            log.info("%s: exact PU-reuse search hit its %.0f s limit; searching it approximately", problem.name,
-                     limit)
+            log.info("%s: exact PU-reuse search used its budget (%s); searching it approximately", problem.name,
+                     rep.skipped)
     if res is None and (not small or rep.timed_out):
-        res, rep = _run(problem, replace(approx, deadline=time.monotonic() + limit), catalog)
+        res, rep = _run(problem, replace(approx, budget=Budget.of_seconds(limit, DP_WORK_PER_S, sf)), catalog,
+                        None, limit)
         if rep.timed_out:
             log.info("%s: PU-reuse search skipped: %s", problem.name, rep.skipped)
     reports["reuse"] = rep
@@ -159,14 +177,17 @@ def _replicated(problem: MappingProblem, opts, catalog: StageCatalog, small: boo
                   max_cut_tensors=opts.replicate_max_cut_tensors, coarse=True)
     rep = SpaceReport(searched=True, exact=False, max_labels=kw["max_labels"], max_cut_tensors=kw["max_cut_tensors"],
                       time_limit_s=limit)
+    budget = Budget.of_seconds(limit, REPLICATED_WORK_PER_S, opts.wall_safety_factor)
     try:
-        res = replicated_front(problem, catalog, max_stages=opts.max_stages, deadline=t0 + limit, **kw)
+        res = replicated_front(problem, catalog, max_stages=opts.max_stages, budget=budget, **kw)
     except ReplicatedDeadline as exc:
-        rep.timed_out, rep.searched, rep.skipped = True, False, str(exc)
+        rep.timed_out, rep.searched, rep.skipped, rep.stopped_by = True, False, str(exc), exc.reason
+        rep.charge(budget)
         rep.seconds = time.monotonic() - t0
         log.info("%s: replicated-stage search skipped: %s", problem.name, exc)
         return [], rep
     rep.seconds = time.monotonic() - t0
+    rep.charge(budget)
     if res is None:
         rep.exact = small
         rep.skipped = "no mapping in this space fits"
@@ -177,7 +198,8 @@ def _replicated(problem: MappingProblem, opts, catalog: StageCatalog, small: boo
 
 
 def period_pass(problem: MappingProblem, best_period_s: float, catalog: StageCatalog, guide,
-                time_limit_s: float, epsilon: float = 0.0) -> Tuple[Optional[Mapping], Dict[str, Any]]:
+                time_limit_s: float, epsilon: float = 0.0, safety_factor: Optional[float] = None
+                ) -> Tuple[Optional[Mapping], Dict[str, Any]]:
     """The least period over the PU-reuse space (every hierarchical mapping the DP can build, PUs shared or
     not), searched exactly with busy-time labels only, pruned at ``best_period_s`` and by ``guide`` (the
     relaxation's Lagrangian cost-to-go, :mod:`.relaxation`).
@@ -188,10 +210,13 @@ def period_pass(problem: MappingProblem, best_period_s: float, catalog: StageCat
         ``mapping``: one mapping with a period below ``best_period_s``, or None if there is none (then
         ``best_period_s`` is the least period of the space: ``report["exact"]``) or time ran out. With
         ``epsilon > 0`` labels are merged on that grid (a fraction of the total work): not exact then.
+        ``time_limit_s`` is a work budget in deterministic seconds (:mod:`.budget`); ``report`` gives ``work``,
+        ``work_limit`` and, when the budget stopped the pass, ``timed_out`` and ``stopped_by``.
     """
     t0 = time.monotonic()
+    budget = Budget.of_seconds(time_limit_s, PERIOD_WORK_PER_S, SAFETY_FACTOR if safety_factor is None else safety_factor)
     dpo = DPOptions(reuse_pus=True, period_below=best_period_s * (1 - 1e-9), guide=guide, epsilon=epsilon,
-                    deadline=t0 + time_limit_s)
+                    budget=budget)
     report: Dict[str, Any] = {"searched": True, "exact": False, "epsilon": epsilon, "time_limit_s": time_limit_s}
     mapping = None
     try:
@@ -201,6 +226,7 @@ def period_pass(problem: MappingProblem, best_period_s: float, catalog: StageCat
     except InfeasibleError:
         report["exact"] = epsilon == 0
     except DPDeadline as exc:
-        report["timed_out"], report["skipped"] = True, str(exc)
+        report["timed_out"], report["skipped"], report["stopped_by"] = True, str(exc), exc.reason
+    report.update(budget.to_json())
     report["seconds"] = time.monotonic() - t0
     return mapping, report

@@ -1,15 +1,16 @@
-"""CP-SAT polish of multi-PU stages (:mod:`.cpsat`), memoised per (start, stop, group), within a time budget.
+"""CP-SAT polish of multi-PU stages (:mod:`.cpsat`), memoised per (start, stop, group), within a budget of CP-SAT
+deterministic time (the same stages are solved, with the same results, whatever the machine's load).
 
 OR-Tools' CP-SAT module is imported on the first stage that needs it (the import costs ~0.3 s; mappings with
 single-PU stages only never pay it).
 """
 from __future__ import annotations
 
-import time
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..cost.mapping import Mapping, StageMapping
 from ..cost.problem import MappingProblem
+from .budget import CPSAT_DET_PER_S, CPSAT_MODEL_S_PER_CELL
 from .cpsat import StageSchedule, solve_stage
 
 
@@ -28,19 +29,27 @@ class Polisher:
     max_blocks : int
         Largest stage (in blocks) handed to CP-SAT.
     stage_limit_s : float
-        CP-SAT time limit per stage.
-    deadline : float
-        ``time.monotonic()`` after which no new stage is solved.
+        Budget per stage in deterministic seconds: CP-SAT gets ``stage_limit_s ×``
+        :data:`parapipe.search.budget.CPSAT_DET_PER_S` of its deterministic time.
+    total_s : float
+        Budget of all stages in deterministic seconds, each solve charged its CP-SAT deterministic time /
+        ``CPSAT_DET_PER_S`` plus :data:`parapipe.search.budget.CPSAT_MODEL_S_PER_CELL` per block × PU: once spent
+        (less than 0.05 s left), no new stage is solved.
+
+    After polishing, ``spent_s`` is the deterministic time used and ``wall_stops`` lists the stages whose solve the
+    wall-clock safety limit ended (``start-stop@pus``; the polish is then not reproducible).
     seed : int
         CP-SAT random seed (one worker: same seed, same schedule).
     """
 
-    def __init__(self, problem: MappingProblem, max_blocks: int, stage_limit_s: float, deadline: float,
+    def __init__(self, problem: MappingProblem, max_blocks: int, stage_limit_s: float, total_s: float,
                  seed: int = 0):
         self.problem = problem
         self.max_blocks = max_blocks
         self.stage_limit_s = stage_limit_s
-        self.deadline = deadline
+        self.total_s = total_s
+        self.spent_s = 0.0
+        self.wall_stops: List[str] = []
         self.seed = seed
         self.memo: Dict[tuple, Optional[StageSchedule]] = {}
 
@@ -61,12 +70,18 @@ class Polisher:
             if self._polishable(st):
                 key = (st.start, st.stop, st.pus)
                 if key not in self.memo:
-                    left = self.deadline - time.monotonic()
+                    left = self.total_s - self.spent_s
                     if left <= 0.05:
                         self.memo[key] = None
                     else:
+                        rep: Dict[str, Any] = {}
+                        det_s = min(left, self.stage_limit_s) * CPSAT_DET_PER_S
                         self.memo[key] = solve_stage(self.problem, st.start, st.stop, st.pus, hint=st.assignment,
-                                                     time_limit_s=min(left, self.stage_limit_s), seed=self.seed)
+                                                     time_limit_s=det_s, seed=self.seed, report=rep)
+                        cells = (st.stop - st.start) * len(st.pus)
+                        self.spent_s += rep["deterministic_s"] / CPSAT_DET_PER_S + CPSAT_MODEL_S_PER_CELL * cells
+                        if rep["wall_stopped"]:
+                            self.wall_stops.append(f"{st.start}-{st.stop}@{','.join(map(str, st.pus))}")
                 sol = self.memo[key]
                 if sol is not None:
                     new = StageMapping(st.start, st.stop, tuple(sorted(set(sol.assignment))), sol.assignment,

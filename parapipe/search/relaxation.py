@@ -41,13 +41,13 @@ For a chain of blocks and one PU per stage the relaxation is exact.
 """
 from __future__ import annotations
 
-import time
 from itertools import combinations
 from typing import List, Optional, Tuple
 
 import numpy as np
 
 from ..cost.problem import MappingProblem
+from .budget import Budget, BudgetExceeded
 from .pareto import pareto_mask
 
 MAX_PUS = 5
@@ -202,7 +202,7 @@ class RelaxedDP:
             if on_spine[v] and prev_spine[v] >= 0:
                 self.spine_comm[v] = theta * _comm(problem, problem.edge_nbytes.get((prev_spine[v], v), 0.0))
 
-    def probe(self, limit: float, grid: float = 0.0, deadline: Optional[float] = None,
+    def probe(self, limit: float, grid: float = 0.0, budget: Optional[Budget] = None,
               guide: Optional[Tuple[np.ndarray, np.ndarray]] = None) -> Optional[float]:
         """The least largest busy time if it is below ``limit``, else None (then every mapping's period is at
         least ``limit``). ``grid > 0`` merges labels in the same ``grid``-second cell (module docstring).
@@ -212,7 +212,7 @@ class RelaxedDP:
         Raises
         ------
         TimeoutError
-            ``deadline`` (a ``time.monotonic()`` value) passed.
+            ``budget`` (label rows built, :mod:`.budget`) ran out.
         """
         n, k, nm = self.n, self.k, self.nm
         member, single, pu, gid, rest = self.member, self.single, self.pu, self.gid, self.rest
@@ -230,8 +230,7 @@ class RelaxedDP:
         labels: List[np.ndarray] = [admit(self.node[0, m][None], 0, m) if self.opened[0, m] else none
                                     for m in range(nm)]
         for v in range(1, n):
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"relaxed bound stopped at block {v} of {n}")
+            _check(budget, v, n)
             srcs = [m for m in range(nm) if len(labels[m])]
             if not srcs:
                 return None
@@ -240,8 +239,7 @@ class RelaxedDP:
             hand, spine_comm = self.hand[v], self.spine_comm[v]
             new: List[np.ndarray] = [none] * nm
             for m2 in np.flatnonzero(self.opened[v]).tolist():
-                if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(f"relaxed bound stopped at block {v} of {n}")
+                _check(budget, v, n)
                 inc = self.node[v, m2]
                 # (b) a new stage from every source (single p -> p is the same as (a)), with its forced hand-off
                 keep = src != m2 if single[m2] else np.ones(len(src), dtype=bool)
@@ -259,7 +257,10 @@ class RelaxedDP:
                             continue
                         extra = spine_comm[pu[m], pu[m2]] if spine_comm is not None else 0.0
                         parts.append(labels[m] + inc + extra * member[m2])
-                new[m2] = admit(np.concatenate(parts), v, m2)
+                cand = np.concatenate(parts)
+                if budget is not None:
+                    budget.spend(len(cand))
+                new[m2] = admit(cand, v, m2)
             labels = new
         found = [float(x.max(axis=1).min()) for x in labels if len(x)]
         return min(found) if found else None
@@ -270,10 +271,10 @@ class Relaxed:
     the cost-to-go table for pruning (:func:`cost_to_go`)."""
 
     def __init__(self, problem: MappingProblem, best_period_s: Optional[float] = None,
-                 deadline: Optional[float] = None, replicated: bool = False):
+                 budget: Optional[Budget] = None, replicated: bool = False):
         self.replicated = replicated
         self.dp = RelaxedDP(problem, replicated=replicated)
-        self.bound_s, self.lam = lagrangian_period_bound(self.dp, best_period_s, deadline=deadline)
+        self.bound_s, self.lam = lagrangian_period_bound(self.dp, best_period_s, budget=budget)
         self.h = cost_to_go(self.dp, self.lam)
 
     def guide(self) -> Tuple[np.ndarray, List[float]]:
@@ -285,13 +286,13 @@ class Relaxed:
 
 
 def relaxed_period_bound(problem: MappingProblem, best_period_s: float, floor_s: float = 0.0,
-                         deadline: Optional[float] = None, rtol: float = 1e-9, grid_rel: float = GRID_REL,
+                         budget: Optional[Budget] = None, rtol: float = 1e-9, grid_rel: float = GRID_REL,
                          relaxed: Optional[Relaxed] = None, replicated: bool = False) -> Tuple[float, bool]:
     """The relaxation's bound on the period, and whether it proves ``best_period_s`` optimal.
 
     Bisection on the probe limit between ``floor_s`` (a known bound) and ``(1 - rtol) × best_period_s``: a low
     limit prunes hard and answers fast; the first probe that finds a mode sequence returns the relaxation's
-    optimum. Stops at ``deadline`` with the best limit proved so far. Labels are merged on a lattice of
+    optimum. Stops when ``budget`` (:mod:`.budget`) runs out, with the best limit proved so far. Labels are merged on a lattice of
     ``grid_rel × limit / n_blocks`` seconds (at most ``grid_rel`` of the limit lost).
 
     Returns
@@ -303,7 +304,7 @@ def relaxed_period_bound(problem: MappingProblem, best_period_s: float, floor_s:
     ValueError
         More than :data:`MAX_PUS` PUs.
     """
-    rel = relaxed if relaxed is not None else Relaxed(problem, best_period_s * (1 - rtol), deadline, replicated)
+    rel = relaxed if relaxed is not None else Relaxed(problem, best_period_s * (1 - rtol), budget, replicated)
     dp, lag = rel.dp, rel.bound_s
     n = max(problem.n_blocks, 1)
     top = best_period_s * (1 - rtol)
@@ -312,8 +313,8 @@ def relaxed_period_bound(problem: MappingProblem, best_period_s: float, floor_s:
     probe = top if floor_s >= top else 0.5 * (lo + hi)
     while True:
         try:
-            got = dp.probe(probe, grid_rel * probe / n, deadline, guide)
-        except TimeoutError:
+            got = dp.probe(probe, grid_rel * probe / n, budget, guide)
+        except BudgetExceeded:
             return lo, False
         if got is not None:
             return max(lo, got), False
@@ -321,6 +322,14 @@ def relaxed_period_bound(problem: MappingProblem, best_period_s: float, floor_s:
         if probe >= top:
             return best_period_s, True
         probe = top if (top - lo) <= 0.01 * top else 0.5 * (lo + hi)
+
+
+def _check(budget: Optional[Budget], v: int, n: int) -> None:
+    why = budget.over() if budget is not None else None
+    if why is not None:
+        assert budget is not None
+        budget.stop_point = f"relaxed bound at block {v} of {n}"
+        raise BudgetExceeded(f"relaxed bound stopped at block {v} of {n} ({why})", why)
 
 
 def _step_costs(dp: RelaxedDP, lam: np.ndarray, v: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -386,7 +395,7 @@ def cost_to_go(dp: RelaxedDP, lam: np.ndarray) -> np.ndarray:
 
 
 def lagrangian_period_bound(dp: RelaxedDP, best_period_s: Optional[float] = None, iterations: int = 60,
-                            deadline: Optional[float] = None) -> Tuple[float, np.ndarray]:
+                            budget: Optional[Budget] = None) -> Tuple[float, np.ndarray]:
     """``max over λ on the simplex of min over mode sequences of λ · busy`` (each value is a bound on the
     period, since ``max_q busy_q >= λ · busy``), by Kelley's cutting planes (LPs solved with OR-Tools' GLOP).
 
@@ -405,7 +414,9 @@ def lagrangian_period_bound(dp: RelaxedDP, best_period_s: Optional[float] = None
         if val > best:
             best, best_lam = val, lam
         cuts.append(busy)
-        if (best_period_s is not None and best >= best_period_s) or (deadline and time.monotonic() > deadline):
+        if budget is not None:
+            budget.spend(dp.n * dp.nm * dp.nm)
+        if (best_period_s is not None and best >= best_period_s) or (budget is not None and budget.over()):
             break
         lp = pywraplp.Solver.CreateSolver("GLOP")
         x = [lp.NumVar(0.0, 1.0, f"l{q}") for q in range(k)]

@@ -20,7 +20,7 @@ tuple ``((pu, w), ...)`` of a replicated producer's PUs and shares — the share
 its source state, so equal tokens mean equal futures. A label is ``(period_s, latency_s, dyn_energy_j)`` with
 period the largest stage contribution (PUs are disjoint, so a PU's busy time is its stage's contribution);
 every final objective (energy ``E_dyn + (ΣP_idle + P_static)·period``) is monotone in it, so per-state Pareto
-sets lose no Pareto-optimal mapping: without label cap, cut restriction or deadline the front is exact for the
+sets lose no Pareto-optimal mapping: without label cap, cut restriction or budget the front is exact for the
 space. **Memory**: a PU holds the weights of the blocks it runs in its one stage (or replica), so a run whose
 held weights exceed ``MappingProblem.memory_bytes`` on some PU is never placed — the front is exact over the
 mappings that fit.
@@ -28,7 +28,6 @@ mappings that fit.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -38,6 +37,7 @@ import numpy as np
 from ..cost.mapping import Mapping, ReplicaMapping, StageMapping
 from ..cost.problem import MappingProblem, block_range
 from ..cost.replication import replica_shares, replicated_energy_j, replicated_period_s
+from .budget import Budget, BudgetExceeded
 from .pareto import pareto_mask
 from .stages import STAGE_KINDS
 from .transitions import StageCatalog
@@ -45,8 +45,8 @@ from .transitions import StageCatalog
 log = logging.getLogger(__name__)
 
 
-class ReplicatedDeadline(Exception):
-    """The replicated pass ran past its deadline."""
+class ReplicatedDeadline(BudgetExceeded):
+    """The replicated pass ran past its budget."""
 
 
 @dataclass
@@ -112,7 +112,7 @@ def _input_s(problem: MappingProblem, transfers, live: tuple) -> float:
 
 def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = None,
                      max_stages: Optional[int] = None, group_replicas: bool = True, max_labels: int = 0,
-                     max_cut_tensors: Optional[int] = None, deadline: Optional[float] = None,
+                     max_cut_tensors: Optional[int] = None, budget: Optional[Budget] = None,
                      plain_kinds: Sequence[str] = STAGE_KINDS, coarse: bool = False
                      ) -> Optional[ReplicatedResult]:
     """Pareto front (period, latency, energy) of the replicated space (module docstring).
@@ -130,8 +130,9 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
         Labels kept per state (0: all; otherwise the kept ones are spread along the period axis: not exact).
     max_cut_tensors : int or None
         Stage boundaries only where at most this many producers are live (None: anywhere).
-    deadline : float or None
-        ``time.monotonic()`` after which :class:`ReplicatedDeadline` is raised.
+    budget : parapipe.search.budget.Budget or None
+        Work budget (labels pushed, checked after each block position); past it (or its wall-clock safety
+        limit) :class:`ReplicatedDeadline` is raised.
     plain_kinds : sequence of str
         Stage kinds of the non-replicated stages (:data:`parapipe.search.stages.STAGE_KINDS`).
     coarse : bool
@@ -178,6 +179,8 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
         return len(keys) - 1
 
     state_live: Dict[tuple, tuple] = {}
+    n_push = [0]  # labels pushed: the pass's counted work
+    spent = 0
 
     def push(key: tuple, live: tuple, label: tuple, back: tuple) -> None:
         bucket = pending.get(key)
@@ -186,6 +189,7 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
             by_pos.setdefault(key[0], []).append(key)
             state_live[key] = live
         bucket.append((label, back))
+        n_push[0] += 1
 
     keys.append((0, 0, (), 0))
     labels.append([(0.0, 0.0, 0.0)])
@@ -256,8 +260,13 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
                     stage = (j, tuple(r.run for r in reps))
                     for row, (p, lat, e) in enumerate(rows):
                         push(key, new_live, (p if p > p_s else p_s, lat + l_s, e + e_s), (sid, row, stage))
-        if deadline is not None and time.monotonic() > deadline:
-            raise ReplicatedDeadline(f"replicated pass stopped at block {i + 1} of {n}")
+        if budget is not None:
+            budget.spend(n_push[0] - spent)
+            spent = n_push[0]
+            why = budget.over()
+            if why is not None:
+                budget.stop_point = f"block {i + 1} of {n}"
+                raise ReplicatedDeadline(f"replicated pass stopped at block {i + 1} of {n} ({why})", why)
     finals = by_pos.pop(n, [])
     if not finals:
         return None
