@@ -21,6 +21,8 @@ from .mapping import Mapping, ReplicaMapping, StageMapping
 from .schedule import Evaluation
 from .problem import MappingProblem
 
+__all__ = ["whole_model_pus", "replicated_mapping", "replicated_baseline", "replicated_mappings"]
+
 
 def whole_model_pus(problem: MappingProblem) -> List[int]:
     """PU indices that can run every block and hold every block's weights, in PU order."""

@@ -36,6 +36,9 @@ from typing import Dict, Iterable, List, Sequence, Tuple, Union
 
 import numpy as np
 
+__all__ = ["replica_shares", "replicated_period_s", "replicated_energy_j", "mean_and_worst_input_s",
+           "pu_weight_nbytes", "memory_violations"]
+
 
 def replica_shares(times_s: Sequence[float]) -> Tuple[float, ...]:
     """Share of the frames each replica gets: ``(1 / T_r) / Σ_j (1 / T_j)``.

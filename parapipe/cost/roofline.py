@@ -18,6 +18,8 @@ import numpy as np
 
 from .problem import MappingProblem
 
+__all__ = ["PRECISION_BYTE_SCALE", "roofline_s", "op_time_s", "block_time_s", "problem_from_blocks"]
+
 PRECISION_BYTE_SCALE = {"fp32": 1.0, "fp16": 0.5, "int8": 0.25}
 """Bytes per element relative to fp32 for each native PU precision (IEEE 754 binary32/binary16, int8)."""
 

@@ -51,6 +51,9 @@ from .passes import period_pass, run_passes
 from .polish import Polisher, stage_kinds
 from .transitions import StageCatalog
 
+__all__ = ["OBJECTIVES", "EXACT_MAX_CELLS", "SearchOptions", "SearchPoint", "SearchResult",
+           "OBJECTIVE_DIGITS", "merge_same_pu_stages", "search"]
+
 log = logging.getLogger(__name__)
 
 OBJECTIVES = ("throughput", "latency", "energy")

@@ -17,6 +17,8 @@ from ..cost.problem import MappingProblem
 from .stages import all_groups
 from .listsched import schedule_ranges
 
+__all__ = ["single_pu_mappings", "parallel_mappings"]
+
 
 def single_pu_mappings(problem: MappingProblem) -> List[Tuple[str, Mapping]]:
     """``(pu_name, mapping)`` for every PU that can run all blocks."""

@@ -34,6 +34,9 @@ import numpy as np
 from ..cost.problem import MappingProblem
 from .budget import RELAX_WORK_PER_S, Budget
 
+__all__ = ["PROOF_RTOL", "REPLICATED_RELAXATION_MAX_CELLS", "Bounds", "lp_period_bound", "optimistic_problem",
+           "latency_lower_bound", "block_period_bound", "lower_bounds"]
+
 PROOF_RTOL = 1e-9
 """Relative tolerance of "proved optimal": the bound is at least ``(1 - PROOF_RTOL) ×`` the best period found
 (the same sums taken in another order differ in the last bits)."""

@@ -21,6 +21,10 @@ from __future__ import annotations
 import time
 from typing import Optional
 
+__all__ = ["DP_WORK_PER_S", "REPLICATED_WORK_PER_S", "RELAX_WORK_PER_S", "PERIOD_WORK_PER_S",
+           "CPSAT_DET_PER_S", "SAFETY_FACTOR", "CPSAT_MODEL_S_PER_CELL", "SAFETY_FLOOR_S", "WALL", "WORK",
+           "Budget", "BudgetExceeded"]
+
 DP_WORK_PER_S = 7.0e5
 """DP passes (:mod:`.dp`): label candidates built plus transitions recorded, per CPU second."""
 

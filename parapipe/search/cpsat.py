@@ -23,6 +23,8 @@ import numpy as np
 from ..cost.problem import MappingProblem
 from .budget import SAFETY_FACTOR, SAFETY_FLOOR_S
 
+__all__ = ["TIME_UNIT_S", "ticks", "StageSchedule", "solve_stage"]
+
 TIME_UNIT_S = 1e-7
 """Integer time resolution of the CP-SAT model, seconds (0.1 µs; chosen far below operator times). Durations are
 rounded up to it; pareto.json records it as ``search.cpsat.time_unit_s``."""

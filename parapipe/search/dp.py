@@ -38,8 +38,10 @@ from ..cost.problem import MappingProblem
 from .budget import Budget, BudgetExceeded
 from .labels import LabelStore
 from .pareto import pareto_mask
-from .stages import STAGE_KINDS, StageRun, all_groups  # noqa: F401  (all_groups: public here too)
-from .transitions import StageCatalog, live_sets  # noqa: F401
+from .stages import STAGE_KINDS, StageRun
+from .transitions import StageCatalog
+
+__all__ = ["DPOptions", "DPDeadline", "DPResult", "dp_front", "rebuild"]
 
 log = logging.getLogger(__name__)
 

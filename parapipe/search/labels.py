@@ -17,6 +17,8 @@ import numpy as np
 
 from .pareto import pareto_mask
 
+__all__ = ["PY_MAX_CANDIDATES", "LabelStore", "prune_labels"]
+
 PY_MAX_CANDIDATES = 64
 """Candidate sets up to this size are built and filtered in plain Python (cheaper than numpy's per-call
 overhead below it; measured on the zoo models)."""

@@ -16,6 +16,8 @@ import numpy as np
 
 from ..cost.problem import MappingProblem
 
+__all__ = ["RangeSchedules", "schedule_ranges"]
+
 
 @dataclass
 class RangeSchedules:

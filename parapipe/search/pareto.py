@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["SMALL_SET", "SWEEPS", "CHUNK", "pareto_mask", "dominates"]
+
 SMALL_SET = 12
 """Up to this many rows the filter runs in plain Python (cheaper than numpy's per-call overhead; measured)."""
 SWEEPS = 8

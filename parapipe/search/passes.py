@@ -35,6 +35,8 @@ from .dp import DPDeadline, DPOptions, DPResult, dp_front
 from .replicate import ReplicatedDeadline, replicated_front
 from .transitions import StageCatalog
 
+__all__ = ["SpaceReport", "run_passes", "period_pass"]
+
 log = logging.getLogger(__name__)
 
 

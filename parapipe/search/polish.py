@@ -13,6 +13,8 @@ from ..cost.problem import MappingProblem
 from .budget import CPSAT_DET_PER_S, CPSAT_MODEL_S_PER_CELL
 from .cpsat import StageSchedule, solve_stage
 
+__all__ = ["stage_kinds", "Polisher"]
+
 
 def stage_kinds(mapping: Mapping) -> List[str]:
     """Schedule label per stage: ``single-pu`` or ``greedy`` (list-scheduled); a replicated stage's label is its

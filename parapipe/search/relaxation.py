@@ -50,6 +50,9 @@ from ..cost.problem import MappingProblem
 from .budget import Budget, BudgetExceeded
 from .pareto import pareto_mask
 
+__all__ = ["MAX_PUS", "GRID_REL", "spine", "RelaxedDP", "Relaxed", "relaxed_period_bound", "cost_to_go",
+           "lagrangian_period_bound"]
+
 MAX_PUS = 5
 GRID_REL = 0.01
 """Label-merging lattice as a fraction of the probe limit, spread over the blocks: the bound loses at most 1 %."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -41,6 +41,8 @@ from .budget import Budget, BudgetExceeded
 from .pareto import pareto_mask
 from .stages import STAGE_KINDS
 from .transitions import StageCatalog
+
+__all__ = ["ReplicatedDeadline", "ReplicatedResult", "replicated_front"]
 
 log = logging.getLogger(__name__)
 

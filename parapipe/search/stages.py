@@ -27,6 +27,9 @@ import numpy as np
 from ..cost.problem import MappingProblem
 from .listsched import schedule_ranges
 
+__all__ = ["STAGE_KINDS", "all_groups", "StageRun", "single_pu_runs", "list_scheduled_runs", "KIND_BUILDERS",
+           "stage_runs"]
+
 STAGE_KINDS = ("single-pu", "list-scheduled")
 """Stage kinds the search uses by default (see the module docstring)."""
 

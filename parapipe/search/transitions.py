@@ -16,6 +16,8 @@ from typing import Dict, List, Tuple
 from ..cost.problem import MappingProblem
 from .stages import StageRun, all_groups, stage_runs
 
+__all__ = ["live_sets", "Exits", "StageCatalog"]
+
 
 def live_sets(problem: MappingProblem) -> List[Tuple[int, ...]]:
     """``live[i]``: blocks ``u < i`` with a successor ``>= i`` (sorted), for ``i = 0..n``."""
