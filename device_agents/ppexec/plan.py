@@ -3,6 +3,9 @@
 A plan is built on the host computer by :func:`parapipe.execution.plan.build_plan` and, for a board, written
 to a bundle as ``plan.json`` plus one ``.onnx`` file per task (:func:`plan_to_doc`, :func:`plan_from_doc`).
 Standard library only (Python >= 3.8), so it runs on the board.
+
+One module (about 450 lines): the plan's types, their checks and their one wire format belong together, so
+the board reads and checks plan.json with exactly the code that defines it.
 """
 from __future__ import annotations
 

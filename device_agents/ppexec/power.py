@@ -50,6 +50,9 @@ wrap range, a wrap that cannot be counted, or an implausible reading never stops
   misread as a jump of 2^32 µJ).
 * **Window.** A measuring window shorter than two sensor updates (:data:`RAPL_UPDATE_S`, a hwmon device's
   ``update_interval``, the poll interval of a sampled sensor) is flagged in :attr:`EnergyResult.warnings`.
+
+One module (about 580 lines) because every sensor kind shares one meter lifecycle (start, poll, stop), one
+result type and the same unknown/implausible/short-window rules; the board side ships it as one file.
 """
 from __future__ import annotations
 

@@ -18,6 +18,9 @@ imports parapipe.
 
 Errors are :class:`TimingError`, whose ``error_type`` is the agent protocol's error type (``PinError``,
 ``ProviderUnavailable``, ``ModelError``, ``RunError``, ``BadRequest``).
+
+One module (about 480 lines) because it is the one measuring code shared by the agent and the in-process
+timer (machine facts, sub-model timing, hand-offs, load): one file, so both sides measure alike.
 """
 import os
 import platform

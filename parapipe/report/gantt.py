@@ -13,6 +13,9 @@ one stage. A PU serving non-adjacent stages (GPU -> big -> GPU) can only reach t
 interleaving frames; :func:`stage_offsets_s` then delays the later stage to the first time its PUs are free in
 every period (a modulo schedule: the cost model's latency assumes an idle pipeline, this one is the steady
 state).
+
+One module (about 500 lines) because the predicted chart (from a point) and the measured one (from a trace)
+share the bar model, the merging of narrow blocks and the drawing; splitting them would split one picture.
 """
 from __future__ import annotations
 

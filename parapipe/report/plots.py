@@ -10,6 +10,9 @@ a black ring; the lower bounds of the document, when present, are dashed lines. 
 their own staircase points; coinciding points share one label (``dsp0/dsp1``); labels are placed around their
 markers where they cover no other marker, label or note, and left out where there is no such place
 (:func:`place_labels`). The legend sits below the panels.
+
+One module (about 500 lines) because the Pareto figure is one drawing: its four panels share the point
+styles, the zoom rectangles and the label placement that keeps labels of all panels off each other.
 """
 from __future__ import annotations
 
