@@ -223,6 +223,7 @@ def _optimize_blocks(args: argparse.Namespace, problem: "MappingProblem", soc: "
     else:
         print(f"{problem.name} on {soc.name}: {problem.n_blocks} blocks x {problem.n_pus} PUs")
         print(front_table(doc))
+        print(f"wrote {out / 'pareto.json'}" + ("" if args.no_plot else f" and {out / 'pareto.png'}"))
     return 0
 
 

@@ -26,7 +26,8 @@ def handle(args: argparse.Namespace) -> int:
                              blocks=not args.no_blocks, transfers=not args.no_transfers, seed=args.seed,
                              rounds=args.rounds)
     steps = StepBars()
-    steps.status("starting the agent" + (" and measuring this machine" if args.soc == "host" else ""))
+    steps.status("starting the agent" + ("" if args.soc != "host" else " and measuring the board's cores"
+                                         if args.host else " and measuring this machine"))
     try:
         rep = profile_job(args.model, args.soc, args.db, host_spec(args), args.python, options, args.batch,
                           args.max_blocks, lambda done, total: steps("profiling", done, total),

@@ -100,8 +100,8 @@ def summary_text(summary: Dict[str, Any], what: str = "timed runs") -> str:
     parts = ["spread " + ("-" if spread is None else f"{spread * 100:.1f} %")
              + f" (p90/median - 1 of the {what}" + (f", median of {n} measurements)" if n > 1 else ")")]
     parts.append("load " + ("unknown" if load is None else f"{load:.2f}")
-                 + (f" (share of {summary.get('cpus')} CPUs' time other processes used while measuring)"
-                    if load is not None else " (no /proc/stat)"))
+                 + ((f" (share of {summary['cpus']} CPUs' time" if summary.get("cpus") else " (share of the CPUs' time")
+                    + " other processes used while measuring)" if load is not None else " (no /proc/stat)"))
     return "measurement: " + ", ".join(parts)
 
 
