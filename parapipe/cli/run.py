@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from parapipe.cli.common import (
-    add_input_options, add_run_options, is_quiet, parsed_input_shapes, print_run_report, progress_bar)
+    StepBars, add_input_options, add_run_options, is_quiet, parsed_input_shapes, print_run_report, progress_bar)
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -24,10 +24,21 @@ class _RunProgress:
     def __init__(self, frames: int):
         self.frames: int = frames
         self.bar: Optional["tqdm"] = None
+        self.steps = StepBars()  # the set-up steps before the first frame (a status line on a terminal)
+
+    def status(self, step: str) -> None:
+        """Show a set-up step (no count) until the run's next event."""
+        if sys.stderr.isatty():
+            self.steps.status(step)
 
     def __call__(self, event: Dict[str, Any]) -> None:
         if event.get("event") != "progress" or is_quiet():
             return
+        phase = event.get("phase")
+        if phase in ("reference", "start") and sys.stderr.isatty():
+            self.steps.status("computing the reference outputs" if phase == "reference" else "warming up")
+            return
+        self.steps.close()
         if not sys.stderr.isatty():
             from parapipe.app.deploy import describe_event
 
@@ -45,6 +56,8 @@ class _RunProgress:
             self.close()
 
     def close(self) -> None:
+        """Close the bars shown, if any."""
+        self.steps.close()
         if self.bar is not None:
             self.bar.close()
             self.bar = None
@@ -57,6 +70,7 @@ def handle(args: argparse.Namespace) -> int:
 
     binds = parse_binds(args.bind)
     progress = _RunProgress(args.frames)
+    progress.status("loading the model and cutting its stage sub-models")
     try:
         lm, rep = run_local(args.model, args.mapping, args.point, frames=args.frames, seed=args.seed, binds=binds,
                             trace=args.trace, on_event=progress, input_shapes=parsed_input_shapes(args),
