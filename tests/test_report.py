@@ -386,15 +386,19 @@ def test_import_does_not_touch_pyplot():
     assert out.stdout.strip() == "False"
 
 
-def test_point_labels_name_front_points_and_merge_coinciding_ones():
-    from parapipe.report.plots import point_labels
+def test_ranked_labels_name_front_points_and_merge_coinciding_ones():
+    # front points by id, single-PU baselines by PU, other baselines by id; coinciding points share one label,
+    # at the rank of the first (the front's)
+    from parapipe.report.plots import ranked_labels
 
-    by = {"parapipe": [{"id": "p0", "x": 1.0, "y": 2.0}, {"id": "p1", "x": 2.0, "y": 1.0}],
+    by = {"parapipe": [{"id": "p0", "x": 1.0, "y": 2.0, "pareto": True},
+                       {"id": "p1", "x": 2.0, "y": 1.0, "pareto": True}],
           "single": [{"id": "single-dsp0", "x": 5.0, "y": 5.0}, {"id": "single-dsp1", "x": 5.0, "y": 5.0},
                      {"id": "single-dla", "x": 1.0, "y": 2.0}],
           "pipeline": [{"id": "pipeline-0", "x": 9.0, "y": 9.0}]}
-    labels = sorted(text for _, _, text, _ in point_labels(by, "x", "y"))
-    assert labels == ["dsp0/dsp1", "p0/dla", "p1"]
+    labels = [text for _, _, text, _ in ranked_labels(by, "x", "y", maximise_y=False)]
+    assert sorted(labels) == ["dsp0/dsp1", "p0/dla", "p1", "pipeline-0"]
+    assert labels.index("p0/dla") < labels.index("dsp0/dsp1") < labels.index("pipeline-0")
 
 
 def test_place_labels_keeps_a_crowded_cluster_readable():

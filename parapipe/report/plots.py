@@ -26,8 +26,6 @@ from ..errors import input_error
 from ..mapping.model import ParetoDoc
 from ..mapping.model import STRATEGIES
 from ._common import DEFAULT_SOURCE, STYLE, save_figure, title_of
-from .gantt import gantt_from_trace, plot_gantt
-from .utilisation import plot_utilisation
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +33,7 @@ log = logging.getLogger(__name__)
 #: front would otherwise squeeze the front into a corner). Chosen for readability, not from a source.
 LOG_SCALE_RATIO = 5.0
 
-__all__ = ["plot_pareto", "pareto_figure", "power_note", "ranked_labels", "plot_gantt", "plot_utilisation",
-           "gantt_from_trace", "staircase", "point_labels",
-           "place_labels"]
+__all__ = ["plot_pareto", "pareto_figure", "power_note", "ranked_labels", "staircase", "place_labels"]
 
 
 def staircase(xs: Sequence[float], ys: Sequence[float], maximise_y: bool) -> Tuple[List[float], List[float]]:
@@ -70,26 +66,6 @@ def staircase(xs: Sequence[float], ys: Sequence[float], maximise_y: bool) -> Tup
             kx.append(xs[i])
             ky.append(ys[i])
     return kx, ky
-
-
-def point_labels(by_strategy: Dict[str, List[Dict[str, Any]]], xk: str, yk: str
-                 ) -> List[Tuple[float, float, str, str]]:
-    """Labels to draw: the parapipe points' ids (``p0``…) and the single-PU baselines' PU names, one label per
-    position — points that coincide (to 4 significant digits) share one label, ``dsp0/dsp1``.
-
-    Returns
-    -------
-    list of (x, y, text, strategy of the first point there)
-    """
-    spots: Dict[Tuple[str, str], List[Any]] = {}
-    for strategy in ("parapipe", "single"):
-        for p in by_strategy.get(strategy, []):
-            name = p["id"][len("single-"):] if strategy == "single" and p["id"].startswith("single-") else p["id"]
-            key = (f"{p[xk]:.4g}", f"{p[yk]:.4g}")
-            spot = spots.setdefault(key, [p[xk], p[yk], [], strategy])
-            if name not in spot[2]:
-                spot[2].append(name)
-    return [(x, y, "/".join(names), strategy) for x, y, names, strategy in spots.values()]
 
 
 Box = Tuple[float, float, float, float]  # x0, y0, x1, y1 in display pixels
