@@ -60,12 +60,22 @@ def _executor_error(exc: BaseException) -> bool:
     return errors is not None and isinstance(exc, (errors.PlanError, errors.PipelineError))
 
 
+def _lower_level(record: logging.LogRecord) -> bool:
+    """Logging filter: gives each record ``levelname_lower`` (``warning``) for the default format."""
+    record.levelname_lower = record.levelname.lower()
+    return True
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 outputs differ, 2 user error, 130 interrupted)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # By default the library's warnings read like the CLI's own lines; -v adds the level and the logger's name.
+    fmt = "parapipe: %(levelname_lower)s: %(message)s" if args.verbose == 0 else "%(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=level, format=fmt, stream=sys.stderr)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_lower_level)
     from parapipe.cli.common import set_quiet
 
     set_quiet(args.quiet)
