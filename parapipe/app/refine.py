@@ -108,7 +108,8 @@ def refine(prep: Prepared, options: SearchOptions, out_dir: Path, rounds: int, m
            points: int = 3, tolerance: float = REFINE_TOLERANCE, db: Optional[str] = None,
            host: Optional[HostSpec] = None, python: str = "python3", plot: bool = True,
            progress: Optional[Callable[[int], None]] = None, on_step: Optional[Callable[[RefineStep], None]] = None,
-           input_shapes: Optional[TypingMapping[str, Sequence[int]]] = None, feeds: Optional[str] = None) -> RefineResult:
+           input_shapes: Optional[TypingMapping[str, Sequence[int]]] = None, feeds: Optional[str] = None,
+           on_run: Optional[Callable[[int, str, str], None]] = None) -> RefineResult:
     """Run the loop of the module docstring.
 
     Parameters
@@ -132,6 +133,9 @@ def refine(prep: Prepared, options: SearchOptions, out_dir: Path, rounds: int, m
         connecting and each short SSH step of every deploy, as for ``parapipe deploy``.
     python : str
         The board's interpreter.
+    progress, on_step, on_run : callable, optional
+        ``progress(blocks done)`` follows each round's search; ``on_step(RefineStep)`` gets each measured point;
+        ``on_run(round, mapping id, point id)`` is called before each run starts (a run takes seconds).
 
     Raises
     ------
@@ -169,6 +173,8 @@ def refine(prep: Prepared, options: SearchOptions, out_dir: Path, rounds: int, m
         round_ok = True
         new = any(_key(m) not in seen for _, _, m in chosen)
         for ev, pt, m in chosen:
+            if on_run is not None:
+                on_run(rnd, mapping_id(pt.stages), pt.id)
             rep, runner = _run_point(model, out_dir, pt.id, frames, host, python, rnd, input_shapes, feeds)
             record_run(db, doc, pt, rep, runner)
             seen.add(_key(m))

@@ -129,7 +129,12 @@ def handle(args: argparse.Namespace) -> int:
 
     try:
         if args.refine:
-            return _optimize_refine(args, prep, options, progress, db, db_search is not None)
+            def between(step: str) -> None:  # a run of the loop: the round's search bar gives way to a status
+                if "search" in bars:
+                    bars.pop("search").close()
+                steps.status(step)
+
+            return _optimize_refine(args, prep, options, progress, db, db_search is not None, between)
         doc, prep = optimize(prep, options, Path(args.out), progress=progress, plot=not args.no_plot,
                              time_stages=STAGE_TIMING_POINTS if args.time_stages is None else args.time_stages,
                              steps=stage_steps)
@@ -171,7 +176,8 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _optimize_refine(args: argparse.Namespace, prep: "Prepared", options: "SearchOptions",
-                     progress: Callable[[int], None], db: str, searched_db: bool) -> int:
+                     progress: Callable[[int], None], db: str, searched_db: bool,
+                     status: Callable[[str], None]) -> int:
     """optimize --refine N: search, run the most promising points, re-calibrate, search again
     (:func:`parapipe.app.refine.refine`); ``--host`` with its ``--ssh-timeout``. ``db`` keeps the runs;
     ``searched_db``: the search used its measurements too."""
@@ -185,7 +191,9 @@ def _optimize_refine(args: argparse.Namespace, prep: "Prepared", options: "Searc
 
     res = refine(prep, options, Path(args.out), args.refine, args.model, frames=args.frames, points=args.refine_points,
                  db=db, host=host, python=args.python or "python3", plot=not args.no_plot,
-                 progress=progress, on_step=show, input_shapes=parsed_input_shapes(args), feeds=args.feeds)
+                 progress=progress, on_step=show, input_shapes=parsed_input_shapes(args), feeds=args.feeds,
+                 on_run=lambda rnd, mid, pid: status(f"round {rnd}: running {mid} ({pid}) "
+                                                     + (f"on {host}" if host is not None else "here")))
     if args.json:
         print(json.dumps(res.doc.model_dump(mode="json")))
         return 0
