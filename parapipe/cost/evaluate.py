@@ -28,6 +28,11 @@ The model, stated once (every search, baseline and report uses it through :func:
   that long per inference, latency the mean over dealt frames (worst replica in ``latency_worst_s``), dynamic
   energy ``Σ_r w_r E_dyn,r``, weights held once per replica. Formulas and their derivation:
   :mod:`parapipe.cost.replication`. A mapping without replicas is evaluated exactly as before.
+* **Operating points** (``StageMapping.ops``, :mod:`parapipe.soc.operating_points`): a stage runs each of its PUs
+  at one point; its blocks take that point's times and powers (:meth:`MappingProblem.at_operating_points`). A PU
+  serving several stages at different points pays its ``transition_s`` per switch per inference, added to its
+  busy time (:func:`parapipe.cost.schedule.switching_s`); the switch is not on a frame's path, so the latency
+  does not include it. Idle power is the same at every point. Without ``ops`` every PU runs at its highest point.
 * **Pipeline terms** (:mod:`parapipe.cost.pipeline_terms`, optional): a plain mapping gets all of them
   (:func:`parapipe.cost.pipeline_terms.apply_terms`); a mapping with replicated stages gets the slowdown ``κ``
   (every block, range and task time × ``κ``) and the dispatch ``d`` (added to every stage's and every replica's
@@ -41,10 +46,27 @@ from typing import Optional
 from .mapping import Mapping
 from .pipeline_terms import PipelineTerms, apply_terms, replicated_with_terms
 from .problem import MappingProblem
-from .rules import check_stages
+from .rules import RuleViolation, check_stages
 from .schedule import Evaluation, evaluate_plain
 
-__all__ = ["evaluate"]
+__all__ = ["evaluate", "check_operating_points"]
+
+
+def check_operating_points(problem: MappingProblem, mapping: Mapping) -> None:
+    """Every stated operating point exists in its PU's table.
+
+    Raises
+    ------
+    parapipe.cost.rules.RuleViolation
+        ``stages[s].ops`` (or a replica's) names a point index the PU does not have.
+    """
+    for s, st in enumerate(mapping.stages):
+        for r, view in enumerate(st.replica_stages()):
+            for p, o in view.op_choice():
+                if not 0 <= o < problem.n_operating_points(p):
+                    raise RuleViolation(s, r if st.replicas else None, "ops",
+                                        f"PU {problem.pu_names[p]} has {problem.n_operating_points(p)} operating "
+                                        f"point(s), not an index {o}", "choose one of its operating points")
 
 
 def evaluate(problem: MappingProblem, mapping: Mapping, terms: Optional[PipelineTerms] = None) -> Evaluation:
@@ -63,6 +85,7 @@ def evaluate(problem: MappingProblem, mapping: Mapping, terms: Optional[Pipeline
     """
     check_stages(mapping.stages, range(problem.n_blocks), problem.preds.__getitem__, problem.block_names,
                  problem.pu_names)
+    check_operating_points(problem, mapping)
     if terms is None or terms.is_default():
         return evaluate_plain(problem, mapping)
     if mapping.replicated:  # slowdown and dispatch; the other terms do not arise or are not modelled here

@@ -21,12 +21,14 @@ class ReplicaMapping:
     """One more copy of a stage's block range on its own PUs (see :class:`StageMapping`).
 
     ``pus`` are PU indices (disjoint from the stage's and from its other replicas'); ``assignment[i]`` is the PU
-    of block ``start + i``; ``order`` the schedule order (default the block order).
+    of block ``start + i``; ``order`` the schedule order (default the block order); ``ops`` the operating point
+    of each PU of ``pus`` (see :class:`StageMapping`).
     """
 
     pus: Tuple[int, ...]
     assignment: Tuple[int, ...]
     order: Optional[Tuple[int, ...]] = None
+    ops: Optional[Tuple[int, ...]] = None
 
 
 @dataclass(frozen=True)
@@ -37,13 +39,17 @@ class StageMapping:
     of the stage's block indices (a topological order; default ``range(start, stop)``).
 
     ``replicas`` (default none) makes it a replicated stage: each :class:`ReplicaMapping` runs the same blocks on
-    its own PUs, and ``pus``/``assignment``/``order`` describe the first replica.
+    its own PUs, and ``pus``/``assignment``/``order``/``ops`` describe the first replica.
+
+    ``ops[i]`` is the operating point (an index into the PU's table,
+    :attr:`parapipe.cost.problem.MappingProblem.operating_points`) that PU ``pus[i]`` runs this stage at;
+    None (default) runs every PU at its highest point.
 
     Raises
     ------
     ValueError
-        On construction, when ``stop <= start`` or an ``assignment`` (the stage's or a replica's) does not give
-        one PU per block of ``[start, stop)``.
+        On construction, when ``stop <= start``, an ``assignment`` (the stage's or a replica's) does not give
+        one PU per block of ``[start, stop)``, or ``ops`` does not give one point per PU.
     """
 
     start: int
@@ -52,12 +58,27 @@ class StageMapping:
     assignment: Tuple[int, ...]
     order: Optional[Tuple[int, ...]] = None
     replicas: Tuple[ReplicaMapping, ...] = ()
+    ops: Optional[Tuple[int, ...]] = None
 
     def __post_init__(self) -> None:
         n = self.stop - self.start
         if n <= 0 or len(self.assignment) != n or any(len(r.assignment) != n for r in self.replicas):
             raise ValueError(f"stage {self.start}:{self.stop} needs one PU per block in its assignment(s), got "
                              f"{[len(self.assignment)] + [len(r.assignment) for r in self.replicas]}")
+        for pus, ops in [(self.pus, self.ops)] + [(r.pus, r.ops) for r in self.replicas]:
+            if ops is not None and len(ops) != len(pus):
+                raise ValueError(f"stage {self.start}:{self.stop} needs one operating point per PU {pus}, got {ops}")
+
+    def op_choice(self) -> Tuple[Tuple[int, int], ...]:
+        """``((pu, op), ...)`` of this stage's own PUs (empty when ``ops`` is None): the key of
+        :meth:`parapipe.cost.problem.MappingProblem.at_operating_points`."""
+        return () if self.ops is None else tuple(zip(self.pus, self.ops))
+
+    def op_of(self, pu: int) -> Optional[int]:
+        """The operating point PU index ``pu`` runs this stage at (None: its highest)."""
+        if self.ops is None:
+            return None
+        return self.ops[self.pus.index(pu)]
 
     @property
     def blocks(self) -> range:
@@ -77,8 +98,8 @@ class StageMapping:
         not replicated)."""
         if not self.replicas:
             return (self,)
-        first = StageMapping(self.start, self.stop, self.pus, self.assignment, self.order)
-        return (first,) + tuple(StageMapping(self.start, self.stop, r.pus, r.assignment, r.order)
+        first = StageMapping(self.start, self.stop, self.pus, self.assignment, self.order, ops=self.ops)
+        return (first,) + tuple(StageMapping(self.start, self.stop, r.pus, r.assignment, r.order, ops=r.ops)
                                 for r in self.replicas)
 
     def all_pus(self) -> Tuple[int, ...]:
@@ -104,6 +125,11 @@ class Mapping:
     def replicated(self) -> bool:
         """True if some stage has replicas."""
         return any(st.replicas for st in self.stages)
+
+    @property
+    def has_ops(self) -> bool:
+        """True if some stage (or replica) states operating points."""
+        return any(view.ops is not None for st in self.stages for view in st.replica_stages())
 
 
 def mapping_from_pu_list(problem: "MappingProblem", pus: Sequence[int]) -> Mapping:

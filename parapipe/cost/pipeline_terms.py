@@ -65,7 +65,8 @@ import numpy as np
 
 from .mapping import Mapping
 from .problem import MappingProblem
-from .schedule import Evaluation, StageResult, evaluate_plain, evaluate_stage, slowed, stage_input_transfers
+from .schedule import (Evaluation, StageResult, evaluate_plain, evaluate_stage, slowed, stage_input_transfers,
+                       switching_s)
 
 __all__ = ["PipelineTerms", "DEFAULT_TERMS", "MappingFacts", "ReplicatedFacts", "mapping_facts", "apply_terms",
            "replicated_with_terms", "stage_traffic_nbytes", "terms_from_soc"]
@@ -244,8 +245,9 @@ class MappingFacts:
         #: (stages, PUs): seconds each stage computes on each PU (block times only).
         self.compute_s = np.zeros((len(res), k))
         for s, st in enumerate(mapping.stages):
+            at_ops = problem.at_operating_points(st.op_choice())
             for v in range(st.start, st.stop):
-                self.compute_s[s, st.pu_of(v)] += problem.time_s[v, st.pu_of(v)]
+                self.compute_s[s, st.pu_of(v)] += at_ops.time_s[v, st.pu_of(v)]
 
     def stage_results(self, handoff_s: float) -> list:
         """The plain stage results with ``alpha + handoff_s`` between the PUs of each multi-PU stage (step 0);
@@ -362,7 +364,7 @@ def apply_terms(problem: MappingProblem, mapping, evaluation, terms: PipelineTer
         active += sr.active_s
         dyn += sr.dyn_energy_j
         latency += _stage_time(res.input_s, res.makespan_s, f0, d)
-    busy = _busy(problem, mapping, [r.time_s for r in new], terms.overlap)
+    busy = _busy(problem, mapping, [r.time_s for r in new], terms.overlap) + switching_s(problem, mapping)
     period = float(busy.max())
     energy = dyn + (float(problem.idle_power_w.sum()) + problem.static_power_w) * period
     return Evaluation(period_s=period, latency_s=latency, energy_j=energy, stage_results=new, busy_s=busy,

@@ -13,7 +13,8 @@ import numpy as np
 
 from ..errors import InfeasibleError
 
-__all__ = ["SubmodelBlocks", "SubmodelKey", "block_range", "is_block_range", "ProblemRows", "MappingProblem"]
+__all__ = ["SubmodelBlocks", "SubmodelKey", "OpChoice", "block_range", "is_block_range", "ProblemRows",
+           "PUOperatingPoints", "MappingProblem"]
 
 SubmodelBlocks = Tuple[int, ...]
 """The blocks of one sub-model: their indices in the problem's topological order, sorted, without repeats. A
@@ -21,6 +22,10 @@ single-PU stage's sub-model is a contiguous range (:func:`block_range`); a multi
 
 SubmodelKey = Tuple[int, SubmodelBlocks]
 """``(pu, blocks)``: a sub-model on PU index ``pu``, the key of :attr:`MappingProblem.submodel_time_s`."""
+
+OpChoice = Tuple[Tuple[int, int], ...]
+"""``((pu, op), ...)``: PU indices with the index of the operating point each runs at (sorted by PU; PUs not
+listed run at their highest point). The key of :meth:`MappingProblem.at_operating_points`."""
 
 
 def block_range(start: int, stop: int) -> SubmodelBlocks:
@@ -52,6 +57,31 @@ class ProblemRows:
     dyn_power_w: List[List[float]]
     alpha_s: List[List[float]]
     beta_bytes_per_s: List[List[float]]
+
+
+@dataclass(frozen=True)
+class PUOperatingPoints:
+    """The operating points of one PU in a problem (:mod:`parapipe.soc.operating_points` states the models).
+
+    Attributes
+    ----------
+    frequency_hz : tuple of float, length m
+        Ascending; the last is the point :attr:`MappingProblem.time_s` and ``active_power_w`` are given at.
+    time_s : ndarray, shape (n, m)
+        Time of each block at each point, s (``inf`` where the PU cannot run the block).
+    active_power_w : ndarray, shape (n, m)
+        Power the PU draws while running each block at each point, W.
+    transition_s : float
+        Seconds a switch from one point to another costs (:mod:`parapipe.cost.evaluate`).
+    """
+
+    frequency_hz: Tuple[float, ...]
+    time_s: np.ndarray
+    active_power_w: np.ndarray
+    transition_s: float = 0.0
+
+    def __len__(self) -> int:
+        return len(self.frequency_hz)
 
 
 @dataclass
@@ -97,6 +127,10 @@ class MappingProblem:
         DRAM bytes each block reads and writes on each PU (operator inputs, outputs and weights at the PU's
         precision); the memory-contention term (:mod:`parapipe.cost.pipeline_terms`) uses them. None (block
         tables): the term falls back to the bytes on the block's edges.
+    operating_points : list of (PUOperatingPoints or None), length k, optional
+        Per PU, its operating points (None: one point, the arrays above). A stage runs each of its PUs at one
+        point (:attr:`parapipe.cost.mapping.StageMapping.ops`); :meth:`at_operating_points` gives the problem
+        with those PUs' columns at those points. Default none: every PU at its one point.
     """
 
     block_names: List[str]
@@ -115,8 +149,10 @@ class MappingProblem:
     memory_bytes: np.ndarray = None  # type: ignore[assignment]
     block_nbytes: Optional[np.ndarray] = None
     submodel_time_s: Optional[Dict[SubmodelKey, float]] = None
+    operating_points: Optional[List[Optional[PUOperatingPoints]]] = None
     succs: List[Tuple[int, ...]] = field(init=False, repr=False)
     _rows: Optional["ProblemRows"] = field(init=False, repr=False, default=None, compare=False)
+    _at_ops: Dict[OpChoice, "MappingProblem"] = field(init=False, repr=False, default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         n, k = len(self.block_names), len(self.pu_names)
@@ -131,6 +167,8 @@ class MappingProblem:
                              else np.asarray(self.memory_bytes, dtype=float).reshape(k))
         if self.block_nbytes is not None:
             self.block_nbytes = np.asarray(self.block_nbytes, dtype=float).reshape(n, k)
+        if self.operating_points is not None:
+            self._check_operating_points()
         succs: List[List[int]] = [[] for _ in range(n)]
         for j, ps in enumerate(self.preds):
             for i in ps:
@@ -144,6 +182,88 @@ class MappingProblem:
                 raise InfeasibleError(f"block {self.block_names[j]!r} cannot run on any of the PUs "
                                       f"{', '.join(self.pu_names)}; allow a PU that supports it (--pus) or "
                                       "add its op types to a PU's supported_ops")
+
+    def _check_operating_points(self) -> None:
+        n, k = len(self.block_names), len(self.pu_names)
+        ops = list(self.operating_points or [])
+        if len(ops) != k:
+            raise ValueError(f"operating_points: {len(ops)} entries for {k} PUs")
+        for p, table in enumerate(ops):
+            if table is None:
+                continue
+            m = len(table.frequency_hz)
+            if table.time_s.shape != (n, m) or table.active_power_w.shape != (n, m):
+                raise ValueError(f"operating_points[{self.pu_names[p]}]: arrays of shape {table.time_s.shape}, "
+                                 f"{table.active_power_w.shape}; need ({n}, {m})")
+            same = np.isclose(table.time_s[:, -1], self.time_s[:, p], rtol=1e-9, atol=0.0) | (
+                np.isinf(table.time_s[:, -1]) & np.isinf(self.time_s[:, p]))
+            if not same.all():
+                raise ValueError(f"operating_points[{self.pu_names[p]}]: the highest point's times differ from "
+                                 "time_s; time_s is the highest point's column")
+        if all(t is None or len(t) == 1 for t in ops):
+            self.operating_points = None
+
+    def n_operating_points(self, pu: int) -> int:
+        """How many operating points PU index ``pu`` has (1 without a table)."""
+        table = self.operating_points[pu] if self.operating_points is not None else None
+        return 1 if table is None else len(table)
+
+    def max_op(self, pu: int) -> int:
+        """Index of PU ``pu``'s highest operating point (the one :attr:`time_s` holds)."""
+        return self.n_operating_points(pu) - 1
+
+    def frequency_hz(self, pu: int, op: Optional[int] = None) -> Optional[float]:
+        """Frequency of PU ``pu`` at point ``op`` (None: its highest), Hz; None for a PU without a table."""
+        table = self.operating_points[pu] if self.operating_points is not None else None
+        if table is None:
+            return None
+        return table.frequency_hz[-1 if op is None else op]
+
+    def at_operating_points(self, choice: OpChoice) -> "MappingProblem":
+        """This problem with the PUs of ``choice`` (``((pu, op), ...)``) at those operating points: their
+        columns of ``time_s`` and ``active_power_w`` come from their tables, and a measured sub-model time
+        on such a PU scales as its blocks' sum does. Cached per choice; ``self`` for an empty choice or one
+        that names every PU's highest point.
+
+        Raises
+        ------
+        IndexError
+            An operating-point index outside the PU's table.
+        """
+        choice = tuple(sorted((p, o) for p, o in choice if o != self.max_op(p)))
+        if not choice:
+            return self
+        got = self._at_ops.get(choice)
+        if got is not None and got.alpha_s is self.alpha_s and got.beta_bytes_per_s is self.beta_bytes_per_s:
+            return got  # (a shallow copy with other transfer costs shares this cache: rebuild for it)
+        tables = self.operating_points or []
+        time_s, power = self.time_s.copy(), self.active_power_w.copy()
+        ratio: Dict[int, np.ndarray] = {}
+        for p, o in choice:
+            table = tables[p]
+            if table is None or not 0 <= o < len(table):
+                raise IndexError(f"PU {self.pu_names[p]!r} has {self.n_operating_points(p)} operating point(s), "
+                                 f"not an index {o}")
+            time_s[:, p], power[:, p] = table.time_s[:, o], table.active_power_w[:, o]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio[p] = np.where(self.time_s[:, p] > 0, time_s[:, p] / self.time_s[:, p], 1.0)
+        submodel = None
+        if self.submodel_time_s:
+            submodel = {}
+            for (p, blocks), t in self.submodel_time_s.items():
+                if p in ratio:
+                    rows = list(blocks)
+                    base = float(self.time_s[rows, p].sum())
+                    t = t * (float(time_s[rows, p].sum()) / base if base > 0 else 1.0)
+                submodel[(p, blocks)] = t
+        got = MappingProblem(
+            block_names=self.block_names, preds=self.preds, edge_nbytes=self.edge_nbytes, pu_names=self.pu_names,
+            time_s=time_s, active_power_w=power, idle_power_w=self.idle_power_w,
+            static_power_w=self.static_power_w, alpha_s=self.alpha_s, beta_bytes_per_s=self.beta_bytes_per_s,
+            name=self.name, weight_nbytes=self.weight_nbytes, memory_bytes=self.memory_bytes,
+            block_nbytes=self.block_nbytes, submodel_time_s=submodel)
+        self._at_ops[choice] = got
+        return got
 
     def rows(self) -> "ProblemRows":
         """The arrays as nested Python lists (built once; scalar access is ~10x cheaper than numpy's)."""
@@ -185,4 +305,5 @@ class MappingProblem:
             weight_nbytes=self.weight_nbytes, memory_bytes=self.memory_bytes[keep],
             block_nbytes=None if self.block_nbytes is None else self.block_nbytes[:, keep],
             submodel_time_s={(keep.index(p), blocks): t for (p, blocks), t in (self.submodel_time_s or {}).items()
-                             if p in keep} or None)
+                             if p in keep} or None,
+            operating_points=None if self.operating_points is None else [self.operating_points[p] for p in keep])

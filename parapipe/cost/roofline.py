@@ -12,13 +12,14 @@ times (profile database, host measurement) override the model block by block.
 """
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from .problem import MappingProblem
+from .problem import MappingProblem, PUOperatingPoints
 
-__all__ = ["PRECISION_BYTE_SCALE", "roofline_s", "op_time_s", "block_time_s", "problem_from_blocks"]
+__all__ = ["PRECISION_BYTE_SCALE", "roofline_s", "op_time_s", "block_time_s", "operating_point_tables",
+           "problem_from_blocks"]
 
 PRECISION_BYTE_SCALE = {"fp32": 1.0, "fp16": 0.5, "int8": 0.25}
 """Bytes per element relative to fp32 for each native PU precision (IEEE 754 binary32/binary16, int8)."""
@@ -49,29 +50,69 @@ def _op_class(op) -> str:
     return op_class(op.op_type, group=group, in_channels=in_ch)
 
 
-def op_time_s(op, pu) -> float:
+def op_time_s(op, pu, frequency_hz: Optional[float] = None) -> float:
     """Roofline time of one operator (``parapipe.graph.opgraph.Operator``) on ``pu`` (``parapipe.soc.PU``), s.
 
-    Returns ``inf`` if the PU does not support the op type.
+    ``frequency_hz`` (default the PU's ``frequency_hz``) runs it at another operating point: peak FLOP/s and the
+    per-operator overhead scale with the clock, the memory bandwidth does not
+    (:mod:`parapipe.soc.operating_points`). Returns ``inf`` if the PU does not support the op type.
     """
     if not pu.supports(op.op_type):
         return float("inf")
+    clock = 1.0 if frequency_hz is None else frequency_hz / pu.frequency_hz
     scale = PRECISION_BYTE_SCALE.get(pu.precision, 1.0)
     nbytes = (op.in_nbytes + op.out_nbytes + op.param_nbytes) * scale
-    return roofline_s(op.flops, nbytes, pu.peak_flops, pu.efficiency[_op_class(op)],
-                      pu.memory_bandwidth_bytes_per_s) + pu.op_overhead_s
+    return roofline_s(op.flops, nbytes, pu.peak_flops * clock, pu.efficiency[_op_class(op)],
+                      pu.memory_bandwidth_bytes_per_s) + pu.op_overhead_s / clock
 
 
-def block_time_s(block, opgraph, pu) -> float:
-    """Roofline time of a block (sum over its operators) on ``pu``, s; ``inf`` if any op is unsupported."""
+def block_time_s(block, opgraph, pu, frequency_hz: Optional[float] = None) -> float:
+    """Roofline time of a block (sum over its operators) on ``pu`` at ``frequency_hz`` (default the PU's), s;
+    ``inf`` if any op is unsupported."""
     total = 0.0
     nodes = opgraph.graph.nodes
     for name in block.ops:
-        t = op_time_s(nodes[name]["op"], pu)
+        t = op_time_s(nodes[name]["op"], pu, frequency_hz)
         if t == float("inf"):
             return t
         total += t
     return total
+
+
+def operating_point_tables(block_graph, pus, time_s: np.ndarray,
+                           active_power_w: np.ndarray) -> Optional[List[Optional[PUOperatingPoints]]]:
+    """Per PU of ``pus``, its :class:`PUOperatingPoints` for the blocks of ``block_graph`` (None for a PU without
+    operating points; None overall when no PU has any).
+
+    ``time_s``/``active_power_w`` (shape (n, k)) are the blocks' times and powers at each PU's highest point,
+    measured or modelled; at a lower point a block's time is ``time_s`` × the ratio of its roofline times at the
+    two points (:func:`block_time_s`), and its power above idle scales by the PU's
+    :meth:`~parapipe.soc.operating_points.OperatingPoints.dynamic_ratio`.
+    """
+    if not any(pu.operating_points is not None and len(pu.operating_points) > 1 for pu in pus):
+        return None
+    blocks = block_graph.blocks
+    out: List[Optional[PUOperatingPoints]] = []
+    for j, pu in enumerate(pus):
+        table = pu.operating_points
+        if table is None or len(table) == 1:
+            out.append(None)
+            continue
+        m = len(table)
+        t = np.empty((len(blocks), m))
+        roof_max = np.array([block_time_s(b, block_graph.opgraph, pu) for b in blocks])
+        for o, f in enumerate(table.frequency_hz):
+            if o == m - 1:
+                t[:, o] = time_s[:, j]
+                continue
+            roof = np.array([block_time_s(b, block_graph.opgraph, pu, f) for b in blocks])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t[:, o] = np.where(roof_max > 0, time_s[:, j] * roof / roof_max, time_s[:, j])
+        ratio = np.array(table.dynamic_ratio(pu.active_power_w, pu.idle_power_w))
+        power = pu.idle_power_w + (active_power_w[:, j:j + 1] - pu.idle_power_w) * ratio[None, :]
+        out.append(PUOperatingPoints(frequency_hz=tuple(table.frequency_hz), time_s=t, active_power_w=power,
+                                     transition_s=table.transition_s))
+    return out
 
 
 def problem_from_blocks(block_graph, soc, measured_s: Optional[Mapping[Tuple[str, str], float]] = None,
@@ -129,7 +170,8 @@ def problem_from_blocks(block_graph, soc, measured_s: Optional[Mapping[Tuple[str
             raise InfeasibleError(f"block {b.name!r} has op type(s) {', '.join(bad) or '?'} that no PU of "
                                   f"{soc.name} ({', '.join(pu_names)}) supports; allow a PU that runs them "
                                   "(--pus) or add them to a PU's supported_ops")
-    return MappingProblem(block_names=[b.name for b in blocks], preds=preds, edge_nbytes=edges, pu_names=pu_names,
+    return MappingProblem(operating_points=operating_point_tables(block_graph, pus, t, active),
+                          block_names=[b.name for b in blocks], preds=preds, edge_nbytes=edges, pu_names=pu_names,
                           time_s=t, active_power_w=active, idle_power_w=idle, static_power_w=soc.static_power_w,
                           alpha_s=soc.alpha_matrix(), beta_bytes_per_s=soc.beta_matrix(),
                           name=name or str(getattr(block_graph.opgraph, "name", "model")),

@@ -19,7 +19,7 @@ from .replication import (mean_and_worst_input_s, memory_violations, pu_weight_n
 from .tasks import stage_tasks
 
 __all__ = ["StageResult", "Evaluation", "Producer", "stage_input_transfers", "evaluate_stage",
-           "evaluate_replicated_stage", "evaluate_plain", "slowed"]
+           "evaluate_replicated_stage", "evaluate_plain", "switching_s", "slowed"]
 
 
 @dataclass
@@ -111,6 +111,7 @@ def _schedule(problem: MappingProblem, stage: StageMapping,
     """List schedule of the stage's blocks on its PUs: ``(start, finish, makespan, dyn_energy_j)``; adds each
     block's time to ``active``. A sub-model with a measured time (:attr:`MappingProblem.submodel_time_s`) takes
     it: a single-PU stage's makespan is replaced, a multi-PU stage's task has its blocks scaled to it."""
+    problem = problem.at_operating_points(stage.op_choice())
     dyn = 0.0
     pu_free = {p: 0.0 for p in stage.pus}
     start: Dict[int, float] = {}
@@ -256,12 +257,38 @@ def evaluate_plain(problem: MappingProblem, mapping: Mapping, dispatch_s: Option
         latency += res.time_s
         worst += res.time_s if res.worst_time_s is None else res.worst_time_s
         results.append(res)
+    busy += switching_s(problem, mapping)
     period = float(busy.max())
     energy = dyn + (float(problem.idle_power_w.sum()) + problem.static_power_w) * period
     held = pu_weight_nbytes(problem.weight_nbytes, placements, k)
     return Evaluation(period_s=period, latency_s=latency, energy_j=energy, stage_results=results, busy_s=busy,
                       active_s=active, latency_worst_s=worst if replicated else latency, weight_nbytes=held,
                       memory_exceeded=tuple(memory_violations(held, problem.memory_bytes)))
+
+
+def switching_s(problem: MappingProblem, mapping: Mapping) -> np.ndarray:
+    """Per PU, the time its operating-point switches take per inference, s, shape (k,).
+
+    A PU serves its stages (and replicas) in pipeline order, once per inference, and then starts over: each
+    change of operating point between consecutive uses, the last use to the first included, costs the PU's
+    ``transition_s`` (:class:`parapipe.cost.problem.PUOperatingPoints`). Zero for a PU at one point.
+    """
+    out = np.zeros(problem.n_pus)
+    if problem.operating_points is None:
+        return out
+    uses: Dict[int, List[int]] = {}
+    for st in mapping.stages:
+        for view in st.replica_stages():
+            for p in view.pus:
+                op = view.op_of(p)
+                uses.setdefault(p, []).append(problem.max_op(p) if op is None else op)
+    for p, ops in uses.items():
+        table = problem.operating_points[p]
+        if table is None or len(ops) < 2:
+            continue
+        switches = sum(1 for a, b in zip(ops, ops[1:] + ops[:1]) if a != b)
+        out[p] = switches * table.transition_s
+    return out
 
 
 def slowed(problem: MappingProblem, factor: float) -> MappingProblem:
@@ -271,4 +298,7 @@ def slowed(problem: MappingProblem, factor: float) -> MappingProblem:
     return dataclasses.replace(
         problem, time_s=problem.time_s * factor,
         submodel_time_s=None if problem.submodel_time_s is None else {
-            k: t * factor for k, t in problem.submodel_time_s.items()})
+            k: t * factor for k, t in problem.submodel_time_s.items()},
+        operating_points=None if problem.operating_points is None else [
+            None if t is None else dataclasses.replace(t, time_s=t.time_s * factor)
+            for t in problem.operating_points])

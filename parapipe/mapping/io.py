@@ -32,8 +32,10 @@ def _point_dict(result, point) -> Dict[str, Any]:
             "block_start_s": {names[v]: res.start_s[v] for v in range(st.start, st.stop)},
             "block_finish_s": {names[v]: res.finish_s[v] for v in range(st.start, st.stop)},
         })
+        if st.ops is not None:
+            stages[-1]["frequency_hz"] = _frequencies(pr, st)
         if st.replicas:
-            stages[-1]["replicas"] = _replicas_dict(st, res, kind, names, pus)
+            stages[-1]["replicas"] = _replicas_dict(st, res, kind, names, pus, pr)
     b = result.bounds
     return {
         "id": point.id, "strategy": point.strategy, "pareto": point.pareto, "origin": point.origin,
@@ -46,15 +48,29 @@ def _point_dict(result, point) -> Dict[str, Any]:
     }
 
 
-def _replicas_dict(st, res, kind: str, names, pus) -> List[Dict[str, Any]]:
+def _frequencies(problem, stage) -> Dict[str, float]:
+    """``{pu: Hz}`` of a stage (or replica) that states operating points, for its PUs that have a table."""
+    out = {}
+    for p in stage.pus:
+        f = problem.frequency_hz(p, stage.op_of(p))
+        if f is not None:
+            out[problem.pu_names[p]] = float(f)
+    return out
+
+
+def _replicas_dict(st, res, kind: str, names, pus, problem) -> List[Dict[str, Any]]:
     """The ``replicas`` of a replicated stage (:class:`parapipe.mapping.model.Replica`), the stage's own first."""
     out = []
     for r, (view, rr, share) in enumerate(zip(st.replica_stages(), res.replicas, res.shares)):
-        out.append({"pus": [pus[p] for p in view.pus],
-                    "assignment": {names[v]: pus[view.pu_of(v)] for v in range(st.start, st.stop)},
-                    "order": [names[v] for v in view.block_order()], "share": share, "time_s": rr.time_s,
-                    "input_s": rr.input_s, "makespan_s": rr.makespan_s,
-                    "schedule": kind if r == 0 else ("single-pu" if len(view.pus) == 1 else "greedy")})
+        entry: Dict[str, Any] = {
+            "pus": [pus[p] for p in view.pus],
+            "assignment": {names[v]: pus[view.pu_of(v)] for v in range(st.start, st.stop)},
+            "order": [names[v] for v in view.block_order()], "share": share, "time_s": rr.time_s,
+            "input_s": rr.input_s, "makespan_s": rr.makespan_s,
+            "schedule": kind if r == 0 else ("single-pu" if len(view.pus) == 1 else "greedy")}
+        if view.ops is not None:
+            entry["frequency_hz"] = _frequencies(problem, view)
+        out.append(entry)
     return out
 
 

@@ -20,8 +20,10 @@ Schema (``schema_version`` 2)::
                  "mapping": {"stages": [{"pus", "blocks", "time_s", "input_s", "makespan_s", "schedule",
                                          "assignment": {block: pu}, "order": [block],
                                          "block_start_s": {block: s}, "block_finish_s": {block: s},
+                                         "frequency_hz": {pu: Hz} (optional),
                                          "replicas": [{"pus", "assignment", "order", "share", "time_s",
-                                                       "input_s", "makespan_s", "schedule"}] (optional)}]}}]}
+                                                       "input_s", "makespan_s", "schedule",
+                                                       "frequency_hz"?}] (optional)}]}}]}
 
 ``*_gap`` is ``value / lower_bound - 1`` (None when the bound is 0; 0 for a period proved optimal:
 ``search.bound.period_proved_optimal``). ``search.exact`` is true when the front is exact for every space
@@ -130,6 +132,14 @@ class Replica(BaseModel):
     input_s: float = Field(default=0.0, ge=0)
     makespan_s: float = Field(default=0.0, ge=0)
     schedule: str = "single-pu"
+    frequency_hz: Optional[Dict[str, float]] = None
+
+    @model_serializer(mode="wrap")
+    def _omit_no_frequencies(self, handler):
+        data = handler(self)
+        if isinstance(data, dict) and data.get("frequency_hz") is None:
+            data.pop("frequency_hz", None)
+        return data
 
     def pu_of(self, block: str) -> str:
         """The PU running ``block`` on this replica."""
@@ -152,7 +162,8 @@ def stages_text(stages) -> str:
 class Stage(BaseModel):
     """One pipeline stage of a point: its PUs, its blocks (a contiguous run of the document's block order),
     the PU of each block, the execution order and the modelled times (s; block times from the end of the stage's
-    input transfer)."""
+    input transfer). ``frequency_hz`` (PU -> Hz, optional) is the operating point each PU runs the stage at
+    (:mod:`parapipe.soc.operating_points`); absent: every PU at its highest point."""
 
     model_config = _STRICT
     pus: List[str] = Field(min_length=1)
@@ -166,13 +177,17 @@ class Stage(BaseModel):
     block_start_s: Dict[str, float] = {}
     block_finish_s: Dict[str, float] = {}
     replicas: Optional[List[Replica]] = None
+    frequency_hz: Optional[Dict[str, float]] = None
 
     @model_serializer(mode="wrap")
     def _omit_no_replicas(self, handler):
-        """Write ``replicas`` only for replicated stages: other stages read and write as before."""
+        """Write ``replicas`` only for replicated stages and ``frequency_hz`` only where the search chose
+        operating points: other stages read and write as before."""
         data = handler(self)
-        if isinstance(data, dict) and data.get("replicas") is None:
-            data.pop("replicas", None)
+        if isinstance(data, dict):
+            for key in ("replicas", "frequency_hz"):
+                if data.get(key) is None:
+                    data.pop(key, None)
         return data
 
     def pu_of(self, block: str) -> str:
@@ -189,7 +204,8 @@ class Stage(BaseModel):
         if not self.replicas:
             return [self]
         return [Stage.model_construct(pus=list(r.pus), blocks=list(self.blocks), time_s=r.time_s,
-                                      assignment=dict(r.assignment), order=list(r.order)) for r in self.replicas]
+                                      assignment=dict(r.assignment), order=list(r.order),
+                                      frequency_hz=r.frequency_hz) for r in self.replicas]
 
     def all_pus(self) -> List[str]:
         """PUs of every replica (the stage's own ``pus`` when not replicated)."""

@@ -222,6 +222,13 @@ def _plain_values(parsed: SocFile) -> tuple[dict, dict[str, dict]]:
         }
         if entry.memory_bytes is not None:
             pus[name]["memory_bytes"] = number(f"{at}.memory_bytes", entry.memory_bytes)
+        if entry.operating_points is not None:
+            table = entry.operating_points
+            provenance[f"{at}.operating_points"] = table.provenance()
+            pus[name]["operating_points"] = {
+                "frequency_hz": tuple(table.frequency_hz),
+                **{f: tuple(getattr(table, f)) for f in ("voltage_v", "active_power_w") if getattr(table, f)},
+                "transition_s": number(f"{at}.operating_points.transition_s", table.transition_s)}
     default = parsed.transfers.default
     pairs = []
     for i, pair in enumerate(parsed.transfers.pairs):
@@ -296,6 +303,16 @@ def soc_to_yaml_dict(soc: SoC) -> dict:
         }
         if pu.memory_bytes is not None:
             pus[name]["memory_bytes"] = quantity(f"{at}.memory_bytes", pu.memory_bytes)
+        if pu.operating_points is not None:
+            ops = pu.operating_points
+            prov = soc.provenance.get(f"{at}.operating_points")
+            if prov is None:
+                sources.setdefault(GENERATED_SOURCE, GENERATED_CITATION)
+            pus[name]["operating_points"] = {
+                "frequency_hz": list(ops.frequency_hz),
+                **{f: list(getattr(ops, f)) for f in ("voltage_v", "active_power_w") if getattr(ops, f) is not None},
+                "transition_s": quantity(f"{at}.operating_points.transition_s", ops.transition_s),
+                **(prov.model_dump(exclude_none=True) if prov is not None else {"source": GENERATED_SOURCE})}
     default = soc.transfers.default
     transfers = {
         "default": {"alpha_s": quantity("transfers.default.alpha_s", default.alpha_s),

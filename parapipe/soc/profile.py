@@ -23,6 +23,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from parapipe.errors import input_error
 from parapipe.soc.execution import Execution
 from parapipe.soc.op_classes import OP_CLASSES
+from parapipe.soc.operating_points import OperatingPoints
 from parapipe.soc.pipeline import PipelineParams, PowerSensor
 from parapipe.soc.validation import NAME_PATTERN, FieldProblem, to_input_error
 
@@ -74,6 +75,9 @@ class PU(BaseModel):
     memory_bytes : float or None
         Memory the PU can fill with model weights, bytes (> 0); None (default) = no limit. Each replica of a
         replicated stage holds its own copy of its blocks' weights (:mod:`parapipe.cost.replication`).
+    operating_points : OperatingPoints or None
+        The frequencies the PU's domain can run at and what each costs (:mod:`parapipe.soc.operating_points`);
+        the highest equals ``frequency_hz``. None (default): one operating point, ``frequency_hz``.
     """
 
     model_config = _CONFIG
@@ -91,6 +95,7 @@ class PU(BaseModel):
     supported_ops: Optional[frozenset[str]] = None
     execution: Execution = Execution()
     memory_bytes: Optional[float] = Field(default=None, gt=0)
+    operating_points: Optional[OperatingPoints] = None
 
     @field_validator("efficiency")
     @classmethod
@@ -133,7 +138,17 @@ class PU(BaseModel):
             raise FieldProblem("idle_power_w",
                                f"must be <= active_power_w ({self.active_power_w!r}), got {self.idle_power_w!r}",
                                "idle draw cannot exceed busy draw; check both values")
+        ops = self.operating_points
+        if ops is not None and abs(ops.max_frequency_hz - self.frequency_hz) > 1e-6 * self.frequency_hz:
+            raise FieldProblem("operating_points.frequency_hz",
+                               f"highest point {ops.max_frequency_hz:g} Hz differs from frequency_hz "
+                               f"{self.frequency_hz:g}", "the profile's other numbers are at the highest point: "
+                               "make the last frequency equal frequency_hz")
         return self
+
+    def frequencies_hz(self) -> Tuple[float, ...]:
+        """The PU's operating-point frequencies, Hz, ascending (``(frequency_hz,)`` without a table)."""
+        return self.operating_points.frequency_hz if self.operating_points is not None else (self.frequency_hz,)
 
     def supports(self, op_type: str) -> bool:
         """True if this PU can run operators of type ``op_type`` (qualified with its domain outside ONNX's)."""

@@ -13,13 +13,35 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, mod
 
 from parapipe.soc.validation import NAME_PATTERN, FieldProblem, yaml11_boolean_name
 
-__all__ = ["SCHEMA_VERSION", "Quantity", "ExecutionEntry", "PUEntry", "TransferEntry", "PairEntry",
+__all__ = ["SCHEMA_VERSION", "Quantity", "ExecutionEntry", "OperatingPointsEntry", "PUEntry", "TransferEntry", "PairEntry",
            "TransfersEntry", "PipelineEntry", "PowerSensorEntry", "SocFile"]
 
 #: The file format version this parapipe reads and writes.
 SCHEMA_VERSION = 1
 
 _STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+def check_provenance(source: Optional[str], confidence: Optional[str], note: Optional[str], info: ValidationInfo,
+                     what: str) -> None:
+    """The provenance rule of every number (or table) of a profile: a ``source`` key of the top-level
+    ``sources:`` (validation context ``{"sources": {...}}``), or ``confidence: low`` with a ``note``.
+
+    Raises
+    ------
+    FieldProblem
+        Neither given, an unknown source key, or ``confidence: low`` without a note.
+    """
+    sources = (info.context or {}).get("sources")
+    if source is None and confidence is None:
+        raise FieldProblem("", f"{what} without provenance",
+                           "add source: KEY (a key of the top-level sources:) or confidence: low with a note")
+    if source is not None and isinstance(sources, dict) and source not in sources:
+        known = ", ".join(sources) or "none defined"
+        raise FieldProblem("source", f"unknown source key '{source}'",
+                           f"add it to the top-level sources: or use one of: {known}")
+    if confidence == "low" and not note:
+        raise FieldProblem("note", "missing field", "say in note: how the low-confidence estimate was made")
 
 
 class Quantity(BaseModel):
@@ -37,16 +59,7 @@ class Quantity(BaseModel):
 
     @model_validator(mode="after")
     def _check_provenance(self, info: ValidationInfo) -> "Quantity":
-        sources = (info.context or {}).get("sources")
-        if self.source is None and self.confidence is None:
-            raise FieldProblem("", "number without provenance",
-                               "add source: KEY (a key of the top-level sources:) or confidence: low with a note")
-        if self.source is not None and isinstance(sources, dict) and self.source not in sources:
-            known = ", ".join(sources) or "none defined"
-            raise FieldProblem("source", f"unknown source key '{self.source}'",
-                               f"add it to the top-level sources: or use one of: {known}")
-        if self.confidence == "low" and not self.note:
-            raise FieldProblem("note", "missing field", "say in note: how the low-confidence estimate was made")
+        check_provenance(self.source, self.confidence, self.note, info, "number")
         return self
 
     def provenance(self) -> dict[str, str]:
@@ -67,6 +80,39 @@ class ExecutionEntry(BaseModel):
     provider_options: dict[str, str] = {}
 
 
+class OperatingPointsEntry(BaseModel):
+    """``operating_points:`` of a PU (:class:`parapipe.soc.operating_points.OperatingPoints`): parallel lists
+    ``frequency_hz`` (ascending, the last equal to the PU's ``frequency_hz``) and ``voltage_v`` and/or
+    ``active_power_w``, all from the table's one ``source`` (or ``confidence: low`` with a ``note``), and the
+    switching time ``transition_s`` (a :class:`Quantity`)."""
+
+    model_config = _STRICT
+    frequency_hz: list[float]
+    voltage_v: Optional[list[float]] = None
+    active_power_w: Optional[list[float]] = None
+    transition_s: Quantity
+    source: Optional[str] = None
+    confidence: Optional[Literal["low"]] = None
+    note: Optional[str] = None
+
+    @field_validator("frequency_hz", "voltage_v", "active_power_w", mode="before")
+    @classmethod
+    def _numbers(cls, value: Any) -> Any:
+        if isinstance(value, list):  # YAML ints (1200000000) are numbers too; strict mode would refuse them
+            return [float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
+        return value
+
+    @model_validator(mode="after")
+    def _check_provenance(self, info: ValidationInfo) -> "OperatingPointsEntry":
+        check_provenance(self.source, self.confidence, self.note, info, "table")
+        return self
+
+    def provenance(self) -> dict[str, str]:
+        """The table's provenance fields that are set (``source``/``confidence``/``note``)."""
+        return {k: v for k, v in (("source", self.source), ("confidence", self.confidence),
+                                  ("note", self.note)) if v is not None}
+
+
 class PUEntry(BaseModel):
     """One entry under ``pus:`` (its key is the PU name)."""
 
@@ -84,6 +130,7 @@ class PUEntry(BaseModel):
     supported_ops: Any = "all"
     execution: ExecutionEntry = ExecutionEntry()
     memory_bytes: Optional[Quantity] = None
+    operating_points: Optional[OperatingPointsEntry] = None
 
     @field_validator("supported_ops")
     @classmethod
