@@ -47,6 +47,13 @@ def _walk_numbers(node, path, sources, found):
             elif node.get("confidence") != "low" or not node.get("note"):
                 found["bad"].append((path, "neither source nor confidence: low with a note"))
             return
+        if path and path[-1] == "operating_points":  # a table: its lists of numbers share the table's provenance
+            if node.get("source") is not None:
+                if node["source"] not in sources:
+                    found["bad"].append((path, f"source {node['source']!r} not in sources"))
+            elif node.get("confidence") != "low" or not node.get("note"):
+                found["bad"].append((path, "table without source or confidence: low with a note"))
+            node = {k: v for k, v in node.items() if not isinstance(v, list)}
         for key, value in node.items():
             _walk_numbers(value, path + [str(key)], sources, found)
     elif isinstance(node, list):

@@ -150,6 +150,8 @@ def _entry(problem: MappingProblem, raw: str, number: int,
             if op is None:
                 raise input_error(source, f"entry {number}", f"PU {name} has no operating point at "
                                   f"{format_mhz(f)} MHz", f"choose one of {points_text(freqs)}")
+        if op is None and problem.n_operating_points(p) > 1:
+            op = problem.max_op(p)  # a bare PU runs at its highest point: 'big' and 'big@2208' are one entry
         out.append((p, op))
     if len({p for p, _ in out}) != len(out):
         raise input_error(source, f"entry {number}", f"a PU is listed twice in {raw!r}",
