@@ -43,12 +43,13 @@ replication existed read unchanged.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Final, List, Literal, Optional
+from typing import Any, Dict, Final, List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from parapipe.cost.rules import RuleViolation, check_stages
 from parapipe.soc.execution import Execution
+from parapipe.soc.operating_points import format_mhz
 from parapipe.soc.validation import FieldProblem
 
 __all__ = ["SCHEMA_VERSION", "STRATEGIES", "SELECTORS", "ModelId", "PURef", "SocRef", "DocBounds", "Replica",
@@ -148,14 +149,24 @@ class Replica(BaseModel):
 
 def stages_text(stages) -> str:
     """``"big | gpu+npu | {dsp0,dsp1}"``: each stage's PUs (``+``: operator-parallel over them; ``{a,b}``:
-    replicated, one replica per group, a group's PUs joined by ``+``), stages separated by bars. ``stages``:
-    :class:`Stage` objects or their JSON dicts."""
+    replicated, one replica per group, a group's PUs joined by ``+``), stages separated by bars; a PU at a
+    stated operating point reads ``big@1800`` (MHz). ``stages``: :class:`Stage` objects or their JSON dicts.
+
+    >>> stages_text([{"pus": ["big"], "frequency_hz": {"big": 1.8e9}}, {"pus": ["gpu", "npu"]}])
+    'big@1800 | gpu+npu'
+    """
+    def get(obj, key: str) -> Any:
+        return obj.get(key) if isinstance(obj, dict) else getattr(obj, key)
+
+    def group(unit) -> str:
+        freqs = get(unit, "frequency_hz") or {}
+        return "+".join(f"{pu}@{format_mhz(freqs[pu])}" if pu in freqs else pu for pu in get(unit, "pus"))
+
     def one(st) -> str:
-        get: Callable[[str], Any] = st.get if isinstance(st, dict) else lambda k: getattr(st, k)
-        reps = get("replicas")
+        reps = get(st, "replicas")
         if reps:
-            return "{" + ",".join("+".join(r["pus"] if isinstance(r, dict) else r.pus) for r in reps) + "}"
-        return "+".join(get("pus"))
+            return "{" + ",".join(group(r) for r in reps) + "}"
+        return group(st)
     return " | ".join(one(st) for st in stages)
 
 
