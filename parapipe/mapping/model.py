@@ -259,6 +259,17 @@ class Point(BaseModel):
         """PUs named by the stages (every replica's), in order of first use."""
         return list(dict.fromkeys(pu for st in self.stages for pu in st.all_pus()))
 
+    def frequencies_hz(self) -> Dict[str, List[float]]:
+        """PU -> the operating points (Hz) its stages and replicas state, distinct, in pipeline order; PUs
+        without a stated point are left out (they run at whatever the board runs them at)."""
+        out: Dict[str, List[float]] = {}
+        for st in self.stages:
+            for unit in st.replica_stages():
+                for pu, f in (unit.frequency_hz or {}).items():
+                    if f not in out.setdefault(pu, []):
+                        out[pu].append(f)
+        return out
+
 
 class ParetoDoc(BaseModel):
     """A search result: the model and SoC it is for, the blocks, the bounds and the points.
