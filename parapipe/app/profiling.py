@@ -242,8 +242,10 @@ def calibrate_job(soc: str, db_path: PathArg, models: Sequence[str] = (), host: 
 
 
 def import_job(csv_path: PathArg, soc: str, db_path: Optional[PathArg] = None,
-               out: Optional[str] = None) -> Tuple[List[ImportedGraph], List[Path], int]:
+               out: Optional[str] = None, board_power: bool = False) -> Tuple[List[ImportedGraph], List[Path], int]:
     """``parapipe import``: returns ``(graphs, block table paths, rows written to the database)``.
+    ``board_power``: the powers are whole-board readings (checked against the board's baseline,
+    :func:`parapipe.profiledb.importer.read_long_csv`).
 
     Raises
     ------
@@ -257,7 +259,7 @@ def import_job(csv_path: PathArg, soc: str, db_path: Optional[PathArg] = None,
                           "give the profile (name or YAML) the "
                           "measurements were taken on")
     soc_obj = resolve_soc(soc)
-    graphs = read_long_csv(csv_path, soc_obj)
+    graphs = read_long_csv(csv_path, soc_obj, board_power=board_power)
     rows = to_measurements(graphs, soc_obj, str(csv_path))
     db = _check_db(db_path) if db_path is not None else None
     try:
