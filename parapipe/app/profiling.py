@@ -314,13 +314,14 @@ def detect_job(out: PathArg, host: Optional[HostSpec] = None, python: Optional[s
 
 def calibrate_runs_job(soc: str, runs_csv: Optional[str], db_path: Optional[str], blocks_dir: Optional[str],
                        out: Optional[PathArg], models: Sequence[str], fit: Sequence[str],
-                       max_blocks: Optional[int] = 48):
+                       max_blocks: Optional[int] = 48, board_power: bool = False):
     """``parapipe calibrate --runs``: resolve ``soc``, fit the pipeline-level terms (and powers) on measured runs.
 
     A model the runs name without a block table in ``blocks_dir`` is prepared here (:func:`parapipe.app.prepare.
     prepare`, at ``max_blocks``; on ``host`` its blocks' measurements come from ``db_path``) and handed to the fit
     (:func:`parapipe.calibration.runs_calibrate.runs_calibration`) as a callable, so fitting never imports this
-    layer. Returns its :class:`~parapipe.calibration.runs_calibrate.RunsCalibration`.
+    layer. ``board_power``: the block tables' watts are whole-board readings. Returns its
+    :class:`~parapipe.calibration.runs_calibrate.RunsCalibration`.
 
     Raises
     ------
@@ -336,4 +337,5 @@ def calibrate_runs_job(soc: str, runs_csv: Optional[str], db_path: Optional[str]
     def problem_of(model: str):
         return prepare(model, soc, max_blocks=max_blocks, db=db).problem
 
-    return runs_calibration(resolve_soc(soc), runs_csv, db_path, blocks_dir, out, models, fit, problem_of)
+    return runs_calibration(resolve_soc(soc), runs_csv, db_path, blocks_dir, out, models, fit, problem_of,
+                            board_power=board_power)
