@@ -303,20 +303,22 @@ def _fill_powers(given: np.ndarray, freqs: Sequence[Optional[float]], spec) -> n
     table = spec.operating_points
     ratio = table.dynamic_ratio(spec.active_power_w, spec.idle_power_w) if table is not None and len(table) > 1 \
         else None
-    at = [table.index_of(f) if ratio is not None and f is not None else None for f in freqs]
+    at = [table.index_of(f) if table is not None and ratio is not None and f is not None else None for f in freqs]
     idle, active = spec.idle_power_w, spec.active_power_w
+    if ratio is None:
+        return np.where(np.isnan(out), active, out)
+    known = [(o, i) for o, i in enumerate(at) if i is not None and ratio[i] > 0]
     for j in range(out.shape[0]):
-        ref = next((o for o in reversed(range(len(freqs))) if at[o] is not None and not np.isnan(given[j, o])
-                    and ratio[at[o]] > 0), None)
-        for o in range(len(freqs)):
+        ref = next(((o, i) for o, i in reversed(known) if not np.isnan(given[j, o])), None)
+        for o, i in enumerate(at):
             if not np.isnan(out[j, o]):
                 continue
-            if at[o] is None or ratio is None:
+            if i is None:
                 out[j, o] = active
             elif ref is not None:
-                out[j, o] = idle + (given[j, ref] - idle) * ratio[at[o]] / ratio[at[ref]]
+                out[j, o] = idle + (given[j, ref[0]] - idle) * ratio[i] / ratio[ref[1]]
             else:
-                out[j, o] = idle + (active - idle) * ratio[at[o]]
+                out[j, o] = idle + (active - idle) * ratio[i]
     return out
 
 

@@ -302,7 +302,7 @@ def _build(src: str, name: str, g: dict, soc: SoC, has_deps: bool) -> ImportedGr
         partial = np.where(ran.any(axis=1) & ~ran.all(axis=1))[0]
         if partial.size:
             b = topo[int(partial[0])]
-            missing = [f for f, x in zip(fs, ran[partial[0]]) if not x]
+            missing = [f for f, x in zip(fs, ran[partial[0]]) if not x and f is not None]
             raise input_error(src, f"row {lines[(b, pu)]}", f"block {b!r} of graph {name!r} has rows on {pu} but "
                               f"none at {missing[0] / 1e6:g} MHz", f"give its time at every frequency of {pu} "
                               f"({', '.join(f'{x / 1e6:g}' for x in fs if x is not None)} MHz)")
