@@ -212,8 +212,9 @@ _V1_WORK_CATALOG_OLDEST = """CREATE TABLE work_catalog (signature TEXT PRIMARY K
 def _v1_file(path, catalog: bool):
     conn = sqlite3.connect(str(path))
     conn.execute(_V1_MEASUREMENTS)
-    row = dataclasses.astuple(make())
-    conn.execute(f"INSERT INTO measurements ({', '.join(Measurement.field_names())}) "
+    v1 = [c for c in Measurement.field_names() if c != "frequency_hz"]  # (schema 4 added it)
+    row = tuple(getattr(make(), c) for c in v1)
+    conn.execute(f"INSERT INTO measurements ({', '.join(v1)}) "
                  f"VALUES ({', '.join('?' for _ in row)})", row)
     if catalog:
         conn.execute(_V1_OP_CATALOG)
@@ -247,7 +248,7 @@ def test_a_version_1_database_is_migrated_keeping_its_rows(tmp_path, catalog):
         cat.add_work([WorkEntry("block:cd", "block", (("x", True),), "m/b1", 64)])
         assert cat.work()["block:cd"].boundary_nbytes == 64
     conn = sqlite3.connect(str(path))
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"measurements", "op_catalog", "work_catalog", "runs"} <= tables
     conn.close()

@@ -242,8 +242,10 @@ def calibrate_job(soc: str, db_path: PathArg, models: Sequence[str] = (), host: 
 
 
 def import_job(csv_path: PathArg, soc: str, db_path: Optional[PathArg] = None,
-               out: Optional[str] = None) -> Tuple[List[ImportedGraph], List[Path], int]:
+               out: Optional[str] = None, board_power: bool = False) -> Tuple[List[ImportedGraph], List[Path], int]:
     """``parapipe import``: returns ``(graphs, block table paths, rows written to the database)``.
+    ``board_power``: the powers are whole-board readings (checked against the board's baseline,
+    :func:`parapipe.profiledb.importer.read_long_csv`).
 
     Raises
     ------
@@ -257,7 +259,7 @@ def import_job(csv_path: PathArg, soc: str, db_path: Optional[PathArg] = None,
                           "give the profile (name or YAML) the "
                           "measurements were taken on")
     soc_obj = resolve_soc(soc)
-    graphs = read_long_csv(csv_path, soc_obj)
+    graphs = read_long_csv(csv_path, soc_obj, board_power=board_power)
     rows = to_measurements(graphs, soc_obj, str(csv_path))
     db = _check_db(db_path) if db_path is not None else None
     try:
@@ -312,13 +314,14 @@ def detect_job(out: PathArg, host: Optional[HostSpec] = None, python: Optional[s
 
 def calibrate_runs_job(soc: str, runs_csv: Optional[str], db_path: Optional[str], blocks_dir: Optional[str],
                        out: Optional[PathArg], models: Sequence[str], fit: Sequence[str],
-                       max_blocks: Optional[int] = 48):
+                       max_blocks: Optional[int] = 48, board_power: bool = False):
     """``parapipe calibrate --runs``: resolve ``soc``, fit the pipeline-level terms (and powers) on measured runs.
 
     A model the runs name without a block table in ``blocks_dir`` is prepared here (:func:`parapipe.app.prepare.
     prepare`, at ``max_blocks``; on ``host`` its blocks' measurements come from ``db_path``) and handed to the fit
     (:func:`parapipe.calibration.runs_calibrate.runs_calibration`) as a callable, so fitting never imports this
-    layer. Returns its :class:`~parapipe.calibration.runs_calibrate.RunsCalibration`.
+    layer. ``board_power``: the block tables' watts are whole-board readings. Returns its
+    :class:`~parapipe.calibration.runs_calibrate.RunsCalibration`.
 
     Raises
     ------
@@ -334,4 +337,5 @@ def calibrate_runs_job(soc: str, runs_csv: Optional[str], db_path: Optional[str]
     def problem_of(model: str):
         return prepare(model, soc, max_blocks=max_blocks, db=db).problem
 
-    return runs_calibration(resolve_soc(soc), runs_csv, db_path, blocks_dir, out, models, fit, problem_of)
+    return runs_calibration(resolve_soc(soc), runs_csv, db_path, blocks_dir, out, models, fit, problem_of,
+                            board_power=board_power)

@@ -14,7 +14,9 @@ co-running stages: no contention) keeps its starting value and is reported as no
 Energy (:func:`fit_power`): with the fitted terms, the energy per inference of the cost model is linear in the
 powers, ``E = Σ_g Δ_g · compute_g + C · P`` (``Δ_g`` = active − idle power of a group of identical PUs,
 ``compute_g`` their busy compute seconds, ``C = Σ_p P_idle + P_static``, ``P`` the period), so they are fitted
-by bounded linear least squares on the relative error (``scipy.optimize.lsq_linear``, powers >= 0).
+by bounded linear least squares on the relative error (``scipy.optimize.lsq_linear``, powers >= 0). A PU with
+operating points (:attr:`MappingProblem.operating_points`) gets one ``Δ`` per operating point its runs use
+(``Δ_{g,f}``, its compute seconds at frequency ``f``): the dynamic power of a point is what DVFS changes.
 
 :func:`calibrate_runs` does both and reports errors before (the profile as given), after (the fit, in sample)
 and leave-one-out (each run predicted by a fit that did not see it), overall and per model.
@@ -36,7 +38,7 @@ from parapipe.cost.problem import MappingProblem
 log = logging.getLogger(__name__)
 
 __all__ = ["MeasuredRun", "ParamEstimate", "Errors", "PowerFit", "RunsFit", "TERM_NAMES", "BOUNDS", "fit_terms",
-           "fit_power", "calibrate_runs"]
+           "fit_power", "calibrate_runs", "point_compute_s"]
 
 #: The terms ``--fit`` may name.
 TERM_NAMES = ("slowdown", "dispatch", "handoff", "contention", "sharing", "overlap")
@@ -131,21 +133,41 @@ class Errors:
 
 @dataclass
 class PowerFit:
-    """Fitted powers: ``delta_w[group]`` (active − idle, W) for each group of identical PUs (``groups``: group ->
-    PU names) and ``base_w`` (Σ idle + static, W)."""
+    """Fitted powers: ``delta_w[key]`` (active − idle, W) for each group of identical PUs (``groups``: group ->
+    PU names) at one operating point (``points[key] = (group, frequency_hz or None)``; None: a PU without
+    operating points; ``key`` is the group, or ``<group>@<MHz>``) and ``base_w`` (Σ idle + static, W)."""
 
     groups: Dict[str, List[str]]
     delta_w: Dict[str, ParamEstimate]
     base_w: ParamEstimate
+    points: Dict[str, Tuple[str, Optional[float]]] = field(default_factory=dict)
 
     def energy_j(self, run: MeasuredRun, terms: PipelineTerms) -> float:
         """Energy per inference of ``run`` under ``terms`` with these powers, J."""
-        period, _, compute = run.facts.figures(terms)
-        names = run.problem.pu_names
+        period, _, _ = run.facts.figures(terms)
+        compute = point_compute_s(run, terms)
         total = self.base_w.value * period
-        for group, pus in self.groups.items():
-            total += self.delta_w[group].value * sum(compute[names.index(p)] for p in pus if p in names)
+        for key, est in self.delta_w.items():
+            group, f = self.points.get(key, (key, None))
+            total += est.value * sum(compute.get((p, f), 0.0) for p in self.groups[group])
         return float(total)
+
+
+def point_compute_s(run: MeasuredRun, terms: PipelineTerms) -> Dict[Tuple[str, Optional[float]], float]:
+    """``{(PU name, frequency_hz or None): compute seconds per inference}`` of ``run`` under ``terms``: the
+    compute of :meth:`MappingFacts.figures` split by the operating point each stage runs its PUs at (None for a
+    PU without operating points, and for every PU of a mapping with replicated stages)."""
+    _, _, compute = run.facts.figures(terms)
+    problem = run.problem
+    if problem.operating_points is None or not isinstance(run.facts, MappingFacts):
+        return {(name, None): float(compute[i]) for i, name in enumerate(problem.pu_names)}
+    factors = run.facts.factors(terms)
+    out: Dict[Tuple[str, Optional[float]], float] = {}
+    for s, st in enumerate(run.mapping.stages):
+        for q in st.pus:
+            key = (problem.pu_names[q], problem.frequency_hz(q, st.op_of(q)))
+            out[key] = out.get(key, 0.0) + float(run.facts.compute_s[s, q] * factors[s])
+    return out
 
 
 @dataclass
@@ -335,23 +357,31 @@ def power_groups(problem: MappingProblem, soc=None) -> Dict[str, List[str]]:
 
 
 def fit_power(runs: Sequence[MeasuredRun], terms: PipelineTerms, groups: Dict[str, List[str]]) -> Optional[PowerFit]:
-    """Bounded linear fit of ``Δ_g`` and ``C`` on the runs with a measured energy (module docstring).
+    """Bounded linear fit of ``Δ_g`` (``Δ_{g,f}`` per operating point) and ``C`` on the runs with a measured
+    energy (module docstring).
 
     Returns None when fewer runs have an energy than there are unknowns.
     """
     from scipy.optimize import lsq_linear
 
+    from parapipe.soc.operating_points import format_mhz
+
     with_energy = [r for r in runs if r.energy_j]
-    used = [g for g, pus in groups.items()
-            if any(r.facts.figures(terms)[2][r.problem.pu_names.index(p)] > 0
-                   for r in with_energy for p in pus if p in r.problem.pu_names)]
+    group_of = {p: g for g, pus in groups.items() for p in pus}
+    computes = [point_compute_s(r, terms) for r in with_energy]
+    points: Dict[str, Tuple[str, Optional[float]]] = {}
+    for compute in computes:
+        for (pu, f), seconds in sorted(compute.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0.0)):
+            if seconds > 0 and pu in group_of:
+                g = group_of[pu]
+                points.setdefault(g if f is None else f"{g}@{format_mhz(f)}", (g, f))
+    used = list(points)
     if len(with_energy) < len(used) + 1:
         return None
     rows = []
-    for r in with_energy:
-        period, _, compute = r.facts.figures(terms)
-        names = r.problem.pu_names
-        row = [sum(compute[names.index(p)] for p in groups[g] if p in names) for g in used] + [period]
+    for r, compute in zip(with_energy, computes):
+        period, _, _ = r.facts.figures(terms)
+        row = [sum(compute.get((p, points[key][1]), 0.0) for p in groups[points[key][0]]) for key in used] + [period]
         rows.append(np.array(row) / r.energy_j)  # relative error: divide each equation by its measurement
     a = np.array(rows)
     b = np.ones(len(rows))
@@ -361,10 +391,10 @@ def fit_power(runs: Sequence[MeasuredRun], terms: PipelineTerms, groups: Dict[st
     s2 = float(resid @ resid) / (m - n) if m > n else float("nan")
     cov = np.linalg.pinv(a.T @ a) * s2
     err = [float(math.sqrt(cov[i, i])) if np.isfinite(cov[i, i]) and cov[i, i] >= 0 else None for i in range(n)]
-    delta = {g: ParamEstimate(f"power.delta_w.{g}", float(sol.x[i]), 0.0, math.inf, err[i], True)
-             for i, g in enumerate(used)}
+    delta = {key: ParamEstimate(f"power.delta_w.{key}", float(sol.x[i]), 0.0, math.inf, err[i], True)
+             for i, key in enumerate(used)}
     base = ParamEstimate("power.base_w", float(sol.x[-1]), 0.0, math.inf, err[-1], True)
-    return PowerFit({g: groups[g] for g in used}, delta, base)
+    return PowerFit({g: groups[g] for g in dict.fromkeys(points[key][0] for key in used)}, delta, base, points)
 
 
 def _errors(runs: Sequence[MeasuredRun], preds: Sequence[Tuple[float, float, Optional[float]]]) -> Errors:

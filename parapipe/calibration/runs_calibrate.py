@@ -2,7 +2,8 @@
 
 Runs come from the ``runs`` table of a profile database (:mod:`parapipe.profiledb.runs`, what ``parapipe run``
 and ``deploy`` record) or from a CSV: the long format ``model,soc,mapping,period_s,latency_s[,energy_j]``
-(``mapping``: one PU per block, as ``parapipe evaluate --mapping`` takes it; seconds and joules per inference;
+(``mapping``: one PU per block, as ``parapipe evaluate --mapping`` takes it, ``big@1800`` operating points and
+``[..]`` stages included (:func:`parapipe.mapping.index.parse_pu_list`); seconds and joules per inference;
 a byte-order mark and CRLF line ends are fine), or the export of ``parapipe runs --csv`` (its ``pu_list``,
 stage ``mapping`` and ``idle_latency_s`` columns). Each model's problem comes from ``--blocks DIR``
 (``DIR/<model>.blocks.csv``, the block table ``parapipe import`` writes) or, without it, from the model itself
@@ -46,8 +47,9 @@ ProblemOf = Callable[[str], MappingProblem]
 class _Problems:
     """Each model's problem, built once: from ``blocks_dir/<model>.blocks.csv``, else with ``problem_of``."""
 
-    def __init__(self, soc, blocks_dir: Optional[str], problem_of: Optional[ProblemOf]):
+    def __init__(self, soc, blocks_dir: Optional[str], problem_of: Optional[ProblemOf], board_power: bool = False):
         self.soc, self.blocks_dir, self.problem_of = soc, blocks_dir, problem_of
+        self.board_power = board_power
         self.cache: Dict[str, object] = {}
 
     def get(self, model: str, source: str):
@@ -60,7 +62,7 @@ class _Problems:
                     raise input_error(source, "model", f"no block table {path} for model {model!r}",
                                       "write it with 'parapipe import' (DIR/<model>.blocks.csv) or drop --blocks "
                                       "to cost the model itself")
-                self.cache[model] = read_block_table(path, self.soc, name=model)
+                self.cache[model] = read_block_table(path, self.soc, name=model, board_power=self.board_power)
             elif self.problem_of is not None:
                 self.cache[model] = self.problem_of(model)
             else:
@@ -212,7 +214,9 @@ def calibrated_profile(soc, fit: RunsFit, citation: str):
     """``soc`` with the fitted terms in its ``pipeline:`` section and the fitted powers in its PUs, each with
     ``source: runs`` (cited as ``citation``). Powers: ``C = Σ idle + static`` is split keeping the profile's
     static power and scaling every idle power alike (static = C and idle 0 when C is below the static power);
-    active = idle + the group's fitted ``Δ``."""
+    active = idle + the group's fitted ``Δ`` (with powers per operating point: the one at the PU's
+    ``frequency_hz``, and each fitted point of the profile's ``operating_points`` table as its
+    ``active_power_w``, the others scaled from the active power by the table's power model)."""
     from parapipe.soc.pipeline import PipelineParams
     from parapipe.soc.profile import Provenance
 
@@ -236,8 +240,24 @@ def calibrated_profile(soc, fit: RunsFit, citation: str):
         group_of = {pu: g for g, members in fit.power.groups.items() for pu in members}
         for name, pu in soc.pus.items():
             idle = pu.idle_power_w * scale
-            delta = fit.power.delta_w[group_of[name]].value if name in group_of else pu.active_power_w - pu.idle_power_w
-            pus[name] = pu.model_copy(update={"idle_power_w": idle, "active_power_w": idle + delta})
+            fitted_at = {f: fit.power.delta_w[key].value for key, (g, f) in fit.power.points.items()
+                         if g == group_of.get(name)} if fit.power.points else (
+                {None: fit.power.delta_w[group_of[name]].value} if name in group_of else {})
+            table = pu.operating_points
+            top = None if table is None else table.index_of(pu.frequency_hz)
+            delta = fitted_at.get(None, pu.active_power_w - pu.idle_power_w)
+            for f, d in fitted_at.items():  # per operating point: the one at the PU's frequency is its active power
+                if f is not None and table is not None and table.index_of(f) == top:
+                    delta = d
+            update: Dict[str, Any] = {"idle_power_w": idle, "active_power_w": idle + delta}
+            points = {table.index_of(f): d for f, d in fitted_at.items() if f is not None and table is not None
+                      and table.index_of(f) is not None}
+            if table is not None and len(table) > 1 and points:
+                ratio = table.dynamic_ratio(pu.active_power_w, pu.idle_power_w)
+                update["operating_points"] = table.model_copy(update={"active_power_w": tuple(
+                    idle + points.get(i, delta * ratio[i]) for i in range(len(table)))})
+                provenance[f"pus.{name}.operating_points"] = Provenance(source=RUNS_SOURCE)
+            pus[name] = pu.model_copy(update=update)
             provenance[f"pus.{name}.idle_power_w"] = provenance[f"pus.{name}.active_power_w"] = \
                 Provenance(source=RUNS_SOURCE)
     fields = {f: getattr(soc, f) for f in type(soc).model_fields}
@@ -249,7 +269,7 @@ def calibrated_profile(soc, fit: RunsFit, citation: str):
 def runs_calibration(soc: SoC, runs_csv: Optional[str] = None, db_path: Optional[str] = None,
                        blocks_dir: Optional[str] = None, out=None, models: Sequence[str] = (),
                        fit: Sequence[str] = TERM_NAMES, problem_of: Optional[ProblemOf] = None,
-                       loo: bool = True) -> RunsCalibration:
+                       loo: bool = True, board_power: bool = False) -> RunsCalibration:
     """``parapipe calibrate --runs``: read the runs, fit, optionally write the calibrated profile (atomically).
 
     Parameters
@@ -259,6 +279,9 @@ def runs_calibration(soc: SoC, runs_csv: Optional[str] = None, db_path: Optional
     problem_of : callable (model name) -> MappingProblem, optional
         Costs a model the runs name when ``blocks_dir`` has no table for it: the caller's way of preparing a
         model (the application layer's ``prepare``), so that fitting needs no import of that layer.
+    board_power : bool
+        The block tables' watts are whole-board readings (:mod:`parapipe.cost.blocktable`): the "before" model
+        takes the baseline off them once.
 
     Raises
     ------
@@ -274,7 +297,10 @@ def runs_calibration(soc: SoC, runs_csv: Optional[str] = None, db_path: Optional
     if bad or not fit:
         raise input_error("--fit", None, f"unknown term(s) {', '.join(bad) or '(none)'}",
                           f"choose among {', '.join(TERM_NAMES)}, comma-separated")
-    problems = _Problems(soc, blocks_dir, problem_of)
+    if board_power and not blocks_dir:
+        raise input_error("--board-power", None, "applies to block tables' watts (--blocks DIR)",
+                          "give --blocks DIR, or drop --board-power")
+    problems = _Problems(soc, blocks_dir, problem_of, board_power)
     if runs_csv:
         runs_path = runs_csv
         runs = read_runs_csv(runs_csv, soc, problems)

@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any, Dict, Optional
 
-from parapipe.cli.common import ProgressBar, add_bind_option, add_host_options, host_spec, pct
+from parapipe.cli.common import ProgressBar, add_bind_option, add_board_power_option, add_host_options, host_spec, pct
 
 __all__ = ["add_parser", "handle"]
 
@@ -25,7 +25,7 @@ def _calibrate_runs(args: argparse.Namespace) -> int:
 
     fit = tuple(t.strip() for t in (args.fit or ",".join(TERM_NAMES)).split(",") if t.strip())
     res = calibrate_runs_job(args.soc, args.runs or None, args.db, args.blocks, args.out, args.model or (), fit,
-                             args.max_blocks)
+                             args.max_blocks, board_power=args.board_power)
     f = res.fit
     if args.json:
         def finite(d: Dict[str, Any]) -> Dict[str, Any]:  # strict JSON: an unbounded parameter's upper bound is null
@@ -80,6 +80,11 @@ def handle(args: argparse.Namespace) -> int:
             raise input_error("--bind", None, "is not used with --runs (the runs' profile already carries the "
                               "bindings they ran with)", "drop --bind")
         return _calibrate_runs(args)
+    if args.board_power:
+        from parapipe.errors import input_error
+
+        raise input_error("--board-power", None, "applies to block tables' watts (--runs with --blocks DIR)",
+                          "drop --board-power, or calibrate --runs --blocks DIR")
     if not args.db:
         from parapipe.errors import input_error
 
@@ -145,6 +150,7 @@ def add_parser(sub) -> None:
     s.add_argument("--rounds", type=int, default=3, help="attempts per stage, lowest median kept (default 3)")
     s.add_argument("--max-blocks", type=int, default=48)
     add_bind_option(s, "measure")
+    add_board_power_option(s)
     add_host_options(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=handle)

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 __all__ = ["progress_bar", "ProgressBar", "StepBars", "set_quiet", "is_quiet", "show_progress", "print_measurement",
            "parsed_input_shapes", "add_input_options", "print_model_notes", "add_host_options", "host_spec", "pct",
-           "problem_for", "print_run_report", "add_run_options", "add_bind_option"]
+           "problem_for", "print_run_report", "add_run_options", "add_bind_option", "add_board_power_option",
+           "BOARD_POWER_HELP"]
 
 
 #: ``parapipe --quiet``: no progress bars (set by :func:`set_quiet` from ``main``).
@@ -191,6 +192,17 @@ def pct(value: Optional[float]) -> str:
     return "-" if value is None else f"{value:.1f}%"
 
 
+#: ``--board-power``'s help (``evaluate``, ``optimize``, ``calibrate``, ``import``).
+BOARD_POWER_HELP = ("the block table's watts are whole-board readings taken while that PU ran the block (a board "
+                    "meter's): the model takes the profile's static power and every PU's idle power off them and adds "
+                    "nothing on top (default: each PU's own draw)")
+
+
+def add_board_power_option(s: argparse.ArgumentParser) -> None:
+    """``--board-power`` (read back as ``args.board_power``; meaning: :mod:`parapipe.cost.blocktable`)."""
+    s.add_argument("--board-power", action="store_true", help=BOARD_POWER_HELP)
+
+
 def problem_for(args: argparse.Namespace, input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
                 loaded: Optional["LoadedModel"] = None, progress: Optional["StepBars"] = None
                 ) -> Tuple["MappingProblem", "SoC", Optional["Prepared"]]:
@@ -198,12 +210,22 @@ def problem_for(args: argparse.Namespace, input_shapes: Optional[Mapping[str, Se
     ``--soc``, ``--pus``, ``--max-blocks``, ``--input-shape`` (``input_shapes`` first); ``progress`` follows
     the host's measuring steps.
 
+    ``--board-power`` (``args.board_power``) reads the block table's watts as whole-board readings.
+
     Raises
     ------
     parapipe.errors.InputError
-        Both or neither of ``MODEL`` and ``--blocks``; what :func:`parapipe.app.prepare.prepare` raises.
+        Both or neither of ``MODEL`` and ``--blocks``; ``--board-power`` without ``--blocks``; what
+        :func:`parapipe.app.prepare.prepare` raises.
     """
     from parapipe.app.prepare import prepare
+
+    board_power = bool(getattr(args, "board_power", False))
+    if board_power and not args.blocks:
+        from parapipe.errors import input_error
+
+        raise input_error("--board-power", None, "applies to a block table's watts (--blocks FILE)",
+                          "give --blocks FILE, or drop --board-power")
 
     pus = [p.strip() for p in args.pus.split(",")] if getattr(args, "pus", None) else None
     if args.blocks:
@@ -215,7 +237,7 @@ def problem_for(args: argparse.Namespace, input_shapes: Optional[Mapping[str, Se
         from parapipe.cost.blocktable import read_block_table
 
         soc = resolve_soc(args.soc, pus=pus)
-        return read_block_table(args.blocks, soc), soc, None
+        return read_block_table(args.blocks, soc, board_power=board_power), soc, None
     if not args.model:
         from parapipe.errors import input_error
 

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Dict
 
-from parapipe.cli.common import StepBars, add_input_options, parsed_input_shapes, print_measurement, problem_for
+from parapipe.cli.common import (StepBars, add_board_power_option, add_input_options, parsed_input_shapes,
+                                 print_measurement, problem_for)
 
 __all__ = ["add_parser", "handle"]
 
@@ -144,11 +145,12 @@ def add_parser(sub) -> None:
     s.add_argument("model", nargs="?", help="registry name or .onnx path (or use --blocks)")
     s.add_argument("--blocks", default=None, help="a block table CSV instead of a model")
     s.add_argument("--soc", required=True, help="bundled profile name, a profile YAML path, or 'host'")
-    s.add_argument("--mapping", required=True, help="PU per block ('gpu,gpu,big,…'), a file with one such list "
+    s.add_argument("--mapping", required=True, help="PU per block ('gpu,gpu,big,…'; 'big@1800' at an operating point; '[..][..]' states the stages), a file with one such list "
                    "per line, or a pareto.json (with --point)")
     s.add_argument("--point", default=None, help="point of a pareto.json (default best-throughput)")
     s.add_argument("--pus", default=None, help="comma-separated PUs to keep (default: all)")
     s.add_argument("--max-blocks", type=int, default=48, help="block granularity, as for optimize (default 48)")
     s.add_argument("--json", action="store_true", help="one JSON object per mapping, one per line (JSON Lines)")
+    add_board_power_option(s)
     add_input_options(s)
     s.set_defaults(func=handle)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Tuple
 
 from parapipe.cli.common import (
     StepBars, add_host_options, add_input_options, host_spec, parsed_input_shapes, print_measurement,
-    print_model_notes, problem_for, progress_bar)
+    print_model_notes, problem_for, progress_bar, add_board_power_option)
 
 if TYPE_CHECKING:
     from parapipe.app.prepare import Prepared
@@ -93,6 +93,11 @@ def handle(args: argparse.Namespace) -> int:
                           else "is only used with a model on --soc host (without --refine)",
                           "give a count of front points, 0 to skip" if args.time_stages < 0
                           else "drop --time-stages or give 0")
+    if args.board_power and not args.blocks:
+        from parapipe.errors import input_error
+
+        raise input_error("--board-power", None, "applies to a block table's watts (--blocks FILE)",
+                          "give --blocks FILE, or drop --board-power")
     if args.blocks or not args.model:
         problem, soc, _ = problem_for(args)
         return _optimize_blocks(args, problem, soc, options)
@@ -224,7 +229,8 @@ def _optimize_blocks(args: argparse.Namespace, problem: "MappingProblem", soc: "
     sha = hashlib.sha256(Path(args.blocks).read_bytes()).hexdigest()
     result = search(problem, options, terms=terms_from_soc(soc))
     doc = doc_from_result(result, problem.name, sha, soc_ref(soc), blocks={b: [] for b in problem.block_names},
-                          search={"seed": options.seed, "blocks_file": str(args.blocks)})
+                          search={"seed": options.seed, "blocks_file": str(args.blocks),
+                                  "block_power": "board" if args.board_power else "pu"})
     write_outputs(doc, out, plot=not args.no_plot)
     if args.json:
         print(json.dumps(doc.model_dump(mode="json")))
@@ -281,6 +287,7 @@ def add_parser(sub) -> None:
                    "the stages of the K front points of highest throughput (and of the replicated model) as the "
                    "executor runs them, and search again with those times (default 3; 0: block times only)")
     s.add_argument("--frames", type=int, default=100, help="frames per run with --refine (default 100)")
+    add_board_power_option(s)
     add_host_options(s)
     add_input_options(s, feeds=True)
     s.set_defaults(func=handle)

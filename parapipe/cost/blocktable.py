@@ -14,6 +14,32 @@ Format (one row per block, header required)::
 * ``dram_nbytes`` (optional): bytes the block reads and writes in DRAM (operator inputs, outputs and weights),
   for the memory-contention term of :mod:`parapipe.cost.pipeline_terms` (without it: the bytes on its edges).
 
+**Operating points** (DVFS, :mod:`parapipe.soc.operating_points`): a PU's times and powers per frequency go in
+columns ``t_<pu>@<MHz>`` and ``p_<pu>@<MHz>`` (``t_big@1000,t_big@1800,p_big@1000,p_big@1800``) instead of
+``t_<pu>``/``p_<pu>``. The table's frequencies of a PU ARE its operating points in the problem, ascending; the
+highest is the one :attr:`MappingProblem.time_s` holds, and ``evaluate --mapping big@1000,...`` names them. A
+block the PU cannot run leaves every ``t_<pu>@`` cell empty. The profile's ``transition_s`` of the PU (when the
+profile gives the PU an ``operating_points`` table; else 0) and its static and idle powers still apply. A
+missing ``p_<pu>@<MHz>`` cell (or column) takes: when the profile's table of the PU has a point at that
+frequency, the power scaled from the block's given power at the highest frequency of the table that has one and
+matches a profile point, by the ratio of the two points'
+:meth:`~parapipe.soc.operating_points.OperatingPoints.dynamic_ratio` (the profile's active power at that point
+when the block gives none); otherwise the PU's ``active_power_w``. A PU without ``@`` columns has one point (a
+profile table of that PU is then not used: a block table has no FLOPs to scale times by).
+
+**What the watts are** (``board_power``; ``--board-power`` on ``evaluate``, ``optimize``, ``calibrate`` and
+``import``):
+
+* default: ``p_`` is the PU's own draw while it runs the block; the cost model adds the board's static power and
+  every PU's idle power for the whole period (:mod:`parapipe.cost.evaluate`).
+* ``board_power=True``: ``p_`` is a whole-board reading taken while that PU ran the block (what a power meter
+  on the board's supply gives). The model then adds nothing on top: the block's power above its PU's idle becomes
+  ``p_board − B`` with the baseline ``B = static_power_w + Σ_all PUs idle_power_w`` (of the profile, over the
+  PUs of the problem), i.e. its whole-PU power is ``p_board − B + idle_power_w[pu]``. With the energy model
+  ``E = Σ t·(p − P_idle) + B·P``, a mapping that runs on one PU at a time with no gap (period ``P = Σ t``)
+  costs exactly ``Σ t·p_board``. A reading below ``B`` is refused. Only given cells are readings: a missing
+  cell keeps the PU-draw default above.
+
 PU names must exist in the SoC profile given with ``--soc``; idle/static power and transfer costs come from it.
 Rows may come in any order; they are sorted topologically (ties in file order).
 
@@ -44,9 +70,10 @@ import networkx as nx
 import numpy as np
 
 from ..errors import input_error
-from .problem import MappingProblem, SubmodelKey, is_block_range
+from .problem import MappingProblem, PUOperatingPoints, SubmodelKey, is_block_range
 
-__all__ = ["read_block_table", "write_block_table", "submodel_table_path", "read_submodel_table"]
+__all__ = ["read_block_table", "write_block_table", "submodel_table_path", "read_submodel_table",
+           "board_baseline_w"]
 
 log = logging.getLogger(__name__)
 
@@ -77,15 +104,81 @@ def _read_csv(path, what: str) -> tuple:
     return rows, header
 
 
-def read_block_table(path, soc, name: Optional[str] = None) -> MappingProblem:
+def board_baseline_w(problem: MappingProblem) -> float:
+    """The baseline a whole-board reading includes, W: ``static_power_w + Σ idle_power_w`` over the problem's PUs
+    (module docstring, ``board_power``)."""
+    return float(problem.static_power_w + problem.idle_power_w.sum())
+
+
+def _split_column(src: str, column: str, soc) -> Tuple[str, str, Optional[float]]:
+    """``t_big@1800`` -> ``("t", "big", 1.8e9)``; ``p_gpu`` -> ``("p", "gpu", None)``."""
+    from ..soc.operating_points import parse_mhz
+
+    if not (column.startswith("t_") or column.startswith("p_")):
+        raise input_error(src, f"column {column!r}", "unknown column",
+                          "use block, deps, out_bytes, t_<pu>[@<MHz>], p_<pu>[@<MHz>], dram_nbytes")
+    pu, at, mhz = column[2:].partition("@")
+    if pu not in soc.pus:
+        raise input_error(src, f"column {column!r}", f"SoC {soc.name!r} has no PU {pu!r}",
+                          f"use PUs of the SoC: {', '.join(soc.pu_names)}")
+    if not at:
+        return column[0], pu, None
+    try:
+        return column[0], pu, parse_mhz(mhz)
+    except ValueError:
+        raise input_error(src, f"column {column!r}", f"{mhz!r} is not a frequency in MHz",
+                          f"write {column[:2]}{pu}@<MHz>, e.g. {column[:2]}{pu}@1800") from None
+
+
+def _pu_columns(src: str, header: Sequence[str], soc) -> Dict[str, Tuple[List[Optional[float]], Dict, Dict]]:
+    """Per PU with a ``t_`` column: ``(frequencies, {frequency: t column}, {frequency: p column})``; frequencies
+    ascending, ``[None]`` for a PU with a plain ``t_<pu>`` column (its one point)."""
+    from ..soc.operating_points import MHZ_MATCH_RTOL, format_mhz
+
+    times: Dict[str, Dict[Optional[float], str]] = {}
+    powers: Dict[str, Dict[Optional[float], str]] = {}
+    for c in header:
+        if c in ("block", "deps", "out_bytes", "dram_nbytes"):
+            continue
+        kind, pu, f = _split_column(src, c, soc)
+        into = (times if kind == "t" else powers).setdefault(pu, {})
+        same = [g for g in into if g is not None and f is not None and abs(g - f) <= MHZ_MATCH_RTOL * g]
+        if c in into.values() or (f is None and None in into) or same:
+            raise input_error(src, f"column {c!r}", "given twice", "keep one column per PU and frequency")
+        into[f] = c
+    out: Dict[str, Tuple[List[Optional[float]], Dict, Dict]] = {}
+    for pu, cols in times.items():
+        if None in cols and len(cols) > 1:
+            raise input_error(src, f"column 't_{pu}'", f"given with t_{pu}@<MHz> columns",
+                              f"give either t_{pu} (one operating point) or one t_{pu}@<MHz> column per frequency")
+        out[pu] = (sorted(cols, key=lambda f: -1.0 if f is None else f), cols, {})
+    for pu, cols in powers.items():
+        freqs = out[pu][0] if pu in out else [None]
+        for f, c in cols.items():
+            match = [g for g in freqs if (g is None and f is None) or (
+                g is not None and f is not None and abs(g - f) <= MHZ_MATCH_RTOL * g)]
+            if not match:
+                want = f"t_{pu}" if f is None else f"t_{pu}@{format_mhz(f)}"
+                raise input_error(src, f"column {c!r}", f"no {want} column for it",
+                                  f"give the times at that frequency ({want}) or drop the column")
+            if pu in out:
+                out[pu][2][match[0]] = c
+    return out
+
+
+def read_block_table(path, soc, name: Optional[str] = None, board_power: bool = False) -> MappingProblem:
     """Read a block table CSV into a :class:`MappingProblem` on ``soc`` (a ``parapipe.soc.SoC``).
+
+    ``board_power``: the ``p_`` cells are whole-board readings (module docstring); default the PUs' own draw.
 
     Raises
     ------
     InputError
         Unreadable file; missing ``block``/``deps``/``out_bytes`` column; no ``t_<pu>`` column; a PU column the
-        SoC lacks; duplicate block; unknown dependency; a cycle; a negative or non-numeric value — each naming the
-        file, row/column or block, and the fix.
+        SoC lacks; a column given twice; ``t_<pu>`` next to ``t_<pu>@<MHz>``; a ``p_`` column without its
+        ``t_`` column; a block with times at some of a PU's frequencies only; duplicate block; unknown
+        dependency; a cycle; a negative or non-numeric value; with ``board_power``, a reading below the board's
+        baseline — each naming the file, row/column or block, and the fix.
     InfeasibleError
         A block that no PU can run (every ``t_`` cell empty).
     """
@@ -96,19 +189,9 @@ def read_block_table(path, soc, name: Optional[str] = None) -> MappingProblem:
     for col in ("block", "deps", "out_bytes"):
         if col not in header:
             raise input_error(src, f"column {col!r}", "missing", "header must have block,deps,out_bytes,t_<pu>…")
-    pu_cols = [c for c in header if c.startswith("t_")]
-    if not pu_cols:
+    columns = _pu_columns(src, header, soc)
+    if not columns:
         raise input_error(src, "columns", "no t_<pu> column", "add one column of seconds per PU, e.g. t_gpu")
-    pus = [c[2:] for c in pu_cols]
-    for c in header:
-        if c in ("block", "deps", "out_bytes", "dram_nbytes"):
-            continue
-        if not (c.startswith("t_") or c.startswith("p_")):
-            raise input_error(src, f"column {c!r}", "unknown column",
-                              "use block, deps, out_bytes, t_<pu>, p_<pu>, dram_nbytes")
-        if c[2:] not in soc.pus:
-            raise input_error(src, f"column {c!r}", f"SoC {soc.name!r} has no PU {c[2:]!r}",
-                              f"use PUs of the SoC: {', '.join(soc.pu_names)}")
     names: List[str] = []
     seen: Dict[str, int] = {}
     for i, r in enumerate(rows, start=2):
@@ -141,8 +224,11 @@ def read_block_table(path, soc, name: Optional[str] = None) -> MappingProblem:
     index = {b: k for k, b in enumerate(order)}
     row_of = {b: r for b, r in zip(names, rows)}
     n, k = len(order), len(soc.pu_names)
-    t = np.full((n, k), np.inf)
-    pw = np.tile(np.array([soc.pus[p].active_power_w for p in soc.pu_names]), (n, 1))
+    idle = np.array([soc.pus[p].idle_power_w for p in soc.pu_names])
+    baseline = float(soc.static_power_w + idle.sum())
+    # per PU: times and powers (own draw; NaN = no cell) at each of its points
+    t_ops = {pu: np.full((n, len(fs)), np.inf) for pu, (fs, _, _) in columns.items()}
+    p_ops = {pu: np.full((n, len(fs)), np.nan) for pu, (fs, _, _) in columns.items()}
     out_bytes = np.zeros(n)
     dram = np.zeros(n) if "dram_nbytes" in header else None
     for b in order:
@@ -152,15 +238,44 @@ def read_block_table(path, soc, name: Optional[str] = None) -> MappingProblem:
         if dram is not None:
             dram[j] = _number(src, f"row {line}, column 'dram_nbytes'", (r["dram_nbytes"] or "0").strip(),
                               "dram_nbytes", "give bytes as a number")
-        for pu in pus:
-            cell = (r.get(f"t_{pu}") or "").strip()
-            if cell:
-                t[j, soc.pu_names.index(pu)] = _number(src, f"row {line}, column 't_{pu}'", cell, "time",
-                                                       "give seconds >= 0, or leave empty if the PU cannot run it")
-            pcell = (r.get(f"p_{pu}") or "").strip()
-            if pcell:
-                pw[j, soc.pu_names.index(pu)] = _number(src, f"row {line}, column 'p_{pu}'", pcell, "power",
-                                                        "give watts >= 0")
+        for pu, (freqs, tcols, pcols) in columns.items():
+            given = []
+            for o, f in enumerate(freqs):
+                cell = (r.get(tcols[f]) or "").strip()
+                if cell:
+                    t_ops[pu][j, o] = _number(src, f"row {line}, column {tcols[f]!r}", cell, "time",
+                                              "give seconds >= 0, or leave empty if the PU cannot run it")
+                given.append(bool(cell))
+                pcell = (r.get(pcols[f]) or "").strip() if f in pcols else ""
+                if pcell:
+                    where = f"row {line}, block {b!r}, column {pcols[f]!r}"
+                    watts = _number(src, where, pcell, "power", "give watts >= 0")
+                    if board_power:
+                        if watts < baseline:
+                            raise input_error(src, where, f"board power {watts:g} W is below the board's baseline "
+                                              f"{baseline:g} W (static {soc.static_power_w:g} W + idle of "
+                                              f"{', '.join(soc.pu_names)} {idle.sum():g} W) that --board-power "
+                                              "takes off", "check that it is a whole-board reading, or drop "
+                                              "--board-power if it is the PU's own draw")
+                        watts = watts - baseline + idle[soc.pu_names.index(pu)]
+                    p_ops[pu][j, o] = watts
+            if any(given) and not all(given):
+                missing = [tcols[f] for f, x in zip(freqs, given) if not x]
+                raise input_error(src, f"row {line}, block {b!r}, column {missing[0]!r}", f"empty while other "
+                                  f"t_{pu}@ columns give a time", f"give the block's time at every frequency of "
+                                  f"{pu}, or none if {pu} cannot run it")
+    t = np.full((n, k), np.inf)
+    pw = np.tile(np.array([soc.pus[p].active_power_w for p in soc.pu_names]), (n, 1))
+    tables: List[Optional[PUOperatingPoints]] = [None] * k
+    for pu, (freqs, _, _) in columns.items():
+        p = soc.pu_names.index(pu)
+        power = _fill_powers(p_ops[pu], freqs, soc.pus[pu])
+        t[:, p], pw[:, p] = t_ops[pu][:, -1], power[:, -1]
+        if freqs[-1] is not None:
+            spec = soc.pus[pu].operating_points
+            tables[p] = PUOperatingPoints(frequency_hz=tuple(float(f) for f in freqs if f is not None),
+                                          time_s=t_ops[pu], active_power_w=power,
+                                          transition_s=spec.transition_s if spec is not None else 0.0)
     preds = [tuple(sorted(index[d] for d in deps[b])) for b in order]
     edges = {(index[d], index[b]): float(out_bytes[index[d]]) for b in order for d in deps[b]}
     for b in order:
@@ -170,15 +285,41 @@ def read_block_table(path, soc, name: Optional[str] = None) -> MappingProblem:
             raise InfeasibleError(f"{src}: row {seen[b]}, block {b!r}: no PU can run it (every t_ cell is empty); "
                                   "give its time on at least one PU")
     problem = MappingProblem(block_names=order, preds=preds, edge_nbytes=edges, pu_names=list(soc.pu_names),
-                             time_s=t, active_power_w=pw,
-                             idle_power_w=np.array([soc.pus[p].idle_power_w for p in soc.pu_names]),
+                             time_s=t, active_power_w=pw, idle_power_w=idle,
                              static_power_w=soc.static_power_w, alpha_s=soc.alpha_matrix(),
                              beta_bytes_per_s=soc.beta_matrix(), name=name or Path(src).stem,
-                             block_nbytes=None if dram is None else np.outer(dram, np.ones(k)))
+                             block_nbytes=None if dram is None else np.outer(dram, np.ones(k)),
+                             operating_points=tables if any(x is not None for x in tables) else None)
     submodels = submodel_table_path(path)
     if submodels.is_file():
         problem.submodel_time_s = read_submodel_table(submodels, problem) or None
     return problem
+
+
+def _fill_powers(given: np.ndarray, freqs: Sequence[Optional[float]], spec) -> np.ndarray:
+    """A PU's powers per block and point (own draw, W) with the missing cells (NaN) filled as the module
+    docstring says: scaled along the profile's operating points where they match, else ``active_power_w``."""
+    out = given.copy()
+    table = spec.operating_points
+    ratio = table.dynamic_ratio(spec.active_power_w, spec.idle_power_w) if table is not None and len(table) > 1 \
+        else None
+    at = [table.index_of(f) if table is not None and ratio is not None and f is not None else None for f in freqs]
+    idle, active = spec.idle_power_w, spec.active_power_w
+    if ratio is None:
+        return np.where(np.isnan(out), active, out)
+    known = [(o, i) for o, i in enumerate(at) if i is not None and ratio[i] > 0]
+    for j in range(out.shape[0]):
+        ref = next(((o, i) for o, i in reversed(known) if not np.isnan(given[j, o])), None)
+        for o, i in enumerate(at):
+            if not np.isnan(out[j, o]):
+                continue
+            if i is None:
+                out[j, o] = active
+            elif ref is not None:
+                out[j, o] = idle + (given[j, ref[0]] - idle) * ratio[i] / ratio[ref[1]]
+            else:
+                out[j, o] = idle + (active - idle) * ratio[i]
+    return out
 
 
 def _table_stem(path: Path) -> str:
@@ -282,17 +423,22 @@ def read_submodel_table(path: Union[str, Path], problem: MappingProblem) -> Dict
     return times
 
 
-def write_block_table(path: Union[str, Path], problem: MappingProblem, pus: Optional[Sequence[str]] = None) -> None:
+def write_block_table(path: Union[str, Path], problem: MappingProblem, pus: Optional[Sequence[str]] = None,
+                      powers_given: Optional[Dict[int, np.ndarray]] = None) -> None:
     """Write ``problem`` as a block table CSV (atomically: temporary file, then rename), and its stage-level
     times (:attr:`~parapipe.cost.problem.MappingProblem.submodel_time_s`, on ``pus``) as the range table beside it
     (an old range table there is removed when the problem has none): a contiguous sub-model as a
     ``first,last`` row, any other with a ``blocks`` list.
 
     ``out_bytes`` of a block is the largest of its outgoing edges; ``dram_nbytes`` (written when the problem
-    has :attr:`~parapipe.cost.problem.MappingProblem.block_nbytes`) the largest over the PUs.
+    has :attr:`~parapipe.cost.problem.MappingProblem.block_nbytes`) the largest over the PUs. A PU with
+    operating points (:attr:`~parapipe.cost.problem.MappingProblem.operating_points`) gets one ``t_<pu>@<MHz>``
+    and one ``p_<pu>@<MHz>`` column per point; the watts are the problem's (the PU's own draw).
+    ``powers_given``: per PU index, a boolean array (blocks, the PU's points) of the power cells to write; the
+    others are left empty (they read back as the defaults of the module docstring). Default: every cell.
     """
     pus = list(pus or problem.pu_names)
-    _write_rows(Path(path), _block_rows(problem, pus))
+    _write_rows(Path(path), _block_rows(problem, pus, powers_given or {}))
     times = [(p, blocks, t) for (p, blocks), t in (problem.submodel_time_s or {}).items()
              if problem.pu_names[p] in pus]
     ranges = sorted((blocks[0], blocks[-1] + 1, p, t) for p, blocks, t in times if is_block_range(blocks))
@@ -315,17 +461,30 @@ def _write_rows(path: Path, rows: List[list]) -> None:
             csv.writer(fh).writerows(rows)
 
 
-def _block_rows(problem: MappingProblem, pus: List[str]) -> List[list]:
+def _block_rows(problem: MappingProblem, pus: List[str], powers_given: Dict[int, np.ndarray]) -> List[list]:
+    from ..soc.operating_points import format_mhz
+
     idx = [problem.pu_names.index(p) for p in pus]
     out = np.zeros(problem.n_blocks)
     for (u, _), nb in problem.edge_nbytes.items():
         out[u] = max(out[u], nb)
     dram = problem.block_nbytes[:, idx].max(axis=1) if problem.block_nbytes is not None else None
-    rows = [["block", "deps", "out_bytes"] + [f"t_{p}" for p in pus] + [f"p_{p}" for p in pus]
-            + (["dram_nbytes"] if dram is not None else [])]
+    # per written PU: (column suffixes, times (n, m), powers (n, m))
+    cols = []
+    for i in idx:
+        table = problem.operating_points[i] if problem.operating_points is not None else None
+        if table is None:
+            cols.append(([problem.pu_names[i]], problem.time_s[:, i:i + 1], problem.active_power_w[:, i:i + 1]))
+        else:
+            cols.append(([f"{problem.pu_names[i]}@{format_mhz(f)}" for f in table.frequency_hz], table.time_s,
+                         table.active_power_w))
+    rows = [["block", "deps", "out_bytes"] + [f"t_{c}" for names, _, _ in cols for c in names]
+            + [f"p_{c}" for names, _, _ in cols for c in names] + (["dram_nbytes"] if dram is not None else [])]
     for j, b in enumerate(problem.block_names):
-        times = ["" if not np.isfinite(problem.time_s[j, i]) else repr(float(problem.time_s[j, i])) for i in idx]
-        powers = [repr(float(problem.active_power_w[j, i])) for i in idx]
+        times = ["" if not np.isfinite(tt[j, o]) else repr(float(tt[j, o])) for _, tt, _ in cols
+                 for o in range(tt.shape[1])]
+        powers = [repr(float(pp[j, o])) if i not in powers_given or powers_given[i][j, o] else ""
+                  for i, (_, _, pp) in zip(idx, cols) for o in range(pp.shape[1])]
         rows.append([b, ";".join(problem.block_names[d] for d in problem.preds[j]), repr(float(out[j]))]
                     + times + powers + ([repr(float(dram[j]))] if dram is not None else []))
     return rows

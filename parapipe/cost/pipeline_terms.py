@@ -242,6 +242,8 @@ class MappingFacts:
         #: per stage: one of its PUs serves another stage too (step 1)
         self.shared = [any(served[p] > 1 for p in st.pus) for st in mapping.stages]
         k = problem.n_pus
+        #: per PU: its operating-point switches per inference, s (added to its busy time, as apply_terms does)
+        self.switching_s = switching_s(problem, mapping)
         #: (stages, PUs): seconds each stage computes on each PU (block times only).
         self.compute_s = np.zeros((len(res), k))
         for s, st in enumerate(mapping.stages):
@@ -296,7 +298,7 @@ class MappingFacts:
         res = self.stage_results(float(terms.handoff_s))
         d = float(terms.dispatch_s)
         times = [_stage_time(r.input_s, r.makespan_s, f, d) for r, f in zip(res, factors)]
-        period = float(_busy(self.problem, self.mapping, times, terms.overlap).max())
+        period = float((_busy(self.problem, self.mapping, times, terms.overlap) + self.switching_s).max())
         latency = 0.0
         for r, f in zip(res, self.base_factors(terms)):
             latency += _stage_time(r.input_s, r.makespan_s, f, d)

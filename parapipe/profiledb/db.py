@@ -13,7 +13,8 @@ finds.
 
 Versions: 1 had ``measurements`` only, with the catalog tables and ``runs`` created on first use by their own
 modules (``work_catalog`` without ``boundary_nbytes`` before that column existed); 2 creates all four tables at
-once; 3 gives ``runs`` the ``spread`` and ``load`` of each run (NULL for runs recorded before).
+once; 3 gives ``runs`` the ``spread`` and ``load`` of each run (NULL for runs recorded before); 4 gives
+``measurements`` the ``frequency_hz`` each was taken at (NULL: the PU's profile frequency, as every row before).
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 __all__ = ["ProfileDB", "SCHEMA_VERSION", "SQLITE_HEADER", "LOCK_TIMEOUT_S"]
 
 #: Version of the table layout below, stored in PRAGMA user_version (0 means "not created yet").
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: First 16 bytes of every SQLite 3 database file (https://www.sqlite.org/fileformat.html, section 1.3.1).
 SQLITE_HEADER = b"SQLite format 3\x00"
 #: Seconds to wait for another process's write lock before giving up (sqlite3.connect's timeout).
@@ -56,6 +57,7 @@ CREATE TABLE IF NOT EXISTS measurements (
     kind TEXT NOT NULL CHECK (kind IN ('op', 'block', 'stage', 'transfer')),
     nbytes INTEGER NOT NULL CHECK (nbytes >= 0),
     power_w REAL,
+    frequency_hz REAL,
     UNIQUE (soc, pu, signature, batch, ort_version, kind)
 )
 """
@@ -122,8 +124,15 @@ def _migrate_2_to_3(conn: sqlite3.Connection) -> None:
             conn.execute(f"ALTER TABLE runs ADD COLUMN {column} REAL")
 
 
+def _migrate_3_to_4(conn: sqlite3.Connection) -> None:
+    """Version 3 -> 4: give ``measurements`` its ``frequency_hz`` column (NULL: the PU's profile frequency)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(measurements)")}
+    if "frequency_hz" not in columns:
+        conn.execute("ALTER TABLE measurements ADD COLUMN frequency_hz REAL")
+
+
 #: ``{version: step}``: the step that takes a file of that version to the next; run in order on open.
-_MIGRATIONS: Dict[int, Callable[[sqlite3.Connection], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3}
+_MIGRATIONS: Dict[int, Callable[[sqlite3.Connection], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4}
 
 _UPSERT = (f"INSERT INTO measurements ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)}) "
            f"ON CONFLICT ({', '.join(_KEY)}) DO UPDATE SET "

@@ -16,7 +16,13 @@ column         required  meaning
                          empty or absent means ``task``
 ``deps``       no        semicolon-separated predecessor blocks of the same graph; empty for a source
 ``out_bytes``  no        bytes of the block's output (moved along every edge leaving it; default 0)
+``freq``       no        operating point the row was measured at, MHz (``frequency_hz``: the same in Hz);
+                         empty or absent: the PU's profile frequency
 =============  ========  ==================================================================================
+
+Column names are read case-insensitively, and the names of published per-layer DVFS tables are taken as
+aliases: ``component`` for ``pu``, ``layer`` for ``block``, ``metric`` for ``phase`` (whose values may also be
+written ``input``/``output``), e.g. ``graph,component,freq,layer,metric,time_ms,power_mw``.
 
 What parapipe makes of it (its choices, documented here):
 
@@ -29,11 +35,21 @@ What parapipe makes of it (its choices, documented here):
 * A PU without a row for a block cannot run it (empty ``t_<pu>`` cell).
 * The block table derives ``out_bytes`` from the edges leaving a block, so a sink's ``out_bytes`` is written
   as 0 (nothing moves inside the graph after it); the profile rows keep the given value.
+* **Frequencies.** A PU whose rows give ``freq`` gets one ``t_<pu>@<MHz>``/``p_<pu>@<MHz>`` column per
+  frequency (:mod:`parapipe.cost.blocktable`): those frequencies are its operating points in the block table.
+  A PU's rows give a frequency on every row or on none, and a block the PU runs has rows at each of the PU's
+  frequencies.
+* Only measured powers are written (the other ``p_`` cells are left empty: the block table's defaults).
+* ``board_power`` (``--board-power``): the powers are whole-board readings; each is checked against the board's
+  baseline (the profile's static power + every PU's idle power) and kept as read, so that
+  ``evaluate``/``optimize``/``calibrate --board-power`` take the baseline off once
+  (:mod:`parapipe.cost.blocktable`).
 
 Output: per graph, the block table of :mod:`parapipe.cost.blocktable` (``block, deps, out_bytes, t_<pu>...,
 p_<pu>...``), readable by ``parapipe optimize --blocks FILE --soc SOC``. With a profile database, each block ×
 PU also becomes a measurement row (kind ``block``, signature ``import:<graph>/<block>``, ``ort_version``
-``import``, ``host`` ``import:<csv file name>``).
+``import``, ``host`` ``import:<csv file name>``); a row measured at a frequency has ``@<MHz>`` at the end of its
+signature and records it in ``frequency_hz``.
 """
 from __future__ import annotations
 
@@ -48,9 +64,10 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from parapipe.cost.blocktable import write_block_table
-from parapipe.cost.problem import MappingProblem
+from parapipe.cost.problem import MappingProblem, PUOperatingPoints
 from parapipe.errors import input_error
 from parapipe.profiledb.records import Measurement, utc_now_iso
+from parapipe.soc.operating_points import format_mhz
 from parapipe.soc.profile import SoC
 
 log = logging.getLogger(__name__)
@@ -59,7 +76,12 @@ __all__ = ["ImportedGraph", "read_long_csv", "write_tables", "to_measurements", 
 
 #: Phases a row may describe: input preparation, block compute, output hand-off.
 PHASES = ("in", "task", "out")
-_KNOWN = {"graph", "pu", "block", "time_s", "time_ms", "power_w", "power_mw", "phase", "deps", "out_bytes"}
+_KNOWN = {"graph", "pu", "block", "time_s", "time_ms", "power_w", "power_mw", "phase", "deps", "out_bytes", "freq",
+          "frequency_hz"}
+#: Column names of published per-layer DVFS tables, read as ours.
+ALIASES = {"component": "pu", "layer": "block", "metric": "phase"}
+#: Phase names of such tables, read as ours.
+_PHASE_ALIASES = {"input": "in", "output": "out"}
 
 
 @dataclass
@@ -69,7 +91,8 @@ class ImportedGraph:
     name: str
     problem: MappingProblem
     out_bytes: Dict[str, float]
-    power_w: Dict[Tuple[str, str], float]  # (block, pu) -> measured mean power, only where given
+    power_w: Dict[Tuple[str, str, Optional[float]], float]  # (block, pu, frequency_hz) -> mean power, where given
+    powers_given: Dict[int, np.ndarray]  # PU index -> (blocks, points) cells with a measured power
 
 
 def _number(src: str, line: int, column: str, text: str, unit: str) -> float:
@@ -85,7 +108,7 @@ def _number(src: str, line: int, column: str, text: str, unit: str) -> float:
     return value
 
 
-def read_long_csv(path, soc: SoC) -> List[ImportedGraph]:
+def read_long_csv(path, soc: SoC, board_power: bool = False) -> List[ImportedGraph]:
     """Read a long-format measurement CSV (see the module docstring) into one problem per graph.
 
     Parameters
@@ -94,6 +117,8 @@ def read_long_csv(path, soc: SoC) -> List[ImportedGraph]:
         The CSV file.
     soc : SoC
         Profile whose PU names the ``pu`` column must use; idle/static power and transfer costs come from it.
+    board_power : bool
+        The powers are whole-board readings: refuse one below the board's baseline (module docstring).
 
     Returns
     -------
@@ -106,15 +131,16 @@ def read_long_csv(path, soc: SoC) -> List[ImportedGraph]:
         Unreadable file; no rows; a missing ``graph``/``pu``/``block`` column or neither ``time_s`` nor
         ``time_ms``; both ``time_s`` and ``time_ms`` (or both power columns); an unknown column; an unknown
         PU; an unknown phase; an empty name; a negative or non-numeric value; a duplicate (graph, pu, block,
-        phase); conflicting or unknown ``deps``; a dependency cycle. Each message names the file, the row or
-        column, and the fix.
+        phase, frequency); conflicting or unknown ``deps``; a dependency cycle; a PU with and without
+        frequencies; a block missing at one of its PU's frequencies; with ``board_power``, a reading below the
+        baseline. Each message names the file, the row or column, and the fix.
     """
     src = str(path)
     try:
         # utf-8-sig: spreadsheet programs start CSVs with a byte-order mark; newline="": CRLF rows read as rows
         with open(path, newline="", encoding="utf-8-sig") as handle:
             reader = csv.DictReader(handle)
-            header = [h.strip() for h in (reader.fieldnames or [])]
+            raw_header = [(h or "").strip() for h in (reader.fieldnames or [])]
             rows = list(reader)
     except OSError as exc:
         raise input_error(src, None, f"cannot read ({exc.strerror or exc})", "check the path") from None
@@ -122,8 +148,14 @@ def read_long_csv(path, soc: SoC) -> List[ImportedGraph]:
         raise input_error(src, None, f"not a UTF-8 CSV file ({exc})",
                           "write a comma-separated table with a header") \
             from None
-    if not header:
+    if not raw_header:
         raise input_error(src, None, "no header", "start with a header: graph,pu,block,time_s")
+    header = [ALIASES.get(h.lower(), h.lower()) for h in raw_header]
+    rename = dict(zip(raw_header, header))
+    twice = [raw for raw, h in zip(raw_header, header) if header.count(h) > 1]
+    if twice:
+        raise input_error(src, f"column {twice[-1]!r}", f"names the same column as {twice[0]!r}",
+                          "keep one of them")
     for column in ("graph", "pu", "block"):
         if column not in header:
             raise input_error(src, f"column {column!r}", "missing",
@@ -140,6 +172,10 @@ def read_long_csv(path, soc: SoC) -> List[ImportedGraph]:
                           f"{', '.join(time_cols) or 'neither'}", "keep one time column")
     if len(power_cols) > 1:
         raise input_error(src, "columns", "has both power_w and power_mw", "keep one power column")
+    if "freq" in header and "frequency_hz" in header:
+        raise input_error(src, "columns", "has both freq and frequency_hz", "keep one frequency column")
+    freq_col = "freq" if "freq" in header else "frequency_hz" if "frequency_hz" in header else None
+    baseline = float(soc.static_power_w + sum(pu.idle_power_w for pu in soc.pus.values()))
     if not rows:
         raise input_error(src, None, "no rows", "add one row per graph, PU and block")
     time_col, time_scale = time_cols[0], (1.0 if time_cols[0] == "time_s" else 1e-3)
@@ -147,7 +183,8 @@ def read_long_csv(path, soc: SoC) -> List[ImportedGraph]:
     power_scale = 1.0 if power_col == "power_w" else 1e-3
     graphs: "OrderedDict[str, dict]" = OrderedDict()
     for line, raw in enumerate(rows, start=2):
-        row = {(k or "").strip(): (v or "").strip() for k, v in raw.items() if k is not None}
+        row = {rename.get((k or "").strip(), (k or "").strip()): (v or "").strip() for k, v in raw.items()
+               if k is not None}
         graph, pu, block = row.get("graph", ""), row.get("pu", ""), row.get("block", "")
         for column, value in (("graph", graph), ("pu", pu), ("block", block)):
             if not value:
@@ -155,7 +192,8 @@ def read_long_csv(path, soc: SoC) -> List[ImportedGraph]:
         if pu not in soc.pus:
             raise input_error(src, f"row {line}, column 'pu'", f"SoC {soc.name!r} has no PU {pu!r}",
                               f"use one of {', '.join(soc.pu_names)}, or the --soc they were measured on")
-        phase = row.get("phase", "") or "task"
+        phase = (row.get("phase", "") or "task").lower()
+        phase = _PHASE_ALIASES.get(phase, phase)
         if phase not in PHASES:
             raise input_error(src, f"row {line}, column 'phase'", f"unknown phase {phase!r}",
                               "use in, task or out (or leave it empty for task)")
@@ -163,16 +201,36 @@ def read_long_csv(path, soc: SoC) -> List[ImportedGraph]:
             raise input_error(src, f"row {line}, column {time_col!r}", "empty", "give the measured time")
         seconds = _number(src, line, time_col, row[time_col], "the time") * time_scale
         watts = None
+        frequency = None
+        if freq_col and row.get(freq_col):
+            frequency = _number(src, line, freq_col, row[freq_col], "the frequency" + (
+                " in MHz" if freq_col == "freq" else " in Hz")) * (1e6 if freq_col == "freq" else 1.0)
+            if frequency <= 0:
+                raise input_error(src, f"row {line}, column {freq_col!r}", "must be > 0",
+                                  "give the operating point's frequency, or leave it empty")
         if power_col and row.get(power_col):
             watts = _number(src, line, power_col, row[power_col], "the power") * power_scale
-        g = graphs.setdefault(graph, {"order": OrderedDict(), "cells": {}, "deps": {}, "out": {}})
+            if board_power and watts < baseline:
+                raise input_error(src, f"row {line}, column {power_col!r}", f"board power {watts:g} W of graph "
+                                  f"{graph!r}, block {block!r} on {pu} is below the board's baseline {baseline:g} W "
+                                  f"(static {soc.static_power_w:g} W + idle of every PU of {soc.name}) that "
+                                  "--board-power takes off", "check that it is a whole-board reading, or drop "
+                                  "--board-power if it is the PU's own draw")
+        g = graphs.setdefault(graph, {"order": OrderedDict(), "cells": {}, "deps": {}, "out": {}, "freqs": {}})
         g["order"].setdefault(block, line)
-        key = (block, pu, phase)
+        known = g["freqs"].setdefault(pu, (frequency is not None, line))
+        if known[0] != (frequency is not None):
+            raise input_error(src, f"row {line}, column {freq_col!r}", f"PU {pu!r} of graph {graph!r} has a "
+                              f"frequency on row {known[1] if known[0] else line} but none on row "
+                              f"{line if known[0] else known[1]}", "give a frequency on every row of the PU or "
+                              "on none")
+        key = (block, pu, frequency, phase)
         if key in g["cells"]:
+            at = "" if frequency is None else f", {frequency / 1e6:g} MHz"
             raise input_error(src, f"row {line}",
                               f"duplicate measurement of graph {graph!r}, block {block!r}, "
-                              f"PU {pu!r}, phase {phase!r} (first on row {g['cells'][key][2]})",
-                              "give each graph, block, PU and phase once")
+                              f"PU {pu!r}{at}, phase {phase!r} (first on row {g['cells'][key][2]})",
+                              "give each graph, block, PU, frequency and phase once")
         g["cells"][key] = (seconds, watts, line)
         if "deps" in header:
             deps = tuple(d.strip() for d in row.get("deps", "").split(";") if d.strip())
@@ -220,22 +278,56 @@ def _build(src: str, name: str, g: dict, soc: SoC, has_deps: bool) -> ImportedGr
                           "the blocks must form a DAG")
     topo = list(nx.lexicographical_topological_sort(dag, key=index.__getitem__))
     pos = {b: i for i, b in enumerate(topo)}
-    k = len(soc.pu_names)
-    time_s = np.full((len(topo), k), np.inf)
-    power = np.tile(np.array([soc.pus[p].active_power_w for p in soc.pu_names]), (len(topo), 1))
-    energy: Dict[Tuple[str, str], List[float]] = {}
-    for (block, pu, _phase), (seconds, watts, _line) in g["cells"].items():
-        i, j = pos[block], soc.pu_names.index(pu)
-        time_s[i, j] = seconds if not np.isfinite(time_s[i, j]) else time_s[i, j] + seconds
+    n, k = len(topo), len(soc.pu_names)
+    freqs: Dict[str, List[Optional[float]]] = {}
+    for (_block, pu, f, _phase) in g["cells"]:
+        freqs.setdefault(pu, [])
+        if f not in freqs[pu]:
+            freqs[pu].append(f)
+    for pu in freqs:
+        freqs[pu].sort(key=lambda f: -1.0 if f is None else f)
+    t_ops = {pu: np.full((n, len(fs)), np.inf) for pu, fs in freqs.items()}
+    energy: Dict[Tuple[str, str, Optional[float]], List[float]] = {}
+    lines: Dict[Tuple[str, str], int] = {}
+    for (block, pu, f, _phase), (seconds, watts, line) in g["cells"].items():
+        i, o = pos[block], freqs[pu].index(f)
+        lines.setdefault((block, pu), line)
+        t_ops[pu][i, o] = seconds if not np.isfinite(t_ops[pu][i, o]) else t_ops[pu][i, o] + seconds
         if watts is not None:
-            acc = energy.setdefault((block, pu), [0.0, 0.0])
+            acc = energy.setdefault((block, pu, f), [0.0, 0.0])
             acc[0] += watts * seconds
             acc[1] += seconds
-    measured_power = {}
-    for (block, pu), (joules, seconds) in energy.items():
+    for pu, fs in freqs.items():
+        ran = np.isfinite(t_ops[pu])
+        partial = np.where(ran.any(axis=1) & ~ran.all(axis=1))[0]
+        if partial.size:
+            b = topo[int(partial[0])]
+            missing = [f for f, x in zip(fs, ran[partial[0]]) if not x and f is not None]
+            raise input_error(src, f"row {lines[(b, pu)]}", f"block {b!r} of graph {name!r} has rows on {pu} but "
+                              f"none at {missing[0] / 1e6:g} MHz", f"give its time at every frequency of {pu} "
+                              f"({', '.join(f'{x / 1e6:g}' for x in fs if x is not None)} MHz)")
+    time_s = np.full((n, k), np.inf)
+    power = np.tile(np.array([soc.pus[p].active_power_w for p in soc.pu_names]), (n, 1))
+    tables: List[Optional[PUOperatingPoints]] = [None] * k
+    given: Dict[int, np.ndarray] = {}
+    p_ops = {pu: np.full((n, len(fs)), soc.pus[pu].active_power_w) for pu, fs in freqs.items()}
+    measured_power: Dict[Tuple[str, str, Optional[float]], float] = {}
+    for pu, fs in freqs.items():
+        given[soc.pu_names.index(pu)] = np.zeros((n, len(fs)), dtype=bool)
+    for (block, pu, f), (joules, seconds) in energy.items():
         if seconds > 0:
-            measured_power[(block, pu)] = joules / seconds
-            power[pos[block], soc.pu_names.index(pu)] = joules / seconds
+            measured_power[(block, pu, f)] = joules / seconds
+            i, o = pos[block], freqs[pu].index(f)
+            p_ops[pu][i, o] = joules / seconds
+            given[soc.pu_names.index(pu)][i, o] = True
+    for pu, fs in freqs.items():
+        j = soc.pu_names.index(pu)
+        time_s[:, j], power[:, j] = t_ops[pu][:, -1], p_ops[pu][:, -1]
+        if fs[-1] is not None:
+            spec = soc.pus[pu].operating_points
+            tables[j] = PUOperatingPoints(frequency_hz=tuple(float(f) for f in fs if f is not None),
+                                          time_s=t_ops[pu], active_power_w=p_ops[pu],
+                                          transition_s=spec.transition_s if spec is not None else 0.0)
     out_bytes = {b: float(g["out"].get(b, 0.0)) for b in topo}
     problem = MappingProblem(
         block_names=topo, preds=[tuple(sorted(pos[d] for d in deps[b])) for b in topo],
@@ -243,8 +335,11 @@ def _build(src: str, name: str, g: dict, soc: SoC, has_deps: bool) -> ImportedGr
         pu_names=list(soc.pu_names), time_s=time_s, active_power_w=power,
         idle_power_w=np.array([soc.pus[p].idle_power_w for p in soc.pu_names]),
         static_power_w=soc.static_power_w,
-        alpha_s=soc.alpha_matrix(), beta_bytes_per_s=soc.beta_matrix(), name=name)
-    return ImportedGraph(name, problem, out_bytes, measured_power)
+        alpha_s=soc.alpha_matrix(), beta_bytes_per_s=soc.beta_matrix(), name=name,
+        operating_points=tables if any(t is not None for t in tables) else None)
+    if problem.operating_points is None:  # one point per PU: the table gets plain columns
+        given = {j: m[:, -1:] for j, m in given.items()}
+    return ImportedGraph(name, problem, out_bytes, measured_power, given)
 
 
 def write_tables(graphs: List[ImportedGraph], out: Optional[str], src: str) -> List[Path]:
@@ -275,7 +370,7 @@ def write_tables(graphs: List[ImportedGraph], out: Optional[str], src: str) -> L
                               "choose a writable folder") from None
         paths = [target / f"{_safe(g.name)}.blocks.csv" for g in graphs]
     for graph, path in zip(graphs, paths):
-        write_block_table(path, graph.problem)
+        write_block_table(path, graph.problem, powers_given=graph.powers_given)
         log.info("wrote %s (%d blocks)", path, graph.problem.n_blocks)
     return paths
 
@@ -295,11 +390,14 @@ def to_measurements(graphs: List[ImportedGraph], soc: SoC, src: str) -> List[Mea
         p = graph.problem
         for i, block in enumerate(p.block_names):
             for j, pu in enumerate(p.pu_names):
-                t = float(p.time_s[i, j])
-                if np.isfinite(t):
-                    rows.append(Measurement(soc.name, pu, f"import:{graph.name}/{block}", "imported", 1,
-                                            "import",
-                                            t, t, 1, now, f"import:{Path(src).name}", "block",
-                                            int(graph.out_bytes.get(block, 0.0)),
-                                            graph.power_w.get((block, pu))))
+                table = p.operating_points[j] if p.operating_points is not None else None
+                points = [(None, float(p.time_s[i, j]))] if table is None else [
+                    (f, float(table.time_s[i, o])) for o, f in enumerate(table.frequency_hz)]
+                for f, t in points:
+                    if np.isfinite(t):
+                        at = "" if f is None else f"@{format_mhz(f)}"
+                        rows.append(Measurement(soc.name, pu, f"import:{graph.name}/{block}{at}", "imported", 1,
+                                                "import", t, t, 1, now, f"import:{Path(src).name}", "block",
+                                                int(graph.out_bytes.get(block, 0.0)),
+                                                graph.power_w.get((block, pu, f)), f))
     return rows

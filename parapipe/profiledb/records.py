@@ -58,6 +58,8 @@ class Measurement:
         Bytes moved (transfers) or the work's input+output bytes; >= 0.
     power_w : float, optional
         Mean power while running, in watts, when a meter was read; None otherwise.
+    frequency_hz : float, optional
+        Operating point the work ran at, Hz (> 0); None: the PU's profile ``frequency_hz`` (or not set).
 
     Raises
     ------
@@ -79,6 +81,7 @@ class Measurement:
     kind: str
     nbytes: int
     power_w: Optional[float] = None
+    frequency_hz: Optional[float] = None
 
     def __post_init__(self) -> None:
         def bad(name: str, problem: str, fix: str) -> None:
@@ -107,6 +110,11 @@ class Measurement:
                                          or not math.isfinite(self.power_w) or self.power_w < 0):
             bad("power_w", f"must be a finite power >= 0 in watts or empty, got {self.power_w!r}",
                 "give watts, or leave it empty")
+        if self.frequency_hz is not None and (isinstance(self.frequency_hz, bool)
+                                              or not isinstance(self.frequency_hz, (int, float))
+                                              or not math.isfinite(self.frequency_hz) or self.frequency_hz <= 0):
+            bad("frequency_hz", f"must be a finite frequency > 0 in Hz or empty, got {self.frequency_hz!r}",
+                "give Hz (1.8e9 for 1800 MHz), or leave it empty")
         try:
             when = datetime.fromisoformat(str(self.measured_at).replace("Z", "+00:00"))
         except ValueError:
