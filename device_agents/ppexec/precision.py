@@ -36,13 +36,17 @@ COMPUTED_PRECISIONS = ("fp32", "fp16", "bf16")
 
 #: Least relative tolerance (of a tensor's largest magnitude, as :func:`.reference.within_tolerance` applies
 #: it) for a tensor that a task computed in that precision, or that depends on one that did. fp32: none beyond
-#: the run's own ``rtol``. bf16: 8x the largest error measured on zoo stage sub-models run through OpenVINO
-#: at bf16 against ONNX Runtime at fp32 (squeezenet, inception_v1, mobilenet_v2, 4 stages each, errors carried
-#: through the later fp32 stages); re-measure with ``python benchmarks/precision_tolerance_bench.py``.
-#: fp16: the bf16 figure scaled by the ratio of the formats' unit roundoffs (2**-11 / 2**-8), as no runtime
-#: here computes in fp16 (OpenVINO's CPU device turns an f16 hint into bf16 on x86); re-measure on a device
-#: that runs fp16 with the same script's ``--precision fp16``.
-PRECISION_RTOL: Dict[str, float] = {"fp32": 0.0, "bf16": 0.1, "fp16": 0.1 / 8}
+#: the run's own ``rtol``. bf16: the largest error measured on zoo stage sub-models run through OpenVINO 2026.4
+#: at bf16 against ONNX Runtime at fp32, every stage at bf16 and fed its own chain's tensors (the worst case of
+#: a mixed plan), rounded up: 0.47 for mobilenet_v2 with seeded weights cut into 8 stages (a ReLU6 output,
+#: whose largest value is the clip at 6 while the sums before it are larger), 0.02 or less for squeezenet and
+#: inception_v1 at 2 to 8 stages; re-measure with ``python benchmarks/precision_tolerance_bench.py --stages 8``.
+#: A tolerance this loose still refuses a wrong tensor (a wrong split or binding: differences of the order of
+#: the tensor's largest value and above) but not every frame mix-up of a model whose activations hardly depend
+#: on its input. fp16: the bf16 figure scaled by the ratio of the formats' unit roundoffs (2**-11 / 2**-8),
+#: as no runtime here computes in fp16 (OpenVINO's CPU device turns an f16 hint into bf16 on x86); re-measure on
+#: a device that does with the same script's ``--precision fp16``.
+PRECISION_RTOL: Dict[str, float] = {"fp32": 0.0, "bf16": 0.5, "fp16": 0.5 / 8}
 
 _SPELLINGS = {"fp32": "fp32", "f32": "fp32", "float32": "fp32", "float": "fp32",
               "fp16": "fp16", "f16": "fp16", "float16": "fp16", "half": "fp16",
