@@ -197,7 +197,8 @@ def op_profile(request):
     Fields: ``model_b64`` or ``model_path``; ``pu``: ``{"cpus": [int], "threads": int}`` or
     ``{"provider": str, "provider_options": {}, "cpus": [int] (optional)}``, either with ``"runtime"``
     (default ``"onnxruntime"``) and ``"runtime_options"``
-    (the runtime adapter's, ``ppexec/runtimes.py``); ``optimization``: ``"all"`` or ``"disabled"``
+    (the runtime adapter's, ``ppexec/runtimes.py``), and ``"precision"`` (default ``"fp32"``: what the adapter
+    sets its runtime to compute in, ``ppexec/precision.py``); ``optimization``: ``"all"`` or ``"disabled"``
     (default ``"disabled"``, so per-op figures are not fused away; ONNX Runtime only); ``warmup``
     (default 3); ``repeats`` (default 10); ``inputs``: ``{name: {"shape": [...], "dtype": "float32"}}``
     (default: from the model, dynamic dims -> 1); ``seed`` (default 0); ``allow_spinning`` (default false,
@@ -213,6 +214,7 @@ def op_profile(request):
     model = _load_model(request)
     pu = _field(request, "pu", dict, required=True)
     runtime = _field(pu, "runtime", str, "onnxruntime")
+    precision = _field(pu, "precision", str, "fp32")
     provider = _field(pu, "provider", str, "CPUExecutionProvider")
     cpus = _cpu_list(pu, "cpus", required=runtime == "onnxruntime" and provider == "CPUExecutionProvider")
     pu_spec = {"cpus": cpus, "provider": provider,
@@ -230,9 +232,12 @@ def op_profile(request):
     if runtime == "onnxruntime":
         pu_spec["runtime_options"].update(optimization=optimization, allow_spinning=allow_spinning)
     core = _core()
+    if precision not in core.precision.PRECISIONS:
+        raise AgentError("BadRequest", "pu.precision %r is not one of %s" % (precision,
+                                                                          ", ".join(core.precision.PRECISIONS)))
     binding = core.plan.PUBinding(cpus=None if cpus is None else tuple(cpus), threads=pu_spec["threads"],
                              provider=provider, provider_options=pu_spec["provider_options"], runtime=runtime,
-                             runtime_options=pu_spec["runtime_options"])
+                             runtime_options=pu_spec["runtime_options"], precision=precision)
     timed = _timing_call(lambda: core.timing.time_model(
         model, binding, warmup, repeats, lambda specs: _random_feeds(specs, overrides, seed)))
     info = timed["runtime_info"]
@@ -319,6 +324,7 @@ def _core():
         import ppexec.bundle_run  # the executor, its runtime adapters, numpy and onnxruntime
         import ppexec.errors
         import ppexec.plan
+        import ppexec.precision
         import ppexec.runtimes
         import ppexec.timing
     except ImportError as exc:  # numpy or onnxruntime missing on this host

@@ -17,6 +17,8 @@ This file imports nothing: importing a light module (:mod:`.dispatch`, :mod:`.me
 - :mod:`.frames`: :func:`~.frames.draw_frames`, the one rule for seeded random inputs.
 - :mod:`.runtimes`: runtime adapters (``onnxruntime``, ``openvino``): ``ADAPTERS``, ``get_adapter``,
   ``probe_all``.
+- :mod:`.precision`: the precisions a PU may compute in, how adapters report what ran, and the output
+  tolerance of each (``precision_tolerance``).
 - :mod:`.session`: ONNX Runtime provider resolution, pinning, session options.
 - :mod:`.executor`: :class:`~.executor.PipelineExecutor`, :func:`~.executor.run_pipeline` (workers in
   :mod:`.worker`; the replicas of a replicated stage pull frames from one queue, or take them as

@@ -12,7 +12,8 @@ A bundle is one folder written by ``parapipe deploy`` (:mod:`parapipe.deploy.bun
     plan.json            the execution plan (:func:`.plan.plan_to_doc`) plus "inputs" ({name: {"shape",
                          "dtype", "range"?}}), "check_tensors", "reference_model", "predicted", "substituted",
                          "soc", "model", "point", "feeds"?, "power_sensor"? (:mod:`.power`: the measured
-                         run's energy per inference goes into the report)
+                         run's energy per inference goes into the report), "softmax_inputs"? ({output:
+                         [input, "Softmax" | "LogSoftmax"]}: :func:`.reference.softmax_bound`)
     models/<task>.onnx   one sub-model per task
     feeds.npz            optional: the user's frames (``parapipe run/deploy --feeds``), fed cyclically
     reference.onnx       the unsplit model with the "check_tensors" of plan.json as extra outputs, run
@@ -58,7 +59,8 @@ from .frames import draw_frames, inputs_from_doc
 from .metrics import chrome_trace
 from .plan import ExecutionPlan, PUBinding, plan_from_doc, plan_to_doc
 from .power import PowerMeter
-from .reference import max_abs_diff, max_scaled_diff, with_outputs, within_tolerance
+from .precision import precision_tolerance
+from .reference import max_abs_diff, max_scaled_diff, tensor_precisions, with_outputs, within_tolerance
 from .report import RunReport
 from .session import create_session
 from . import timing
@@ -191,13 +193,16 @@ class FrameCheck:
     full check again.
 
     Call it with ``(distinct input index, output tensors)``; it returns ``(max_abs_diff of the model outputs,
-    max_scaled_diff of the handed-over tensors, within tolerance)``.
+    max_scaled_diff of the handed-over tensors, within tolerance)``. ``tolerances`` and ``softmax_inputs``: as
+    :func:`.reference.within_tolerance`'s.
     """
 
     def __init__(self, reference: List[Dict[str, np.ndarray]], outputs: List[str], checked: List[str],
-                 atol: float, rtol: float):
+                 atol: float, rtol: float, tolerances: Optional[Dict[str, Tuple[float, float]]] = None,
+                 softmax_inputs: Optional[Dict[str, Tuple[str, str]]] = None):
         self.reference, self.outputs, self.checked = reference, list(outputs), list(checked)
         self.atol, self.rtol = float(atol), float(rtol)
+        self.tolerances, self.softmax_inputs = dict(tolerances or {}), dict(softmax_inputs or {})
         self._first: Dict[int, tuple] = {}
         self.full_checks = 0
 
@@ -210,7 +215,8 @@ class FrameCheck:
         self.full_checks += 1
         verdict = (max_abs_diff([{n: out[n] for n in self.outputs}], [{n: ref[n] for n in self.outputs}]),
                    max_scaled_diff(out, ref, self.checked),
-                   within_tolerance(out, ref, names, self.atol, self.rtol))
+                   within_tolerance(out, ref, names, self.atol, self.rtol, self.tolerances,
+                                    self.softmax_inputs))
         if first is None:
             self._first[index] = ({n: out[n] for n in names}, verdict)
         return verdict
@@ -293,6 +299,10 @@ class RunSpec:
         The board's power sensor (:class:`.power.PowerMeter`): the run measures energy per inference.
     bundle_id : str, optional
         The bundle's id (None for a run built in memory).
+    softmax_inputs : dict of str to (str, str)
+        Model output -> (its input tensor, ``"Softmax"`` or ``"LogSoftmax"``) for outputs that op produces;
+        ``reference_model`` outputs those inputs too, and the output matches within
+        :func:`.reference.softmax_bound` of its input's tolerance.
     """
 
     plan: ExecutionPlan
@@ -305,6 +315,7 @@ class RunSpec:
     substituted: Dict[str, List[int]] = field(default_factory=dict)
     power_sensor: Optional[Dict[str, Any]] = None
     bundle_id: Optional[str] = None
+    softmax_inputs: Dict[str, Tuple[str, str]] = field(default_factory=dict)
 
 
 def read_bundle(folder: str, seed: int = 0, distinct_frames: int = DISTINCT_FRAMES, verify: bool = True) -> RunSpec:
@@ -339,12 +350,29 @@ def read_bundle(folder: str, seed: int = 0, distinct_frames: int = DISTINCT_FRAM
                    model=doc.get("model") or {}, point=str(doc.get("point")),
                    predicted=dict(doc.get("predicted") or {}),
                    substituted={str(k): [int(c) for c in v] for k, v in (doc.get("substituted") or {}).items()},
-                   power_sensor=doc.get("power_sensor") or None, bundle_id=manifest.get("bundle_id"))
+                   power_sensor=doc.get("power_sensor") or None, bundle_id=manifest.get("bundle_id"),
+                   softmax_inputs={str(k): (str(v[0]), str(v[1]))
+                                   for k, v in (doc.get("softmax_inputs") or {}).items()})
 
 
 def _bindings_doc(plan: ExecutionPlan) -> Dict[str, Any]:
     """How each PU of ``plan`` runs, as ``plan.json`` writes it (:func:`.plan.plan_to_doc`'s ``bindings``)."""
     return plan_to_doc(dataclasses.replace(plan, stages=[], replica_shares={}), {})["bindings"]
+
+
+def _loaded_precisions(ex: PipelineExecutor) -> Tuple[Dict[str, str], Dict[str, str]]:
+    """``({task: precision}, {PU: precision})`` as each loaded model's ``describe()`` reports it (the loosest of
+    a PU's tasks for the PU; :mod:`.precision`)."""
+    from .precision import loosest
+
+    tasks: Dict[str, str] = {}
+    pus: Dict[str, List[str]] = {}
+    for worker in ex.workers:
+        for task, model in zip(worker.tasks, worker.models):
+            ran = model.describe().get("precision") or worker.binding.precision
+            tasks[task.name] = ran
+            pus.setdefault(worker.pu, []).append(ran)
+    return tasks, {pu: loosest(ran) for pu, ran in pus.items()}
 
 
 def run_verified(spec: RunSpec, frames: int = 200, warmup: int = 5, atol: float = 1e-5, rtol: float = 1e-5,
@@ -381,19 +409,24 @@ def run_verified(spec: RunSpec, frames: int = 200, warmup: int = 5, atol: float 
     pool = list(spec.frames)
     progress("reference", 0, force=True)
     ref_session = create_session(spec.reference_model, PUBinding(cpus=None, threads=1), "CPUExecutionProvider")
+    softmax_inputs = {k: v for k, v in spec.softmax_inputs.items() if k in outputs}
+    fetched = list(plan.model_outputs) + sorted({v[0] for v in softmax_inputs.values()} - set(plan.model_outputs))
     reference = []
     for f in pool:
         try:
-            values = ref_session.run(plan.model_outputs, {n: f[n] for n in plan.model_inputs})
+            values = ref_session.run(fetched, {n: f[n] for n in plan.model_inputs})
         except Exception as exc:  # onnxruntime's own error types
             raise ReferenceRunError("the unsplit model fails on the frames: %s" % exc) from exc
-        reference.append(dict(zip(plan.model_outputs, values)))
+        reference.append(dict(zip(fetched, values)))
     del ref_session
     worst = scaled = 0.0
     matched = True
-    check = FrameCheck(reference, outputs, checked, atol, rtol)
     meter = PowerMeter(spec.power_sensor) if spec.power_sensor else None
     with PipelineExecutor(plan, dispatch=dispatch) as ex:
+        task_precisions, precisions = _loaded_precisions(ex)
+        tolerances = {name: precision_tolerance(p, atol, rtol)
+                      for name, p in tensor_precisions(plan, task_precisions).items()}
+        check = FrameCheck(reference, outputs, checked, atol, rtol, tolerances, softmax_inputs)
         progress("start", 0, force=True)
         if warmup:
             for _ in ex.run(pool[i % len(pool)] for i in range(warmup)):
@@ -427,7 +460,7 @@ def run_verified(spec: RunSpec, frames: int = 200, warmup: int = 5, atol: float 
         stage_busy_s=list(metrics.stage_busy_s), pu_busy_s=dict(metrics.pu_busy_s),
         pu_utilisation=dict(metrics.pu_utilisation), outputs_match=bool(matched), max_abs_diff=worst,
         checked_tensors=len(checked), max_scaled_diff=scaled, atol=float(atol), rtol=float(rtol),
-        predicted=predicted, substituted=substituted, bindings=_bindings_doc(plan),
+        precisions=precisions, predicted=predicted, substituted=substituted, bindings=_bindings_doc(plan),
         host=_host_info(), energy_j=energy_j, energy_unknown=energy.unknown if energy is not None else None,
         energy_warnings=list(energy.warnings) if energy is not None else [], bundle_id=spec.bundle_id,
         dispatch=dispatch if plan.replicated() else None,
@@ -466,7 +499,11 @@ def run_bundle(folder: str, frames: int = 200, warmup: int = 5, seed: int = 0,
         ``max|out - ref| <= atol + rtol * max|ref|``, both widened to the tensor's dtype
         (:func:`.reference.dtype_tolerance`: an fp16 tensor one ulp off matches; integers must be equal);
         ``rtol`` is at least :data:`CROSS_RUNTIME_RTOL` when a PU runs another runtime or provider than the
-        reference's (ONNX Runtime, CPU).
+        reference's (ONNX Runtime, CPU), and at least :data:`.precision.PRECISION_RTOL` of the loosest
+        precision the runtimes of the tensor's task and of every task upstream of it reported
+        (``describe()["precision"]``: what actually ran, not what the profile asked for). A Softmax or
+        LogSoftmax model output also matches within :func:`.reference.softmax_bound` of its input's
+        tolerance (``softmax_inputs`` of plan.json).
     progress_interval_s : float
         Least seconds between two progress events.
     emit : callable(dict), optional

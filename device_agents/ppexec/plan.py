@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from .errors import PipelineError, PlanError, plan_error
+from .precision import PRECISIONS
 
 __all__ = ["PLAN_SCHEMA_VERSION", "PUBinding", "Task", "ExecutionPlan", "validate_plan", "plan_to_doc",
            "plan_from_doc"]
@@ -43,6 +44,10 @@ class PUBinding:
     runtime_options : dict
         Options of that adapter (JSON values), e.g. ``{"device": "CPU"}`` for OpenVINO; each adapter
         documents its keys (:mod:`.runtimes`).
+    precision : str
+        The precision the PU's profile gives (:data:`.precision.PRECISIONS`, default ``"fp32"``): the adapter
+        sets its runtime to compute in it where the runtime can, and reports what it will use
+        (:mod:`.precision`).
     """
 
     cpus: Optional[Tuple[int, ...]]
@@ -51,6 +56,7 @@ class PUBinding:
     provider_options: dict = field(default_factory=dict)
     runtime: str = "onnxruntime"
     runtime_options: dict = field(default_factory=dict)
+    precision: str = "fp32"
 
 
 @dataclass
@@ -281,6 +287,10 @@ def validate_plan(plan: ExecutionPlan) -> None:
         raise plan_error(source, "stages", "the plan has an empty stage or no stage at all",
                            "give every stage at least one task")
     _check_replica_shares(plan)
+    for pu, binding in plan.bindings.items():
+        if binding.precision not in PRECISIONS:
+            raise plan_error(source, "bindings.%s.precision" % pu, "unknown precision %r" % (binding.precision,),
+                             "use one of %s" % ", ".join(PRECISIONS))
     available = set(plan.model_inputs)
     names: Dict[str, int] = {}
     for s, tasks in enumerate(plan.stages):
@@ -391,8 +401,8 @@ def plan_to_doc(plan: ExecutionPlan, model_files: Dict[str, str]) -> Dict[str, A
     dict
         ``{"schema_version", "stages": [[{"name", "pu", "model", "inputs", "outputs", "deps", "replica"?}]],
         "replica_shares": {stage: [share]}, "model_inputs", "model_outputs", "bindings": {pu: {"cpus",
-        "threads", "provider", "provider_options", "runtime", "runtime_options"}}}`` (``replica`` only for
-        tasks of a replica other than 0).
+        "threads", "provider", "provider_options", "runtime", "runtime_options", "precision"}}}`` (``replica``
+        only for tasks of a replica other than 0).
     """
     return {
         "schema_version": PLAN_SCHEMA_VERSION,
@@ -406,7 +416,7 @@ def plan_to_doc(plan: ExecutionPlan, model_files: Dict[str, str]) -> Dict[str, A
         "bindings": {pu: {"cpus": None if b.cpus is None else [int(c) for c in b.cpus],
                           "threads": int(b.threads), "provider": b.provider,
                           "provider_options": dict(b.provider_options), "runtime": b.runtime,
-                          "runtime_options": dict(b.runtime_options)}
+                          "runtime_options": dict(b.runtime_options), "precision": b.precision}
                      for pu, b in plan.bindings.items()},
     }
 
@@ -432,7 +442,8 @@ def plan_from_doc(doc: Dict[str, Any], base_dir: str, source: str = "plan.json")
                                           provider=str(b.get("provider", "CPUExecutionProvider")),
                                           provider_options=dict(b.get("provider_options") or {}),
                                           runtime=str(b.get("runtime") or "onnxruntime"),
-                                          runtime_options=dict(b.get("runtime_options") or {}))
+                                          runtime_options=dict(b.get("runtime_options") or {}),
+                                          precision=str(b.get("precision") or "fp32"))
         stages = []
         root = os.path.realpath(base_dir)
         for s, tasks in enumerate(doc["stages"]):

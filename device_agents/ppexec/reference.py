@@ -2,15 +2,20 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Iterable, List, Mapping, Sequence
+import math
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .plan import PUBinding
+from .precision import loosest
 from .session import create_session
 
 __all__ = ["reference_outputs", "max_abs_diff", "handed_over_tensors", "with_outputs", "max_scaled_diff",
-           "dtype_tolerance", "within_tolerance"]
+           "dtype_tolerance", "within_tolerance", "softmax_bound", "tensor_precisions", "SOFTMAX_OPS"]
+
+#: ONNX operators whose output's error :func:`softmax_bound` bounds through their input.
+SOFTMAX_OPS = ("Softmax", "LogSoftmax")
 
 logger = logging.getLogger(__name__)
 
@@ -144,23 +149,108 @@ def dtype_tolerance(dtype, atol: float, rtol: float):
     return max(float(atol), float(info.tiny)), max(float(rtol), 2.0 * float(info.eps))
 
 
+def _largest(values: np.ndarray) -> float:
+    """max |values| as a float (0 for an empty, non-numeric or non-finite maximum)."""
+    if not values.size or not np.issubdtype(values.dtype, np.number):
+        return 0.0
+    scale = float(np.nanmax(np.abs(values.astype(np.float64))))
+    return scale if np.isfinite(scale) else 0.0
+
+
+def softmax_bound(op: str, input_error: float, largest_output: float) -> float:
+    """Largest absolute error of a Softmax or LogSoftmax output whose input is off by at most ``input_error``
+    per element (and exact otherwise).
+
+    With ``z'`` = ``z + d``, ``|d| <= e``: ``softmax(z')_i = softmax(z)_i * exp(d_i) / sum_j softmax(z)_j
+    exp(d_j)`` lies within a factor ``exp(+-2e)`` of ``softmax(z)_i``, so ``|softmax(z')_i - softmax(z)_i| <=
+    max softmax(z) * (exp(2e) - 1)``, and never more than 1 (both are probabilities); ``log_softmax(z')_i -
+    log_softmax(z)_i = d_i - log(sum_j softmax(z)_j exp(d_j))`` is within ``2e``. A softmax of logits that are
+    equal up to rounding at a large magnitude (the light zoo models of the onnx wheel: constant weights, logits
+    ~7e9, where one float32 ulp is 512) may then be anything: only its input can be checked.
+
+    Parameters
+    ----------
+    op : {"Softmax", "LogSoftmax"}
+    input_error : float
+        The input's tolerance, ``atol + rtol * max|z|`` (:func:`within_tolerance`).
+    largest_output : float
+        ``max softmax(z)`` of the reference (ignored for LogSoftmax).
+
+    Raises
+    ------
+    ValueError
+        ``op`` is not one of :data:`SOFTMAX_OPS`.
+    """
+    if op == "LogSoftmax":
+        return 2.0 * float(input_error)
+    if op != "Softmax":
+        raise ValueError("softmax_bound: %r is not one of %s" % (op, ", ".join(SOFTMAX_OPS)))
+    return min(1.0, float(largest_output) * math.expm1(min(2.0 * float(input_error), 700.0)))
+
+
 def within_tolerance(out: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], names: Sequence[str],
-                     atol: float, rtol: float) -> bool:
+                     atol: float, rtol: float, tolerances: Optional[Mapping[str, Tuple[float, float]]] = None,
+                     softmax_inputs: Optional[Mapping[str, Tuple[str, str]]] = None) -> bool:
     """Whether every tensor ``names`` of one frame matches: ``max|out - ref| <= atol_d + rtol_d * max|ref|``
     with ``(atol_d, rtol_d) = dtype_tolerance(ref dtype, atol, rtol)`` (equal shapes and dtypes required;
-    NaNs must sit in the same places)."""
+    NaNs must sit in the same places).
+
+    Parameters
+    ----------
+    out, ref : dict of str to numpy.ndarray
+        One frame's tensors; ``ref`` also holds the inputs named by ``softmax_inputs``.
+    names : sequence of str
+    atol, rtol : float
+        Absolute tolerance; relative tolerance, of the tensor's largest magnitude.
+    tolerances : dict of str to (float, float), optional
+        ``(atol, rtol)`` of a tensor instead of ``atol``, ``rtol`` (the precision it was computed in:
+        :func:`.precision.precision_tolerance`).
+    softmax_inputs : dict of str to (str, str), optional
+        Output name -> (its input's name in ``ref``, ``"Softmax"`` or ``"LogSoftmax"``): such an output also
+        matches within :func:`softmax_bound` of its input's tolerance (the input tensor itself is not
+        compared: the pipeline need not produce it).
+    """
     for name in names:
         a, r = np.asarray(out[name]), np.asarray(ref[name])
         if a.shape != r.shape or a.dtype != r.dtype:
             return False
         if r.size == 0:
             continue
-        tol_a, tol_r = dtype_tolerance(r.dtype, atol, rtol)
+        want_a, want_r = (tolerances or {}).get(name, (atol, rtol))
+        tol_a, tol_r = dtype_tolerance(r.dtype, want_a, want_r)
         diff = max_abs_diff([{name: a}], [{name: r}])
-        numeric = np.issubdtype(r.dtype, np.number)
-        scale = float(np.nanmax(np.abs(r.astype(np.float64)))) if numeric and np.isfinite(diff) else 0.0
-        if not np.isfinite(scale):
-            scale = 0.0
-        if not diff <= tol_a + tol_r * scale:
+        scale = _largest(r) if np.isfinite(diff) else 0.0
+        limit = tol_a + tol_r * scale
+        source = (softmax_inputs or {}).get(name)
+        if source is not None and source[0] in ref and np.isfinite(diff):
+            z = np.asarray(ref[source[0]])
+            z_a, z_r = dtype_tolerance(z.dtype, want_a, want_r)
+            limit = max(limit, softmax_bound(source[1], z_a + z_r * _largest(z), scale))
+        if not diff <= limit:
             return False
     return True
+
+
+def tensor_precisions(plan, task_precision: Mapping[str, Optional[str]]) -> Dict[str, str]:
+    """For every tensor a task of ``plan`` produces, the loosest precision among the task that produces it
+    and every task upstream of it (:func:`.precision.loosest`): an fp32 stage fed a bf16 stage's tensors
+    carries bf16 errors.
+
+    Parameters
+    ----------
+    plan : ExecutionPlan
+    task_precision : dict of str to str
+        Task name -> the precision its runtime reported (``describe()["precision"]``); a task not listed
+        counts as fp32.
+    """
+    tasks = [task for stage in plan.stages for task in stage]
+    found: Dict[str, str] = {}
+    for _ in range(len(tasks) + 1):  # stage order, then deps inside a stage: settles in a few passes
+        before = dict(found)
+        for task in tasks:
+            here = loosest([found.get(name) for name in task.inputs] + [task_precision.get(task.name)])
+            for name in task.outputs:  # replicas produce the same tensors: the loosest of them
+                found[name] = loosest([found.get(name), here])
+        if found == before:
+            break
+    return found

@@ -52,7 +52,11 @@ class RunReport:
     max_scaled_diff : float
         Largest difference of a handed-over tensor relative to its largest magnitude.
     atol, rtol : float
-        Requested tolerances (widened per dtype: :func:`ppexec.reference.dtype_tolerance`).
+        Requested tolerances (widened per dtype: :func:`ppexec.reference.dtype_tolerance`; ``rtol`` raised for
+        tensors that depend on a PU computing below fp32: :func:`ppexec.precision.precision_tolerance`).
+    precisions : dict of str to str
+        Per PU, the precision its runtime computed in (``"fp32"``, ``"fp16"``, ``"bf16"``), as the runtime
+        reported it after loading (:mod:`ppexec.precision`); empty in reports of older boards.
     predicted : dict
         ``throughput_per_s``, ``latency_s``, ``period_s`` of the cost model, and ``applies`` (false when a PU
         was substituted: the prediction is for the profile's binding).
@@ -108,6 +112,7 @@ class RunReport:
     max_scaled_diff: float
     atol: float
     rtol: float
+    precisions: Dict[str, str] = field(default_factory=dict)
     predicted: Dict[str, Any] = field(default_factory=dict)
     substituted: Dict[str, List[int]] = field(default_factory=dict)
     bindings: Dict[str, Any] = field(default_factory=dict)

@@ -18,7 +18,12 @@ without touching it. The protocol (:class:`RuntimeAdapter`, :class:`LoadedModel`
   ``(name, shape, dtype)``: dims ``None`` where dynamic, ``dtype`` a numpy dtype name or ``None``),
   ``run(output_names, feeds) -> list of numpy.ndarray`` (``feeds``: name -> array; the arrays returned are
   the caller's to keep; the GIL released while it computes, so stages run in parallel), ``describe() ->
-  dict`` (what actually runs: provider or device, version) and ``close()``.
+  dict`` (what actually runs: provider or device, version, and ``"precision"``: what the runtime computes
+  in, read back from it after loading) and ``close()``.
+- Precision: ``load`` sets the runtime to compute in ``binding.precision`` (the PU's profile precision) where
+  the runtime has a setting for it, and ``describe()["precision"]`` reports what the runtime says it will
+  use, one of ``"fp32"``, ``"fp16"``, ``"bf16"`` (:mod:`.precision`: the convention, and the output
+  tolerance the verified run then applies).
 - Optional host-side step ``compile(model_bytes: bytes, binding) -> bytes``: parapipe runs it on each
   sub-model before bundling, for runtimes that need an offline conversion (a vendor compiler producing a
   blob that ``load`` then receives as bytes). Neither shipped adapter needs it: both read ONNX directly.
@@ -29,6 +34,7 @@ device_agents/README.md, "Runtime adapters".
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -39,6 +45,7 @@ import onnxruntime as ort
 
 from .errors import plan_error
 from .plan import PUBinding
+from .precision import normalise_precision
 from .session import ORT_RUNTIME_OPTIONS, create_session, model_source, provider_problem
 
 try:  # typing.Protocol is Python >= 3.8; documentation only
@@ -46,8 +53,8 @@ try:  # typing.Protocol is Python >= 3.8; documentation only
 except ImportError:  # pragma: no cover
     Protocol = object  # type: ignore
 
-__all__ = ["LoadedModel", "RuntimeAdapter", "OnnxRuntimeModel", "OnnxRuntimeAdapter",
-           "OPENVINO_CPU_DEFAULTS", "OPENVINO_OPTIONS", "OpenVINOModel", "OpenVINOAdapter", "ADAPTERS",
+__all__ = ["LoadedModel", "RuntimeAdapter", "OnnxRuntimeModel", "OnnxRuntimeAdapter", "ORT_PRECISION_OPTIONS",
+           "OPENVINO_CPU_DEFAULTS", "OPENVINO_OPTIONS", "OPENVINO_PRECISION_HINTS", "OpenVINOModel", "OpenVINOAdapter", "ADAPTERS",
            "get_adapter", "probe_all"]
 
 logger = logging.getLogger(__name__)
@@ -67,7 +74,8 @@ class LoadedModel(Protocol):
         """Run once; return the arrays of ``output_names`` in that order (owned by the caller)."""
 
     def describe(self) -> Dict[str, Any]:
-        """What runs the model: ``{"runtime", "version", ...}`` (provider, device, threads)."""
+        """What runs the model: ``{"runtime", "version", "precision", ...}`` (provider, device, threads;
+        ``precision`` read back from the runtime: :mod:`.precision`)."""
 
     def close(self) -> None:
         """Release the model (idempotent)."""
@@ -86,6 +94,19 @@ class RuntimeAdapter(Protocol):
 
     def load(self, model: Any, binding: PUBinding, pu: str) -> LoadedModel:
         """Load ``model`` for ``pu`` on the calling (already pinned) thread."""
+
+
+_warned: set = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_once(key: Tuple[Any, ...], message: str, *args: Any) -> None:
+    """Log ``message`` as a warning once per ``key`` in this process (one line per PU, not one per task)."""
+    with _warned_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    logger.warning(message, *args)
 
 
 def _option_problem(pu: str, runtime: str, options: Mapping[str, Any], known: Sequence[str]) -> Optional[str]:
@@ -107,11 +128,33 @@ def _ort_dtype(type_name: str) -> Optional[str]:
         return None
 
 
+#: ONNX Runtime provider options that make a provider compute in a precision other than the model's own types
+#: (TensorRT execution provider documentation, onnxruntime.ai, "TensorRT Execution Provider", Configurations):
+#: provider -> {precision: option set to "True"}. The CPU and CUDA providers have none: they run each operator
+#: in the model's tensor types, so a float32 model runs in fp32 there whatever the profile says.
+ORT_PRECISION_OPTIONS: Dict[str, Dict[str, str]] = {
+    "TensorrtExecutionProvider": {"fp16": "trt_fp16_enable", "bf16": "trt_bf16_enable"},
+}
+
+
+def _ort_precision(session: ort.InferenceSession) -> str:
+    """The precision the session's first provider computes a float32 model in, from its provider options as
+    the session reports them (``InferenceSession.get_provider_options``)."""
+    provider = session.get_providers()[0]
+    options = session.get_provider_options().get(provider, {})
+    for precision in ("bf16", "fp16"):  # TensorRT takes the least precise of the enabled ones per layer
+        key = ORT_PRECISION_OPTIONS.get(provider, {}).get(precision)
+        if key and str(options.get(key, "0")).lower() in ("1", "true"):
+            return precision
+    return "fp32"
+
+
 class OnnxRuntimeModel:
     """An ``onnxruntime.InferenceSession`` behind the :class:`LoadedModel` protocol (``.session`` is public)."""
 
     def __init__(self, session: ort.InferenceSession):
         self.session = session
+        self.precision = _ort_precision(session)
         inputs = session.get_inputs()
         self.input_names = [i.name for i in inputs]
         self.output_names = [o.name for o in session.get_outputs()]
@@ -123,7 +166,8 @@ class OnnxRuntimeModel:
 
     def describe(self) -> Dict[str, Any]:
         used = self.session.get_providers()
-        return {"runtime": "onnxruntime", "version": ort.__version__, "provider": used[0], "providers": used}
+        return {"runtime": "onnxruntime", "version": ort.__version__, "provider": used[0], "providers": used,
+                "precision": self.precision, "precision_read_back": True}
 
     def close(self) -> None:
         self.session = None
@@ -132,7 +176,13 @@ class OnnxRuntimeModel:
 class OnnxRuntimeAdapter:
     """Runtime ``"onnxruntime"``: the binding's ``provider`` with ``provider_options``, CPU fallback off for a
     non-CPU provider, ``threads`` intra-op threads, no spinning (:func:`.session.session_options`).
-    ``runtime_options``: :data:`.session.ORT_RUNTIME_OPTIONS`."""
+    ``runtime_options``: :data:`.session.ORT_RUNTIME_OPTIONS`.
+
+    Precision: for a provider with an option for ``binding.precision`` (:data:`ORT_PRECISION_OPTIONS`:
+    TensorRT's ``trt_fp16_enable``, ``trt_bf16_enable``) that option is set unless ``provider_options`` gives
+    it; any other provider (CPU, CUDA, ...) runs the model in its own types, and a PU whose profile says fp16 or
+    bf16 then runs in fp32 (one warning per PU). ``describe()["precision"]`` is read back from the session's
+    provider options."""
 
     name = "onnxruntime"
     options = ORT_RUNTIME_OPTIONS
@@ -154,17 +204,32 @@ class OnnxRuntimeAdapter:
         return problem or provider_problem(pu, binding)
 
     def load(self, model: Any, binding: PUBinding, pu: str) -> OnnxRuntimeModel:
-        return OnnxRuntimeModel(create_session(model, binding, binding.provider))
+        option = ORT_PRECISION_OPTIONS.get(binding.provider, {}).get(binding.precision)
+        if option and option not in binding.provider_options:
+            binding = dataclasses.replace(binding, provider_options=dict(binding.provider_options,
+                                                                           **{option: "True"}))
+        loaded = OnnxRuntimeModel(create_session(model, binding, binding.provider))
+        if binding.precision in ("fp16", "bf16") and loaded.precision != binding.precision:
+            _warn_once((pu, "onnxruntime", binding.precision, loaded.precision),
+                       "PU %s: its profile says %s, but ONNX Runtime's %s has no option for it and runs the "
+                       "model in its own types (%s); times and outputs are %s ones", pu, binding.precision,
+                       loaded.session.get_providers()[0], loaded.precision, loaded.precision)
+        return loaded
 
 
 # ------------------------------------------------------------------------------------------ OpenVINO
 #: OpenVINO properties set for the CPU device unless ``runtime_options`` gives them (OpenVINO property names):
 #: ENABLE_CPU_PINNING off: when on, OpenVINO re-pins the calling thread to the whole process mask and its
-#: workers to cores of its own choosing (measured, OpenVINO 2026.4); INFERENCE_PRECISION_HINT f32: the
-#: default is bf16 on CPUs with bf16 instructions (measured: AMD EPYC here), whose outputs differ from fp32;
-#: one stream, latency hint: one inference at a time, as a pipeline stage runs.
-OPENVINO_CPU_DEFAULTS = {"ENABLE_CPU_PINNING": False, "INFERENCE_PRECISION_HINT": "f32",
-                         "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
+#: workers to cores of its own choosing (measured, OpenVINO 2026.4); one stream, latency hint: one inference
+#: at a time, as a pipeline stage runs. The precision is set for every device: :data:`OPENVINO_PRECISION_HINTS`.
+OPENVINO_CPU_DEFAULTS = {"ENABLE_CPU_PINNING": False, "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
+#: ``INFERENCE_PRECISION_HINT`` (OpenVINO's "inference precision" property: the element type floating-point
+#: operators compute in) set from ``PUBinding.precision`` on every device that lists the property, unless
+#: ``runtime_options`` gives it. Without it OpenVINO picks per device: bf16 on CPUs with AVX512-BF16 or AMX
+#: (``python -c "import openvino as ov; print(ov.Core().get_property('CPU', 'INFERENCE_PRECISION_HINT'))"``),
+#: f16 on GPUs. ``int8`` maps to f32: OpenVINO runs int8 where the model is quantized (its own
+#: quantize/dequantize operators), which is no property of the device.
+OPENVINO_PRECISION_HINTS = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "int8": "f32"}
 #: ``runtime_options`` keys of the ``openvino`` runtime besides OpenVINO properties.
 OPENVINO_OPTIONS = {
     "device": "OpenVINO device name (default 'CPU'; e.g. 'GPU', 'GPU.1', 'NPU', 'AUTO:GPU,CPU')",
@@ -177,8 +242,15 @@ _VIRTUAL_DEVICES = ("AUTO", "HETERO", "MULTI", "BATCH")
 class OpenVINOModel:
     """An OpenVINO compiled model and its infer request behind the :class:`LoadedModel` protocol."""
 
-    def __init__(self, ov: Any, compiled: Any, device: str):
+    def __init__(self, ov: Any, compiled: Any, device: str, asked: str = "fp32"):
         self._ov, self.compiled, self.device = ov, compiled, device
+        try:
+            self.inference_precision: Optional[str] = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+        except Exception:  # a device (or virtual device) without the property: RuntimeError
+            self.inference_precision = None
+        read = normalise_precision(self.inference_precision) if self.inference_precision else None
+        self.precision_read_back = read is not None
+        self.precision = read or asked
         self.request = compiled.create_infer_request()
         self._in = {n: i for i, port in enumerate(compiled.inputs) for n in port.get_names()}
         self._out = {n: i for i, port in enumerate(compiled.outputs) for n in port.get_names()}
@@ -201,7 +273,9 @@ class OpenVINOModel:
                 "execution_devices": list(self.compiled.get_property("EXECUTION_DEVICES"))}
         if self.device == "CPU":
             info["threads"] = int(self.compiled.get_property("INFERENCE_NUM_THREADS"))
-            info["inference_precision"] = str(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
+        if self.inference_precision is not None:
+            info["inference_precision"] = self.inference_precision
+        info.update(precision=self.precision, precision_read_back=self.precision_read_back)
         return info
 
     def close(self) -> None:
@@ -215,6 +289,13 @@ class OpenVINOAdapter:
     ``runtime_options``: :data:`OPENVINO_OPTIONS` plus any OpenVINO property of the device (checked against
     the device's ``SUPPORTED_PROPERTIES``). On the CPU device: ``INFERENCE_NUM_THREADS = binding.threads``
     and :data:`OPENVINO_CPU_DEFAULTS`. ``provider`` / ``provider_options`` do not apply.
+
+    Precision: ``INFERENCE_PRECISION_HINT`` from ``binding.precision`` (:data:`OPENVINO_PRECISION_HINTS`) on a
+    device that lists the property; a ``runtime_options`` hint that contradicts the profile's precision is
+    refused by :meth:`check`. After compiling, the compiled model's ``INFERENCE_PRECISION_HINT`` is read back:
+    ``describe()["precision"]`` is what OpenVINO will compute in, which may differ from the one asked for
+    (the CPU device of an x86 CPU without fp16 arithmetic turns f16 into bf16, measured with OpenVINO 2026.4);
+    that difference is logged once per PU and the verified run checks at the tolerance of what ran.
 
     Pinning (measured with OpenVINO 2026.4, oneTBB threading, on this host): with ENABLE_CPU_PINNING off,
     the calling thread and the threads OpenVINO creates from it keep the worker's mask, and with
@@ -287,6 +368,12 @@ class OpenVINOAdapter:
                                       supported + list(OPENVINO_OPTIONS))
             if problem:
                 return problem
+        hint = options.get("INFERENCE_PRECISION_HINT")
+        wanted_hint = OPENVINO_PRECISION_HINTS.get(binding.precision)
+        if hint is not None and wanted_hint is not None and normalise_precision(hint) != normalise_precision(
+                wanted_hint):
+            return ("PU %r: runtime_options.INFERENCE_PRECISION_HINT %r contradicts the PU's precision %s; remove "
+                    "it and set the PU's precision in the profile instead" % (pu, hint, binding.precision))
         pinning = str(options.get("ENABLE_CPU_PINNING", False)).lower() in ("true", "yes")
         if binding.cpus is not None and pinning:
             return ("PU %r: ENABLE_CPU_PINNING makes OpenVINO move the worker off CPUs %s at its first "
@@ -310,6 +397,13 @@ class OpenVINOAdapter:
         if device == "CPU":
             props.update(OPENVINO_CPU_DEFAULTS)
             props["INFERENCE_NUM_THREADS"] = int(binding.threads)
+        hint = OPENVINO_PRECISION_HINTS.get(binding.precision)
+        if hint is not None and device.partition(":")[0] not in _VIRTUAL_DEVICES:
+            try:
+                if "INFERENCE_PRECISION_HINT" in self._supported_properties(device):
+                    props["INFERENCE_PRECISION_HINT"] = hint
+            except Exception:  # a device OpenVINO cannot query: compile_model names it
+                pass
         props.update(options)
         return device, props
 
@@ -320,7 +414,14 @@ class OpenVINOAdapter:
         compiled = core.compile_model(core.read_model(model=model_source(model)), device, props)
         logger.debug("PU %s: OpenVINO %s compiled a sub-model for %s with %s", pu, ov.get_version(), device,
                      props)
-        return OpenVINOModel(ov, compiled, device)
+        loaded = OpenVINOModel(ov, compiled, device, binding.precision if binding.precision != "int8" else "fp32")
+        asked = normalise_precision(props.get("INFERENCE_PRECISION_HINT", ""))
+        if asked is not None and loaded.precision_read_back and loaded.precision != asked:
+            _warn_once((pu, "openvino", device, asked, loaded.precision),
+                       "PU %s: OpenVINO on %s computes in %s, not the profile's %s (the device has no %s "
+                       "arithmetic); outputs are checked at %s tolerance", pu, device, loaded.precision, asked,
+                       asked, loaded.precision)
+        return loaded
 
 
 # ------------------------------------------------------------------------------------------ registry

@@ -56,5 +56,6 @@ def soc_ref(soc: SoC) -> SocRef:
     """The :class:`parapipe.mapping.SocRef` of ``soc``: name, SHA-256 (:func:`parapipe.soc.identity.soc_sha256`)
     and every PU's kind and execution."""
     return SocRef(name=soc.name, sha256=soc_sha256(soc),
-                  pus={name: PURef(kind=pu.kind, execution=pu.execution) for name, pu in soc.pus.items()},
+                  pus={name: PURef(kind=pu.kind, execution=pu.execution, precision=pu.precision)
+                       for name, pu in soc.pus.items()},
                   power_sensor=soc.power_sensor.to_doc() if soc.power_sensor is not None else None)

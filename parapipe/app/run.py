@@ -26,7 +26,7 @@ from ppexec.report import RunReport
 from parapipe.errors import input_error
 from parapipe.execution.bindings import bindings_for
 from parapipe.execution.plan import build_plan
-from parapipe.execution.reference import reference_with_outputs
+from parapipe.execution.reference import reference_for_check
 from parapipe.graph.coarsen import BlockGraph, coarsen
 from parapipe.graph.feeds import read_feeds
 from parapipe.graph.opgraph import OpGraph, import_onnx
@@ -255,12 +255,12 @@ def run_spec(lm: LoadedMapping, seed: int = 0, distinct_frames: int = DISTINCT_F
     from parapipe.graph.feeds import input_specs, load_feeds
 
     og = lm.opgraph
-    reference, checked = reference_with_outputs(lm.loaded.model, og, handed_over_tensors(lm.plan))
+    reference, checked, softmax = reference_for_check(lm.loaded.model, og, handed_over_tensors(lm.plan))
     frames = load_feeds(lm.feeds, og) if lm.feeds else draw_frames(input_specs(og), distinct_frames, seed)
     return RunSpec(plan=lm.plan, reference_model=reference, check_tensors=tuple(checked), frames=tuple(frames),
                    model=lm.model_id(), point=lm.point.id, predicted=lm.predicted(),
                    substituted={pu: list(cpus) for pu, cpus in lm.substituted.items()},
-                   power_sensor=lm.doc.soc.power_sensor)
+                   power_sensor=lm.doc.soc.power_sensor, softmax_inputs=softmax)
 
 
 def record_run(db_path: Optional[str], doc, point, report: RunReport, runner: str) -> Optional[int]:

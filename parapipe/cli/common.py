@@ -276,6 +276,10 @@ def print_run_report(head: str, rep: "RunReport") -> None:
         print(f"replicated stages: {how} (--replica-dispatch {rep.dispatch})")
     print(f"outputs_match: {str(rep.outputs_match).lower()}  (max abs diff {rep.max_abs_diff:.3g}; "
           f"{rep.checked_tensors} handed-over tensors, max relative diff {rep.max_scaled_diff:.3g})")
+    below = {pu: p for pu, p in (getattr(rep, "precisions", None) or {}).items() if p != "fp32"}
+    if below:  # fp32 runs print as before
+        print("precision: " + ", ".join(f"{pu} {p}" for pu, p in below.items()) + " (as the runtimes read it "
+              "back; tensors that depend on them checked at that precision's tolerance)")
     if getattr(rep, "spread", None) is not None or getattr(rep, "load", None) is not None:
         from parapipe.measure.trust import run_summary
 

@@ -6,7 +6,7 @@ Per operator ``o`` on PU ``p`` (Williams, Waterman & Patterson, "Roofline", CACM
               + op_overhead_s[p]
 
 with ``bytes = activation inputs + outputs + weights`` of the model (fp32) and ``s`` the byte scale of the PU's
-native precision (fp32 1, fp16 1/2, int8 1/4: the model is assumed deployed on that PU in its precision). A block's
+native precision (fp32 1, fp16 and bf16 1/2, int8 1/4: the model is assumed deployed on that PU in its precision). A block's
 time is the sum over its operators; it is ``inf`` on a PU that does not support one of its op types. Measured
 times (profile database, host measurement) override the model block by block.
 """
@@ -21,8 +21,8 @@ from .problem import MappingProblem, PUOperatingPoints
 __all__ = ["PRECISION_BYTE_SCALE", "roofline_s", "op_time_s", "block_time_s", "operating_point_tables",
            "problem_from_blocks"]
 
-PRECISION_BYTE_SCALE = {"fp32": 1.0, "fp16": 0.5, "int8": 0.25}
-"""Bytes per element relative to fp32 for each native PU precision (IEEE 754 binary32/binary16, int8)."""
+PRECISION_BYTE_SCALE = {"fp32": 1.0, "fp16": 0.5, "bf16": 0.5, "int8": 0.25}
+"""Bytes per element relative to fp32 for each native PU precision (IEEE 754 binary32/binary16, bfloat16, int8)."""
 
 
 def roofline_s(flops, nbytes, peak_flops: float, efficiency, memory_bandwidth_bytes_per_s):

@@ -27,7 +27,7 @@ from ppexec.reference import handed_over_tensors
 from parapipe import __version__
 from parapipe._paths import data_dir
 from parapipe.errors import input_error
-from parapipe.execution.reference import reference_with_outputs
+from parapipe.execution.reference import reference_for_check
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def build_bundle(mapping: Any, dest: Path) -> Bundle:
             _write_model(task.model, dest / rel, task.name)
             model_files[task.name] = rel
     og = mapping.opgraph
-    reference, checked = reference_with_outputs(mapping.loaded.model, og, handed_over_tensors(mapping.plan))
+    reference, checked, softmax = reference_for_check(mapping.loaded.model, og, handed_over_tensors(mapping.plan))
     _write_model(reference, dest / REFERENCE, "reference")
     plan_doc = plan_to_doc(mapping.plan, model_files)
     from parapipe.graph.feeds import integer_input_ranges, shape_input_values
@@ -156,6 +156,7 @@ def build_bundle(mapping: Any, dest: Path) -> Bundle:
                        **({"value": list(fixed[n])} if n in fixed else {})}
                    for n in mapping.plan.model_inputs},
         "check_tensors": checked,
+        "softmax_inputs": {out: list(src) for out, src in softmax.items()},
         "reference_model": REFERENCE,
         "predicted": mapping.predicted(),
         "power_sensor": mapping.doc.soc.power_sensor,  # measured energy per inference where the board has one

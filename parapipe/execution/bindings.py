@@ -91,8 +91,8 @@ def bindings_for(doc: ParetoDoc, point: Point, binds: Optional[Mapping[str, Sequ
                  source: str = "mapping") -> Tuple[Dict[str, PUBinding], Dict[str, Tuple[int, ...]]]:
     """The binding of every PU the point uses, and the substituted PUs.
 
-    A PU named in ``binds`` runs on those CPUs with ONNX Runtime's CPU provider, one thread per CPU; every other
-    PU as ``doc.soc.pus[pu].execution`` says.
+    A PU named in ``binds`` runs on those CPUs with ONNX Runtime's CPU provider, one thread per CPU, in fp32;
+    every other PU as ``doc.soc.pus[pu].execution`` says, at the profile's ``precision``.
 
     Raises
     ------
@@ -121,5 +121,5 @@ def bindings_for(doc: ParetoDoc, point: Point, binds: Optional[Mapping[str, Sequ
         ex = ref.execution
         bindings[pu] = PUBinding(cpus=ex.cpus, threads=ex.threads, provider=ex.provider,
                                  provider_options=dict(ex.provider_options), runtime=ex.runtime,
-                                 runtime_options=dict(ex.runtime_options))
+                                 runtime_options=dict(ex.runtime_options), precision=ref.precision)
     return bindings, substituted

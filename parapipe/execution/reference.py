@@ -5,11 +5,14 @@ so it happens here, on the computer that builds the plan.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import onnx
 
-__all__ = ["reference_with_outputs"]
+__all__ = ["reference_with_outputs", "softmax_inputs", "reference_for_check"]
+
+#: Operators whose model output is checked through their input (:func:`ppexec.reference.softmax_bound`).
+_SOFTMAX_OPS = ("Softmax", "LogSoftmax")
 
 
 def reference_with_outputs(model: onnx.ModelProto, og, names: Sequence[str]) -> tuple:
@@ -44,3 +47,34 @@ def reference_with_outputs(model: onnx.ModelProto, og, names: Sequence[str]) -> 
         copy.graph.output.append(og.value_info(name))
         kept.append(name)
     return copy, kept
+
+
+def softmax_inputs(model: onnx.ModelProto) -> Dict[str, Tuple[str, str]]:
+    """Graph output -> (the input tensor of the Softmax or LogSoftmax node producing it, its op type), for the
+    outputs ``model`` computes with such a node (default ONNX domain)."""
+    outputs = {o.name for o in model.graph.output}
+    found: Dict[str, Tuple[str, str]] = {}
+    for node in model.graph.node:
+        if node.op_type in _SOFTMAX_OPS and node.domain in ("", "ai.onnx") and node.output \
+                and node.output[0] in outputs and node.input and node.input[0]:
+            found[node.output[0]] = (node.input[0], node.op_type)
+    return found
+
+
+def reference_for_check(model: onnx.ModelProto, og, handed: Sequence[str]) -> Tuple[onnx.ModelProto, List[str],
+                                                                                    Dict[str, Tuple[str, str]]]:
+    """The reference a verified run compares with (``ppexec.bundle_run.RunSpec``): the unsplit model that also
+    outputs the ``handed`` tensors and the inputs of its Softmax/LogSoftmax outputs (:func:`softmax_inputs`).
+
+    Returns
+    -------
+    (onnx.ModelProto, list of str, dict of str to (str, str))
+        The model, the handed tensors it exposes (``check_tensors``), and the softmax outputs whose inputs it
+        exposes (``softmax_inputs``).
+    """
+    softmax = softmax_inputs(model)
+    extra = [src for src, _ in softmax.values() if src not in handed]
+    reference, kept = reference_with_outputs(model, og, list(handed) + extra)
+    exposed = set(kept) | {o.name for o in model.graph.output}
+    checked = [name for name in kept if name in set(handed)]
+    return reference, checked, {out: src for out, src in softmax.items() if src[0] in exposed}

@@ -74,11 +74,21 @@ class ModelId(BaseModel):
 
 
 class PURef(BaseModel):
-    """One PU of the profile as ``run``/``deploy`` need it: its kind and its execution binding."""
+    """One PU of the profile as ``run``/``deploy`` need it: its kind, its execution binding and its precision
+    (the profile's ``precision``, which its runtime adapter is set to; written only when not ``fp32``, so
+    documents of fp32 profiles read as before)."""
 
     model_config = _STRICT
     kind: str
     execution: Execution = Execution()
+    precision: Literal["fp32", "fp16", "bf16", "int8"] = "fp32"
+
+    @model_serializer(mode="wrap")
+    def _omit_fp32(self, handler):
+        data = handler(self)
+        if data.get("precision") == "fp32":
+            data.pop("precision", None)
+        return data
 
 
 class SocRef(BaseModel):

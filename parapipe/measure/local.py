@@ -117,7 +117,7 @@ class LocalTimer:
         binding = PUBinding(cpus=None if cpus is None else tuple(cpus), threads=int(spec["threads"]),
                             provider=spec.get("provider", "CPUExecutionProvider"),
                             provider_options=dict(spec.get("provider_options") or {}), runtime=runtime,
-                            runtime_options=options)
+                            runtime_options=options, precision=str(spec.get("precision", "fp32")))
 
         def feeds_for(specs) -> dict:
             inputs = {name: {"shape": [d if isinstance(d, int) and d > 0 else 1 for d in shape],

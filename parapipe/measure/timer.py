@@ -95,7 +95,8 @@ def pu_target(pu: PU, cpus_allowed: Optional[Sequence[int]] = None) -> Dict[str,
     dict
         ``{"cpus": [...], "threads": n}`` for the CPU provider; ``{"provider": name, "provider_options":
         {...}, "threads": n}`` (plus ``cpus`` when given) for another provider; ``{"runtime": name,
-        "runtime_options": {...}, "threads": n}`` (plus ``cpus``) for another runtime adapter.
+        "runtime_options": {...}, "threads": n}`` (plus ``cpus``) for another runtime adapter; each with
+        ``"precision"`` when the PU's is not fp32.
 
     Raises
     ------
@@ -104,6 +105,8 @@ def pu_target(pu: PU, cpus_allowed: Optional[Sequence[int]] = None) -> Dict[str,
     """
     ex = pu.execution
     spec: Dict[str, Any] = {"threads": ex.threads}
+    if pu.precision != "fp32":  # the runtime adapter computes in it where it can (ppexec/precision.py)
+        spec["precision"] = pu.precision
     if ex.runtime != "onnxruntime":  # measured through the PU's runtime adapter, as run/deploy execute it
         spec.update(runtime=ex.runtime, runtime_options=dict(ex.runtime_options))
         if ex.cpus is not None:

@@ -33,8 +33,8 @@ logger = logging.getLogger(__name__)
 PUKind = Literal["cpu", "gpu", "npu", "dla", "dsp"]
 #: PU kinds a profile may declare (the values of :data:`PUKind`).
 PU_KINDS: Tuple[PUKind, ...] = ("cpu", "gpu", "npu", "dla", "dsp")
-#: Native precisions a PU may run a model in.
-PRECISIONS = ("fp32", "fp16", "int8")
+#: Native precisions a PU may run a model in (``ppexec.precision.PRECISIONS``, what the runtime adapters set).
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 
 _CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -56,8 +56,10 @@ class PU(BaseModel):
         Clock frequency, Hz (> 0).
     peak_flops : float
         Peak FLOP/s at ``precision`` (> 0).
-    precision : {"fp32", "fp16", "int8"}
-        Precision the PU runs the model in.
+    precision : {"fp32", "fp16", "bf16", "int8"}
+        Precision the PU runs the model in: its runtime adapter is set to compute in it where the runtime has a
+        setting for it (device_agents/ppexec/precision.py), and a run checks outputs at the tolerance of the
+        precision the runtime reports.
     memory_bandwidth_bytes_per_s : float
         Bandwidth the PU achieves to DRAM, bytes/s (> 0): the memory roof of the roofline.
     efficiency : dict of str to float
@@ -86,7 +88,7 @@ class PU(BaseModel):
     cores: int = Field(ge=1)
     frequency_hz: float = Field(gt=0)
     peak_flops: float = Field(gt=0)
-    precision: Literal["fp32", "fp16", "int8"]
+    precision: Literal["fp32", "fp16", "bf16", "int8"]
     memory_bandwidth_bytes_per_s: float = Field(gt=0)
     efficiency: dict[str, float]
     op_overhead_s: float = Field(ge=0)

@@ -121,7 +121,7 @@ class PUEntry(BaseModel):
     cores: int
     frequency_hz: Quantity
     peak_flops: Quantity
-    precision: Literal["fp32", "fp16", "int8"]
+    precision: Literal["fp32", "fp16", "bf16", "int8"]
     memory_bandwidth_bytes_per_s: Quantity
     efficiency: dict[str, Quantity]
     op_overhead_s: Quantity

@@ -69,7 +69,7 @@ FIX_HINTS = {
     "threads": "give a whole number >= 1, e.g. 4",
     "cpus": "give a list of CPU ids, e.g. [2, 3, 4, 5]",
     "kind": "use one of cpu, gpu, npu, dla, dsp",
-    "precision": "use one of fp32, fp16, int8",
+    "precision": "use one of fp32, fp16, bf16, int8",
     "supported_ops": "write 'all' or a list of ONNX op types, e.g. [Conv, Relu]",
     "provider": "give an ONNX Runtime execution provider name, e.g. CPUExecutionProvider",
     "provider_options": "give a mapping of strings, e.g. {trt_dla_core: '0'}",
