@@ -284,6 +284,7 @@ def ncnn_facts():
     ``gpu_count`` is ``ncnn.get_gpu_count()`` (Vulkan devices; 0 without a Vulkan driver, when ncnn runs a
     Vulkan net on the CPU), ``gpus`` their names. ncnn is imported only when installed
     (``importlib.util.find_spec``); never raises."""
+    import importlib
     import importlib.util
 
     out = {"available": False, "version": None, "reason": None, "gpu_count": 0, "gpus": []}
@@ -291,8 +292,7 @@ def ncnn_facts():
         if importlib.util.find_spec("ncnn") is None:
             out["reason"] = "the ncnn package is not installed (pip install ncnn)"
             return out
-        import ncnn
-
+        ncnn = importlib.import_module("ncnn")
         out.update(available=True, version=str(getattr(ncnn, "__version__", None) or "") or None)
         count = int(_quiet_stderr(ncnn.get_gpu_count))  # it prints 'dlopen failed libvulkan.so.1' without a loader
         names = []

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Literal, Optional, Tuple
 
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -38,6 +38,9 @@ from parapipe.soc.execution import Execution
 from parapipe.soc.profile import PU, Provenance, PUKind, SoC
 
 log = logging.getLogger(__name__)
+
+#: A PU's precision (:attr:`parapipe.soc.profile.PU.precision`).
+Precision = Literal["fp32", "fp16", "int8"]
 
 __all__ = ["detect_soc", "measured_soc", "fit_handoff", "gemm_model", "scale_model", "identity_model",
            "PROVIDER_KINDS", "GEMM_N", "COPY_NBYTES", "TRANSFER_NBYTES", "TRANSFER_REPEATS", "MAX_PAIR_PUS",
@@ -217,7 +220,7 @@ def _measure_pu(timer: Timer, probe: PU, repeats: int) -> Tuple[float, float, fl
     return 2.0 * GEMM_N ** 3 / gemm["min_s"], ident["median_s"], 2.0 * COPY_NBYTES / scale["min_s"]
 
 
-def _probe(name: str, kind: PUKind, execution: Execution, cores: int, precision: str = "fp32") -> PU:
+def _probe(name: str, kind: PUKind, execution: Execution, cores: int, precision: Precision = "fp32") -> PU:
     """A placeholder PU that only carries ``execution`` (for :meth:`Timer.time_model`)."""
     return PU(name=name, kind=kind, cores=cores, frequency_hz=1.0, peak_flops=1.0, precision=precision,
               memory_bandwidth_bytes_per_s=1.0, efficiency={"other": 1.0}, op_overhead_s=0.0,
@@ -334,7 +337,7 @@ def measured_soc(timer: Timer, name: str, per_core: bool, repeats: int, accelera
     for kind, execution, what in found if accelerators else []:
         pu_name = kind if kind not in taken else f"{kind}{len(taken)}"
         # OpenVINO's NPU computes in fp16 (docs.openvino.ai, 'NPU Device'); the rest as measured, in fp32
-        precision = "fp16" if execution.runtime == "openvino" and kind == "npu" else "fp32"
+        precision: Precision = "fp16" if execution.runtime == "openvino" and kind == "npu" else "fp32"
         try:
             peak, overhead, bandwidth = _measure_pu(timer, _probe(pu_name, kind, execution, 1, precision), repeats)
         except AgentRequestError as exc:
