@@ -48,7 +48,9 @@ def write_tables(folder: Path, rng: np.random.Generator, models=("m0", "m1", "m2
 def true_terms(soc) -> PipelineTerms:
     return PipelineTerms(overlap={"gpu": TRUE["overlap.gpu"]}, dispatch_s=TRUE["dispatch_s"],
                          handoff_s=TRUE["handoff_s"], contention=TRUE["contention"], slowdown=TRUE["slowdown"],
-                         sharing=TRUE["sharing"], memory_bandwidth_bytes_per_s=soc.memory_bandwidth_bytes_per_s)
+                         sharing=TRUE["sharing"], memory_bandwidth_bytes_per_s=soc.memory_bandwidth_bytes_per_s,
+                         # the profile's per-PU invocation costs are held as stated (calibrate does not fit them)
+                         invoke_s=dict(soc.pipeline.invoke_s) if soc.pipeline is not None else {})
 
 
 def parallel_stages(rng: np.random.Generator, n_blocks: int) -> list:

@@ -59,6 +59,52 @@ def test_dispatch_is_paid_once_per_stage_and_slowdown_scales_the_work():
     assert ev.stage_results[2].finish_s[2] == pytest.approx(8.0)
 
 
+def test_invocation_cost_is_paid_per_stage_on_the_pu_and_a_multi_pu_stage_pays_its_largest():
+    pr = shared_pu_problem()
+    terms = PipelineTerms(dispatch_s=0.1, invoke_s={"p1": 0.5})
+    ev = evaluate(pr, MAPPING, terms)  # p0 | p1 | p0: only the p1 stage invokes a costly runtime
+    assert [r.time_s for r in ev.stage_results] == pytest.approx([2.1, 3.6, 4.1])
+    assert (ev.period_s, ev.latency_s) == pytest.approx((6.2, 9.8))
+    assert ev.energy_j == pytest.approx(16.8 + 1.3 * 6.2)  # the invocation draws idle power only
+    both = Mapping((StageMapping(0, 2, (0, 1), (0, 1)), StageMapping(2, 3, (0,), (0,))))
+    plain = evaluate(pr, both)
+    ev = evaluate(pr, both, PipelineTerms(invoke_s={"p0": 0.2, "p1": 0.5}))
+    assert ev.stage_results[0].time_s == pytest.approx(plain.stage_results[0].time_s + 0.5)
+    assert ev.stage_results[1].time_s == pytest.approx(plain.stage_results[1].time_s + 0.2)
+    assert terms.to_json()["invoke_s"] == {"p1": 0.5} and "invoke_s" not in DEFAULT_TERMS.to_json()
+    assert PipelineTerms(invoke_s={"p0": 0.0}).is_default()
+    with pytest.raises(ValueError, match="invoke_s"):
+        PipelineTerms(invoke_s={"p0": -1.0})
+
+
+def test_invocation_cost_reaches_every_replica_of_a_replicated_stage():
+    from parapipe.cost.mapping import ReplicaMapping
+
+    pr = shared_pu_problem()
+    rep = Mapping((StageMapping(0, 3, (0,), (0, 0, 0), replicas=(ReplicaMapping((1,), (1, 1, 1)),)),))
+    plain, with_invoke = evaluate(pr, rep), evaluate(pr, rep, PipelineTerms(invoke_s={"p0": 1.0, "p1": 1.0}))
+    assert [r.time_s for r in with_invoke.stage_results[0].replicas] == pytest.approx(
+        [r.time_s + 1.0 for r in plain.stage_results[0].replicas])
+
+
+def test_profile_invoke_s_loads_saves_and_names_unknown_pus(tmp_path):
+    from parapipe.errors import InputError
+    from parapipe.soc import load_soc
+    from parapipe.soc.loader import save_soc
+
+    soc = load_soc("amlogic_a311d")
+    assert dict(soc.pipeline.invoke_s) == {"gpu": 1.0e-3, "npu": 5.0e-4}
+    assert terms_from_soc(soc).invoke_s == {"gpu": 1.0e-3, "npu": 5.0e-4}
+    path = save_soc(soc, tmp_path / "a.yaml")
+    again = load_soc(str(path))
+    assert again.pipeline == soc.pipeline and again.provenance["pipeline.invoke_s.gpu"].confidence == "low"
+    assert dict(soc.restrict(["big", "gpu"]).pipeline.invoke_s) == {"gpu": 1.0e-3}
+    bad = path.read_text().replace("invoke_s:\n    gpu:", "invoke_s:\n    tpu:")
+    (tmp_path / "b.yaml").write_text(bad)
+    with pytest.raises(InputError, match=r"pipeline.invoke_s.tpu: unknown PU 'tpu'"):
+        load_soc(str(tmp_path / "b.yaml"))
+
+
 def test_contention_from_the_bandwidth_co_running_stages_demand():
     # P0 = 6 s, B = 100 B/s. Stage 0 (p0) runs with stage 1 (p1, 300 B): ρ = 300 / 600 = 0.5, f = 1.5.
     # Stage 1 runs with stages 0 and 2 (300 B): ρ = 0.5. Stage 2 with stage 1: 0.5.
@@ -161,7 +207,9 @@ def test_default_terms_reproduce_the_plain_model_bit_for_bit(zoo_opgraph, model,
 
     soc_obj = load_soc(soc)
     problem = problem_from_blocks(coarsen(zoo_opgraph(model), max_blocks=48), soc_obj, name=model)
-    terms = terms_from_soc(soc_obj)  # a bundled profile has no pipeline: section
+    # bundled profiles carry priors in their pipeline: section; without one, a profile gives the default terms
+    assert not terms_from_soc(soc_obj).is_default()
+    terms = terms_from_soc(soc_obj.model_copy(update={"pipeline": None}))
     assert terms.is_default() and terms.memory_bandwidth_bytes_per_s == soc_obj.memory_bandwidth_bytes_per_s
     for m in _random_mappings(problem, np.random.default_rng(3), 40):
         plain, full = evaluate(problem, m), evaluate(problem, m, terms)

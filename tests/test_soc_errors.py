@@ -162,7 +162,7 @@ def test_unknown_profile_name_lists_bundled():
         load_soc("raspberry_pi_9")
     message = str(info.value)
     assert "unknown SoC profile 'raspberry_pi_9'" in message
-    assert "amlogic_a311d, black_sesame_a1000, jetson_agx_orin" in message
+    assert "amlogic_a311d, black_sesame_a1000, intel_core_ultra, jetson_agx_orin, jetson_orin_nano, rockchip_rk3588" in message
     with pytest.raises(InputError, match="unknown SoC profile 'host'"):
         load_soc("host")
 

@@ -13,7 +13,8 @@ from parapipe.soc import PU, Execution, SoC, list_socs, load_soc
 from parapipe.soc.loader import read_yaml, save_soc, soc_from_yaml_dict, soc_to_yaml_dict
 from parapipe.soc.op_classes import OP_CLASSES, op_class
 
-BUNDLED = ["amlogic_a311d", "black_sesame_a1000", "jetson_agx_orin"]
+BUNDLED = ["amlogic_a311d", "black_sesame_a1000", "intel_core_ultra", "jetson_agx_orin", "jetson_orin_nano",
+           "rockchip_rk3588"]
 # Numbers in the file format that are counts or versions, not measured quantities.
 PLAIN_INTEGER_FIELDS = {"schema_version", "cores", "threads", "cpus"}
 

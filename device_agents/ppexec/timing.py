@@ -266,7 +266,7 @@ def machine_facts():
         "numpy_version": np.__version__,
         "onnxruntime_version": ort.__version__,
         "providers": list(ort.get_available_providers()),
-        "runtimes": probe_all(),
+        "runtimes": _with_ncnn(probe_all()),
         "cpu_clusters": clusters,
         "cpu_topology_source": source,
         "cpu_count": os.cpu_count(),
@@ -277,6 +277,61 @@ def machine_facts():
         "platform": platform.platform(),
         "hostname": platform.node(),
     }
+
+
+def ncnn_facts():
+    """``{"available", "version", "reason", "gpu_count", "gpus"}`` of the ncnn Python package on this machine:
+    ``gpu_count`` is ``ncnn.get_gpu_count()`` (Vulkan devices; 0 without a Vulkan driver, when ncnn runs a
+    Vulkan net on the CPU), ``gpus`` their names. ncnn is imported only when installed
+    (``importlib.util.find_spec``); never raises."""
+    import importlib
+    import importlib.util
+
+    out = {"available": False, "version": None, "reason": None, "gpu_count": 0, "gpus": []}
+    try:
+        if importlib.util.find_spec("ncnn") is None:
+            out["reason"] = "the ncnn package is not installed (pip install ncnn)"
+            return out
+        ncnn = importlib.import_module("ncnn")
+        out.update(available=True, version=str(getattr(ncnn, "__version__", None) or "") or None)
+        count = int(_quiet_stderr(ncnn.get_gpu_count))  # it prints 'dlopen failed libvulkan.so.1' without a loader
+        names = []
+        for i in range(count):
+            try:
+                names.append(str(ncnn.get_gpu_info(i).device_name()))
+            except Exception:  # older wheels lack get_gpu_info or device_name
+                names.append("vulkan%d" % i)
+        out.update(gpu_count=count, gpus=names)
+    except Exception as exc:  # a broken install, a Vulkan loader failing
+        out.update(available=False, reason="ncnn failed to load: %s" % " ".join(str(exc).split()))
+    return out
+
+
+def _quiet_stderr(fn):
+    """``fn()`` with file descriptor 2 sent to /dev/null (a C library's messages that Python cannot catch)."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        return fn()
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            return fn()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _with_ncnn(runtimes):
+    """``runtimes`` (:func:`.runtimes.probe_all`) with an ``ncnn`` entry from :func:`ncnn_facts` where no adapter
+    reported one, and ``gpu_count``/``gpus`` added to an adapter's entry that lacks them."""
+    entry = runtimes.get("ncnn")
+    if entry is None:
+        runtimes["ncnn"] = ncnn_facts()
+    elif entry.get("available") and "gpu_count" not in entry:
+        facts = ncnn_facts()
+        runtimes["ncnn"] = dict(entry, gpu_count=facts["gpu_count"], gpus=facts["gpus"])
+    return runtimes
 
 
 def run_pinned(cpus, fn, name="parapipe-timing"):

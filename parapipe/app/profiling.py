@@ -276,10 +276,11 @@ def import_job(csv_path: PathArg, soc: str, db_path: Optional[PathArg] = None,
 
 def detect_job(out: PathArg, host: Optional[HostSpec] = None, python: Optional[str] = None,
                name: Optional[str] = None, per_core: Optional[bool] = None, progress: Progress = None,
-               record: Optional[MeasureLog] = None) -> Tuple[SoC, Path, str]:
+               record: Optional[MeasureLog] = None) -> Tuple[SoC, Path, str, List[str]]:
     """``parapipe soc detect``: measure the machine and write its profile YAML to ``out``; returns the profile,
-    its path and how its CPU PUs were grouped (``per_core`` None: as
-    :func:`parapipe.measure.detect.cpu_grouping` chooses). ``progress(done, total)`` follows the
+    its path, how its CPU PUs were grouped (``per_core`` None: as
+    :func:`parapipe.measure.detect.cpu_grouping` chooses) and one line per runtime found
+    (:func:`parapipe.measure.detect.runtime_findings`). ``progress(done, total)`` follows the
     micro-benchmarks, ``record`` gets their spread and load.
 
     Raises
@@ -289,7 +290,7 @@ def detect_job(out: PathArg, host: Optional[HostSpec] = None, python: Optional[s
     HostError
         As :func:`profile_job`.
     """
-    from parapipe.measure.detect import cpu_grouping, detect_soc
+    from parapipe.measure.detect import cpu_grouping, detect_soc, runtime_findings
     from parapipe.measure.agent_timer import open_agent_timer
     from parapipe.soc.loader import load_soc, save_soc
 
@@ -305,11 +306,12 @@ def detect_job(out: PathArg, host: Optional[HostSpec] = None, python: Optional[s
                    "one PU per CPU cluster, as --per-cluster asked (--per-core for one PU per core)")
         soc = detect_soc(runner if record is None else RecordingTimer(runner, record), name=name,
                          per_core=per_core, progress=progress)
+        found = runtime_findings(runner.facts)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     save_soc(soc, path)
     load_soc(str(path))  # the written file must load; a failure here is a bug in detect_soc
-    return soc, path, how
+    return soc, path, how, found
 
 
 def calibrate_runs_job(soc: str, runs_csv: Optional[str], db_path: Optional[str], blocks_dir: Optional[str],

@@ -228,7 +228,8 @@ def calibrated_profile(soc, fit: RunsFit, citation: str):
     overlap = {pu: (float(v) if v > 1e-9 else 0.0) for pu, v in terms.overlap.items()  # 1e-9: zero to the fit
                if pu in soc.pus and (v or f"overlap.{pu}" in fitted)}
     pipeline = PipelineParams(overlap=overlap, dispatch_s=terms.dispatch_s, handoff_s=terms.handoff_s,
-                              contention=terms.contention, slowdown=terms.slowdown, sharing=terms.sharing)
+                              contention=terms.contention, slowdown=terms.slowdown, sharing=terms.sharing,
+                              invoke_s={pu: float(v) for pu, v in terms.invoke_s.items() if pu in soc.pus})
     pus = {name: pu for name, pu in soc.pus.items()}
     static = soc.static_power_w
     if fit.power is not None:

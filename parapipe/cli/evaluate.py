@@ -95,7 +95,8 @@ def handle(args: argparse.Namespace) -> int:
         print(f"pipeline terms of {soc.name}: slowdown {terms.slowdown:.4g}, dispatch {terms.dispatch_s * 1e6:.1f} us"
               f"/stage, hand-off {terms.handoff_s * 1e6:.1f} us, contention {terms.contention:.3g}, sharing "
               f"{terms.sharing:.3g}, overlap "
-              + (", ".join(f"{pu} {v:.2f}" for pu, v in terms.overlap.items()) or "none"))
+              + (", ".join(f"{pu} {v:.2f}" for pu, v in terms.overlap.items()) or "none")
+              + "".join(f", invocation {pu} {v * 1e6:.0f} us" for pu, v in terms.invoke_s.items() if v))
     measurement = prep.measure_log.summary() if prep is not None and prep.measure_log is not None else None
     evaluations = [evaluate(problem, m, terms) for _, m in mappings]
     for k, (label, m) in enumerate(mappings):

@@ -19,13 +19,18 @@ def handle(args: argparse.Namespace) -> int:
     steps = StepBars()
     steps.status("starting the agent")
     try:
-        soc, path, how = detect_job(args.out, host_spec(args), args.python, args.name, per_core,
+        soc, path, how, found = detect_job(args.out, host_spec(args), args.python, args.name, per_core,
                                     lambda done, total: steps("measuring", done, total), record)
     finally:
         steps.close()
+    for line in found:
+        print(f"runtime: {line}")
     print(f"PUs: {how}")
     for pu in soc.pus.values():
-        print(f"{pu.name:<10} {pu.kind:<4} cores {pu.cores:<3} peak {pu.peak_flops / 1e9:8.1f} GFLOPS  bandwidth "
+        ex = pu.execution
+        via = (ex.provider if ex.runtime == "onnxruntime" else
+               f"{ex.runtime} {ex.runtime_options.get('device', '')}".strip())
+        print(f"{pu.name:<10} {pu.kind:<4} {via:<22} cores {pu.cores:<3} peak {pu.peak_flops / 1e9:8.1f} GFLOPS  bandwidth "
               f"{pu.memory_bandwidth_bytes_per_s / 1e9:6.1f} GB/s  overhead {pu.op_overhead_s * 1e6:6.1f} us")
     t = soc.transfers.default
     print(f"transfer (default): alpha {t.alpha_s * 1e6:.1f} us, beta {t.beta_bytes_per_s / 1e9:.2f} GB/s; "

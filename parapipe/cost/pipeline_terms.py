@@ -1,5 +1,5 @@
-"""Pipeline-level terms of the cost model, learnt from measured runs: overlap of the stages a PU shares,
-a dispatch cost per stage hop and per hand-off between PUs, shared-DRAM contention between concurrent stages, and
+"""Pipeline-level terms of the cost model, learnt from measured runs (or stated as priors in a profile): overlap of
+the stages a PU shares, a dispatch cost per stage hop, a runtime invocation cost per PU and per hand-off between PUs, shared-DRAM contention between concurrent stages, and
 a whole-run slowdown.
 
 :func:`parapipe.cost.evaluate.evaluate` without terms gives the *plain* model: stage times ``T_s`` (input hand-off +
@@ -12,13 +12,17 @@ latency = ``Σ T_s``. :func:`apply_terms` turns that evaluation into the *full* 
    on the stage's critical path, which an idle-machine measurement of ``alpha`` misses); the stages' schedules
    are evaluated again with ``alpha + h`` (the list schedule may change). The hop into a stage is the dispatch
    ``d`` of step 1. ``T_s``, ``input_s`` and ``makespan_s`` below are those of this step.
-1. **Whole-run slowdown** ``κ`` (``slowdown``, > 0), **sharing** ``ψ`` (``sharing``, >= 0) and **dispatch** ``d``
-   (``dispatch_s``, s >= 0): every stage pays ``d`` once per inference for the hop into it (the queue hand-off
-   and the launch of its work, the first stage's included) and its work is scaled by ``κ``, and by ``1 + ψ`` when
+1. **Whole-run slowdown** ``κ`` (``slowdown``, > 0), **sharing** ``ψ`` (``sharing``, >= 0), **dispatch** ``d``
+   (``dispatch_s``, s >= 0) and **invocation** ``i_p`` (``invoke_s[pu]``, s >= 0): every stage pays
+   ``d_s = d + max_{p ∈ PUs(s)} i_p`` once per inference for the hop into it (``d``: the queue hand-off and the
+   launch of its work, the first stage's included; ``i_p``: the fixed cost of one call into the runtime that
+   drives PU ``p``, e.g. an NPU driver's submit and wait or a GPU command-buffer submit; a multi-PU stage
+   invokes its PUs side by side and pays the largest, a first-order estimate that charges one call per PU) and
+   its work is scaled by ``κ``, and by ``1 + ψ`` when
    one of its PUs serves another stage too (``shared_s``): the PU's caches then hold the other stage's weights
    and activations when this stage starts, so it refills them. Measured on a 2-core x86 machine with stage
    sub-models timed alone (benchmarks/fidelity.py): stages on a core shared with another stage ran 5-17 % longer
-   in the pipeline than alone, stages with a core to themselves 0-6 %. ``T̃_s = κ·(1 + ψ·shared_s)·T_s + d``.
+   in the pipeline than alone, stages with a core to themselves 0-6 %. ``T̃_s = κ·(1 + ψ·shared_s)·T_s + d_s``.
 2. **Memory contention** ``γ`` (``contention``, >= 0), after the HaX-CoNN model of concurrent DNN layers on a
    shared-memory SoC (Dagli & Belviranli, "Shared Memory-contention-aware Concurrent DNN Execution for Diversely
    Heterogeneous System-on-Chips", PPoPP 2024), whose slowdown is a function of the bandwidth the co-running
@@ -30,7 +34,7 @@ latency = ``Σ T_s``. :func:`apply_terms` turns that evaluation into the *full* 
    SoC's bandwidth ``B`` (``memory_bandwidth_bytes_per_s``, the profile's) its co-runners demand::
 
        ρ_s = Σ_{r ≠ s, PUs(r) ∩ PUs(s) = ∅} M_r / (P₀ · B),     f_s = κ · (1 + ψ·shared_s) · (1 + γ · ρ_s)
-       T'_s = (input_s · f_s + d) + makespan_s · f_s
+       T'_s = (input_s · f_s + d_s) + makespan_s · f_s
 
    (one step: the duty cycles come from the uncontended period, a first-order estimate). Block start/finish
    times, the time PUs compute and the dynamic energy scale with ``f_s``; the dispatch draws idle power.
@@ -42,14 +46,14 @@ latency = ``Σ T_s``. :func:`apply_terms` turns that evaluation into the *full* 
 
    With ``φ_p = 0`` it is the plain sum, added in stage order as the plain model adds it.
 4. Period ``P = max_p busy_p``; latency (one frame through an idle pipeline: no co-runner, no contention)
-   ``L = Σ_s (κ·(1 + ψ·shared_s)·T_s + d)``; energy ``E = Σ_s f_s·E_dyn,s + (Σ_p P_idle + P_static)·P`` (the plain model's energy
+   ``L = Σ_s (κ·(1 + ψ·shared_s)·T_s + d_s)``; energy ``E = Σ_s f_s·E_dyn,s + (Σ_p P_idle + P_static)·P`` (the plain model's energy
    with the lengthened compute and period).
 
-With the defaults (``h = 0``, ``κ = 1``, ``ψ = 0``, ``d = 0``, ``γ = 0``, ``φ = 0``) every step multiplies by 1.0, adds 0.0 or sums in
+With the defaults (``h = 0``, ``κ = 1``, ``ψ = 0``, ``d = 0``, ``i = 0``, ``γ = 0``, ``φ = 0``) every step multiplies by 1.0, adds 0.0 or sums in
 the same order as the plain model: the numbers are bit-identical (tested on the zoo models).
 
-A mapping with replicated stages takes step 1's ``κ`` and ``d`` only (:func:`parapipe.cost.evaluate.evaluate`:
-every replica's time ``κ·T_r + d``); ``calibrate --runs`` fits on its runs too (:class:`ReplicatedFacts`).
+A mapping with replicated stages takes step 1's ``κ``, ``d`` and ``i`` only (:func:`parapipe.cost.evaluate.evaluate`:
+every replica's time ``κ·T_r + d_r``, ``d_r`` as ``d_s`` over the replica's PUs); ``calibrate --runs`` fits on its runs too (:class:`ReplicatedFacts`).
 
 The search uses the plain model in its labels; every point it reports must be re-evaluated with the full model
 (:func:`parapipe.cost.evaluate.evaluate` with the terms) so that the front it shows is the front of the model the user calibrated.
@@ -96,6 +100,9 @@ class PipelineTerms:
         ``contention > 0``.
     sharing : float
         ``ψ`` (>= 0, dimensionless): relative slowdown of a stage whose PU serves another stage too (step 1).
+    invoke_s : dict of str to float
+        PU name -> ``i_p``, s per stage (or replica) that runs on the PU, per inference (>= 0; step 1). PUs not
+        listed take 0.
 
     Raises
     ------
@@ -110,11 +117,15 @@ class PipelineTerms:
     memory_bandwidth_bytes_per_s: Optional[float] = None
     handoff_s: float = 0.0
     sharing: float = 0.0
+    invoke_s: TMapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for pu, phi in self.overlap.items():
             if not 0.0 <= phi <= 1.0:
                 raise ValueError(f"overlap of {pu!r} must be in [0, 1], got {phi!r}")
+        for pu, cost in self.invoke_s.items():
+            if not (cost >= 0 and math.isfinite(cost)):
+                raise ValueError(f"invoke_s of {pu!r} must be a finite number >= 0, got {cost!r}")
         for name in ("dispatch_s", "handoff_s"):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
@@ -134,7 +145,8 @@ class PipelineTerms:
     def is_default(self) -> bool:
         """True when the terms reproduce the plain model."""
         return (self.dispatch_s == 0.0 and self.handoff_s == 0.0 and self.contention == 0.0 and self.slowdown == 1.0
-                and self.sharing == 0.0 and all(v == 0.0 for v in self.overlap.values()))
+                and self.sharing == 0.0 and all(v == 0.0 for v in self.overlap.values())
+                and all(v == 0.0 for v in self.invoke_s.values()))
 
     def models_corunning(self) -> bool:
         """True when the terms slow a stage for running beside others (``slowdown`` ≠ 1 or ``contention`` > 0).
@@ -146,7 +158,13 @@ class PipelineTerms:
     def to_json(self) -> Dict[str, object]:
         """The fitted values, as pareto.json's ``search.cost_terms`` and ``search.refine.terms`` carry them."""
         return {"overlap": dict(self.overlap), "dispatch_s": self.dispatch_s, "handoff_s": self.handoff_s,
-                "contention": self.contention, "slowdown": self.slowdown, "sharing": self.sharing}
+                "contention": self.contention, "slowdown": self.slowdown, "sharing": self.sharing,
+                **({"invoke_s": dict(self.invoke_s)} if any(self.invoke_s.values()) else {})}
+
+    def stage_dispatch_s(self, pu_names: Sequence[str], pus: Sequence[int]) -> float:
+        """``d_s = d + max_{p ∈ pus} i_p`` (step 1) of a stage or replica on PU indices ``pus`` of a problem whose
+        PU names are ``pu_names``."""
+        return self.dispatch_s + max((float(self.invoke_s.get(pu_names[p], 0.0)) for p in pus), default=0.0)
 
     def replace(self, **changes) -> "PipelineTerms":
         """A copy with ``changes`` (field name -> value)."""
@@ -166,7 +184,7 @@ def terms_from_soc(soc) -> PipelineTerms:
         return PipelineTerms(memory_bandwidth_bytes_per_s=bw)
     return PipelineTerms(overlap=dict(spec.overlap), dispatch_s=spec.dispatch_s, contention=spec.contention,
                          slowdown=spec.slowdown, memory_bandwidth_bytes_per_s=bw, handoff_s=spec.handoff_s,
-                         sharing=spec.sharing)
+                         sharing=spec.sharing, invoke_s=dict(spec.invoke_s))
 
 
 def stage_traffic_nbytes(problem: MappingProblem, mapping) -> List[float]:
@@ -272,15 +290,19 @@ class MappingFacts:
             self._handoff = (handoff_s, results)
         return self._handoff[1]
 
+    def dispatch(self, terms: PipelineTerms) -> List[float]:
+        """``d_s`` of every stage (step 1)."""
+        return [terms.stage_dispatch_s(self.problem.pu_names, st.pus) for st in self.mapping.stages]
+
     def factors(self, terms: PipelineTerms) -> List[float]:
         """``f_s`` of every stage (step 2)."""
-        d, gamma = float(terms.dispatch_s), float(terms.contention)
+        gamma = float(terms.contention)
         res = self.stage_results(float(terms.handoff_s))
         base = self.base_factors(terms)
         factors = list(base)
         bw = terms.memory_bandwidth_bytes_per_s  # set whenever gamma > 0 (PipelineTerms checks)
         if gamma > 0.0 and bw is not None and len(factors) > 1:
-            first = [_stage_time(r.input_s, r.makespan_s, f, d) for r, f in zip(res, base)]
+            first = [_stage_time(r.input_s, r.makespan_s, f, d) for r, f, d in zip(res, base, self.dispatch(terms))]
             p0 = float(_busy(self.problem, self.mapping, first, terms.overlap).max())
             for s, co in enumerate(self.co_runners):
                 rho = sum(self.traffic_nbytes[r] for r in co) / (p0 * bw) if p0 > 0 else 0.0
@@ -296,11 +318,11 @@ class MappingFacts:
         """``(period_s, latency_s, compute_s per PU)`` under ``terms``, without building stage results."""
         factors = self.factors(terms)
         res = self.stage_results(float(terms.handoff_s))
-        d = float(terms.dispatch_s)
-        times = [_stage_time(r.input_s, r.makespan_s, f, d) for r, f in zip(res, factors)]
+        dispatch = self.dispatch(terms)
+        times = [_stage_time(r.input_s, r.makespan_s, f, d) for r, f, d in zip(res, factors, dispatch)]
         period = float((_busy(self.problem, self.mapping, times, terms.overlap) + self.switching_s).max())
         latency = 0.0
-        for r, f in zip(res, self.base_factors(terms)):
+        for r, f, d in zip(res, self.base_factors(terms), dispatch):
             latency += _stage_time(r.input_s, r.makespan_s, f, d)
         compute = (self.compute_s * np.asarray(factors)[:, None]).sum(axis=0)
         return period, latency, compute
@@ -345,17 +367,17 @@ def apply_terms(problem: MappingProblem, mapping, evaluation, terms: PipelineTer
     Evaluation
         Period, energy, stage results (loaded stage times, block start/finish, dynamic energy), busy and active
         time per PU under the full model; the latency is one frame through an idle pipeline (no co-runner, so
-        no contention: ``Σ_s κ·T_s + d``). Default terms give numbers equal to ``evaluation``'s, bit for bit.
+        no contention: ``Σ_s κ·T_s + d_s``). Default terms give numbers equal to ``evaluation``'s, bit for bit.
     """
 
     facts = facts or MappingFacts(problem, mapping, evaluation)
     factors = facts.factors(terms)
-    d = float(terms.dispatch_s)
     new: List[StageResult] = []
     active = np.zeros(problem.n_pus)
     dyn = 0.0
     latency = 0.0
-    for res, f, f0 in zip(facts.stage_results(float(terms.handoff_s)), factors, facts.base_factors(terms)):
+    for res, f, f0, d in zip(facts.stage_results(float(terms.handoff_s)), factors, facts.base_factors(terms),
+                             facts.dispatch(terms)):
         input_s = res.input_s * f + d
         makespan = res.makespan_s * f
         sr = StageResult(time_s=input_s + makespan, input_s=input_s, makespan_s=makespan,
@@ -376,6 +398,9 @@ def apply_terms(problem: MappingProblem, mapping, evaluation, terms: PipelineTer
 
 def replicated_with_terms(problem: MappingProblem, mapping: Mapping, terms: PipelineTerms) -> Evaluation:
     """The full-model evaluation of a mapping with replicated stages: the plain model with every block, range
-    and task time × ``κ`` and the dispatch ``d`` added to every stage's and replica's time (the other terms do
-    not arise or are not modelled for it). The mapping obeys :mod:`parapipe.cost.rules` (not checked here)."""
-    return evaluate_plain(slowed(problem, float(terms.slowdown)), mapping, float(terms.dispatch_s))
+    and task time × ``κ`` and the dispatch ``d_s`` (``d`` + the largest ``i_p`` of its PUs) added to every stage's
+    and replica's time (the other terms do not arise or are not modelled for it). The mapping obeys
+    :mod:`parapipe.cost.rules` (not checked here)."""
+    names = problem.pu_names
+    return evaluate_plain(slowed(problem, float(terms.slowdown)), mapping, float(terms.dispatch_s),
+                          invoke_s=[float(terms.invoke_s.get(n, 0.0)) for n in names])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -165,10 +165,13 @@ Producer = Tuple[int, Tuple[float, ...], Tuple[int, ...]]
 
 
 def _replica_result(problem: MappingProblem, stage: StageMapping, producers: Dict[int, Producer],
-                    dispatch_s: float = 0.0) -> Tuple[StageResult, float]:
+                    dispatch_s: float = 0.0, invoke_s: Sequence[float] = ()) -> Tuple[StageResult, float]:
     """One replica (a plain stage) whose producers may be replicated: its result with the mean input, and its
-    worst-case time (:func:`parapipe.cost.replication.mean_and_worst_input_s`); ``dispatch_s`` is added to the
-    input hand-off (the hop into the replica)."""
+    worst-case time (:func:`parapipe.cost.replication.mean_and_worst_input_s`); ``dispatch_s`` plus the largest
+    ``invoke_s`` (per PU index, s; empty: none) of the replica's PUs is added to the input hand-off (the hop into
+    the replica)."""
+    if invoke_s:
+        dispatch_s = dispatch_s + max(float(invoke_s[p]) for p in stage.pus)
     active = np.zeros(problem.n_pus)
     terms = []
     for (u, q), nb in stage_input_transfers(problem, stage).items():
@@ -185,7 +188,8 @@ def _replica_result(problem: MappingProblem, stage: StageMapping, producers: Dic
 
 
 def evaluate_replicated_stage(problem: MappingProblem, stage: StageMapping,
-                              producers: Dict[int, Producer], dispatch_s: float = 0.0) -> StageResult:
+                              producers: Dict[int, Producer], dispatch_s: float = 0.0,
+                              invoke_s: Sequence[float] = ()) -> StageResult:
     """A stage with or without replicas, whose producers may be replicated (model in :mod:`parapipe.cost.evaluate`).
 
     Parameters
@@ -196,6 +200,9 @@ def evaluate_replicated_stage(problem: MappingProblem, stage: StageMapping,
         For every block of an earlier stage: ``(stage index, replica shares, PU of the block on each replica)``.
     dispatch_s : float
         Seconds added to every replica's time (the dispatch term ``d``; 0 in the plain model).
+    invoke_s : sequence of float
+        Per PU index, s: the invocation term ``i_p`` (:mod:`parapipe.cost.pipeline_terms`); each replica adds the
+        largest of its PUs' (empty: none, the plain model).
 
     Returns
     -------
@@ -204,7 +211,7 @@ def evaluate_replicated_stage(problem: MappingProblem, stage: StageMapping,
         The stage obeys :mod:`parapipe.cost.rules` (not checked here).
     """
     views = stage.replica_stages()
-    results, worst = zip(*(_replica_result(problem, view, producers, dispatch_s) for view in views))
+    results, worst = zip(*(_replica_result(problem, view, producers, dispatch_s, invoke_s) for view in views))
     times = [r.time_s for r in results]
     shares = replica_shares(times)
     if len(views) == 1:
@@ -222,10 +229,12 @@ def evaluate_replicated_stage(problem: MappingProblem, stage: StageMapping,
         replicas=list(results))
 
 
-def evaluate_plain(problem: MappingProblem, mapping: Mapping, dispatch_s: Optional[float] = None) -> Evaluation:
+def evaluate_plain(problem: MappingProblem, mapping: Mapping, dispatch_s: Optional[float] = None,
+                   invoke_s: Sequence[float] = ()) -> Evaluation:
     """The plain model of :mod:`parapipe.cost.evaluate` on a mapping that obeys :mod:`parapipe.cost.rules` (not
     checked here) (``dispatch_s`` None), or, for a mapping with replicated stages, the plain model with
-    ``dispatch_s`` added to every stage's and replica's time."""
+    ``dispatch_s`` plus the largest ``invoke_s`` (per PU index, s) of its PUs added to every stage's and
+    replica's time."""
     k = problem.n_pus
     producer_pu: Dict[int, int] = {}
     producers: Dict[int, Producer] = {}
@@ -243,7 +252,7 @@ def evaluate_plain(problem: MappingProblem, mapping: Mapping, dispatch_s: Option
             for p in st.pus:
                 busy[p] += res.time_s
         else:
-            res = evaluate_replicated_stage(problem, st, producers, dispatch_s or 0.0)
+            res = evaluate_replicated_stage(problem, st, producers, dispatch_s or 0.0, invoke_s)
             for view, w in zip(st.replica_stages(), res.shares):
                 for p in view.pus:
                     busy[p] += res.period_s if w > 0 else 0.0

@@ -3,7 +3,9 @@
 :func:`measured_soc` asks a :class:`~parapipe.measure.timer.Timer` (the agent, local or over SSH, or this process:
 both run :mod:`ppexec.timing`) for the machine's facts, makes one PU per CPU cluster (CPUs grouped by sysfs
 ``cpu_capacity`` / ``cpuinfo_max_freq``; or one PU per core with ``per_core``) and, if asked, one per accelerator
-execution provider it reports (``parapipe soc detect`` picks per core or per cluster with :func:`cpu_grouping`), and measures on each PU, through ONNX Runtime:
+execution provider it reports, per OpenVINO GPU or NPU device and per ncnn Vulkan device
+(:func:`runtime_bindings`; ``parapipe soc detect`` picks per core or per cluster with :func:`cpu_grouping`, and
+names the runtimes it found with :func:`runtime_findings`), and measures on each PU, through its runtime adapter:
 
 * peak FLOP/s: a :data:`GEMM_N`-square fp32 MatMul with all the PU's threads (best of the repeats, 2·N³
   FLOPs);
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Literal, Optional, Tuple
 
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -37,10 +39,13 @@ from parapipe.soc.profile import PU, Provenance, PUKind, SoC
 
 log = logging.getLogger(__name__)
 
+#: A PU's precision (:attr:`parapipe.soc.profile.PU.precision`).
+Precision = Literal["fp32", "fp16", "int8"]
+
 __all__ = ["detect_soc", "measured_soc", "fit_handoff", "gemm_model", "scale_model", "identity_model",
            "PROVIDER_KINDS", "GEMM_N", "COPY_NBYTES", "TRANSFER_NBYTES", "TRANSFER_REPEATS", "MAX_PAIR_PUS",
            "PLACEHOLDER_ACTIVE_POWER_W", "PLACEHOLDER_IDLE_POWER_W", "PLACEHOLDER_STATIC_POWER_W",
-           "FALLBACK_FREQUENCY_HZ"]
+           "FALLBACK_FREQUENCY_HZ", "runtime_findings", "runtime_bindings", "OPENVINO_DEVICE_KINDS"]
 
 #: Side of the square fp32 MatMul timed for peak FLOP/s (2·N³ = 0.27 GFLOP; a few ms on a desktop core, about
 #: 50 ms on a Cortex-A53).
@@ -71,6 +76,10 @@ PROVIDER_KINDS: Dict[str, PUKind] = {
     "QNNExecutionProvider": "npu", "VSINPUExecutionProvider": "npu", "RknpuExecutionProvider": "npu",
     "OpenVINOExecutionProvider": "npu", "VitisAIExecutionProvider": "npu",
 }
+
+#: OpenVINO device names (before any ``.N`` index) that become PUs, and their kind. ``CPU`` is left out: the CPU
+#: cores are PUs through ONNX Runtime already.
+OPENVINO_DEVICE_KINDS: Dict[str, PUKind] = {"GPU": "gpu", "NPU": "npu"}
 
 #: Source key and text of what ``soc detect`` measures.
 DETECTED_SOURCE = ("detected", "Measured on the host by parapipe soc detect through the parapipe agent and ONNX "
@@ -154,6 +163,55 @@ def cpu_grouping(hello: dict) -> Tuple[bool, str]:
     return False, "one PU: the machine lets parapipe use one core only"
 
 
+def runtime_findings(facts: dict) -> List[str]:
+    """One line per runtime a machine's facts (the agent's ``hello``: ``providers`` and ``runtimes``) report: ONNX
+    Runtime and its providers, OpenVINO and its devices, ncnn with or without a Vulkan device, or why each is
+    missing."""
+    runtimes = facts.get("runtimes") or {}
+    ort = runtimes.get("onnxruntime") or {}
+    providers = ort.get("providers") or facts.get("providers") or []
+    lines = [f"onnxruntime {ort.get('version') or facts.get('onnxruntime_version') or '?'}: providers "
+             + (", ".join(providers) or "none")]
+    ov = runtimes.get("openvino")
+    if ov is not None:
+        lines.append(f"openvino {ov.get('version')}: devices " + (", ".join(ov.get("devices") or []) or "none")
+                     if ov.get("available") else f"openvino: not usable ({ov.get('reason') or 'not installed'})")
+    nc = runtimes.get("ncnn")
+    if nc is not None:
+        if not nc.get("available"):
+            lines.append(f"ncnn: not usable ({nc.get('reason') or 'not installed'})")
+        elif int(nc.get("gpu_count") or 0) > 0:
+            lines.append(f"ncnn {nc.get('version')}: {nc['gpu_count']} Vulkan device(s) "
+                         + ", ".join(nc.get("gpus") or []))
+        else:
+            lines.append(f"ncnn {nc.get('version')}: no Vulkan device (a Vulkan net would run on the CPU; install "
+                         "the board's Vulkan driver, e.g. Mesa panvk for Mali)")
+    return lines
+
+
+def runtime_bindings(facts: dict) -> List[Tuple[PUKind, Execution, str]]:
+    """``[(kind, execution, what), ...]``: the accelerator PUs a machine's facts let parapipe bind, in this order:
+    each ONNX Runtime provider of :data:`PROVIDER_KINDS`, each OpenVINO device of :data:`OPENVINO_DEVICE_KINDS`
+    (``runtime: openvino``, ``runtime_options: {device: NAME}``), one ncnn Vulkan GPU (``runtime: ncnn``,
+    ``runtime_options: {device: vulkan}``) where ncnn reports a Vulkan device; ``what`` names it for messages."""
+    out: List[Tuple[PUKind, Execution, str]] = []
+    for provider in facts.get("providers") or []:
+        if provider in PROVIDER_KINDS:
+            out.append((PROVIDER_KINDS[provider], Execution(provider=provider, threads=1), provider))
+    runtimes = facts.get("runtimes") or {}
+    ov = runtimes.get("openvino") or {}
+    for device in ov.get("devices") or [] if ov.get("available") else []:
+        kind = OPENVINO_DEVICE_KINDS.get(str(device).split(".")[0])
+        if kind is not None:
+            out.append((kind, Execution(runtime="openvino", runtime_options={"device": str(device)}, threads=1),
+                        f"OpenVINO {device}"))
+    nc = runtimes.get("ncnn") or {}
+    if nc.get("available") and int(nc.get("gpu_count") or 0) > 0:
+        out.append(("gpu", Execution(runtime="ncnn", runtime_options={"device": "vulkan"}, threads=1),
+                    "ncnn Vulkan " + ((nc.get("gpus") or ["device 0"])[0])))
+    return out
+
+
 def _measure_pu(timer: Timer, probe: PU, repeats: int) -> Tuple[float, float, float]:
     """(peak FLOP/s, overhead s, bandwidth bytes/s) of a PU."""
     gemm = timer.time_model(gemm_model(), probe, "disabled", warmup=2, repeats=repeats)
@@ -162,9 +220,9 @@ def _measure_pu(timer: Timer, probe: PU, repeats: int) -> Tuple[float, float, fl
     return 2.0 * GEMM_N ** 3 / gemm["min_s"], ident["median_s"], 2.0 * COPY_NBYTES / scale["min_s"]
 
 
-def _probe(name: str, kind: PUKind, execution: Execution, cores: int) -> PU:
+def _probe(name: str, kind: PUKind, execution: Execution, cores: int, precision: Precision = "fp32") -> PU:
     """A placeholder PU that only carries ``execution`` (for :meth:`Timer.time_model`)."""
-    return PU(name=name, kind=kind, cores=cores, frequency_hz=1.0, peak_flops=1.0, precision="fp32",
+    return PU(name=name, kind=kind, cores=cores, frequency_hz=1.0, peak_flops=1.0, precision=precision,
               memory_bandwidth_bytes_per_s=1.0, efficiency={"other": 1.0}, op_overhead_s=0.0,
               active_power_w=0.0,
               idle_power_w=0.0, execution=execution)
@@ -222,8 +280,9 @@ def measured_soc(timer: Timer, name: str, per_core: bool, repeats: int, accelera
     repeats : int
         Timed runs per micro-benchmark.
     accelerators : bool
-        Also one PU per accelerator execution provider of :data:`PROVIDER_KINDS` the machine reports (one that
-        fails to run the micro-benchmarks is skipped with a warning).
+        Also one PU per accelerator the machine reports (:func:`runtime_bindings`: ONNX Runtime providers,
+        OpenVINO GPU/NPU devices, an ncnn Vulkan device); one that fails to run the micro-benchmarks is skipped
+        with a warning.
     source : (str, str)
         Source key and text of the measured numbers (in ``sources`` and every measured field's provenance).
     description : str
@@ -247,7 +306,7 @@ def measured_soc(timer: Timer, name: str, per_core: bool, repeats: int, accelera
     provenance: Dict[str, Provenance] = {}
     measured = Provenance(source=source[0])
     cpu_specs = _cpu_pus(facts, per_core)
-    found = [(p, PROVIDER_KINDS[p]) for p in facts.get("providers") or [] if p in PROVIDER_KINDS]
+    found = runtime_bindings(facts)
     cache: Dict[tuple, Tuple[float, float, float]] = {}
     keys = {(len(cpus), freq) if per_core else (tuple(cpus),) for _, cpus, freq in cpu_specs}
     n_specs = min(len(cpu_specs), 2) if len(cpu_specs) > MAX_PAIR_PUS else len(cpu_specs)
@@ -275,19 +334,20 @@ def measured_soc(timer: Timer, name: str, per_core: bool, repeats: int, accelera
                                                      Provenance(confidence="low",
                                                                 note="not in sysfs: 1 GHz guess"))
     taken = {p.name for p in pus}
-    for provider, kind in found if accelerators else []:
+    for kind, execution, what in found if accelerators else []:
         pu_name = kind if kind not in taken else f"{kind}{len(taken)}"
-        execution = Execution(provider=provider, threads=1)
+        # OpenVINO's NPU computes in fp16 (docs.openvino.ai, 'NPU Device'); the rest as measured, in fp32
+        precision: Precision = "fp16" if execution.runtime == "openvino" and kind == "npu" else "fp32"
         try:
-            peak, overhead, bandwidth = _measure_pu(timer, _probe(pu_name, kind, execution, 1), repeats)
+            peak, overhead, bandwidth = _measure_pu(timer, _probe(pu_name, kind, execution, 1, precision), repeats)
         except AgentRequestError as exc:
-            log.warning("%s: skipping %s (%s)", timer.host, provider, exc)
+            log.warning("%s: skipping %s (%s)", timer.host, what, exc)
             continue
         finally:
             tick()
         taken.add(pu_name)
         pus.append(PU(name=pu_name, kind=kind, cores=1, frequency_hz=FALLBACK_FREQUENCY_HZ, peak_flops=peak,
-                      precision="fp32", memory_bandwidth_bytes_per_s=bandwidth, efficiency={"other": 1.0},
+                      precision=precision, memory_bandwidth_bytes_per_s=bandwidth, efficiency={"other": 1.0},
                       op_overhead_s=overhead, active_power_w=PLACEHOLDER_ACTIVE_POWER_W,
                       idle_power_w=PLACEHOLDER_IDLE_POWER_W, execution=execution))
         provenance[f"pus.{pu_name}.frequency_hz"] = Provenance(confidence="low", note="clock not reported")

@@ -246,7 +246,7 @@ def _relaxation(problem: MappingProblem, best_period_s: float, budget: Budget):
 
 def _bounds_with_terms(plain: Bounds, terms, best_period_s: float) -> Bounds:
     """The plain model's bounds carried to the full model of ``terms`` without overlap: every stage's (and
-    replica's) work is × ``κ`` and the other terms only add time (hand-off, dispatch, sharing, contention), so
+    replica's) work is × ``κ`` and the other terms only add time (hand-off, dispatch, invocation, sharing, contention), so
     ``κ ×`` each plain bound holds for every mapping under ``terms`` (a replicated stage's ``1 / Σ 1/(κT_r + d)``
     is at least ``κ / Σ 1/T_r``). Proved optimal only when the best period found under ``terms`` reaches it."""
     kappa = float(terms.slowdown)

@@ -12,7 +12,7 @@ __all__ = ["SHIPPED_RUNTIMES", "Execution"]
 
 #: Runtime adapters shipped with the executor (``device_agents/ppexec/runtimes.py``). A profile may name another
 #: runtime: it is a declared adapter slot that a vendor adapter fills on the board (device_agents/README.md).
-SHIPPED_RUNTIMES = ("onnxruntime", "openvino")
+SHIPPED_RUNTIMES = ("onnxruntime", "openvino", "ncnn")
 
 
 class Execution(BaseModel):

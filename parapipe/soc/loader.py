@@ -250,6 +250,8 @@ def _plain_values(parsed: SocFile) -> tuple[dict, dict[str, dict]]:
         pipe = parsed.pipeline
         plain["pipeline"] = {
             "overlap": {pu: number(f"pipeline.overlap.{pu}", q) for pu, q in pipe.overlap.items()},
+            **({"invoke_s": {pu: number(f"pipeline.invoke_s.{pu}", q) for pu, q in pipe.invoke_s.items()}}
+               if pipe.invoke_s else {}),
             **{f: number(f"pipeline.{f}", getattr(pipe, f)) for f in _PIPELINE_SCALARS
                if getattr(pipe, f) is not None}}
     if parsed.power_sensor is not None:
@@ -331,6 +333,8 @@ def soc_to_yaml_dict(soc: SoC) -> dict:
     if soc.pipeline is not None:
         pipe = soc.pipeline
         body["pipeline"] = {"overlap": {pu: quantity(f"pipeline.overlap.{pu}", v) for pu, v in pipe.overlap.items()},
+                            **({"invoke_s": {pu: quantity(f"pipeline.invoke_s.{pu}", v)
+                                             for pu, v in pipe.invoke_s.items()}} if pipe.invoke_s else {}),
                             **{f: quantity(f"pipeline.{f}", getattr(pipe, f)) for f in _PIPELINE_SCALARS
                                if f"pipeline.{f}" in soc.provenance
                                or getattr(pipe, f) != type(pipe).model_fields[f].default}}

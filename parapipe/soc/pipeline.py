@@ -26,8 +26,8 @@ __all__ = ["PipelineParams", "PowerSensor", "POWER_SENSOR_KINDS"]
 
 
 class PipelineParams(BaseModel):
-    """The ``pipeline:`` section: overlap per PU (``φ`` in [0, 1]), dispatch per stage (s), extra cost per
-    hand-off between the PUs of a multi-PU stage (s), memory contention (``γ``, dimensionless), whole-run slowdown (``κ``) and the slowdown of a stage on a shared PU
+    """The ``pipeline:`` section: overlap per PU (``φ`` in [0, 1]), dispatch per stage (s), invocation cost per
+    PU (s per stage on the PU), extra cost per hand-off between the PUs of a multi-PU stage (s), memory contention (``γ``, dimensionless), whole-run slowdown (``κ``) and the slowdown of a stage on a shared PU
     (``ψ``, dimensionless); defaults
     reproduce the plain cost model."""
 
@@ -38,6 +38,16 @@ class PipelineParams(BaseModel):
     contention: float = Field(default=0.0, ge=0)
     slowdown: float = Field(default=1.0, gt=0)
     sharing: float = Field(default=0.0, ge=0)
+    invoke_s: dict[str, float] = {}
+
+    @field_validator("invoke_s")
+    @classmethod
+    def _non_negative(cls, invoke_s: dict[str, float]) -> dict[str, float]:
+        for pu, cost in invoke_s.items():
+            if not cost >= 0:
+                raise FieldProblem(pu, f"must be >= 0, got {cost!r}",
+                                   "give the seconds one call into the PU's runtime costs, e.g. 5.0e-4")
+        return invoke_s
 
     @field_validator("overlap")
     @classmethod

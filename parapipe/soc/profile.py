@@ -260,10 +260,11 @@ class SoC(BaseModel):
                     raise FieldProblem(f"transfers.pairs.{i}", f"{direction[0]} -> {direction[1]} is already given "
                                        f"by transfers.pairs.{seen[direction]}", "give each direction once")
                 seen[direction] = i
-        for pu_name in (self.pipeline.overlap if self.pipeline is not None else {}):
-            if pu_name not in self.pus:
-                raise FieldProblem(f"pipeline.overlap.{pu_name}", f"unknown PU '{pu_name}'",
-                                   f"choose from {', '.join(self.pus)}")
+        for section in ("overlap", "invoke_s"):
+            for pu_name in (getattr(self.pipeline, section) if self.pipeline is not None else {}):
+                if pu_name not in self.pus:
+                    raise FieldProblem(f"pipeline.{section}.{pu_name}", f"unknown PU '{pu_name}'",
+                                       f"choose from {', '.join(self.pus)}")
         return self
 
     def model_post_init(self, __context) -> None:
@@ -340,7 +341,7 @@ class SoC(BaseModel):
             parts = key.split(".")
             if parts[0] == "pus" and parts[1] not in keep:
                 continue
-            if parts[:2] == ["pipeline", "overlap"] and parts[2] not in keep:
+            if parts[:2] in (["pipeline", "overlap"], ["pipeline", "invoke_s"]) and parts[2] not in keep:
                 continue
             if parts[:2] == ["transfers", "pairs"]:
                 if parts[2] not in new_index:
@@ -350,7 +351,8 @@ class SoC(BaseModel):
         fields = {f: getattr(self, f) for f in type(self).model_fields}
         if self.pipeline is not None:
             fields["pipeline"] = self.pipeline.model_copy(
-                update={"overlap": {p: v for p, v in self.pipeline.overlap.items() if p in keep}})
+                update={"overlap": {p: v for p, v in self.pipeline.overlap.items() if p in keep},
+                        "invoke_s": {p: v for p, v in self.pipeline.invoke_s.items() if p in keep}})
         return type(self).model_validate({
             **fields, "pus": {n: self.pus[n] for n in keep}, "provenance": provenance,
             "transfers": Transfers(default=self.transfers.default, pairs=tuple(pairs)),

@@ -173,6 +173,7 @@ class PipelineEntry(BaseModel):
 
     model_config = _STRICT
     overlap: dict[str, Quantity] = {}
+    invoke_s: dict[str, Quantity] = {}
     dispatch_s: Optional[Quantity] = None
     handoff_s: Optional[Quantity] = None
     contention: Optional[Quantity] = None
