@@ -44,7 +44,7 @@ from ..cost.replicated_baseline import replicated_mappings
 from ..errors import InfeasibleError, input_error
 from .baselines import parallel_mappings, single_pu_mappings
 from .bounds import PROOF_RTOL, Bounds, lower_bounds, optimistic_problem
-from .dvfs import OpSpace, resolve_operating_points, retime, schedutil_mapping
+from .dvfs import RETIME_MAX_MAPPINGS, OpSpace, resolve_operating_points, retime, schedutil_mapping
 from .budget import RELAX_WORK_PER_S, SAFETY_FACTOR, WALL, Budget
 from .cpsat import TIME_UNIT_S
 from .pareto import pareto_mask
@@ -289,17 +289,23 @@ def _baselines_at_ops(problem: MappingProblem, points: List[SearchPoint], space:
             fams[fam].append(SearchPoint(f"{p.id}-f{i}", p.strategy, m, evaluate(problem, m, terms),
                                          list(p.stage_schedules)))
     out: List[SearchPoint] = []
-    for fam in fams.values():
-        out += _own_front(fam, objectives)
+    for members in fams.values():
+        out += _own_front(members, objectives)
     return out
 
 
 def _retimed(problem: MappingProblem, cands: List[SearchPoint], space: OpSpace, terms, cache: dict,
              objectives: Sequence[str]) -> List[SearchPoint]:
-    """Re-timed variants (:func:`parapipe.search.dvfs.retime`) of the candidates on the highest-point front."""
+    """Re-timed variants (:func:`parapipe.search.dvfs.retime`) of the candidates on the highest-point front (at most
+    :data:`parapipe.search.dvfs.RETIME_MAX_MAPPINGS` of them, spread along the period axis)."""
     assert space.op_sets is not None
     out: List[SearchPoint] = []
-    for p in _own_front([c for c in cands if c.evaluation.fits_memory] or cands, objectives):
+    front = sorted(_own_front([c for c in cands if c.evaluation.fits_memory] or cands, objectives),
+                   key=lambda p: p.objectives())
+    if len(front) > RETIME_MAX_MAPPINGS:
+        front = [front[i] for i in sorted(set(np.linspace(0, len(front) - 1, RETIME_MAX_MAPPINGS).round()
+                                               .astype(int).tolist()))]
+    for p in front:
         for m in retime(problem, p.mapping, space.op_sets, cache):
             out.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), list(p.stage_schedules),
                                    origin=p.origin))
@@ -307,11 +313,13 @@ def _retimed(problem: MappingProblem, cands: List[SearchPoint], space: OpSpace, 
 
 
 def _governors(problem: MappingProblem, front: List[SearchPoint], terms) -> List[SearchPoint]:
-    """The governors users get by default on the best-throughput mapping (:mod:`parapipe.search.dvfs`):
-    ``performance`` (every PU at its highest point) and ``schedutil``."""
+    """The governors users get by default on the best-throughput mapping of ``front`` that fits memory
+    (:mod:`parapipe.search.dvfs`): ``performance`` (every PU at its highest point) and ``schedutil``."""
     if not front:
         return []
-    best = min(front, key=lambda p: p.objectives())
+    best = min((p for p in front if p.evaluation.fits_memory), key=lambda p: p.objectives(), default=None)
+    if best is None:
+        return []
     perf = Mapping(tuple(StageMapping(st.start, st.stop, st.pus, st.assignment, st.order,
                                       tuple(ReplicaMapping(r.pus, r.assignment, r.order) for r in st.replicas))
                          for st in best.mapping.stages))
@@ -398,6 +406,11 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
         if period_m is not None:
             m = merge_same_pu_stages(period_m)
             cand_points.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m), origin="period"))
+    if op_space.op_sets is not None:  # the governors' points lie in the space too
+        govs = _governors(problem, cand_points, terms)
+        points += govs
+        cand_points += [SearchPoint("", "parapipe", g.mapping, g.evaluation, g.stage_schedules, origin="baseline")
+                        for g in govs]
     if op_space.where == "retime":  # operating points per stage of the highest-point front (module dvfs)
         cand_points += _retimed(problem, cand_points, op_space, terms, retime_cache, opts.objectives)
     fits = [p for p in cand_points if p.evaluation.fits_memory]
@@ -411,8 +424,6 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     front.sort(key=lambda p: p.objectives())
     for i, p in enumerate(front):
         p.id = f"p{i}"
-    if op_space.op_sets is not None:
-        points += _governors(problem, front, terms)
     all_points = front + points
     objs = [tuple(row) for row in _objective_matrix(all_points, opts.objectives)]
     # Equal objective vectors: pareto_mask keeps the first; a baseline equal to a front point is on the front too.

@@ -219,7 +219,7 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
                 if not reuse and used_mask & ex.mask:
                     continue
                 mask = 0 if reuse else used_mask | ex.mask
-                extra: tuple = ()
+                opkey: tuple = ()
                 sw = None
                 if track:
                     opst = list(keys[sid][4])
@@ -233,12 +233,12 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
                         elif cur[1] != o:
                             swl[p] = trans[p]
                             opst[p] = (cur[0], o)
-                    extra = (tuple(opst),)
+                    opkey = (tuple(opst),)
                     sw = tuple(swl) if any(swl) else None
                 for j, t_s, dyn, new_live in ex.moves(livepus, track):
                     if not cut_ok[j]:
                         continue
-                    nkey = (j, mask, new_live, n_st + 1 if staged else 0) + extra
+                    nkey = (j, mask, new_live, n_st + 1 if staged else 0) + opkey
                     bucket = pending.get(nkey)
                     if bucket is None:
                         bucket = pending[nkey] = []

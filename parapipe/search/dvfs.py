@@ -39,7 +39,8 @@ from ..cost.schedule import evaluate_stage
 from .pareto import pareto_mask
 from .stages import all_groups
 
-__all__ = ["AUTO_MAX_VARIANTS", "RETIME_POINTS", "RETIME_MAX_CHOICES", "RETIME_MAX_LABELS", "SCHEDUTIL_MARGIN",
+__all__ = ["AUTO_MAX_VARIANTS", "RETIME_POINTS", "RETIME_MAX_CHOICES", "RETIME_MAX_LABELS", "RETIME_MAX_RESULTS",
+           "RETIME_MAX_MAPPINGS", "SCHEDUTIL_MARGIN",
            "OpSpace", "thin_points", "resolve_operating_points", "retime", "with_ops", "schedutil_mapping"]
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,12 @@ stage moves together (its i-th point of the points used)."""
 
 RETIME_MAX_LABELS = 24
 """Labels kept per stage of a re-timing DP (spread along the period axis)."""
+
+RETIME_MAX_RESULTS = 6
+"""Variants a re-timing returns per mapping (spread along the period axis)."""
+
+RETIME_MAX_MAPPINGS = 8
+"""Highest-point front mappings re-timed per search (spread along the period axis, the fastest included)."""
 
 SCHEDUTIL_MARGIN = 1.25
 """schedutil's headroom: ``next_freq = 1.25 * max_freq * util / max_capacity`` (Linux
@@ -210,7 +217,8 @@ def _choices(problem: MappingProblem, pus: Sequence[int], op_sets: Sequence[Sequ
 def retime(problem: MappingProblem, mapping: Mapping, op_sets: Sequence[Sequence[int]],
            cache: Optional[dict] = None) -> List[Mapping]:
     """Operating-point variants of ``mapping`` (same stages, replicas, assignments and orders; points per stage
-    and replica from ``op_sets``) that a DP over its stages finds non-dominated, evaluated exactly and filtered.
+    and replica from ``op_sets``) that a DP over its stages finds non-dominated, at most
+    :data:`RETIME_MAX_RESULTS`; the caller evaluates them exactly.
 
     The DP's labels are each PU's busy time, the latency and the dynamic energy, with every stage's input
     hand-off taken from ``mapping`` at its own points (exact unless a replicated stage's shares change with the
@@ -262,16 +270,13 @@ def retime(problem: MappingProblem, mapping: Mapping, op_sets: Sequence[Sequence
             order = keep[np.argsort(mat[keep, :k].max(axis=1), kind="stable")]
             keep = order[np.unique(np.linspace(0, len(order) - 1, RETIME_MAX_LABELS).round().astype(int))]
         labels = [new[i] for i in keep]
+    if len(labels) > RETIME_MAX_RESULTS:  # spread along the period axis, the fastest and the slowest kept
+        by_period = sorted(range(len(labels)), key=lambda i: float(labels[i][0].max()))
+        labels = [labels[by_period[i]] for i in
+                  sorted(set(np.linspace(0, len(by_period) - 1, RETIME_MAX_RESULTS).round().astype(int).tolist()))]
     out: List[Mapping] = []
-    objs = []
-    for busy, lat, dyn, ops in labels:
-        m = Mapping(tuple(_stage_with(st, list(o)) for st, o in zip(mapping.stages, ops)))
-        if m == mapping or not m.has_ops:
-            continue
-        ev = evaluate(problem, m)
-        out.append(m)
-        objs.append((ev.period_s, ev.latency_s, ev.energy_j))
-    if not out:
-        return []
-    keep = np.flatnonzero(pareto_mask(np.array(objs)))
-    return [out[i] for i in keep]
+    for _, _, _, chosen in labels:
+        m = Mapping(tuple(_stage_with(st, list(o)) for st, o in zip(mapping.stages, chosen)))
+        if m != mapping and m.has_ops:
+            out.append(m)
+    return out
