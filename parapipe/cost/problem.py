@@ -152,7 +152,7 @@ class MappingProblem:
     operating_points: Optional[List[Optional[PUOperatingPoints]]] = None
     succs: List[Tuple[int, ...]] = field(init=False, repr=False)
     _rows: Optional["ProblemRows"] = field(init=False, repr=False, default=None, compare=False)
-    _at_ops: Dict[OpChoice, "MappingProblem"] = field(init=False, repr=False, default_factory=dict, compare=False)
+    _at_ops: Dict[OpChoice, Tuple[np.ndarray, np.ndarray, "MappingProblem"]] = field(init=False, repr=False, default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         n, k = len(self.block_names), len(self.pu_names)
@@ -233,9 +233,9 @@ class MappingProblem:
         choice = tuple(sorted((p, o) for p, o in choice if o != self.max_op(p)))
         if not choice:
             return self
-        got = self._at_ops.get(choice)
-        if got is not None and got.alpha_s is self.alpha_s and got.beta_bytes_per_s is self.beta_bytes_per_s:
-            return got  # (a shallow copy with other transfer costs shares this cache: rebuild for it)
+        cached = self._at_ops.get(choice)
+        if cached is not None and cached[0] is self.alpha_s and cached[1] is self.beta_bytes_per_s:
+            return cached[2]  # (a shallow copy with other transfer costs shares this cache: rebuild for it)
         tables = self.operating_points or []
         time_s, power = self.time_s.copy(), self.active_power_w.copy()
         ratio: Dict[int, np.ndarray] = {}
@@ -262,7 +262,7 @@ class MappingProblem:
             static_power_w=self.static_power_w, alpha_s=self.alpha_s, beta_bytes_per_s=self.beta_bytes_per_s,
             name=self.name, weight_nbytes=self.weight_nbytes, memory_bytes=self.memory_bytes,
             block_nbytes=self.block_nbytes, submodel_time_s=submodel)
-        self._at_ops[choice] = got
+        self._at_ops[choice] = (self.alpha_s, self.beta_bytes_per_s, got)
         return got
 
     def rows(self) -> "ProblemRows":

@@ -57,7 +57,7 @@ __all__ = ["SCHEMA_VERSION", "STRATEGIES", "SELECTORS", "ModelId", "PURef", "Soc
 
 SCHEMA_VERSION: Final = 2
 #: Point strategies: the searched front and the baselines computed by the same machinery.
-STRATEGIES = ("parapipe", "pipeline", "parallel", "single", "replicated")
+STRATEGIES = ("parapipe", "pipeline", "parallel", "single", "replicated", "governor")
 #: ``--point`` selectors besides a point id (chosen among the ``parapipe`` points).
 SELECTORS = ("best-throughput", "best-latency", "best-energy")
 _FIX = "re-run 'parapipe optimize', or fix the hand edit"
@@ -247,7 +247,7 @@ class Point(BaseModel):
 
     model_config = _STRICT
     id: str = Field(min_length=1)
-    strategy: Literal["parapipe", "pipeline", "parallel", "single", "replicated"]
+    strategy: Literal["parapipe", "pipeline", "parallel", "single", "replicated", "governor"]
     pareto: bool = False
     #: Which search pass found the mapping (``dp``, ``cpsat``, ``polish``, ``baseline`` …); informative only.
     origin: str = ""

@@ -33,6 +33,7 @@ STYLE: Dict[str, Dict[str, str]] = {
     "parallel": {"marker": "s", "color": "C2", "label": "parallel (1 stage)"},
     "single": {"marker": "D", "color": "C3", "label": "single PU"},
     "replicated": {"marker": "v", "color": "C4", "label": "replicated (whole model per PU)"},
+    "governor": {"marker": "P", "color": "C5", "label": "kernel governor (performance, schedutil)"},
 }
 
 

@@ -37,13 +37,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..cost.evaluate import evaluate
-from ..cost.mapping import Mapping, StageMapping
+from ..cost.mapping import Mapping, ReplicaMapping, StageMapping
 from ..cost.schedule import Evaluation
 from ..cost.problem import MappingProblem
 from ..cost.replicated_baseline import replicated_mappings
 from ..errors import InfeasibleError, input_error
 from .baselines import parallel_mappings, single_pu_mappings
 from .bounds import PROOF_RTOL, Bounds, lower_bounds, optimistic_problem
+from .dvfs import RETIME_MAX_MAPPINGS, OpSpace, resolve_operating_points, retime, schedutil_mapping
 from .budget import RELAX_WORK_PER_S, SAFETY_FACTOR, WALL, Budget
 from .cpsat import TIME_UNIT_S
 from .pareto import pareto_mask
@@ -111,6 +112,10 @@ class SearchOptions:
         The least-period pass (:func:`parapipe.search.passes.period_pass`) runs when the period found is more than
         ``period_gap`` above the relaxation's bound, with this label grid above ``exact_max_cells`` and this
         work budget (deterministic seconds).
+    operating_points : str
+        Operating points searched (:mod:`parapipe.search.dvfs`): ``auto`` (default: every point where the DP's
+        catalogue stays small, exact up to ``exact_max_cells``), ``all``, ``max`` (highest points only: the fronts
+        of a profile without tables) or a number of points per PU spread over each table (the highest included).
     wall_safety_factor : float
         Wall-clock safety limit of every budget: this many times its deterministic seconds, plus
         :data:`parapipe.search.budget.SAFETY_FLOOR_S` (0: none). Only a runaway pass on a badly overloaded machine
@@ -143,6 +148,7 @@ class SearchOptions:
     period_epsilon: float = 0.01
     period_time_limit_s: float = 2.0
     wall_safety_factor: float = SAFETY_FACTOR
+    operating_points: str = "auto"
 
     def __post_init__(self) -> None:
         bad = [o for o in self.objectives if o not in OBJECTIVES]
@@ -153,11 +159,15 @@ class SearchOptions:
             raise input_error("--max-stages", None, f"must be >= 1, got {self.max_stages}", "give a positive count")
         if self.time_limit_s <= 0:
             raise input_error("--time-limit", None, f"must be > 0, got {self.time_limit_s}", "give seconds")
+        text = str(self.operating_points).strip().lower()
+        if text not in ("auto", "all", "max") and not (text.isdigit() and int(text) >= 1):
+            raise input_error("--operating-points", None, f"unknown value {self.operating_points!r}",
+                              "give auto, all, max or a number of points per PU (>= 1)")
 
 
 @dataclass
 class SearchPoint:
-    """One evaluated mapping. ``strategy`` is parapipe | pipeline | parallel | single | replicated.
+    """One evaluated mapping. ``strategy`` is parapipe | pipeline | parallel | single | replicated | governor.
 
     ``origin`` says where a parapipe point came from: the DP pass over ``disjoint`` groups, with PU ``reuse`` or
     with ``replicated`` stages,
@@ -219,14 +229,14 @@ def _objective_matrix(points: Sequence[SearchPoint], objectives: Sequence[str]) 
 
 
 def merge_same_pu_stages(mapping: Mapping) -> Mapping:
-    """Merge consecutive single-PU stages on the same PU (never worse: no hand-off, same busy time, less latency);
-    replicated stages are left as they are."""
+    """Merge consecutive single-PU stages on the same PU at the same operating point (never worse: no hand-off,
+    same busy time, less latency); replicated stages are left as they are."""
     out: List[StageMapping] = []
     for st in mapping.stages:
         prev = out[-1] if out else None
         if (prev is not None and len(prev.pus) == 1 and prev.pus == st.pus and not prev.replicas
-                and not st.replicas):
-            out[-1] = StageMapping(prev.start, st.stop, prev.pus, prev.assignment + st.assignment)
+                and not st.replicas and prev.ops == st.ops):
+            out[-1] = StageMapping(prev.start, st.stop, prev.pus, prev.assignment + st.assignment, ops=st.ops)
         else:
             out.append(st)
     return Mapping(tuple(out))
@@ -256,6 +266,68 @@ def _bounds_with_terms(plain: Bounds, terms, best_period_s: float) -> Bounds:
     return Bounds(lb, plain.latency_lb_s * kappa, plain.period_method, proved, note)
 
 
+def _own_front(points: List[SearchPoint], objectives: Sequence[str]) -> List[SearchPoint]:
+    """The points no other of the list dominates (equal vectors: the first)."""
+    if len(points) < 2:
+        return points
+    return [points[i] for i in np.flatnonzero(pareto_mask(_objective_matrix(points, objectives)))]
+
+
+def _baselines_at_ops(problem: MappingProblem, points: List[SearchPoint], space: OpSpace, terms, cache: dict,
+                      objectives: Sequence[str]) -> List[SearchPoint]:
+    """Every baseline at its own best operating points: each baseline mapping with its re-timed variants
+    (:func:`parapipe.search.dvfs.retime`), keeping per baseline family (a strategy, and the PU of a single-PU
+    baseline) the points on that family's own front; ids get ``-f<i>`` for the variants."""
+    assert space.op_sets is not None
+    fams: Dict[str, List[SearchPoint]] = {}
+    for p in points:
+        fam = p.id if p.strategy == "single" else p.strategy
+        fams.setdefault(fam, []).append(p)
+        if p.strategy == "pipeline" and space.where == "dp":
+            continue  # the pipeline pass already searched the points
+        for i, m in enumerate(retime(problem, p.mapping, space.op_sets, cache)):
+            fams[fam].append(SearchPoint(f"{p.id}-f{i}", p.strategy, m, evaluate(problem, m, terms),
+                                         list(p.stage_schedules)))
+    out: List[SearchPoint] = []
+    for members in fams.values():
+        out += _own_front(members, objectives)
+    return out
+
+
+def _retimed(problem: MappingProblem, cands: List[SearchPoint], space: OpSpace, terms, cache: dict,
+             objectives: Sequence[str]) -> List[SearchPoint]:
+    """Re-timed variants (:func:`parapipe.search.dvfs.retime`) of the candidates on the highest-point front (at most
+    :data:`parapipe.search.dvfs.RETIME_MAX_MAPPINGS` of them, spread along the period axis)."""
+    assert space.op_sets is not None
+    out: List[SearchPoint] = []
+    front = sorted(_own_front([c for c in cands if c.evaluation.fits_memory] or cands, objectives),
+                   key=lambda p: p.objectives())
+    if len(front) > RETIME_MAX_MAPPINGS:
+        front = [front[i] for i in sorted(set(np.linspace(0, len(front) - 1, RETIME_MAX_MAPPINGS).round()
+                                               .astype(int).tolist()))]
+    for p in front:
+        for m in retime(problem, p.mapping, space.op_sets, cache):
+            out.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), list(p.stage_schedules),
+                                   origin=p.origin))
+    return out
+
+
+def _governors(problem: MappingProblem, front: List[SearchPoint], terms) -> List[SearchPoint]:
+    """The governors users get by default on the best-throughput mapping of ``front`` that fits memory
+    (:mod:`parapipe.search.dvfs`): ``performance`` (every PU at its highest point) and ``schedutil``."""
+    if not front:
+        return []
+    best = min((p for p in front if p.evaluation.fits_memory), key=lambda p: p.objectives(), default=None)
+    if best is None:
+        return []
+    perf = Mapping(tuple(StageMapping(st.start, st.stop, st.pus, st.assignment, st.order,
+                                      tuple(ReplicaMapping(r.pus, r.assignment, r.order) for r in st.replicas))
+                         for st in best.mapping.stages))
+    sched, _ = schedutil_mapping(problem, perf)
+    return [SearchPoint("performance", "governor", perf, evaluate(problem, perf, terms), list(best.stage_schedules)),
+            SearchPoint("schedutil", "governor", sched, evaluate(problem, sched, terms), list(best.stage_schedules))]
+
+
 def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
            progress: Optional[Callable[[int], None]] = None, terms=None) -> SearchResult:
     """Search hierarchical mappings of ``problem`` and return the front next to the baselines.
@@ -274,7 +346,9 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     """
     opts = options or SearchOptions()
     t0 = time.monotonic()
-    catalog = StageCatalog(problem)
+    small = problem.n_blocks * problem.n_pus <= opts.exact_max_cells
+    op_space = resolve_operating_points(problem, opts.operating_points, small)
+    catalog = StageCatalog(problem, op_space.op_sets if op_space.where == "dp" else None)
     found, spaces, n_states = run_passes(problem, opts, catalog, progress)
     if not found["disjoint"] and not found["reuse"] and not found["replicated"]:
         raise InfeasibleError(f"{problem.name}: no mapping exists on PUs {', '.join(problem.pu_names)}: some block "
@@ -295,6 +369,9 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
             if polished.objectives() <= p.objectives():  # CP-SAT's rounded ticks may favour a worse schedule
                 p = polished
         points.append(p)
+    retime_cache: dict = {}
+    if op_space.op_sets is not None:  # every baseline at its own best operating points
+        points = _baselines_at_ops(problem, points, op_space, terms, retime_cache, opts.objectives)
     # Parapipe candidates: the DP fronts, their CP-SAT polished versions, and every baseline (all in the space).
     cand_points: List[SearchPoint] = []
     for origin in ("disjoint", "reuse", "replicated"):
@@ -329,6 +406,13 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
         if period_m is not None:
             m = merge_same_pu_stages(period_m)
             cand_points.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m), origin="period"))
+    if op_space.op_sets is not None:  # the governors' points lie in the space too
+        govs = _governors(problem, cand_points, terms)
+        points += govs
+        cand_points += [SearchPoint("", "parapipe", g.mapping, g.evaluation, g.stage_schedules, origin="baseline")
+                        for g in govs]
+    if op_space.where == "retime":  # operating points per stage of the highest-point front (module dvfs)
+        cand_points += _retimed(problem, cand_points, op_space, terms, retime_cache, opts.objectives)
     fits = [p for p in cand_points if p.evaluation.fits_memory]
     if fits:
         cand_points = fits
@@ -361,7 +445,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
             "cpsat": {"time_unit_s": TIME_UNIT_S, "rounding": "up", "time_limit_s": opts.time_limit_s,
                       "stage_limit_s": opts.cpsat_stage_limit_s, "max_blocks": opts.cpsat_max_blocks,
                       "limits": "deterministic time", "deterministic_s": round(polisher.spent_s, 6)},
-            "bound": {**bounds.info(), **bound_budget.to_json()}}
+            "bound": {**bounds.info(), **bound_budget.to_json()}, "operating_points": op_space.to_json()}
     stopped = [{"space": name, "reason": WALL, "at": rep.skipped} for name, rep in spaces.items()
                if rep.stopped_by == WALL]
     if period_report is not None and period_report.get("stopped_by") == WALL:

@@ -22,6 +22,17 @@ grid (ε-dominance, Laumanns et al., Evolutionary Computation 10(3), 2002), ``ma
 labels per state, ``max_cut_tensors`` restricts stage boundaries, ``budget`` (counted work,
 :mod:`.budget`) stops the DP: each bounds the work on large problems and :class:`DPResult` says which of them cut anything.
 
+**Operating points.** With a catalogue built over operating points (:class:`.transitions.StageCatalog`
+``op_sets``), every run is a stage at one combination of its PUs' points, and the front covers mappings ×
+operating points. A PU that serves several stages at different points pays its ``transition_s`` per switch per
+inference (:func:`parapipe.cost.schedule.switching_s`: busy time, not latency). Disjoint groups never switch. With
+``reuse_pus`` and a PU whose points cost a switch, the state also carries, per PU, the points of its first and
+last stage so far: a stage at another point than the last adds ``transition_s`` to that PU's busy time in the
+label, and the final labels add the switch from the last stage back to the first (the next inference) — the
+labels are then the cost model's and the front stays exact. Variants that another variant of the same stage
+dominates are skipped (:attr:`.transitions.Exits.plain`) except in that case, where a dominated point can still
+save a switch.
+
 Implementation: transitions are recorded as scalars ``(source state, stage time, energy, run)`` and the labels of
 a state are built in one vectorised step when the state is finalised (all its sources lie at earlier positions).
 """
@@ -78,6 +89,8 @@ class DPOptions:
         below this period are kept; the result is one mapping of least period, if any is below it.
     guide : tuple or None
         ``(λ, togo)`` for ``period_below``: see :class:`parapipe.search.labels.LabelStore`.
+    max_ops_only : bool
+        Use only the catalogue's runs with every PU at its highest operating point.
     """
 
     groups: Optional[List[Tuple[int, ...]]] = None
@@ -91,6 +104,7 @@ class DPOptions:
     budget: Optional[Budget] = None
     period_below: Optional[float] = None
     guide: Optional[tuple] = None
+    max_ops_only: bool = False
 
 
 class DPDeadline(BudgetExceeded):
@@ -170,7 +184,17 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
 
     def usable(i: int) -> list:
         return [(rid, ex) for kind in opts.kinds for rid, ex in cat.exits(i, kind)
-                if (allowed is None or ex.run.group in allowed) and (top is None or len(ex.run.group) <= top)]
+                if (allowed is None or ex.run.group in allowed) and (top is None or len(ex.run.group) <= top)
+                and not (opts.max_ops_only and ex.run.ops is not None)]
+
+    # switching costs (module docstring): per PU its transition time when it has several points to choose from
+    trans = [0.0] * k
+    if reuse and cat.op_sets is not None and problem.operating_points is not None and not opts.max_ops_only:
+        for p, table in enumerate(problem.operating_points):
+            if table is not None and len(cat.op_sets[p]) > 1:
+                trans[p] = float(table.transition_s)
+    track = any(t > 0 for t in trans)
+    max_ops = [problem.max_op(p) for p in range(k)]
 
     period_only = opts.period_below is not None
     rest = None
@@ -183,27 +207,43 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
     by_pos: Dict[int, List[tuple]] = {}
     n_trans = spent = 0
     for i in range(n):
-        here = [store.start((0, 0, (), 0))] if i == 0 else [store.add(key, pending.pop(key))
+        here = [store.start((0, 0, (), 0) + (((None,) * k,) if track else ()))] if i == 0 else [store.add(key, pending.pop(key))
                                                             for key in by_pos.pop(i, [])]
         here = [sid for sid in here if store.size(sid)]
         runs_here = usable(i) if here else []
         for sid in here:
-            _, used_mask, livepus, n_st = keys[sid]
+            _, used_mask, livepus, n_st = keys[sid][:4]
             if staged and n_st >= opts.max_stages:
                 continue
             for run_id, ex in runs_here:
                 if not reuse and used_mask & ex.mask:
                     continue
                 mask = 0 if reuse else used_mask | ex.mask
-                for j, t_s, dyn, new_live in ex.moves(livepus):
+                opkey: tuple = ()
+                sw = None
+                if track:
+                    opst = list(keys[sid][4])
+                    swl = [0.0] * k
+                    run = ex.run
+                    for x, p in enumerate(run.group):
+                        o = max_ops[p] if run.ops is None else run.ops[x]
+                        cur = opst[p]
+                        if cur is None:
+                            opst[p] = (o, o)
+                        elif cur[1] != o:
+                            swl[p] = trans[p]
+                            opst[p] = (cur[0], o)
+                    opkey = (tuple(opst),)
+                    sw = tuple(swl) if any(swl) else None
+                for j, t_s, dyn, new_live in ex.moves(livepus, track):
                     if not cut_ok[j]:
                         continue
-                    nkey = (j, mask, new_live, n_st + 1 if staged else 0)
+                    nkey = (j, mask, new_live, n_st + 1 if staged else 0) + opkey
                     bucket = pending.get(nkey)
                     if bucket is None:
                         bucket = pending[nkey] = []
                         by_pos.setdefault(j, []).append(nkey)
-                    bucket.append((sid, t_s, dyn, run_id))
+                    bucket.append((sid, t_s, dyn, run_id) if sw is None else (sid, t_s, dyn, run_id, sw))
                     n_trans += 1
         if progress is not None:
             progress(i + 1)
@@ -224,6 +264,11 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
     for key in finals:  # final labels are judged on the final objectives only (3 numbers)
         sid = store.add(key, pending.pop(key), prune=False)
         v = store.array(sid)
+        if track:  # the switch from the last stage back to the first one (module docstring)
+            wrap = [trans[p] if st is not None and st[0] != st[1] else 0.0 for p, st in enumerate(key[4])]
+            if any(wrap):
+                v = v.copy()
+                v[:, :nb] += np.array(wrap)
         period = v[:, :nb].max(axis=1)
         if period_only:
             objs.append(np.column_stack([period, np.zeros(len(v)), np.zeros(len(v))]))
@@ -253,6 +298,8 @@ def rebuild(store: LabelStore, runs: List[StageRun], sid: int, row: int) -> Mapp
         run = runs[run_id]
         stop = store.keys[sid][0]
         assign = tuple(run.assignment[: stop - run.start])
-        stages.append(StageMapping(run.start, stop, tuple(sorted(set(assign))), assign))
+        pus = tuple(sorted(set(assign)))
+        ops = None if run.ops is None else tuple(run.ops[run.group.index(p)] for p in pus)
+        stages.append(StageMapping(run.start, stop, pus, assign, ops=ops))
         sid, row = src, src_row
     return Mapping(tuple(reversed(stages)))

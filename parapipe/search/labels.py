@@ -117,7 +117,8 @@ class LabelStore:
 
     # ------------------------------------------------------------------ building a state
     def add(self, key: tuple, rec: Sequence[tuple], prune: bool = True) -> int:
-        """Build state ``key`` from its transitions ``rec = [(source id, T_s, dyn energy, run id)]``.
+        """Build state ``key`` from its transitions ``rec = [(source id, T_s, dyn energy, run id[, switch])]``;
+        ``switch`` (per-PU mode only) is a tuple of seconds added to each PU's busy time (operating-point switches).
 
         With ``prune`` the non-dominated labels are kept (on the grid, at most ``max_labels``); without, every
         candidate (final states, judged later on the final objectives). Returns the new state's id.
@@ -151,12 +152,15 @@ class LabelStore:
         rows: list = []
         run_ids: list = []
         nb, k = self.nb, self.k
-        for sid, t_s, dyn, run in rec:
+        for r in rec:
+            sid, t_s, dyn, run = r[0], r[1], r[2], r[3]
             labels = self.rows(sid)
             if self.per_pu:
                 sh = self.shares[run]
+                sw = r[4] if len(r) > 4 else None
                 for lab in labels:
-                    busy = tuple(lab[q] + t_s * sh[q] for q in range(k))
+                    busy = (tuple(lab[q] + t_s * sh[q] for q in range(k)) if sw is None
+                            else tuple(lab[q] + t_s * sh[q] + sw[q] for q in range(k)))
                     cands.append(busy + ((lab[nb] + t_s, lab[nb + 1] + dyn) if self.extra else ()))
             else:
                 for lab in labels:
@@ -201,6 +205,10 @@ class LabelStore:
         if self.per_pu:
             shares = np.array([self.shares[int(r)] for r in run_id], dtype=float).reshape(-1, self.k)
             new[:, :nb] += t_s[:, None] * shares[rep]
+            if any(len(r) > 4 for r in rec):  # switching time per PU (operating points, :mod:`.dp`)
+                zero = (0.0,) * self.k
+                sw = np.array([r[4] if len(r) > 4 else zero for r in rec], dtype=float).reshape(-1, self.k)
+                new[:, :nb] += sw[rep]
         else:
             np.maximum(new[:, 0], t_s, out=new[:, 0])
         if self.extra:

@@ -1,4 +1,5 @@
-"""CP-SAT polish of multi-PU stages (:mod:`.cpsat`), memoised per (start, stop, group), within a budget of CP-SAT
+"""CP-SAT polish of multi-PU stages (:mod:`.cpsat`) at their operating points, memoised per (start, stop, group,
+operating points), within a budget of CP-SAT
 deterministic time (the same stages are solved, with the same results, whatever the machine's load).
 
 OR-Tools' CP-SAT module is imported on the first stage that needs it (the import costs ~0.3 s; mappings with
@@ -70,7 +71,8 @@ class Polisher:
         for st, kind in zip(mapping.stages, stage_kinds(mapping)):
             new = st
             if self._polishable(st):
-                key = (st.start, st.stop, st.pus)
+                key = (st.start, st.stop, st.pus, st.ops)
+                at = self.problem.at_operating_points(st.op_choice())
                 if key not in self.memo:
                     left = self.total_s - self.spent_s
                     if left <= 0.05:
@@ -78,7 +80,7 @@ class Polisher:
                     else:
                         rep: Dict[str, Any] = {}
                         det_s = min(left, self.stage_limit_s) * CPSAT_DET_PER_S
-                        self.memo[key] = solve_stage(self.problem, st.start, st.stop, st.pus, hint=st.assignment,
+                        self.memo[key] = solve_stage(at, st.start, st.stop, st.pus, hint=st.assignment,
                                                      time_limit_s=det_s, seed=self.seed, report=rep)
                         cells = (st.stop - st.start) * len(st.pus)
                         self.spent_s += rep["deterministic_s"] / CPSAT_DET_PER_S + CPSAT_MODEL_S_PER_CELL * cells
@@ -86,8 +88,9 @@ class Polisher:
                             self.wall_stops.append(f"{st.start}-{st.stop}@{','.join(map(str, st.pus))}")
                 sol = self.memo[key]
                 if sol is not None:
-                    new = StageMapping(st.start, st.stop, tuple(sorted(set(sol.assignment))), sol.assignment,
-                                       sol.order)
+                    pus = tuple(sorted(set(sol.assignment)))
+                    new = StageMapping(st.start, st.stop, pus, sol.assignment, sol.order,
+                                       ops=None if st.ops is None else tuple(st.ops[st.pus.index(p)] for p in pus))
                     kind = "cp-sat optimal" if sol.optimal else "cp-sat feasible"
             stages.append(new)
             kinds.append(kind)

@@ -21,7 +21,10 @@ its source state, so equal tokens mean equal futures. A label is ``(period_s, la
 period the largest stage contribution (PUs are disjoint, so a PU's busy time is its stage's contribution);
 every final objective (energy ``E_dyn + (ΣP_idle + P_static)·period``) is monotone in it, so per-state Pareto
 sets lose no Pareto-optimal mapping: without label cap, cut restriction or budget the front is exact for the
-space. **Memory**: a PU holds the weights of the blocks it runs in its one stage (or replica), so a run whose
+space. **Operating points**: with a catalogue over operating points every run (plain stage or replica) is at
+one combination of its PUs' points, and every stop is read (a faster replica takes more frames, so a variant
+dominated in (time, energy) can still lower a replicated stage's energy); PUs are disjoint, so no PU switches
+points. **Memory**: a PU holds the weights of the blocks it runs in its one stage (or replica), so a run whose
 held weights exceed ``MappingProblem.memory_bytes`` on some PU is never placed — the front is exact over the
 mappings that fit.
 """
@@ -94,7 +97,8 @@ class _Stops:
             if not _held_ok(problem, run.start, run.assignment, j):
                 continue
             if single and problem.submodel_time_s and mk > 0:
-                measured = problem.submodel_time_s.get((run.group[0], block_range(run.start, j)))
+                at = problem.at_operating_points(run.op_choice())
+                measured = (at.submodel_time_s or {}).get((run.group[0], block_range(run.start, j)))
                 if measured is not None:
                     dyn, mk = dyn * float(measured) / mk, float(measured)
             self.by_stop[j] = (mk, dyn, transfers, tmpl)
@@ -292,9 +296,11 @@ def _rebuild(keys: List[tuple], backs: List[list], sid: int, row: int) -> Mappin
         views = []
         for run in runs:
             assign = tuple(run.assignment[: stop - run.start])
-            views.append((tuple(sorted(set(assign))), assign))
-        (pus, assign), others = views[0], views[1:]
+            pus = tuple(sorted(set(assign)))
+            ops = None if run.ops is None else tuple(run.ops[run.group.index(p)] for p in pus)
+            views.append((pus, assign, ops))
+        (pus, assign, ops), others = views[0], views[1:]
         stages.append(StageMapping(runs[0].start, stop, pus, assign, None,
-                                   tuple(ReplicaMapping(p, a) for p, a in others)))
+                                   tuple(ReplicaMapping(p, a, ops=o) for p, a, o in others), ops=ops))
         sid, row = src, src_row
     return Mapping(tuple(reversed(stages)))

@@ -15,11 +15,16 @@ Adding a kind (for example a stage replicated over several PUs that take frames 
 to :data:`KIND_BUILDERS` that returns runs with their own ``busy_share`` (the busy time each PU of the group is
 charged per unit of stage time; 1 for the two kinds here) and teaching :func:`parapipe.cost.evaluate.evaluate`
 the same rule; the DP's labels, pruning and rebuilding stay as they are.
+
+**Operating points.** Given ``op_sets`` (per PU, the indices of the operating points the search may use,
+:class:`parapipe.cost.problem.PUOperatingPoints`), :func:`stage_runs` builds one run per combination of points of
+the group's PUs, on :meth:`parapipe.cost.problem.MappingProblem.at_operating_points` of that combination (the list
+scheduler then places blocks with the times and powers of those points), each run recording its ``ops``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import combinations
+from itertools import combinations, product
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -28,7 +33,7 @@ from ..cost.problem import MappingProblem
 from .listsched import schedule_ranges
 
 __all__ = ["STAGE_KINDS", "all_groups", "StageRun", "single_pu_runs", "list_scheduled_runs", "KIND_BUILDERS",
-           "stage_runs"]
+           "op_combinations", "stage_runs"]
 
 STAGE_KINDS = ("single-pu", "list-scheduled")
 """Stage kinds the search uses by default (see the module docstring)."""
@@ -63,6 +68,8 @@ class StageRun:
         Whether the stop ``start + i + 1`` is a stage of this kind.
     busy_share : ndarray, shape (k,)
         Busy time charged to each PU per second of stage time (1 on the group's PUs, 0 elsewhere).
+    ops : tuple of int or None
+        Operating point of each PU of ``group`` (an index into its table); None: every PU at its highest point.
     """
 
     kind: str
@@ -73,11 +80,20 @@ class StageRun:
     dyn_energy_j: np.ndarray
     valid: np.ndarray
     busy_share: np.ndarray
+    ops: Optional[Tuple[int, ...]] = None
 
     @property
     def mask(self) -> int:
         """Bit mask of the group's PUs."""
         return sum(1 << p for p in self.group)
+
+    def op_choice(self) -> Tuple[Tuple[int, int], ...]:
+        """``((pu, op), ...)`` of the group (empty when ``ops`` is None)."""
+        return () if self.ops is None else tuple(zip(self.group, self.ops))
+
+    def op_of(self, pu: int) -> Optional[int]:
+        """The point PU ``pu`` of the group runs at (None: its highest)."""
+        return None if self.ops is None else self.ops[self.group.index(pu)]
 
 
 def _share(problem: MappingProblem, group: Sequence[int]) -> np.ndarray:
@@ -135,9 +151,23 @@ KIND_BUILDERS: Dict[str, Callable[[MappingProblem, int, Sequence[Tuple[int, ...]
 """Stage kind name -> builder ``(problem, start, groups) -> runs``."""
 
 
+def op_combinations(problem: MappingProblem, group: Sequence[int],
+                    op_sets: Optional[Sequence[Sequence[int]]]) -> List[Optional[Tuple[int, ...]]]:
+    """The operating-point combinations of ``group``'s PUs (``ops`` tuples, None for every PU at its highest
+    point) that ``op_sets`` allows, highest first; ``[None]`` without ``op_sets``."""
+    if op_sets is None:
+        return [None]
+    out: List[Optional[Tuple[int, ...]]] = []
+    for combo in product(*(sorted(op_sets[p], reverse=True) for p in group)):
+        out.append(None if all(o == problem.max_op(p) for p, o in zip(group, combo)) else tuple(combo))
+    return out
+
+
 def stage_runs(problem: MappingProblem, start: int, groups: Sequence[Tuple[int, ...]],
-               kinds: Sequence[str] = STAGE_KINDS) -> List[StageRun]:
-    """Every run of the given ``kinds`` starting at block ``start`` on the allowed ``groups``.
+               kinds: Sequence[str] = STAGE_KINDS, op_sets: Optional[Sequence[Sequence[int]]] = None
+               ) -> List[StageRun]:
+    """Every run of the given ``kinds`` starting at block ``start`` on the allowed ``groups``, one per
+    combination of operating points of the group's PUs in ``op_sets`` (module docstring; None: the highest).
 
     Raises
     ------
@@ -150,5 +180,13 @@ def stage_runs(problem: MappingProblem, start: int, groups: Sequence[Tuple[int, 
             builder = KIND_BUILDERS[kind]
         except KeyError:
             raise ValueError(f"unknown stage kind {kind!r}; known: {', '.join(KIND_BUILDERS)}") from None
-        out.extend(builder(problem, start, groups))
+        if op_sets is None:
+            out.extend(builder(problem, start, groups))
+            continue
+        for g in groups:
+            for ops in op_combinations(problem, g, op_sets):
+                sub = problem if ops is None else problem.at_operating_points(tuple(zip(g, ops)))
+                for run in builder(sub, start, [g]):
+                    run.ops = ops
+                    out.append(run)
     return out

@@ -7,10 +7,19 @@ PUs (:func:`parapipe.cost.evaluate.stage_input_transfers`: the largest edge per 
 and leads to a state at ``j`` whose live producers sit on known PUs. :class:`StageCatalog` computes the runs,
 their stops and the transfer terms once, and the moves once per (run, live PUs); every DP pass of a search
 (disjoint groups, PU reuse, pure-pipeline baseline) reads them.
+
+**Operating points.** With ``op_sets`` the catalogue holds one run per combination of operating points of a
+group (:func:`parapipe.search.stages.stage_runs`). A move's input transfers and the PUs its live producers end on
+depend on the group and the blocks' assignment only, never on the points; so of the variants of one (start, group,
+stop, assignment), one whose (makespan, dynamic energy) another weakly dominates can only lead to dominated labels
+wherever the stage's cost enters a label as a sum or a maximum of its time and energy: :attr:`Exits.plain` marks
+the stops that survive that filter (equal pairs: the first, i.e. the highest points, is kept). A replicated stage's
+energy weighs its replicas by their speed, and a PU that switches points pays per switch, so the replicated pass
+and a PU-reuse pass with switching costs read every stop.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 
 from ..cost.problem import MappingProblem
@@ -40,9 +49,11 @@ class Exits:
     ``items[t] = (j, makespan_s, dyn_energy_j, transfers, live_template)``: ``transfers`` lists the input
     transfers ``(position of the producer in live[i], destination PU, nbytes)``; ``live_template`` gives, per
     block of ``live[j]``, its position in ``live[i]`` (``>= 0``) or ``-1 - PU`` for a block of the stage.
+    ``plain[t]``: False when another operating-point variant of the same stage dominates stop ``t`` (module
+    docstring); all True without operating points.
     """
 
-    __slots__ = ("run", "mask", "items", "by_live", "alpha", "beta")
+    __slots__ = ("run", "mask", "items", "plain", "by_live", "alpha", "beta")
 
     def __init__(self, problem: MappingProblem, run: StageRun, live: List[Tuple[int, ...]]):
         self.run = run
@@ -68,21 +79,25 @@ class Exits:
             tmpl = tuple(pos[u] if u < i else -1 - run.assignment[u - i] for u in live[j])
             items.append((j, float(run.makespan_s[off]), float(run.dyn_energy_j[off]), transfers, tmpl))
         self.items = items
+        self.plain = [True] * len(items)
 
-    def moves(self, livepus: tuple) -> list:
-        """``[(j, stage time, dyn energy, live PUs at j)]`` from a state whose live producers sit on ``livepus``."""
-        got = self.by_live.get(livepus)
+    def moves(self, livepus: tuple, every: bool = False) -> list:
+        """``[(j, stage time, dyn energy, live PUs at j)]`` from a state whose live producers sit on ``livepus``
+        (only the :attr:`plain` stops unless ``every``)."""
+        got = self.by_live.get((livepus, every))
         if got is None:
             alpha, beta = self.alpha, self.beta
             got = []
-            for j, mk, dyn, transfers, tmpl in self.items:
+            for (j, mk, dyn, transfers, tmpl), keep in zip(self.items, self.plain):
+                if not (keep or every):
+                    continue
                 t_in = 0.0
                 for x, q, nb in transfers:
                     r = livepus[x]
                     if r != q:
                         t_in += alpha[r][q] + nb / beta[r][q]
                 got.append((j, t_in + mk, dyn, tuple(livepus[x] if x >= 0 else -1 - x for x in tmpl)))
-            self.by_live[livepus] = got
+            self.by_live[(livepus, every)] = got
         return got
 
 
@@ -97,10 +112,13 @@ class StageCatalog:
         Every run built so far; a run id indexes it (and ``shares``).
     shares : list of tuple of float
         ``busy_share`` of each run as a tuple.
+    op_sets : list of list of int, or None
+        Per PU, the operating points the runs may use (None: every PU at its highest point only).
     """
 
-    def __init__(self, problem: MappingProblem):
+    def __init__(self, problem: MappingProblem, op_sets: Optional[Sequence[Sequence[int]]] = None):
         self.problem = problem
+        self.op_sets = None if op_sets is None else [tuple(o) for o in op_sets]
         self.live = live_sets(problem)
         self.groups = all_groups(problem.n_pus)
         self.runs: List[StageRun] = []
@@ -118,11 +136,38 @@ class StageCatalog:
         got = self._exits.get((i, kind))
         if got is None:
             got = []
-            for run in stage_runs(self.problem, i, self.groups, (kind,)):
+            for run in stage_runs(self.problem, i, self.groups, (kind,), self.op_sets):
                 ex = Exits(self.problem, run, self.live)
                 if ex.items:
                     self.runs.append(run)
                     self.shares.append(tuple(run.busy_share.tolist()))
                     got.append((len(self.runs) - 1, ex))
+            if self.op_sets is not None:
+                _mark_dominated([ex for _, ex in got])
             self._exits[(i, kind)] = got
         return got
+
+
+def _mark_dominated(exits: List[Exits]) -> None:
+    """Clear :attr:`Exits.plain` of the stops another variant of the same (group, stop, assignment) weakly
+    dominates in (makespan, dynamic energy); of equal pairs the first (highest points first) stays."""
+    by_key: Dict[tuple, List[Tuple[float, float, Exits, int]]] = {}
+    for ex in exits:
+        run = ex.run
+        for t, item in enumerate(ex.items):
+            j = item[0]
+            key = (run.group, j, run.assignment[: j - run.start])
+            by_key.setdefault(key, []).append((item[1], item[2], ex, t))
+    for rows in by_key.values():
+        if len(rows) < 2:
+            continue
+        kept: List[Tuple[float, float]] = []
+        for mk, dyn, ex, t in rows:
+            if any(a <= mk and b <= dyn for a, b in kept):
+                ex.plain[t] = False
+            else:
+                kept = [(a, b) for a, b in kept if not (mk <= a and dyn <= b)] + [(mk, dyn)]
+        # a stop dropped from ``kept`` by a later variant is dominated by it: mark it too
+        for mk, dyn, ex, t in rows:
+            if ex.plain[t] and (mk, dyn) not in kept:
+                ex.plain[t] = False
