@@ -31,8 +31,9 @@ def front_table(doc: ParetoDoc) -> str:
     rows: List[Tuple[Any, List[str]]] = []
     same: Dict[str, List[str]] = {}
     for p in doc.points:
-        key = json.dumps([[st.pus, st.blocks, st.assignment, st.order,
-                           [[r.pus, r.assignment, r.order] for r in st.replicas or []]] for st in p.stages])
+        key = json.dumps([[st.pus, st.blocks, st.assignment, st.order, st.frequency_hz,
+                           [[r.pus, r.assignment, r.order, r.frequency_hz] for r in st.replicas or []]]
+                          for st in p.stages])
         if key in same:
             same[key].append(p.id)
         else:
@@ -77,7 +78,7 @@ def handle(args: argparse.Namespace) -> int:
 
     objectives = tuple(o.strip() for o in args.objectives.split(",") if o.strip())
     options = SearchOptions(objectives=objectives, max_stages=args.max_stages, time_limit_s=args.time_limit,
-                            seed=args.seed)
+                            seed=args.seed, operating_points=args.operating_points)
     pus = [p.strip() for p in args.pus.split(",")] if args.pus else None
     if (args.host or args.refine) and (args.blocks or not args.model or not args.refine):
         from parapipe.errors import input_error
@@ -273,6 +274,11 @@ def add_parser(sub) -> None:
     s.add_argument("--objectives", default="throughput,latency,energy",
                    help="comma-separated subset of throughput, latency, energy (default: all three)")
     s.add_argument("--max-stages", type=int, default=None, help="most pipeline stages (default: no limit)")
+    s.add_argument("--operating-points", default="auto", metavar="auto|all|max|N",
+                   help="PU frequencies (DVFS) searched where the profile or block table lists operating points: "
+                        "auto (default: every point where the search stays exact and fast, else a spread subset "
+                        "and re-timing of the front; pareto.json search.operating_points says which), all, max "
+                        "(highest points only) or N points per PU spread over its table")
     s.add_argument("--pus", default=None, help="comma-separated PUs to use (default: all)")
     s.add_argument("--max-blocks", type=int, default=48, help="search granularity in blocks (default 48)")
     s.add_argument("--no-plot", action="store_true", help="write pareto.json only")
