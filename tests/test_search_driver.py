@@ -199,7 +199,10 @@ def test_search_zoo_dp_covers_baselines_and_bound_holds(model, soc):
     dp_points = [p for p in result.front()
                  if p.origin != "baseline" or any(k.startswith("cp-sat") for k in p.stage_schedules)]
     assert dp_points, "every front point came from a baseline"
-    baselines = np.array([p.objectives() for p in result.points if p.strategy in ("single", "pipeline")])
+    # (baselines re-timed at lower operating points lie outside the highest-point space the DP searches on large
+    # problems: parapipe.search.dvfs)
+    baselines = np.array([p.objectives() for p in result.points
+                          if p.strategy in ("single", "pipeline") and not p.mapping.has_ops])
     missed = uncovered(baselines, np.array([p.objectives() for p in dp_points]))
     assert not len(missed), f"the DP passes miss baselines {missed}"
     # A proof of optimality means the bound is the best period found.
