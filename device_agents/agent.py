@@ -36,6 +36,10 @@ the agent), ``UnknownOp``, ``ProviderUnavailable``, ``PinError``
 stderr).
 A request never crashes the agent; it exits 0 when stdin closes or after ``bye``.
 
+Operating points: a bundle's plan may set CPU and GPU frequencies for its run (``ppexec/dvfs.py``); they are
+restored when the run ends, however it ends. A run killed outright leaves a restore journal: the agent writes
+the saved settings back when it starts and when its stdin closes (:func:`restore_frequencies`).
+
 Adding an op: write ``def op_name(request) -> dict`` and register it in :data:`OPS`.
 
 One file on purpose (about 500 lines): it is the protocol's dispatcher, run on a board as a script
@@ -389,6 +393,22 @@ def op_clean(request):
     return _core_call(core, lambda: bundle_run.clean_stale(root, keep, wait_s))
 
 
+def restore_frequencies():
+    """Write back the frequency settings a killed run left in its journal (``ppexec.dvfs.restore_leftover``:
+    only once the process that wrote it is gone). Needs only the standard library; never raises (logged)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if not os.path.isfile(os.path.join(here, "ppexec", "dvfs.py")):
+        return None
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        from ppexec import dvfs
+        return dvfs.restore_leftover()
+    except Exception as exc:  # a broken journal must not stop the agent: say so and serve on
+        log.warning("could not restore the frequency settings a stopped run left: %s: %s", type(exc).__name__, exc)
+        return None
+
+
 def op_bye(request):
     """Say goodbye; the agent exits with status 0 after this reply."""
     return {"bye": True}
@@ -458,6 +478,7 @@ def serve(in_stream, out_stream):
         line = in_stream.readline()
         if not line:
             log.info("stdin closed; exiting")
+            restore_frequencies()
             return 0
         if not line.strip():
             continue
@@ -485,6 +506,8 @@ def main(argv=None):
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     log.info("agent protocol %d ready (python %s)", PROTOCOL_VERSION, platform.python_version())
+    sys.dont_write_bytecode = True  # as _core: leave no __pycache__ in a bundle
+    restore_frequencies()
     try:
         return serve(sys.stdin.buffer, protocol_out)
     except (BrokenPipeError, ConnectionError):

@@ -100,7 +100,7 @@ def test_a_thermal_cap_is_reported_throttled(tree):
     with dvfs.applied(_requests(big=(2016, {"cpus": [2]})), root=str(tree)) as state:
         report = state.report()["big"]
     assert report["status"] == "throttled" and report["readback_hz"] == 1_512_000_000
-    assert "1512 MHz, not 2016 MHz" in report["reason"]
+    assert "1512 MHz, not 2016 MHz, held by a thermal or QoS cap" in report["reason"]
 
 
 def test_unknown_frequency_is_refused_listing_the_table(tree):
@@ -160,3 +160,212 @@ def test_a_killed_run_is_restored_from_its_journal(tree, tmp_path):
     assert dvfs.restore_leftover() == [str(tree / POLICY2)]
     assert fake_sysfs.snapshot(tree) == {**before, f"{POLICY2}/scaling_setspeed": "1200000"}
     assert not Path(dvfs.journal_path()).exists()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# parapipe run (in process) and parapipe deploy (loopback sshd): the whole path, fake tree on "the board"
+# ------------------------------------------------------------------------------------------------------------
+
+NEEDS_TWO_CPUS = pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="mappings use CPUs 0, 1")
+POLICY1 = "devices/system/cpu/cpufreq/policy1"
+
+
+def board_tree(root: Path) -> Path:
+    """CPU 0 an A53 policy, CPU 1 an A73 policy (the two PUs of tests/deploy_mappings.py), and the Mali GPU."""
+    return fake_sysfs.build(root, policies={0: ((0,), fake_sysfs.A53_KHZ), 1: ((1,), fake_sysfs.A73_KHZ)})
+
+
+@pytest.fixture(scope="module")
+def dvfs_mapping(tmp_path_factory) -> Path:
+    from deploy_mappings import two_stage_doc, write_doc
+
+    doc = two_stage_doc("squeezenet")
+    doc["soc"]["pus"]["gpu"] = {"kind": "gpu", "execution": {"devfreq": fake_sysfs.GPU}}  # devfreq domain
+    return write_doc(doc, tmp_path_factory.mktemp("mapping") / "pareto.json")
+
+
+def _restored(before, after):
+    """The tree as it was, but for setspeed files (written, and only read under userspace)."""
+    return {k: v for k, v in after.items() if not k.endswith(("scaling_setspeed", "set_freq"))} == \
+        {k: v for k, v in before.items() if not k.endswith(("scaling_setspeed", "set_freq"))}
+
+
+@NEEDS_TWO_CPUS
+def test_run_sets_reads_back_records_and_restores(dvfs_mapping, tmp_path, monkeypatch, capsys, caplog):
+    from parapipe.cli import main
+    from parapipe.profiledb.db import ProfileDB
+    from parapipe.profiledb.runs import list_runs
+
+    root = board_tree(tmp_path / "sys")
+    fake_sysfs.cap(root, POLICY1, 1_512_000)  # a thermal cap on CPU 1's cluster
+    monkeypatch.setenv(dvfs.SYSFS_ROOT_ENV, str(root))
+    monkeypatch.setenv(dvfs.JOURNAL_ENV, str(tmp_path / "journal.json"))
+    before = fake_sysfs.snapshot(root)
+    db = tmp_path / "runs.sqlite"
+    rc = main(["run", "squeezenet", "--mapping", str(dvfs_mapping), "--point", "p0", "--frames", "3", "--json",
+               "--db", str(db), "--frequency", "cpu0=1398", "--frequency", "cpu1=2016", "--frequency", "gpu=400"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    doc = json.loads(captured.out)
+    f = doc["frequencies"]
+    assert f["cpu0"]["status"] == "ok" and f["cpu0"]["readback_hz"] == 1_398_000_000
+    assert f["gpu"]["readback_end_hz"] == 400_000_000 and f["gpu"]["domain"] == "devfreq " + fake_sysfs.GPU
+    assert f["cpu1"]["status"] == "throttled" and f["cpu1"]["readback_hz"] == 1_512_000_000
+    assert doc["predicted"]["applies"] is False
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "cpu1" in r.getMessage()]
+    assert len(warnings) == 1 and "asked 2016 MHz" in warnings[0] and "prediction does not apply" in warnings[0]
+    assert _restored(before, fake_sysfs.snapshot(root)) and not (tmp_path / "journal.json").exists()
+    with ProfileDB(db) as pdb:
+        (row,) = list_runs(pdb)
+    assert row.frequencies["cpu0"]["readback_hz"] == 1_398_000_000 and row.prediction_applies is False
+    assert row.frequencies["cpu1"]["status"] == "throttled"
+
+
+def test_run_refuses_an_unknown_frequency_and_no_dvfs_sets_nothing(dvfs_mapping, tmp_path, monkeypatch, capsys):
+    from parapipe.cli import main
+
+    root = board_tree(tmp_path / "sys")
+    monkeypatch.setenv(dvfs.SYSFS_ROOT_ENV, str(root))
+    monkeypatch.setenv(dvfs.JOURNAL_ENV, str(tmp_path / "journal.json"))
+    before = fake_sysfs.snapshot(root)
+    rc = main(["run", "squeezenet", "--mapping", str(dvfs_mapping), "--point", "p0", "--frames", "2", "--db", "",
+               "--frequency", "cpu1=1750"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("parapipe: error:")]
+    assert rc == 2 and len(lines) == 1 and "1750 MHz is not an operating point of cpufreq policy1" in lines[0]
+    assert "available: 1200, 1398" in lines[0] and "Traceback" not in err
+    assert main(["run", "squeezenet", "--mapping", str(dvfs_mapping), "--point", "p0", "--frames", "2", "--db", "",
+                 "--frequency", "cpu1=1800", "--no-dvfs"]) == 2
+    assert "--no-dvfs: contradicts --frequency" in capsys.readouterr().err
+    assert fake_sysfs.snapshot(root) == before
+
+
+# --- deploy ---------------------------------------------------------------------------------------------------
+
+sshd = pytest.importorskip("sshd")
+sshd_server = sshd.sshd_server  # the session-scoped loopback sshd fixture (shared with tests/test_deploy.py)
+
+
+def _board_python(tmp_path: Path, root: Path, journal: Path) -> Path:
+    """The Python the deploy runs on the "board": this interpreter with the fake tree as its sysfs root."""
+    import shlex
+
+    wrapper = tmp_path / "board-python"
+    wrapper.write_text(f"#!/bin/sh\nexport {dvfs.SYSFS_ROOT_ENV}={shlex.quote(str(root))} "
+                       f"{dvfs.JOURNAL_ENV}={shlex.quote(str(journal))}\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def _agent_pids(remote: str) -> list:
+    pids = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if remote in cmdline and "agent.py" in cmdline:
+                pids.append(int(pid))
+    return pids
+
+
+def _wait_no_agents(remote: str, timeout_s: float = 20.0) -> list:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while _agent_pids(remote) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return _agent_pids(remote)
+
+
+@pytest.mark.ssh
+@pytest.mark.slow
+@NEEDS_TWO_CPUS
+def test_deploy_sets_and_restores_and_refuses_without_permission(sshd_server, dvfs_mapping, tmp_path, capsys):
+    from parapipe.cli import main
+
+    root, journal = board_tree(tmp_path / "sys"), tmp_path / "board-state" / "journal.json"
+    python = _board_python(tmp_path, root, journal)
+    before = fake_sysfs.snapshot(root)
+    common = ["deploy", "--python", str(python), "squeezenet", "--mapping", str(dvfs_mapping), "--point", "p0",
+              "--host", sshd_server.host, "--identity", str(sshd_server.client_key), "--known-hosts",
+              str(sshd_server.known_hosts), "--frames", "4", "--remote-dir", str(tmp_path / "remote"),
+              "--out", str(tmp_path / "out"), "--frequency", "cpu0=1000", "--frequency", "cpu1=2208",
+              "--frequency", "gpu=285.7"]
+    rc = main(common + ["--db", str(tmp_path / "db.sqlite")])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert "frequencies: cpu0 1000 MHz asked, 1000 MHz ran (cpufreq policy0, ok)" in captured.out
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["frequencies"]["cpu1"]["readback_hz"] == 2_208_000_000
+    assert report["frequencies"]["gpu"]["readback_end_hz"] == 285_714_285
+    assert report["predicted"]["applies"] is True
+    assert _restored(before, fake_sysfs.snapshot(root)) and not journal.exists()
+    # without write permission: refused in one line before anything runs, nothing changed
+    before = fake_sysfs.snapshot(root)
+    fake_sysfs.read_only(root, [f"{POLICY1}/scaling_governor"])
+    rc = main(common + ["--db", ""])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("parapipe: error:")]
+    assert rc == 2 and len(lines) == 1, err
+    assert f"{root / POLICY1 / 'scaling_governor'} is read-only (mode 0444)" in lines[0]
+    assert "running the unsplit model" not in err and "pipeline started" not in err  # nothing ran
+    assert fake_sysfs.snapshot(root) == before and not journal.exists()
+
+
+@pytest.mark.ssh
+@pytest.mark.slow
+@NEEDS_TWO_CPUS
+def test_deploy_restores_after_ctrl_c_a_killed_agent_and_a_failed_run(sshd_server, dvfs_mapping, tmp_path):
+    from parapipe.app.deploy import DeployOptions, deploy_bundle, deploy_mapping
+    from parapipe.app.run import load_mapping
+    from parapipe.deploy.bundle import build_bundle
+    from parapipe.errors import ExecutionError, HostError
+    from parapipe.remote.host import RemoteHost
+    from parapipe.remote.hostspec import HostSpec
+    from test_deploy import _make_fail_at_run_time
+
+    root, journal = board_tree(tmp_path / "sys"), tmp_path / "board-state" / "journal.json"
+    python = _board_python(tmp_path, root, journal)
+    before = fake_sysfs.snapshot(root)
+    remote = str(tmp_path / "remote")
+    spec = HostSpec.parse(sshd_server.host, identity=sshd_server.client_key, known_hosts=sshd_server.known_hosts)
+    freqs = {"cpu0": 1.2e9, "cpu1": 1.8e9}
+    bundle = build_bundle(load_mapping("squeezenet", str(dvfs_mapping), "p0", frequencies_hz=freqs),
+                          tmp_path / "bundle")
+    options = DeployOptions(python=str(python), frames=100_000, remote_dir=remote, warmup=0)
+    (tmp_path / "out").mkdir()
+    seen = {}
+
+    def interrupt(event):  # Ctrl-C on the computer while the board runs at the asked frequencies
+        if event.get("event") == "progress" and event.get("phase") == "run":
+            seen["during"] = (root / POLICY1 / "scaling_max_freq").read_text()
+            raise KeyboardInterrupt
+
+    with RemoteHost(spec) as host:
+        with pytest.raises(KeyboardInterrupt):
+            deploy_bundle(host, bundle, tmp_path / "out", options, on_event=interrupt)
+    assert seen["during"] == "1800000"
+    assert _wait_no_agents(remote) == []
+    assert _restored(before, fake_sysfs.snapshot(root)) and not journal.exists()
+
+    def kill_agent(event):  # the agent dies outright (SIGKILL: no handler runs), e.g. the OOM killer
+        if event.get("event") == "progress" and event.get("phase") == "run" and "killed" not in seen:
+            seen["killed"] = _agent_pids(remote)
+            for pid in seen["killed"]:
+                os.kill(pid, signal.SIGKILL)
+
+    with RemoteHost(spec) as host:
+        with pytest.raises((HostError, ExecutionError)):
+            deploy_bundle(host, bundle, tmp_path / "out", options, on_event=kill_agent)
+    assert seen["killed"] and journal.exists()  # left set; its journal says how to undo it
+    assert (root / POLICY1 / "scaling_max_freq").read_text() == "1800000"
+    # the next deploy's agent restores at start-up; that run's stage fails, and its frequencies are restored too
+    failing = load_mapping("squeezenet", str(dvfs_mapping), "p0", frequencies_hz={"gpu": 5e8})
+    _make_fail_at_run_time(failing.plan.stages[1][0].model)
+    with pytest.raises(ExecutionError, match="failed while running"):
+        deploy_mapping(failing, spec, tmp_path / "out", DeployOptions(python=str(python), frames=4, warmup=0,
+                                                                      remote_dir=remote))
+    assert _wait_no_agents(remote) == []
+    assert _restored(before, fake_sysfs.snapshot(root)) and not journal.exists()

@@ -506,9 +506,9 @@ class Applied:
                 if off and min(off) < want:
                     cap = self.max_hz.get(key)
                     status = "throttled"
-                    reason = "the kernel ran %s at %s MHz, not %s MHz (a thermal or QoS cap%s)" % (
+                    reason = "the kernel ran %s at %s MHz, not %s MHz, held by a thermal or QoS cap%s" % (
                         t.domain.label, _mhz(min(off)), _mhz(want),
-                        "; max limit %s MHz" % _mhz(cap) if cap is not None else "")
+                        " (max limit read back: %s MHz)" % _mhz(cap) if cap is not None else "")
                 elif off:
                     status = "refused"
                     reason = "the kernel ran %s at %s MHz, not %s MHz" % (t.domain.label, _mhz(max(off)),

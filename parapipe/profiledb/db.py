@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 __all__ = ["ProfileDB", "SCHEMA_VERSION", "SQLITE_HEADER", "LOCK_TIMEOUT_S"]
 
 #: Version of the table layout below, stored in PRAGMA user_version (0 means "not created yet").
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: First 16 bytes of every SQLite 3 database file (https://www.sqlite.org/fileformat.html, section 1.3.1).
 SQLITE_HEADER = b"SQLite format 3\x00"
 #: Seconds to wait for another process's write lock before giving up (sqlite3.connect's timeout).
@@ -97,7 +97,8 @@ CREATE TABLE IF NOT EXISTS runs (
     runner TEXT NOT NULL,
     board TEXT NOT NULL,
     spread REAL,
-    load REAL
+    load REAL,
+    frequencies TEXT NOT NULL DEFAULT '{}'
 )
 """
 #: Every table of the current layout (:data:`SCHEMA_VERSION`), as created in a new file.
@@ -122,8 +123,17 @@ def _migrate_2_to_3(conn: sqlite3.Connection) -> None:
             conn.execute(f"ALTER TABLE runs ADD COLUMN {column} REAL")
 
 
+def _migrate_3_to_4(conn: sqlite3.Connection) -> None:
+    """Version 3 -> 4: give ``runs`` its ``frequencies`` column (JSON; ``{}``: the board's own settings, as every
+    run before it ran)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+    if "frequencies" not in columns:
+        conn.execute("ALTER TABLE runs ADD COLUMN frequencies TEXT NOT NULL DEFAULT '{}'")
+
+
 #: ``{version: step}``: the step that takes a file of that version to the next; run in order on open.
-_MIGRATIONS: Dict[int, Callable[[sqlite3.Connection], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3}
+_MIGRATIONS: Dict[int, Callable[[sqlite3.Connection], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3,
+                                                               3: _migrate_3_to_4}
 
 _UPSERT = (f"INSERT INTO measurements ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)}) "
            f"ON CONFLICT ({', '.join(_KEY)}) DO UPDATE SET "
