@@ -364,8 +364,14 @@ def test_deploy_restores_after_ctrl_c_a_killed_agent_and_a_failed_run(sshd_serve
     # the next deploy's agent restores at start-up; that run's stage fails, and its frequencies are restored too
     failing = load_mapping("squeezenet", str(dvfs_mapping), "p0", frequencies_hz={"gpu": 5e8})
     _make_fail_at_run_time(failing.plan.stages[1][0].model)
+
+    def at_start(event):  # the agent has started, the run not yet: the killed run's settings are back already
+        if event.get("event") == "uploaded":
+            seen["at_start"] = (_restored(before, fake_sysfs.snapshot(root)), journal.exists())
+
     with pytest.raises(ExecutionError, match="failed while running"):
         deploy_mapping(failing, spec, tmp_path / "out", DeployOptions(python=str(python), frames=4, warmup=0,
-                                                                      remote_dir=remote))
+                                                                      remote_dir=remote), on_event=at_start)
+    assert seen["at_start"] == (True, False)
     assert _wait_no_agents(remote) == []
     assert _restored(before, fake_sysfs.snapshot(root)) and not journal.exists()
