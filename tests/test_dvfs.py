@@ -252,7 +252,8 @@ def _board_python(tmp_path: Path, root: Path, journal: Path) -> Path:
 
     wrapper = tmp_path / "board-python"
     wrapper.write_text(f"#!/bin/sh\nexport {dvfs.SYSFS_ROOT_ENV}={shlex.quote(str(root))} "
-                       f"{dvfs.JOURNAL_ENV}={shlex.quote(str(journal))}\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+                       f"{dvfs.JOURNAL_ENV}={shlex.quote(str(journal))}\n"
+                       f"exec {shlex.quote(sys.executable)} \"$@\"\n")
     wrapper.chmod(0o755)
     return wrapper
 

@@ -76,7 +76,7 @@ _FILES = {
 }
 #: Hz per unit of the files' frequencies (cpufreq: kHz, devfreq: Hz).
 _UNIT_HZ = {"cpufreq": 1000, "devfreq": 1}
-_NO_DVFS = "or run with --no-dvfs (the board's own settings)"
+_NO_DVFS = "run with --no-dvfs (the board's own settings)"
 
 
 class DvfsRefused(PlanError):
@@ -122,14 +122,15 @@ def _writable(path: str) -> bool:
 
 
 def _why_not_writable(path: str) -> str:
+    """``"<problem>; <fix>"`` for a file :func:`_writable` refuses."""
     try:
         st = os.stat(path)
     except OSError as exc:
-        return "%s cannot be read (%s)" % (path, exc.strerror or exc)
+        return "%s cannot be read (%s); %s" % (path, exc.strerror or exc, _NO_DVFS)
     if not st.st_mode & 0o222:
-        return "%s is read-only (mode %04o) for every user, root too" % (path, st.st_mode & 0o7777)
-    return ("%s is not writable by this user (uid %d; the file is mode %04o, owner uid %d): run as root or grant "
-            "write access" % (path, os.geteuid(), st.st_mode & 0o7777, st.st_uid))
+        return "%s is read-only (mode %04o) for every user, root too; %s" % (path, st.st_mode & 0o7777, _NO_DVFS)
+    return ("%s is not writable by this user (uid %d; mode %04o, owner uid %d); run the agent as root (or give "
+            "this user write access), or %s" % (path, os.geteuid(), st.st_mode & 0o7777, st.st_uid, _NO_DVFS))
 
 
 def match_frequency(requested_hz: float, available_hz: List[int]) -> Optional[int]:
@@ -257,13 +258,13 @@ def find_domain(request: Dict[str, Any], root: Optional[str] = None, pu: str = "
             present = sorted(os.listdir(os.path.join(root, "class", "devfreq"))) \
                 if os.path.isdir(os.path.join(root, "class", "devfreq")) else []
             raise DvfsRefused("PU %s: no devfreq device %r under %s (devices: %s); fix execution.devfreq in the "
-                              "profile %s" % (pu, name, os.path.dirname(folder), ", ".join(present) or "none",
+                              "profile, or %s" % (pu, name, os.path.dirname(folder), ", ".join(present) or "none",
                                              _NO_DVFS))
         return Domain("devfreq", name, folder)
     cpus = request.get("cpus")
     if not cpus:
         raise DvfsRefused("PU %s: has neither execution.cpus nor execution.devfreq, so its frequency domain is "
-                          "unknown; name one in the profile %s" % (pu, _NO_DVFS))
+                          "unknown; name one in the profile, or %s" % (pu, _NO_DVFS))
     policies = _policies(root)
     if not policies:
         raise DvfsRefused("PU %s: no cpufreq policy under %s: this kernel does not let CPU frequencies be set; %s"
@@ -271,12 +272,13 @@ def find_domain(request: Dict[str, Any], root: Optional[str] = None, pu: str = "
     holding = [(folder, related) for folder, related in policies if set(cpus) & set(related)]
     missing = sorted(set(cpus) - set(c for _, related in holding for c in related))
     if missing:
-        raise DvfsRefused("PU %s: CPUs %s belong to no cpufreq policy; bind the PU to the CPUs of one cluster %s"
+        raise DvfsRefused("PU %s: CPUs %s belong to no cpufreq policy; bind the PU to the CPUs of one cluster, or %s"
                           % (pu, missing, _NO_DVFS))
     if len(holding) > 1:
         spans = "; ".join("%s: CPUs %s" % (os.path.basename(f), sorted(set(cpus) & set(r))) for f, r in holding)
         raise DvfsRefused("PU %s: its CPUs %s span several frequency domains (%s); one PU must lie in one "
-                          "cpufreq policy: bind it to one cluster's CPUs %s" % (pu, sorted(cpus), spans, _NO_DVFS))
+                          "cpufreq policy: bind it to one cluster's CPUs, or %s"
+                          % (pu, sorted(cpus), spans, _NO_DVFS))
     folder = holding[0][0]
     return Domain("cpufreq", os.path.basename(folder), folder)
 
@@ -329,8 +331,8 @@ def plan_targets(requests: Dict[str, Dict[str, Any]], root: Optional[str] = None
             roles.append("setspeed")
         for role in roles:
             if not _writable(domain.file(role)):
-                raise DvfsRefused("PU %s: cannot set %s: %s; %s" % (pu, domain.label,
-                                                                   _why_not_writable(domain.file(role)), _NO_DVFS))
+                raise DvfsRefused("PU %s: cannot set %s: %s"
+                                  % (pu, domain.label, _why_not_writable(domain.file(role))))
         by_path[domain.path] = _Target(domain, [pu], requested, hz)
     return list(by_path.values())
 
@@ -628,7 +630,7 @@ def applied(requests: Dict[str, Dict[str, Any]], root: Optional[str] = None,
     try:
         _write_journal(doc, path)
     except OSError as exc:
-        raise DvfsRefused("cannot write the DVFS restore journal %s (%s); set $%s to a writable file %s"
+        raise DvfsRefused("cannot write the DVFS restore journal %s (%s); set $%s to a writable file, or %s"
                           % (path, exc.strerror or exc, JOURNAL_ENV, _NO_DVFS))
     state = Applied(targets)
     done = []  # type: List[_Target]

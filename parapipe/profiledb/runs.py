@@ -26,6 +26,8 @@ __all__ = ["RunRecord", "record_from_run", "append_run", "list_runs", "write_run
 
 #: JSON-encoded columns (dicts and lists).
 _JSON_COLUMNS = ("mapping", "pu_busy_s", "substituted", "board", "frequencies")
+#: What the ``frequencies`` column keeps of a report's ``frequencies`` (``ppexec.report.RunReport``), per PU.
+_FREQUENCY_KEYS = ("requested_hz", "readback_hz", "readback_end_hz", "status", "domain")
 
 
 @dataclass
@@ -122,7 +124,7 @@ def record_from_run(doc, point, report, runner: str) -> RunRecord:
         prediction_applies=bool(report.predicted.get("applies", not report.substituted)),
         substituted=dict(report.substituted), outputs_match=bool(report.outputs_match), runner=runner,
         board=board, spread=getattr(report, "spread", None), load=getattr(report, "load", None),
-        frequencies={pu: {k: f.get(k) for k in ("requested_hz", "readback_hz", "readback_end_hz", "status", "domain")}
+        frequencies={pu: {k: f.get(k) for k in _FREQUENCY_KEYS}
                      for pu, f in (getattr(report, "frequencies", None) or {}).items()})
 
 
