@@ -213,6 +213,11 @@ def op_profile(request):
     under), ``threads``, ``optimization`` (``None`` for another runtime), ``inputs`` (shapes and dtypes
     used), ``onnxruntime_version``, ``load`` (the share of the CPUs' time other processes used while it was
     measured, with its window: :func:`ppexec.timing.load_between`; null where unknown).
+
+    Optional ``frequency``: ``{"frequency_hz": Hz, "cpus": [...] | "devfreq": name, "pu": name}``: the PU's
+    operating point, set for this measurement and restored after it (``ppexec/dvfs.py``); the reply's
+    ``frequency`` then gives ``requested_hz``, ``readback_hz``, ``readback_end_hz``, ``status``, ``domain``. A
+    frequency that cannot be set is a ``BadRequest`` (one line) and nothing is changed.
     """
     model = _load_model(request)
     pu = _field(request, "pu", dict, required=True)
@@ -237,8 +242,25 @@ def op_profile(request):
     binding = core.plan.PUBinding(cpus=None if cpus is None else tuple(cpus), threads=pu_spec["threads"],
                              provider=provider, provider_options=pu_spec["provider_options"], runtime=runtime,
                              runtime_options=pu_spec["runtime_options"])
-    timed = _timing_call(lambda: core.timing.time_model(
-        model, binding, warmup, repeats, lambda specs: _random_feeds(specs, overrides, seed)))
+    frequency = _field(request, "frequency", dict)
+
+    def measure():
+        return _timing_call(lambda: core.timing.time_model(
+            model, binding, warmup, repeats, lambda specs: _random_feeds(specs, overrides, seed)))
+
+    read_back = None
+    if frequency:
+        from ppexec import dvfs
+        name = str(frequency.get("pu") or "pu")
+        try:
+            with dvfs.applied({name: frequency}) as state:
+                timed = measure()
+                state.read_back(end=True)
+        except dvfs.DvfsRefused as exc:
+            raise AgentError("BadRequest", str(exc))
+        read_back = state.report()[name]
+    else:
+        timed = measure()
     info = timed["runtime_info"]
     result = core.timing.stats(timed["times_s"])
     result.update({"runtime": runtime, "runtime_info": info, "provider": info.get("provider"),
@@ -246,6 +268,8 @@ def op_profile(request):
                    "threads": pu_spec["threads"], "inputs": timed["fed"][1],
                    "optimization": optimization if runtime == "onnxruntime" else None,
                    "onnxruntime_version": _ort_version(), "load": timed.get("load")})
+    if read_back is not None:
+        result["frequency"] = read_back
     return result
 
 

@@ -376,3 +376,66 @@ def test_deploy_restores_after_ctrl_c_a_killed_agent_and_a_failed_run(sshd_serve
     assert seen["at_start"] == (True, False)
     assert _wait_no_agents(remote) == []
     assert _restored(before, fake_sysfs.snapshot(root)) and not journal.exists()
+
+
+# --- profile --frequencies ------------------------------------------------------------------------------------
+
+def test_profile_measures_blocks_at_each_operating_point_and_restores(tmp_path, monkeypatch, capsys):
+    from parapipe.cli import main
+    from parapipe.profiledb.db import BOARD_FREQUENCY, ProfileDB
+
+    root = board_tree(tmp_path / "sys")
+    monkeypatch.setenv(dvfs.SYSFS_ROOT_ENV, str(root))  # the local agent (a subprocess) inherits it
+    monkeypatch.setenv(dvfs.JOURNAL_ENV, str(tmp_path / "journal.json"))
+    before = fake_sysfs.snapshot(root)
+    db = tmp_path / "p.sqlite"
+    rc = main(["profile", "squeezenet", "--soc", "host", "--db", str(db), "--pus", "cpu0", "--budget", "0.05",
+               "--repeats", "2", "--warmup", "0", "--no-transfers", "--frequencies", "cpu0=1000,1800"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "cpu0: blocks measured at 1000, 1800 MHz" in out
+    with ProfileDB(db) as pdb:
+        assert pdb.frequencies("host") == {"cpu0": [1.0e9, 1.8e9]}
+        base = {r.signature for r in pdb.all("host") if r.kind == "block"}
+        at = {hz: {r.signature for r in pdb.all("host", frequency_hz=hz)} for hz in (1.0e9, 1.8e9)}
+        assert pdb.all("host", frequency_hz=BOARD_FREQUENCY) == pdb.all("host")
+    assert at[1.0e9] and at[1.0e9] == at[1.8e9] and at[1.0e9] <= base  # the blocks, at each point
+    assert _restored(before, fake_sysfs.snapshot(root)) and not (tmp_path / "journal.json").exists()
+    # a frequency outside the table is refused in one line, and nothing is set
+    rc = main(["profile", "squeezenet", "--soc", "host", "--db", str(db), "--pus", "cpu0", "--budget", "0.05",
+               "--repeats", "2", "--warmup", "0", "--no-transfers", "--frequencies", "cpu0=1300"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("parapipe: error:")]
+    assert rc == 2 and len(lines) == 1 and "1300 MHz is not an operating point of cpufreq policy0" in lines[0]
+    assert _restored(before, fake_sysfs.snapshot(root))
+
+
+def test_schema_3_measurements_migrate_to_the_board_frequency(tmp_path):
+    import dataclasses
+    import sqlite3
+
+    from parapipe.profiledb import db as dbmod
+    from parapipe.profiledb.records import Measurement
+
+    path = tmp_path / "v3.sqlite"
+    conn = sqlite3.connect(str(path))
+    v3 = dbmod._MEASUREMENTS.replace("    frequency_hz REAL NOT NULL DEFAULT 0 CHECK (frequency_hz >= 0),\n", "") \
+        .replace(", frequency_hz)", ")")
+    for statement in (v3, dbmod._OP_CATALOG, dbmod._WORK_CATALOG,
+                      dbmod._RUNS.replace(",\n    frequencies TEXT NOT NULL DEFAULT '{}'", "")):
+        conn.execute(statement)
+    row = Measurement("a311d", "big", "block:x", "Conv", 1, "1.19", 0.01, 0.012, 10, "2026-01-01T00:00:00+00:00",
+                      "local", "block", 0)
+    names = Measurement.field_names()
+    conn.execute(f"INSERT INTO measurements ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})",
+                 dataclasses.astuple(row))
+    conn.execute("PRAGMA user_version = 3")
+    conn.commit()
+    conn.close()
+    with dbmod.ProfileDB(path) as pdb:
+        assert pdb.all() == [row] and pdb.frequencies() == {}
+        faster = dataclasses.replace(row, median_s=0.005, p90_s=0.006)
+        pdb.put([faster], frequency_hz=1.8e9)  # same key, another operating point: a row of its own
+        assert pdb.all() == [row] and pdb.all(frequency_hz=1.8e9) == [faster]
+        assert pdb.get("a311d", "big", "block:x", kind="block", frequency_hz=1.8e9) == faster
+        assert pdb.frequencies("a311d") == {"big": [1.8e9]}
