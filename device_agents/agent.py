@@ -36,6 +36,10 @@ the agent), ``UnknownOp``, ``ProviderUnavailable``, ``PinError``
 stderr).
 A request never crashes the agent; it exits 0 when stdin closes or after ``bye``.
 
+Operating points: a bundle's plan may set CPU and GPU frequencies for its run (``ppexec/dvfs.py``); they are
+restored when the run ends, however it ends. A run killed outright leaves a restore journal: the agent writes
+the saved settings back when it starts and when its stdin closes (:func:`restore_frequencies`).
+
 Adding an op: write ``def op_name(request) -> dict`` and register it in :data:`OPS`.
 
 One file on purpose (about 500 lines): it is the protocol's dispatcher, run on a board as a script
@@ -210,6 +214,11 @@ def op_profile(request):
     under), ``threads``, ``optimization`` (``None`` for another runtime), ``inputs`` (shapes and dtypes
     used), ``onnxruntime_version``, ``load`` (the share of the CPUs' time other processes used while it was
     measured, with its window: :func:`ppexec.timing.load_between`; null where unknown).
+
+    Optional ``frequency``: ``{"frequency_hz": Hz, "cpus": [...] | "devfreq": name, "pu": name}``: the PU's
+    operating point, set for this measurement and restored after it (``ppexec/dvfs.py``); the reply's
+    ``frequency`` then gives ``requested_hz``, ``readback_hz``, ``readback_end_hz``, ``status``, ``domain``. A
+    frequency that cannot be set is a ``BadRequest`` (one line) and nothing is changed.
     """
     model = _load_model(request)
     pu = _field(request, "pu", dict, required=True)
@@ -238,8 +247,25 @@ def op_profile(request):
     binding = core.plan.PUBinding(cpus=None if cpus is None else tuple(cpus), threads=pu_spec["threads"],
                              provider=provider, provider_options=pu_spec["provider_options"], runtime=runtime,
                              runtime_options=pu_spec["runtime_options"], precision=precision)
-    timed = _timing_call(lambda: core.timing.time_model(
-        model, binding, warmup, repeats, lambda specs: _random_feeds(specs, overrides, seed)))
+    frequency = _field(request, "frequency", dict)
+
+    def measure():
+        return _timing_call(lambda: core.timing.time_model(
+            model, binding, warmup, repeats, lambda specs: _random_feeds(specs, overrides, seed)))
+
+    read_back = None
+    if frequency:
+        from ppexec import dvfs
+        name = str(frequency.get("pu") or "pu")
+        try:
+            with dvfs.applied({name: frequency}) as state:
+                timed = measure()
+                state.read_back(end=True)
+        except dvfs.DvfsRefused as exc:
+            raise AgentError("BadRequest", str(exc))
+        read_back = state.report()[name]
+    else:
+        timed = measure()
     info = timed["runtime_info"]
     result = core.timing.stats(timed["times_s"])
     result.update({"runtime": runtime, "runtime_info": info, "provider": info.get("provider"),
@@ -247,6 +273,8 @@ def op_profile(request):
                    "threads": pu_spec["threads"], "inputs": timed["fed"][1],
                    "optimization": optimization if runtime == "onnxruntime" else None,
                    "onnxruntime_version": _ort_version(), "load": timed.get("load")})
+    if read_back is not None:
+        result["frequency"] = read_back
     return result
 
 
@@ -395,6 +423,22 @@ def op_clean(request):
     return _core_call(core, lambda: bundle_run.clean_stale(root, keep, wait_s))
 
 
+def restore_frequencies():
+    """Write back the frequency settings a killed run left in its journal (``ppexec.dvfs.restore_leftover``:
+    only once the process that wrote it is gone). Needs only the standard library; never raises (logged)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if not os.path.isfile(os.path.join(here, "ppexec", "dvfs.py")):
+        return None
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        from ppexec import dvfs
+        return dvfs.restore_leftover()
+    except Exception as exc:  # a broken journal must not stop the agent: say so and serve on
+        log.warning("could not restore the frequency settings a stopped run left: %s: %s", type(exc).__name__, exc)
+        return None
+
+
 def op_bye(request):
     """Say goodbye; the agent exits with status 0 after this reply."""
     return {"bye": True}
@@ -464,6 +508,7 @@ def serve(in_stream, out_stream):
         line = in_stream.readline()
         if not line:
             log.info("stdin closed; exiting")
+            restore_frequencies()
             return 0
         if not line.strip():
             continue
@@ -491,6 +536,8 @@ def main(argv=None):
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     log.info("agent protocol %d ready (python %s)", PROTOCOL_VERSION, platform.python_version())
+    sys.dont_write_bytecode = True  # as _core: leave no __pycache__ in a bundle
+    restore_frequencies()
     try:
         return serve(sys.stdin.buffer, protocol_out)
     except (BrokenPipeError, ConnectionError):

@@ -175,13 +175,13 @@ def test_a_schema_2_runs_table_gains_spread_and_load(tmp_path):
     conn.close()
     with ProfileDB(path) as db:
         (old,) = list_runs(db)
-        assert old.model == "net" and old.spread is None and old.load is None
+        assert old.model == "net" and old.spread is None and old.load is None and old.frequencies == {}
         new = RunRecord(**{**old.__dict__, "id": None, "spread": 0.04, "load": 0.7})
         append_run(db, new)
         assert [(r.spread, r.load) for r in list_runs(db)] == [(None, None), (0.04, 0.7)]
     conn = sqlite3.connect(str(path))
     assert conn.execute("PRAGMA user_version").fetchone()[0] == dbmod.SCHEMA_VERSION == 4
-    assert {"spread", "load"} <= {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
+    assert {"spread", "load", "frequencies"} <= {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
     conn.close()
 
 

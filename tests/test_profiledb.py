@@ -100,7 +100,7 @@ def test_a_killed_run_keeps_finished_batches_and_resumes(tmp_path):
         from parapipe.profiledb.db import ProfileDB, _UPSERT, _COLUMNS
         db = ProfileDB({str(path)!r})
         db.put([make("op0"), make("op1")])            # batch 1: committed
-        rows = [tuple(getattr(make(s), c) for c in _COLUMNS) for s in ("op2", "op3")]
+        rows = [tuple(getattr(make(s), c) for c in _COLUMNS[:-1]) + (0.0,) for s in ("op2", "op3")]  # frequency_hz
         with db.transaction() as conn:                # batch 2: killed half-way through its transaction
             conn.executemany(_UPSERT, rows)
             os.kill(os.getpid(), signal.SIGKILL)

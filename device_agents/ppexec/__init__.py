@@ -28,6 +28,8 @@ This file imports nothing: importing a light module (:mod:`.dispatch`, :mod:`.me
   traces.
 - :mod:`.reference`: ``reference_outputs``, ``max_abs_diff``, ``within_tolerance``.
 - :mod:`.report`: :class:`~.report.RunReport`, the one report of a verified run.
+- :mod:`.dvfs`: operating points (cpufreq policies, devfreq devices) set for a run or a measurement, read back
+  and restored (standard library only): :func:`~.dvfs.applied`, :func:`~.dvfs.restore_leftover`.
 - :mod:`.bundle_run`: run a deploy bundle on the board (used by the agent's ``run_pipeline`` op); its
   run-and-verify, ``run_verified``, also runs ``parapipe run``'s plan in memory.
 """

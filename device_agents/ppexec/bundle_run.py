@@ -13,7 +13,9 @@ A bundle is one folder written by ``parapipe deploy`` (:mod:`parapipe.deploy.bun
                          "dtype", "range"?}}), "check_tensors", "reference_model", "predicted", "substituted",
                          "soc", "model", "point", "feeds"?, "power_sensor"? (:mod:`.power`: the measured
                          run's energy per inference goes into the report), "softmax_inputs"? ({output:
-                         [input, "Softmax" | "LogSoftmax"]}: :func:`.reference.softmax_bound`)
+                         [input, "Softmax" | "LogSoftmax"]}: :func:`.reference.softmax_bound`), "frequencies_hz"?
+                         ({pu: Hz}: the operating points set for the run, :mod:`.dvfs`) with "frequency_domains" ({pu:
+                         {"cpus": [...]} or {"devfreq": name}})
     models/<task>.onnx   one sub-model per task
     feeds.npz            optional: the user's frames (``parapipe run/deploy --feeds``), fed cyclically
     reference.onnx       the unsplit model with the "check_tensors" of plan.json as extra outputs, run
@@ -52,6 +54,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
+from . import dvfs
 from .errors import PipelineError, PlanError, plan_error
 from .executor import DISPATCH_POLICIES, PipelineExecutor
 from .files import write_json_atomic
@@ -297,6 +300,12 @@ class RunSpec:
         PU -> the CPUs it runs on instead of its profile binding (``--bind``).
     power_sensor : dict, optional
         The board's power sensor (:class:`.power.PowerMeter`): the run measures energy per inference.
+    frequencies_hz : dict of str to float
+        PU -> the frequency (Hz, an entry of its domain's table) set for the run and restored after it
+        (:func:`.dvfs.applied`); empty: the board's own settings.
+    frequency_domains : dict of str to dict
+        PU -> its frequency domain, ``{"cpus": [ids]}`` (the cpufreq policy holding them) or ``{"devfreq":
+        name}``; one for every PU of ``frequencies_hz``.
     bundle_id : str, optional
         The bundle's id (None for a run built in memory).
     softmax_inputs : dict of str to (str, str)
@@ -316,6 +325,8 @@ class RunSpec:
     power_sensor: Optional[Dict[str, Any]] = None
     bundle_id: Optional[str] = None
     softmax_inputs: Dict[str, Tuple[str, str]] = field(default_factory=dict)
+    frequencies_hz: Dict[str, float] = field(default_factory=dict)
+    frequency_domains: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
 
 def read_bundle(folder: str, seed: int = 0, distinct_frames: int = DISTINCT_FRAMES, verify: bool = True) -> RunSpec:
@@ -352,7 +363,9 @@ def read_bundle(folder: str, seed: int = 0, distinct_frames: int = DISTINCT_FRAM
                    substituted={str(k): [int(c) for c in v] for k, v in (doc.get("substituted") or {}).items()},
                    power_sensor=doc.get("power_sensor") or None, bundle_id=manifest.get("bundle_id"),
                    softmax_inputs={str(k): (str(v[0]), str(v[1]))
-                                   for k, v in (doc.get("softmax_inputs") or {}).items()})
+                                   for k, v in (doc.get("softmax_inputs") or {}).items()},
+                   frequencies_hz={str(k): float(v) for k, v in (doc.get("frequencies_hz") or {}).items()},
+                   frequency_domains={str(k): dict(v) for k, v in (doc.get("frequency_domains") or {}).items()})
 
 
 def _bindings_doc(plan: ExecutionPlan) -> Dict[str, Any]:
@@ -391,16 +404,33 @@ def run_verified(spec: RunSpec, frames: int = 200, warmup: int = 5, atol: float 
         The report (``bundle_id`` from ``spec``; ``report_file``, ``trace_file`` the bundle's paths) and the
         Chrome trace of the loaded run (:func:`.metrics.chrome_trace`).
 
+    The frequencies of ``spec.frequencies_hz`` are set before anything runs and restored when the run ends,
+    however it ends (:func:`.dvfs.applied`); the report's ``frequencies`` records them, and ``predicted["applies"]``
+    is false when the board refused or throttled one.
+
     Raises
     ------
     PlanError
         A bad option or plan (:func:`.plan.validate_plan`, run once, by the executor).
+    dvfs.DvfsRefused
+        A frequency that cannot be set (not in its domain's table, no permission, no such domain), before
+        anything ran or changed.
     ReferenceRunError
         The unsplit model fails on the frames.
     PipelineError
         A failed stage (naming stage, PU and task).
     """
     _check_options(frames, warmup, idle_frames, dispatch)
+    requests = dvfs.requests_from(spec.frequencies_hz, spec.frequency_domains)
+    with dvfs.applied(requests) as state:
+        return _run_verified(spec, state, frames, warmup, atol, rtol, progress_interval_s, emit, idle_frames,
+                             dispatch, started_s)
+
+
+def _run_verified(spec: RunSpec, state: dvfs.Applied, frames: int, warmup: int, atol: float, rtol: float,
+                  progress_interval_s: float, emit: Optional[Callable[[Dict[str, Any]], None]], idle_frames: int,
+                  dispatch: str, started_s: Optional[float]) -> Tuple[RunReport, Dict[str, Any]]:
+    """:func:`run_verified`'s run, with the frequencies of ``state`` in force."""
     progress = _Progress(emit, frames, progress_interval_s, started_s)
     outputs, checked = list(spec.plan.model_outputs), list(spec.check_tensors)
     plan = with_outputs(spec.plan, checked)
@@ -442,6 +472,7 @@ def run_verified(spec: RunSpec, frames: int = 200, warmup: int = 5, atol: float 
             worst, scaled, matched = max(worst, diff), max(scaled, scaled_diff), matched and ok
             progress("run", i + 1, rate=(i + 1) / max(time.perf_counter() - run_start, 1e-9))
         energy = meter.stop() if meter is not None else None
+        state.read_back(end=True)  # what ran at the end of the measured frames (a cap may have come meanwhile)
         load = timing.load_between(before, timing.cpu_sample())
         energy_j = energy.energy_j / frames if energy is not None and energy.energy_j is not None else None
         metrics = ex.metrics
@@ -451,7 +482,8 @@ def run_verified(spec: RunSpec, frames: int = 200, warmup: int = 5, atol: float 
     progress("done", frames, force=True, rate=metrics.throughput_per_s)
     predicted = dict(spec.predicted)
     substituted = {str(k): [int(c) for c in v] for k, v in spec.substituted.items()}
-    predicted["applies"] = not substituted
+    frequencies = state.report()
+    predicted["applies"] = not substituted and all(f["status"] == "ok" for f in frequencies.values())
     report = RunReport(
         model=dict(spec.model), point=spec.point, frames=metrics.frames, warmup=warmup,
         stages=len(plan.stages), throughput_per_s=metrics.throughput_per_s, wall_s=metrics.wall_s,
@@ -463,7 +495,7 @@ def run_verified(spec: RunSpec, frames: int = 200, warmup: int = 5, atol: float 
         precisions=precisions, predicted=predicted, substituted=substituted, bindings=_bindings_doc(plan),
         host=_host_info(), energy_j=energy_j, energy_unknown=energy.unknown if energy is not None else None,
         energy_warnings=list(energy.warnings) if energy is not None else [], bundle_id=spec.bundle_id,
-        dispatch=dispatch if plan.replicated() else None,
+        dispatch=dispatch if plan.replicated() else None, frequencies=frequencies,
         spread=timing.window_spread(run_start, done_s), load=None if load is None else load["load"],
         report_file=REPORT,
         trace_file=TRACE)

@@ -59,7 +59,8 @@ class RunReport:
         reported it after loading (:mod:`ppexec.precision`); empty in reports of older boards.
     predicted : dict
         ``throughput_per_s``, ``latency_s``, ``period_s`` of the cost model, and ``applies`` (false when a PU
-        was substituted: the prediction is for the profile's binding).
+        was substituted: the prediction is for the profile's binding; or when the board refused or throttled
+        an operating point: see ``frequencies``).
     substituted : dict of str to list of int
         PUs run on these CPUs with the CPU provider instead of their profile binding.
     bindings : dict
@@ -87,6 +88,14 @@ class RunReport:
     load : float or None
         Share of the CPUs' time other processes used during the measured frames
         (:func:`ppexec.timing.load_between`); None where unknown or reports of older boards.
+    frequencies : dict of str to dict
+        Per PU whose operating point was set for the run (:meth:`ppexec.dvfs.Applied.report`):
+        ``requested_hz`` (the table entry set), ``readback_hz`` (what the kernel reported once set),
+        ``readback_end_hz`` (at the end of the measured frames), ``status`` (``"ok"``, ``"throttled"``: the
+        kernel ran it slower, a thermal or QoS cap; ``"refused"``: another frequency), ``domain``
+        (``"cpufreq policy4"``, ``"devfreq ffe40000.gpu"``), ``mode`` (``"userspace"`` or ``"limits"``: min =
+        max), ``transition_latency_s``, ``reason`` (None when ok). Empty: the board ran at its own settings
+        (``--no-dvfs``, no operating point asked, reports of older boards).
     report_file, trace_file : str
         Paths relative to the bundle.
     """
@@ -124,6 +133,7 @@ class RunReport:
     dispatch: Optional[str] = "pull"
     spread: Optional[float] = None
     load: Optional[float] = None
+    frequencies: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     report_file: str = "out/report.json"
     trace_file: str = "out/trace.json"
     schema_version: int = REPORT_SCHEMA_VERSION

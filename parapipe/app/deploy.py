@@ -40,7 +40,7 @@ from parapipe.remote.remote_agent import host_cache_dir
 from parapipe.deploy.upload import fetch, remote_abs, remote_files, remove_strays, upload_bundle
 from parapipe.errors import ExecutionError, HostError, input_error
 from parapipe.execution.facts import check_board, facts_from_probe, facts_probe
-from parapipe.app.run import check_dispatch
+from parapipe.app.run import check_dispatch, frequency_warnings
 from ppexec import bundle_run
 from ppexec.report import RunReport
 
@@ -328,6 +328,8 @@ def deploy_bundle(host: RemoteHost, bundle: Bundle, out_dir: Path, options: Opti
         except ValueError as exc:
             raise HostError(f"{host.spec}: the agent's report is unreadable ({exc}); deploy again with the "
                             "agent of this parapipe version") from None
+        for line in frequency_warnings(report):
+            log.warning("%s: %s", host.spec, line)
         phase = "the fetch of the results"
         report_path, trace_path = out_dir / "report.json", out_dir / "trace.json"
         fetch(host, posixpath.join(folder, report.report_file), report_path)
@@ -351,7 +353,7 @@ def deploy_bundle(host: RemoteHost, bundle: Bundle, out_dir: Path, options: Opti
 def deploy(model: str, mapping_path: str, point: str, spec: HostSpec, out_dir: Path,
            options: Optional[DeployOptions] = None, on_event: Progress = None,
            binds: Optional[Dict[str, Any]] = None, input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
-           feeds: Optional[str] = None) -> DeployReport:
+           feeds: Optional[str] = None, frequencies_hz: Optional[Mapping[str, float]] = None) -> DeployReport:
     """Run one point of a mapping on an SSH host and fetch its report and trace.
 
     Parameters
@@ -379,6 +381,10 @@ def deploy(model: str, mapping_path: str, point: str, spec: HostSpec, out_dir: P
         ``--input-shape`` values: must equal those stored in the mapping (used when None).
     feeds : str, optional
         An .npz of input frames (``--feeds``), shipped in the bundle and run instead of generated frames.
+    frequencies_hz : dict of str to float, optional
+        PU -> operating point (Hz) the board sets for the run and restores after it, however the run ends
+        (plan.json ``frequencies_hz``; ``ppexec.dvfs``); None or empty: the board's own settings. A frequency the
+        board cannot set (not in its table, no permission) is refused before anything runs.
 
     Returns
     -------
@@ -397,7 +403,8 @@ def deploy(model: str, mapping_path: str, point: str, spec: HostSpec, out_dir: P
     """
     from parapipe.app.run import load_mapping
 
-    mapping = load_mapping(model, mapping_path, point, binds, input_shapes, feeds)  # feeds: shipped in the bundle
+    mapping = load_mapping(model, mapping_path, point, binds, input_shapes, feeds,  # feeds: shipped in the bundle
+                           frequencies_hz)
     return deploy_mapping(mapping, spec, out_dir, options, on_event)
 
 

@@ -8,6 +8,12 @@ bundle is written or read back and the plan is validated once, by the executor. 
 (``parapipe deploy``: :func:`ppexec.bundle_run.run_bundle`) therefore report the same figures
 (:class:`ppexec.report.RunReport`) in the same way; a local report has no ``bundle_id``. Before the run, the
 machine's facts are checked against every PU binding (:func:`parapipe.execution.facts.check_board`).
+
+Operating points: ``frequencies_hz`` (PU -> Hz) are set on the machine that runs the plan for the run and
+restored after it (:func:`ppexec.dvfs.applied`, inside the run-and-verify); each PU's frequency domain is its
+profile's ``execution.devfreq`` device, else the cpufreq policy of its CPUs (:func:`frequency_domains`). The
+report records per PU what was asked and what the kernel read back; :func:`frequency_warnings` says when the
+board refused or throttled one (the prediction then does not apply).
 """
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ppexec.bundle_run import DISTINCT_FRAMES, ReferenceRunError, RunSpec, run_verified
 from ppexec.frames import draw_frames
@@ -35,7 +41,8 @@ from parapipe.mapping import ParetoDoc, Point, check_model, read_pareto, select_
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LoadedMapping", "load_mapping", "run_spec", "run_local", "record_run", "check_dispatch"]
+__all__ = ["LoadedMapping", "load_mapping", "run_spec", "run_local", "record_run", "check_dispatch",
+           "frequency_domains", "frequency_warnings"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,11 @@ class LoadedMapping:
         The mapping file (for messages).
     feeds : str, optional
         An .npz of input frames (``--feeds``) the run uses instead of generated ones.
+    frequencies_hz : dict of str to float
+        PU -> operating point (Hz) set for the run (``--frequency``); empty: the board's own settings.
+    frequency_domains : dict of str to dict
+        PU -> its frequency domain (``{"cpus": [...]}`` or ``{"devfreq": name}``) for every PU of
+        ``frequencies_hz`` (:func:`frequency_domains`).
     """
 
     loaded: LoadedModel
@@ -69,6 +81,8 @@ class LoadedMapping:
     substituted: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
     source: str = "mapping"
     feeds: Optional[str] = None
+    frequencies_hz: Dict[str, float] = field(default_factory=dict)
+    frequency_domains: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
     @property
     def predicted_throughput_per_s(self) -> float:
@@ -95,7 +109,7 @@ class LoadedMapping:
 def load_mapping(model: str, mapping_path: str, point: str,
                  binds: Optional[Mapping[str, Sequence[int]]] = None,
                  input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
-                 feeds: Optional[str] = None) -> LoadedMapping:
+                 feeds: Optional[str] = None, frequencies_hz: Optional[Mapping[str, float]] = None) -> LoadedMapping:
     """Load ``model`` (once: imported and coarsened once), read the mapping, select ``point`` and build its
     execution plan.
 
@@ -114,13 +128,15 @@ def load_mapping(model: str, mapping_path: str, point: str,
         used when none are given.
     feeds : str, optional
         ``--feeds``: an .npz of input frames, kept in the result for the run.
+    frequencies_hz : dict of str to float, optional
+        PU -> operating point, Hz (``--frequency``), set for the run; None or empty: the board's own settings.
 
     Raises
     ------
     InputError
         Unreadable or inconsistent mapping, a mapping for another model (sha256), input shapes other than those
         the mapping was computed for, an unknown point, block names that do not match the model, a bad
-        ``--bind``.
+        ``--bind``, a frequency for a PU the profile lacks or whose domain it does not name.
     """
     doc = read_pareto(mapping_path)
     lm = load_model(model)
@@ -142,9 +158,59 @@ def load_mapping(model: str, mapping_path: str, point: str,
                           "re-run 'parapipe optimize' with this version of parapipe")
     bindings, substituted = bindings_for(doc, pt, binds, mapping_path)
     plan = build_plan(og, bg, pt.stages, bindings)
+    freqs = {str(pu): float(hz) for pu, hz in (frequencies_hz or {}).items()}
+    domains = frequency_domains(doc, freqs, substituted)
     log.info("point %s of %s: %d stage(s), %d task(s)", pt.id, mapping_path, len(pt.stages),
              sum(len(s) for s in plan.stages))
-    return LoadedMapping(lm, og, bg, doc, pt, plan, substituted, mapping_path, feeds)
+    return LoadedMapping(lm, og, bg, doc, pt, plan, substituted, mapping_path, feeds, freqs, domains)
+
+
+def frequency_domains(doc: ParetoDoc, frequencies_hz: Mapping[str, float],
+                      substituted: Optional[Mapping[str, Sequence[int]]] = None) -> Dict[str, Dict[str, Any]]:
+    """The frequency domain of every PU of ``frequencies_hz``, as the board side finds it
+    (:func:`ppexec.dvfs.find_domain`): ``{"devfreq": name}`` where the profile's ``execution.devfreq`` names
+    one, else ``{"cpus": [...]}`` (the cpufreq policy holding them; a ``--bind`` substitution's CPUs).
+
+    Raises
+    ------
+    InputError
+        A PU the profile lacks, a frequency that is not a positive number of Hz, a PU with neither
+        ``execution.cpus`` nor ``execution.devfreq``.
+    """
+    import math
+
+    substituted = substituted or {}
+    domains: Dict[str, Dict[str, Any]] = {}
+    for pu, hz in frequencies_hz.items():
+        if pu not in doc.soc.pus:
+            raise input_error("--frequency", pu, f"is not a PU of the profile {doc.soc.name} "
+                              f"(PUs: {', '.join(sorted(doc.soc.pus))})", "name one of its PUs")
+        if not math.isfinite(hz) or hz <= 0:
+            raise input_error("--frequency", pu, f"must be a positive frequency, got {hz!r} Hz",
+                              "give one of the PU's operating points in MHz, e.g. big=1800")
+        execution = doc.soc.pus[pu].execution
+        if execution.devfreq and pu not in substituted:
+            domains[pu] = {"devfreq": execution.devfreq}
+            continue
+        cpus = list(substituted.get(pu) or execution.cpus or ())
+        if not cpus:
+            raise input_error("--frequency", pu, "the profile gives this PU neither execution.cpus nor "
+                              "execution.devfreq, so its frequency domain is unknown",
+                              "add execution.devfreq (the /sys/class/devfreq device) to the profile, or leave "
+                              f"--frequency {pu} out")
+        domains[pu] = {"cpus": [int(c) for c in cpus]}
+    return domains
+
+
+def frequency_warnings(report: RunReport) -> List[str]:
+    """One line per PU whose operating point the board refused or throttled (``report.frequencies``), saying
+    the prediction does not apply to the run."""
+    lines = []
+    for pu, f in sorted(getattr(report, "frequencies", {}).items()):
+        if f.get("status") != "ok":
+            lines.append(f"PU {pu}: asked {f['requested_hz'] / 1e6:g} MHz, the board {f.get('status')} it: "
+                         f"{f.get('reason')}; the prediction does not apply to this run")
+    return lines
 
 
 def check_dispatch(dispatch: str) -> None:
@@ -162,7 +228,7 @@ def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warm
               idle_frames: int = 10, trace: Optional[str] = None,
               on_event: Optional[Callable[[Dict[str, Any]], None]] = None,
               input_shapes: Optional[Mapping[str, Sequence[int]]] = None, feeds: Optional[str] = None,
-              dispatch: str = "pull"):
+              dispatch: str = "pull", frequencies_hz: Optional[Mapping[str, float]] = None):
     """Run one point of a pareto.json on this machine with the pipelined executor and check its outputs.
 
     Every model output and every tensor handed from one task to another is compared with the unsplit model on
@@ -193,6 +259,10 @@ def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warm
     dispatch : str
         How a replicated stage's frames reach its replicas (``--replica-dispatch``): ``"pull"`` (default) or
         ``"shares"`` (:data:`ppexec.executor.DISPATCH_POLICIES`).
+    frequencies_hz : dict of str to float, optional
+        PU -> operating point (Hz) set on this machine for the run and restored after it, however it ends
+        (``--frequency``); None or empty: the machine's own settings (``--no-dvfs``). The sysfs root is
+        ``$PPEXEC_SYSFS_ROOT`` or ``/sys``.
 
     Returns
     -------
@@ -202,7 +272,10 @@ def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warm
     ------
     InputError
         Bad mapping, point, ``--bind``, counts, feeds, dispatch policy; a PU this machine cannot run as bound
-        (CPUs, runtime, provider); inputs the unsplit model fails on (a feed error naming the input).
+        (CPUs, runtime, provider); inputs the unsplit model fails on (a feed error naming the input); a
+        ``--frequency`` for an unknown PU.
+    ppexec.dvfs.DvfsRefused
+        A frequency that cannot be set (not in the domain's table, no permission), before anything ran.
     ppexec.errors.PipelineError
         A stage failed (naming stage, PU and task).
     """
@@ -211,7 +284,7 @@ def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warm
     if frames < 1:
         raise input_error("--frames", None, f"must be >= 1, got {frames}", "give a positive frame count")
     check_dispatch(dispatch)
-    lm = load_mapping(model, mapping_path, point, binds, input_shapes, feeds)
+    lm = load_mapping(model, mapping_path, point, binds, input_shapes, feeds, frequencies_hz)
     check_board(lm.plan.bindings, local_facts(), "this machine")
     spec = run_spec(lm, seed)
     try:
@@ -222,6 +295,8 @@ def run_local(model: str, mapping_path: str, point: str, frames: int = 200, warm
 
         raise feed_error(lm.opgraph, exc.__cause__ or exc,
                          f"--feeds {feeds}" if feeds else "generated inputs", generated=not feeds) from exc
+    for line in frequency_warnings(report):
+        log.warning(line)
     if trace:
         from parapipe.files import atomic_path
 
@@ -260,7 +335,8 @@ def run_spec(lm: LoadedMapping, seed: int = 0, distinct_frames: int = DISTINCT_F
     return RunSpec(plan=lm.plan, reference_model=reference, check_tensors=tuple(checked), frames=tuple(frames),
                    model=lm.model_id(), point=lm.point.id, predicted=lm.predicted(),
                    substituted={pu: list(cpus) for pu, cpus in lm.substituted.items()},
-                   power_sensor=lm.doc.soc.power_sensor, softmax_inputs=softmax)
+                   power_sensor=lm.doc.soc.power_sensor, softmax_inputs=softmax, frequencies_hz=dict(lm.frequencies_hz),
+                   frequency_domains={pu: dict(d) for pu, d in lm.frequency_domains.items()})
 
 
 def record_run(db_path: Optional[str], doc, point, report: RunReport, runner: str) -> Optional[int]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Dict, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
     from ppexec.report import RunReport
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["progress_bar", "ProgressBar", "StepBars", "set_quiet", "is_quiet", "show_progress", "print_measurement",
            "parsed_input_shapes", "add_input_options", "print_model_notes", "add_host_options", "host_spec", "pct",
            "problem_for", "print_run_report", "add_run_options", "add_bind_option", "add_board_power_option",
-           "BOARD_POWER_HELP"]
+           "BOARD_POWER_HELP", "parse_frequencies"]
 
 
 #: ``parapipe --quiet``: no progress bars (set by :func:`set_quiet` from ``main``).
@@ -286,6 +286,15 @@ def print_run_report(head: str, rep: "RunReport") -> None:
         print_measurement(run_summary(rep.spread, rep.load), None, "run again at a quieter moment (stop other "
                           "CPU-bound processes), or with more --frames", f"period over windows of the {rep.frames} "
                           "frames")
+    frequencies = getattr(rep, "frequencies", None) or {}
+    if frequencies:
+        def ran(f: Mapping[str, Any]) -> str:
+            read = f.get("readback_end_hz") or f.get("readback_hz")
+            return f"{read / 1e6:g}" if read else "?"
+
+        print("frequencies: " + ", ".join(
+            f"{pu} {f['requested_hz'] / 1e6:g} MHz asked, {ran(f)} MHz ran ({f.get('domain')}, {f.get('status')})"
+            for pu, f in sorted(frequencies.items())) + "; restored after the run")
     if rep.substituted:
         subs = ", ".join(f"{pu}=CPUs {','.join(map(str, cpus))}" for pu, cpus in rep.substituted.items())
         print(f"substituted: {subs} (CPU provider); the prediction is for the profile's bindings and does not "
@@ -304,7 +313,8 @@ def add_bind_option(s: argparse.ArgumentParser, what: str = "run") -> None:
 
 
 def add_run_options(s: argparse.ArgumentParser) -> None:
-    """``--bind``, ``--replica-dispatch`` and ``--db`` of ``run`` and ``deploy``."""
+    """``--bind``, ``--replica-dispatch``, ``--db``, ``--frequency`` and ``--no-dvfs`` of ``run`` and ``deploy``
+    (the last two read back with :func:`parse_frequencies`)."""
     add_bind_option(s)
     s.add_argument("--replica-dispatch", default="pull", metavar="POLICY",
                    help="how a replicated stage's frames reach its replicas: pull (default; each replica takes the "
@@ -312,3 +322,44 @@ def add_run_options(s: argparse.ArgumentParser) -> None:
                    "shares (dealt in the proportions the cost model predicted, the same sequence every run)")
     s.add_argument("--db", default="profile.sqlite", help="profile database whose 'runs' table keeps the run "
                    "(default profile.sqlite, as 'parapipe profile'); '' keeps nothing")
+    s.add_argument("--frequency", action="append", default=[], metavar="PU=MHZ",
+                   help="run PU at this operating point (MHz, an entry of its cpufreq policy's or devfreq device's "
+                   "table; repeatable): set for the run, read back, and restored after it however the run ends. "
+                   "Needs write access to the board's cpufreq/devfreq files (root)")
+    s.add_argument("--no-dvfs", action="store_true",
+                   help="run at the board's current frequency settings: set no operating point")
+
+
+def parse_frequencies(args: argparse.Namespace) -> Optional[Dict[str, float]]:
+    """``--frequency PU=MHZ`` items as ``{pu: Hz}``; ``{}`` with ``--no-dvfs`` (nothing is set); None when
+    neither is given.
+
+    Raises
+    ------
+    InputError
+        An item that is not ``PU=MHZ`` with a positive number, a PU given twice, ``--frequency`` with
+        ``--no-dvfs``.
+    """
+    from parapipe.errors import input_error
+
+    items = getattr(args, "frequency", None) or []
+    if getattr(args, "no_dvfs", False):
+        if items:
+            raise input_error("--no-dvfs", None, "contradicts --frequency", "give one of them")
+        return {}
+    if not items:
+        return None
+    out: Dict[str, float] = {}
+    for item in items:
+        pu, eq, mhz = item.partition("=")
+        pu = pu.strip()
+        try:
+            value = float(mhz)
+        except ValueError:
+            value = float("nan")
+        if not eq or not pu or not value > 0 or value == float("inf"):
+            raise input_error("--frequency", None, f"{item!r} is not PU=MHZ", "write e.g. --frequency big=1800")
+        if pu in out:
+            raise input_error("--frequency", pu, "given twice", "give each PU one frequency")
+        out[pu] = value * 1e6
+    return out

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict
 
-from parapipe.cli.common import add_input_options, add_run_options, is_quiet, parsed_input_shapes, print_run_report
+from parapipe.cli.common import (add_input_options, add_run_options, is_quiet, parse_frequencies, parsed_input_shapes,
+                                  print_run_report)
 
 __all__ = ["add_parser", "handle"]
 
@@ -36,7 +37,7 @@ def handle(args: argparse.Namespace) -> int:
             print(f"parapipe: {line}", file=sys.stderr, flush=True)
 
     rep = deploy(args.model, args.mapping, args.point, spec, Path(args.out), options, on_event=show, binds=binds,
-                 input_shapes=parsed_input_shapes(args), feeds=args.feeds)
+                 input_shapes=parsed_input_shapes(args), feeds=args.feeds, frequencies_hz=parse_frequencies(args))
     doc = read_pareto(args.mapping)
     point = select_point(doc, args.point, path=args.mapping)
     record_run(args.db, doc, point, rep.report, rep.host)

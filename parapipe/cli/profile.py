@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Dict, List
 
 from parapipe.cli.common import (
     StepBars, add_bind_option, add_host_options, add_input_options, host_spec, parsed_input_shapes, pct,
@@ -24,7 +25,7 @@ def handle(args: argparse.Namespace) -> int:
     pus = [p.strip() for p in args.pus.split(",") if p.strip()] if args.pus else None
     options = ProfileOptions(pus=pus, budget=args.budget, warmup=args.warmup, repeats=args.repeats,
                              blocks=not args.no_blocks, transfers=not args.no_transfers, seed=args.seed,
-                             rounds=args.rounds)
+                             rounds=args.rounds, frequencies=_parse_points(args.frequencies))
     steps = StepBars()
     steps.status("starting the agent" + ("" if args.soc != "host" else " and measuring the board's cores"
                                          if args.host else " and measuring this machine"))
@@ -54,11 +55,41 @@ def handle(args: argparse.Namespace) -> int:
     if binds:
         print("substituted: " + ", ".join(f"{pu}=CPUs {','.join(map(str, cpus))}" for pu, cpus in binds.items())
               + f" (CPU provider), recorded as {rep.soc}'s PUs; calibrate with the same --bind")
+    for pu, points in rep.frequencies.items():
+        print(f"{pu}: blocks measured at {', '.join(f'{hz / 1e6:g}' for hz in points)} MHz besides the board's own "
+              "settings (set for each measurement, read back, restored)")
     for line in rep.failed[:10]:
         print(f"  failed: {line}")
     if rep.measurement and rep.measurement.get("measurements"):
         print_measurement(rep.measurement, None, remedy, "timed runs of each measurement")
     return 0
+
+
+def _parse_points(items: List[str]) -> Dict[str, List[float]]:
+    """``--frequencies big=1200,1800`` items as ``{pu: [Hz, ...]}``.
+
+    Raises
+    ------
+    InputError
+        An item that is not ``PU=MHZ[,MHZ...]`` with positive numbers, a PU given twice.
+    """
+    from parapipe.errors import input_error
+
+    out: Dict[str, List[float]] = {}
+    for item in items or []:
+        pu, eq, rest = item.partition("=")
+        pu = pu.strip()
+        try:
+            mhz = [float(v) for v in rest.split(",") if v.strip()]
+        except ValueError:
+            mhz = []
+        if not eq or not pu or not mhz or not all(0 < v < float("inf") for v in mhz):
+            raise input_error("--frequencies", None, f"{item!r} is not PU=MHZ[,MHZ...]",
+                              "write e.g. --frequencies big=1200,1800")
+        if pu in out:
+            raise input_error("--frequencies", pu, "given twice", "list all of a PU's frequencies in one item")
+        out[pu] = [v * 1e6 for v in mhz]
+    return out
 
 
 def add_parser(sub) -> None:
@@ -80,6 +111,11 @@ def add_parser(sub) -> None:
     s.add_argument("--no-blocks", action="store_true", help="time operators only")
     s.add_argument("--no-transfers", action="store_true", help="do not time hand-offs between PUs")
     s.add_argument("--seed", type=int, default=0, help="seed of the held-out sample of --budget")
+    s.add_argument("--frequencies", action="append", default=[], metavar="PU=MHZ[,MHZ...]",
+                   help="also measure PU's blocks at these operating points (entries of its cpufreq policy's or "
+                   "devfreq device's table; repeatable): the agent sets each for the measurement, reads it back "
+                   "and restores the board's settings; stored with the frequency. Needs write access to the "
+                   "board's cpufreq/devfreq files (root)")
     add_bind_option(s, "measure")
     add_input_options(s)
     add_host_options(s)

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from parapipe.cli.common import (
-    StepBars, add_input_options, add_run_options, is_quiet, parsed_input_shapes, print_run_report, progress_bar)
+    StepBars, add_input_options, add_run_options, is_quiet, parse_frequencies, parsed_input_shapes, print_run_report,
+    progress_bar)
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -74,7 +75,8 @@ def handle(args: argparse.Namespace) -> int:
     try:
         lm, rep = run_local(args.model, args.mapping, args.point, frames=args.frames, seed=args.seed, binds=binds,
                             trace=args.trace, on_event=progress, input_shapes=parsed_input_shapes(args),
-                            feeds=args.feeds, dispatch=args.replica_dispatch)
+                            feeds=args.feeds, dispatch=args.replica_dispatch,
+                            frequencies_hz=parse_frequencies(args))
     finally:
         progress.close()
     record_run(args.db, lm.doc, lm.point, rep, "local")

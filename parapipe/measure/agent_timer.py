@@ -95,7 +95,7 @@ class AgentTimer:
         return pu_target(pu, self.cpus_allowed)
 
     def time_model(self, model: onnx.ModelProto, pu: PU, optimization: str, warmup: int, repeats: int,
-                   timeout_s: float = PROFILE_TIMEOUT_S) -> Dict[str, Any]:
+                   timeout_s: float = PROFILE_TIMEOUT_S, frequency: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         """Time ``model`` on ``pu`` with the agent's ``profile`` op.
 
         Parameters
@@ -109,22 +109,28 @@ class AgentTimer:
             Untimed and timed runs.
         timeout_s : float
             Deadline of the request, s.
+        frequency : dict, optional
+            ``{"frequency_hz", "cpus" | "devfreq"}``: the operating point the agent sets for this measurement
+            and restores after it.
 
         Returns
         -------
         dict
-            The agent's reply: ``median_s``, ``p90_s``, ``min_s``, ``repeats``, ``provider``, ...
+            The agent's reply: ``median_s``, ``p90_s``, ``min_s``, ``repeats``, ``provider``, ...; with
+            ``frequency``, what the kernel read back (:meth:`ppexec.dvfs.Applied.report`).
 
         Raises
         ------
         AgentRequestError
-            The agent could not build or run the model on that PU (e.g. the provider rejects an op).
+            The agent could not build or run the model on that PU (e.g. the provider rejects an op), or could
+            not set the frequency (``BadRequest``: not in the table, no permission).
         HostError
             The agent died or did not answer in time.
         """
+        extra: Dict[str, Any] = {} if frequency is None else {"frequency": dict(frequency, pu=pu.name)}
         return self.agent.request("profile", timeout_s=timeout_s, model_b64=encode_model(model),
                                   pu=self.target(pu), optimization=optimization, warmup=warmup,
-                                  repeats=repeats)
+                                  repeats=repeats, **extra)
 
     def time_handoff(self, nbytes: int, src_cpus: Sequence[int], dst_cpus: Sequence[int], warmup: int = 3,
                      repeats: int = 20, timeout_s: float = 120.0) -> Dict[str, Any]:

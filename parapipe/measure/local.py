@@ -104,10 +104,11 @@ class LocalTimer:
         return pu_target(pu, self.cpus_allowed)
 
     def time_model(self, model: onnx.ModelProto, pu: PU, optimization: str, warmup: int, repeats: int,
-                   timeout_s: float = math.inf) -> Dict[str, Any]:
+                   timeout_s: float = math.inf, frequency: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         """Time ``model`` on ``pu`` with :func:`ppexec.timing.time_model`, fed one seeded frame
         (:func:`ppexec.bundle_run.make_frames`, seed 0; dynamic dimensions 1); the agent's ``profile`` reply
-        fields (``timeout_s`` is not enforced in process)."""
+        fields (``timeout_s`` is not enforced in process); ``frequency`` as the agent's (set on this machine for
+        the measurement, :func:`ppexec.dvfs.applied`)."""
         spec = self.target(pu)
         options = dict(spec.get("runtime_options") or {})
         runtime = spec.get("runtime", "onnxruntime")
@@ -124,11 +125,17 @@ class LocalTimer:
                              "dtype": dtype or "float32"} for name, shape, dtype in specs}
             return draw_frames(inputs_from_doc(inputs), 1, 0)[0]
 
+        from ppexec import dvfs
+
         try:
-            timed = timing.time_model(model, binding, warmup, repeats, feeds_for)
+            with dvfs.applied({pu.name: dict(frequency)} if frequency else {}) as state:
+                timed = timing.time_model(model, binding, warmup, repeats, feeds_for)
+                state.read_back(end=True)
         except timing.TimingError as exc:
             raise _timing_error(exc) from None
         reply = timing.stats(timed["times_s"])
+        if frequency:
+            reply["frequency"] = state.report()[pu.name]
         info = timed["runtime_info"]
         reply.update(runtime=runtime, runtime_info=info, provider=info.get("provider"), cpus=timed["cpus"],
                      threads=binding.threads, onnxruntime_version=self.ort_version, load=timed.get("load"))

@@ -8,6 +8,12 @@ catalog what each signature computes, then measures what the database does not h
 storing each measurement in its own transaction as soon as it is taken: a run killed half-way keeps everything
 it finished and a rerun measures only the rest; a second run of the same profile measures nothing.
 
+With ``frequencies`` (``parapipe profile --frequencies``) the blocks are measured again on each PU at each of
+its operating points: the agent sets the frequency for each measurement, reads back what the kernel set and
+restores the board's settings after it (:func:`ppexec.dvfs.applied`); the rows carry the frequency
+(``frequency_hz`` of the database; the rows at the board's own settings have
+:data:`~parapipe.profiledb.db.BOARD_FREQUENCY`). A measurement the board throttled is not stored.
+
 With ``budget < 1`` only the most informative fraction of operator signatures and blocks is measured
 (:func:`parapipe.measure.plan.select_informative`); a seeded random held-out sample of the other operators
 is measured too but kept out of the fit, and the calibrated model's error on it is reported
@@ -19,7 +25,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from parapipe.remote.agent_client import AgentRequestError
 from parapipe.errors import input_error
@@ -29,7 +35,7 @@ from parapipe.measure import plan
 from parapipe.calibration.calibrate import mape_percent, op_time
 from parapipe.calibration.calibrated import fit_calibration, latest_rows
 from parapipe.profiledb.catalog import Catalog, op_features
-from parapipe.profiledb.db import ProfileDB
+from parapipe.profiledb.db import BOARD_FREQUENCY, ProfileDB
 from parapipe.profiledb.records import Measurement, utc_now_iso
 from parapipe.measure.timer import Timer
 from parapipe.soc.profile import SoC
@@ -73,6 +79,9 @@ class ProfileOptions:
         Seed of the held-out sample.
     rounds : int
         Attempts per measurement, spread over the run; the lowest median is kept (see :func:`execute`).
+    frequencies : dict of str to sequence of float
+        PU -> operating points (Hz) its blocks are measured at besides the board's own settings (each an
+        entry of the PU's cpufreq policy or devfreq table: the agent refuses others).
     """
 
     pus: Optional[Sequence[str]] = None
@@ -83,6 +92,7 @@ class ProfileOptions:
     transfers: bool = True
     seed: int = 0
     rounds: int = 1
+    frequencies: Mapping[str, Sequence[float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -122,6 +132,8 @@ class ProfileReport:
     #: How far the measurements taken can be trusted: :meth:`parapipe.measure.trust.MeasureLog.summary` (None:
     #: not recorded).
     measurement: Optional[Dict[str, Any]] = None
+    #: PU -> operating points (Hz) its blocks were measured at (``--frequencies``; empty without).
+    frequencies: Dict[str, List[float]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         """The report as a JSON-ready dict."""
@@ -152,7 +164,7 @@ def check_pus(soc: SoC, pus: Optional[Sequence[str]]) -> List[str]:
 
 def execute(items: Sequence[plan.WorkItem], timer: Timer, db: ProfileDB, soc: SoC, batch: int, warmup: int,
             repeats: int, progress: Optional[Callable[[int, int], None]] = None,
-            rounds: int = 1) -> ExecuteResult:
+            rounds: int = 1, frequency: Optional[Dict[str, Any]] = None) -> ExecuteResult:
     """Measure the items the database does not hold yet, storing each one as soon as it is taken.
 
     With ``rounds`` > 1 the new items are measured again in further rounds (all items once per round, so the
@@ -173,6 +185,10 @@ def execute(items: Sequence[plan.WorkItem], timer: Timer, db: ProfileDB, soc: So
         exception it raises stops the run (what was stored stays).
     rounds : int
         Attempts per new item (>= 1).
+    frequency : dict, optional
+        ``{"frequency_hz", "cpus" | "devfreq"}``: the operating point every item is measured at (set by the
+        timer for each measurement); the rows are stored with its ``frequency_hz``, and a measurement the
+        board throttled or refused is counted as failed, not stored.
 
     Returns
     -------
@@ -187,8 +203,9 @@ def execute(items: Sequence[plan.WorkItem], timer: Timer, db: ProfileDB, soc: So
     """
     result = ExecuteResult()
     todo = []
+    at_hz = float(frequency["frequency_hz"]) if frequency else BOARD_FREQUENCY
     for item in items:
-        if db.has(soc.name, item.pu, item.signature, batch, item.kind, timer.ort_version):
+        if db.has(soc.name, item.pu, item.signature, batch, item.kind, timer.ort_version, at_hz):
             result.skipped += 1
         else:
             todo.append(item)
@@ -201,7 +218,7 @@ def execute(items: Sequence[plan.WorkItem], timer: Timer, db: ProfileDB, soc: So
             if index in failed:
                 continue
             try:
-                reply = _measure(item, timer, soc, warmup, repeats)
+                reply = _measure(item, timer, soc, warmup, repeats, frequency)
             except AgentRequestError as exc:
                 if exc.error_type not in _SKIPPABLE:
                     raise
@@ -209,13 +226,22 @@ def execute(items: Sequence[plan.WorkItem], timer: Timer, db: ProfileDB, soc: So
                 result.failed.append(f"{item.kind} {item.pu} {item.signature}: {exc.error_type}")
                 failed.add(index)
             else:
+                ran = reply.get("frequency") or {}
+                if frequency and ran.get("status") != "ok":
+                    log.warning("%s %s on %s: %s", item.kind, item.op_type, item.pu, ran.get("reason"))
+                    result.failed.append(f"{item.kind} {item.pu} {item.signature}: {ran.get('status')} at "
+                                         f"{at_hz / 1e6:g} MHz")
+                    failed.add(index)
+                    if progress is not None:
+                        progress(done, total)
+                    continue
                 median = float(reply["median_s"])
                 if index not in best or median < best[index]:
                     best[index] = median
                     db.put([Measurement(soc.name, item.pu, item.signature, item.op_type, batch,
                                         timer.ort_version, median, max(float(reply["p90_s"]), median),
                                         int(reply["repeats"]), utc_now_iso(), timer.host, item.kind,
-                                        int(item.nbytes))])
+                                        int(item.nbytes))], at_hz)
                 if round_ == 0:
                     result.measured += 1
             if progress is not None:
@@ -223,7 +249,8 @@ def execute(items: Sequence[plan.WorkItem], timer: Timer, db: ProfileDB, soc: So
     return result
 
 
-def _measure(item: plan.WorkItem, timer: Timer, soc: SoC, warmup: int, repeats: int) -> Dict[str, Any]:
+def _measure(item: plan.WorkItem, timer: Timer, soc: SoC, warmup: int, repeats: int,
+             frequency: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """One measurement, retaken while disturbed (see :data:`MAX_SPREAD`); the lowest-median attempt.
 
     Raises ValueError for an item other than a transfer without a model to time (``item.build`` None)."""
@@ -234,6 +261,9 @@ def _measure(item: plan.WorkItem, timer: Timer, soc: SoC, warmup: int, repeats: 
             src, dst = item.pu.split("->")
             reply = timer.time_handoff(item.nbytes, timer.target(soc.pus[src])["cpus"],
                                        timer.target(soc.pus[dst])["cpus"], repeats=max(repeats, 20))
+        elif model is not None and frequency:
+            reply = timer.time_model(model, soc.pus[item.pu], item.optimization, warmup, repeats,
+                                     frequency=frequency)
         elif model is not None:
             reply = timer.time_model(model, soc.pus[item.pu], item.optimization, warmup, repeats)
         else:
@@ -247,6 +277,33 @@ def _measure(item: plan.WorkItem, timer: Timer, soc: SoC, warmup: int, repeats: 
     if best is None:  # the loop above runs 1 + RETRIES >= 1 times
         raise RuntimeError("no measurement was taken")
     return best
+
+
+def frequency_request(soc: SoC, pu: str, frequency_hz: float) -> Dict[str, Any]:
+    """What the agent needs to set ``pu`` to ``frequency_hz``: ``{"frequency_hz", "devfreq"}`` where the
+    profile's ``execution.devfreq`` names the PU's device, else ``{"frequency_hz", "cpus"}`` (the cpufreq policy
+    of its CPUs).
+
+    Raises
+    ------
+    InputError
+        An unknown PU, a frequency that is not positive, a PU with neither ``execution.cpus`` nor
+        ``execution.devfreq``.
+    """
+    if pu not in soc.pus:
+        raise input_error("--frequencies", pu, f"is not a PU of {soc.name} (PUs: {', '.join(sorted(soc.pus))})",
+                          "name one of its PUs")
+    if not (math.isfinite(frequency_hz) and frequency_hz > 0):
+        raise input_error("--frequencies", pu, f"must be positive frequencies, got {frequency_hz!r} Hz",
+                          "give the PU's operating points in MHz, e.g. big=1200,1800")
+    execution = soc.pus[pu].execution
+    if execution.devfreq:
+        return {"frequency_hz": float(frequency_hz), "devfreq": execution.devfreq}
+    if not execution.cpus:
+        raise input_error("--frequencies", pu, "the profile gives this PU neither execution.cpus nor "
+                          "execution.devfreq, so its frequency domain is unknown",
+                          "add execution.devfreq (its /sys/class/devfreq device) to the profile")
+    return {"frequency_hz": float(frequency_hz), "cpus": [int(c) for c in execution.cpus]}
 
 
 def profile_model(og: OpGraph, bg: BlockGraph, soc: SoC, timer: Timer, db: ProfileDB, catalog: Catalog,
@@ -289,6 +346,12 @@ def profile_model(og: OpGraph, bg: BlockGraph, soc: SoC, timer: Timer, db: Profi
                           "use the defaults (10, 3, 1)")
     start = time.perf_counter()
     pus = check_pus(soc, options.pus)
+    at_points = {(pu, hz): frequency_request(soc, pu, hz) for pu, points in options.frequencies.items()
+                 for hz in points}  # checked before anything is measured
+    unprofiled = sorted(set(options.frequencies) - set(pus))
+    if unprofiled:
+        raise input_error("--frequencies", ", ".join(unprofiled), "names PUs that are not profiled",
+                          f"profile them too (--pus {','.join(pus + unprofiled)}) or leave them out")
     timer.check_pus(soc, pus)
     batch = model_batch(og)
     first_op = plan.distinct_ops(og)
@@ -322,12 +385,23 @@ def profile_model(og: OpGraph, bg: BlockGraph, soc: SoC, timer: Timer, db: Profi
     log.info("profiling %s on %s (%s): %d operators, %d signatures, %d blocks; %d measurement(s) planned",
              og.name, soc.name, timer.host, len(og.topo_order), len(signatures), len(bg.blocks), len(items))
     result = execute(items, timer, db, soc, batch, options.warmup, options.repeats, progress, options.rounds)
+    for pu, points in sorted(options.frequencies.items()):
+        block_items = plan.block_items(og, soc, [pu], chosen_blocks)
+        for hz in points:
+            log.info("profiling the %d blocks of %s on %s at %g MHz", len(block_items), og.name, pu, hz / 1e6)
+            more = execute(block_items, timer, db, soc, batch, options.warmup, options.repeats, progress,
+                           options.rounds, at_points[(pu, hz)])
+            result.measured += more.measured
+            result.skipped += more.skipped
+            result.failed += more.failed
+            items = items + block_items
     report = ProfileReport(
         model=og.name, soc=soc.name, host=timer.host, ort_version=timer.ort_version, batch=batch, pus=pus,
         operators=len(og.topo_order), signatures=len(signatures), blocks=len(bg.blocks),
         block_signatures=len(blocks), planned=len(items), measured=result.measured, skipped=result.skipped,
         failed=result.failed, elapsed_s=0.0, budget=float(options.budget), selected_signatures=len(chosen),
-        holdout_signatures=len(holdout))
+        holdout_signatures=len(holdout),
+        frequencies={pu: [float(hz) for hz in points] for pu, points in sorted(options.frequencies.items())})
     if holdout:
         _score_holdout(report, soc, db, catalog, chosen, holdout, features, batch, timer.ort_version)
     report.elapsed_s = time.perf_counter() - start

@@ -50,9 +50,11 @@ class Timer(Protocol):
         """The agent's PU spec of ``pu`` (:func:`pu_target`)."""
 
     def time_model(self, model: onnx.ModelProto, pu: PU, optimization: str, warmup: int, repeats: int,
-                   timeout_s: float = ...) -> Dict[str, Any]:
+                   timeout_s: float = ..., frequency: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         """Time ``model`` on ``pu`` (``optimization``: ``"disabled"`` or ``"all"``); the agent's ``profile``
-        reply."""
+        reply. ``frequency`` (``{"frequency_hz", "cpus" | "devfreq"}``): the PU's operating point, set for the
+        measurement and restored after it (:func:`ppexec.dvfs.applied`); the reply's ``frequency`` then says
+        what the kernel read back."""
 
     def time_handoff(self, nbytes: int, src_cpus: Sequence[int], dst_cpus: Sequence[int], warmup: int = 3,
                      repeats: int = 20, timeout_s: float = ...) -> Dict[str, Any]:

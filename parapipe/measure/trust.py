@@ -163,12 +163,13 @@ class RecordingTimer:
         return self.inner.target(pu)
 
     def time_model(self, model: onnx.ModelProto, pu: PU, optimization: str, warmup: int, repeats: int,
-                   timeout_s: Optional[float] = None) -> Dict[str, Any]:
+                   timeout_s: Optional[float] = None, frequency: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         """``inner.time_model``, recorded."""
+        extra: Dict[str, Any] = {} if frequency is None else {"frequency": frequency}
         if timeout_s is None:
-            reply = self.inner.time_model(model, pu, optimization, warmup, repeats)
+            reply = self.inner.time_model(model, pu, optimization, warmup, repeats, **extra)
         else:
-            reply = self.inner.time_model(model, pu, optimization, warmup, repeats, timeout_s)
+            reply = self.inner.time_model(model, pu, optimization, warmup, repeats, timeout_s, **extra)
         self.log.add_reply(reply)
         return reply
 

@@ -1,8 +1,9 @@
 """The profile database: one SQLite file, one connection, one schema version for every table.
 
-Tables: ``measurements`` (the columns of :class:`~parapipe.profiledb.records.Measurement` and
-``UNIQUE(soc, pu, signature, batch, ort_version, kind)``; a newer measurement with the same key replaces the
-older one), ``op_catalog`` and ``work_catalog`` (what each signature computes: :mod:`parapipe.profiledb.catalog`)
+Tables: ``measurements`` (the columns of :class:`~parapipe.profiledb.records.Measurement`, ``frequency_hz``
+(the operating point, :data:`BOARD_FREQUENCY` for the board's own settings) and ``UNIQUE(soc, pu, signature,
+batch, ort_version, kind, frequency_hz)``; a newer measurement with the same key replaces the older one; every
+read returns the rows at the board's own settings unless given another ``frequency_hz``), ``op_catalog`` and ``work_catalog`` (what each signature computes: :mod:`parapipe.profiledb.catalog`)
 and ``runs`` (measured runs of mappings: :mod:`parapipe.profiledb.runs`). :class:`ProfileDB` owns the one
 connection; the catalog and the runs table go through it (:meth:`ProfileDB.transaction`,
 :meth:`ProfileDB.execute`). The schema version lives in ``PRAGMA user_version``: a new file gets every table at
@@ -13,8 +14,9 @@ finds.
 
 Versions: 1 had ``measurements`` only, with the catalog tables and ``runs`` created on first use by their own
 modules (``work_catalog`` without ``boundary_nbytes`` before that column existed); 2 creates all four tables at
-once; 3 gives ``runs`` the ``spread`` and ``load`` of each run (NULL for runs recorded before); 4 gives
-``measurements`` the ``frequency_hz`` each was taken at (NULL: the PU's profile frequency, as every row before).
+once; 3 gives ``runs`` the ``spread`` and ``load`` of each run (NULL for runs recorded before); 4 gives ``runs``
+the ``frequencies`` that ran (JSON, ``{}`` before) and ``measurements`` its ``frequency_hz`` (rows before: the
+board's own settings).
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from parapipe.profiledb.records import Measurement
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ProfileDB", "SCHEMA_VERSION", "SQLITE_HEADER", "LOCK_TIMEOUT_S"]
+__all__ = ["ProfileDB", "SCHEMA_VERSION", "SQLITE_HEADER", "LOCK_TIMEOUT_S", "BOARD_FREQUENCY"]
 
 #: Version of the table layout below, stored in PRAGMA user_version (0 means "not created yet").
 SCHEMA_VERSION = 4
@@ -38,8 +40,11 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 #: Seconds to wait for another process's write lock before giving up (sqlite3.connect's timeout).
 LOCK_TIMEOUT_S = 30.0
 
-_COLUMNS = Measurement.field_names()
-_KEY = ("soc", "pu", "signature", "batch", "ort_version", "kind")
+_COLUMNS = Measurement.field_names()  # frequency_hz last
+_KEY = ("soc", "pu", "signature", "batch", "ort_version", "kind", "frequency_hz")
+#: ``frequency_hz`` of a measurement taken at the board's own settings: the PU's profile frequency (every row
+#: before schema 4, and every row ``parapipe profile`` takes without ``--frequencies``).
+BOARD_FREQUENCY = 0.0
 _MEASUREMENTS = """
 CREATE TABLE IF NOT EXISTS measurements (
     id INTEGER PRIMARY KEY,
@@ -57,8 +62,8 @@ CREATE TABLE IF NOT EXISTS measurements (
     kind TEXT NOT NULL CHECK (kind IN ('op', 'block', 'stage', 'transfer')),
     nbytes INTEGER NOT NULL CHECK (nbytes >= 0),
     power_w REAL,
-    frequency_hz REAL,
-    UNIQUE (soc, pu, signature, batch, ort_version, kind)
+    frequency_hz REAL NOT NULL DEFAULT 0 CHECK (frequency_hz >= 0),
+    UNIQUE (soc, pu, signature, batch, ort_version, kind, frequency_hz)
 )
 """
 _OP_CATALOG = """
@@ -99,7 +104,8 @@ CREATE TABLE IF NOT EXISTS runs (
     runner TEXT NOT NULL,
     board TEXT NOT NULL,
     spread REAL,
-    load REAL
+    load REAL,
+    frequencies TEXT NOT NULL DEFAULT '{}'
 )
 """
 #: Every table of the current layout (:data:`SCHEMA_VERSION`), as created in a new file.
@@ -125,14 +131,27 @@ def _migrate_2_to_3(conn: sqlite3.Connection) -> None:
 
 
 def _migrate_3_to_4(conn: sqlite3.Connection) -> None:
-    """Version 3 -> 4: give ``measurements`` its ``frequency_hz`` column (NULL: the PU's profile frequency)."""
+    """Version 3 -> 4: give ``runs`` its ``frequencies`` column (JSON; ``{}``: the board's own settings, as every
+    run before it ran), and ``measurements`` its ``frequency_hz`` (part of the key; every row kept, at
+    :data:`BOARD_FREQUENCY`: measured at the PU's profile frequency). SQLite cannot change a UNIQUE constraint
+    in place, so the table is rebuilt (https://www.sqlite.org/lang_altertable.html, "other kinds of table
+    schema changes")."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+    if "frequencies" not in columns:
+        conn.execute("ALTER TABLE runs ADD COLUMN frequencies TEXT NOT NULL DEFAULT '{}'")
     columns = {row[1] for row in conn.execute("PRAGMA table_info(measurements)")}
     if "frequency_hz" not in columns:
-        conn.execute("ALTER TABLE measurements ADD COLUMN frequency_hz REAL")
+        old = [c for c in _COLUMNS if c != "frequency_hz"]
+        conn.execute("ALTER TABLE measurements RENAME TO measurements_v3")
+        conn.execute(_MEASUREMENTS)
+        conn.execute(f"INSERT INTO measurements (id, {', '.join(old)}) SELECT id, {', '.join(old)} "
+                     "FROM measurements_v3")
+        conn.execute("DROP TABLE measurements_v3")
 
 
 #: ``{version: step}``: the step that takes a file of that version to the next; run in order on open.
-_MIGRATIONS: Dict[int, Callable[[sqlite3.Connection], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4}
+_MIGRATIONS: Dict[int, Callable[[sqlite3.Connection], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3,
+                                                               3: _migrate_3_to_4}
 
 _UPSERT = (f"INSERT INTO measurements ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)}) "
            f"ON CONFLICT ({', '.join(_KEY)}) DO UPDATE SET "
@@ -281,13 +300,16 @@ class ProfileDB:
         """Run one read query on the connection (the catalog and runs modules read through this)."""
         return self._conn.execute(sql, tuple(args))
 
-    def put(self, records: Iterable[Measurement]) -> int:
+    def put(self, records: Iterable[Measurement], frequency_hz: float = BOARD_FREQUENCY) -> int:
         """Insert or replace measurements, all in one transaction (all are written or none).
 
         Parameters
         ----------
         records : iterable of Measurement
             A record whose key is already stored replaces the stored one.
+        frequency_hz : float
+            The operating point they were taken at, Hz (``parapipe profile --frequencies``), for records whose
+            own ``frequency_hz`` is None; default :data:`BOARD_FREQUENCY`: the board's own settings.
 
         Returns
         -------
@@ -305,7 +327,8 @@ class ProfileDB:
         for record in records:
             if not isinstance(record, Measurement):
                 raise TypeError(f"ProfileDB.put takes Measurement records, got {type(record).__name__}")
-            rows.append(tuple(getattr(record, c) for c in _COLUMNS))
+            at = record.frequency_hz if record.frequency_hz is not None else frequency_hz
+            rows.append(tuple(getattr(record, c) for c in _COLUMNS[:-1]) + (float(at),))
         if not rows:
             return 0
         with self.transaction() as conn:
@@ -313,12 +336,15 @@ class ProfileDB:
         return len(rows)
 
     # ------------------------------------------------------------------------------------------------reading
-    def _query(self, where: str, args: tuple, suffix: str = "") -> List[Measurement]:
-        cursor = self.execute(f"{_SELECT} {where} {suffix}", args)
-        return [Measurement(**dict(zip(_COLUMNS, row))) for row in cursor]
+    def _query(self, where: str, args: tuple, suffix: str = "",
+               frequency_hz: float = BOARD_FREQUENCY) -> List[Measurement]:
+        where = f"{where} AND frequency_hz = ?" if where else "WHERE frequency_hz = ?"
+        cursor = self.execute(f"{_SELECT} {where} {suffix}", args + (float(frequency_hz),))
+        return [Measurement(**dict(zip(_COLUMNS[:-1], row[:-1])), frequency_hz=float(row[-1]) or None)
+                for row in cursor]
 
     def get(self, soc: str, pu: str, signature: str, batch: int = 1, kind: str = "op",
-            ort_version: Optional[str] = None) -> Optional[Measurement]:
+            ort_version: Optional[str] = None, frequency_hz: float = BOARD_FREQUENCY) -> Optional[Measurement]:
         """The stored measurement for a key, or None.
 
         Parameters
@@ -331,6 +357,8 @@ class ProfileDB:
             ``"op"`` (default), ``"block"``, ``"stage"`` or ``"transfer"``.
         ort_version : str, optional
             ONNX Runtime version; None returns the most recently measured of any version.
+        frequency_hz : float
+            Operating point, Hz (default :data:`BOARD_FREQUENCY`, the board's own settings).
 
         Returns
         -------
@@ -341,18 +369,30 @@ class ProfileDB:
         if ort_version is not None:
             where += " AND ort_version = ?"
             args += (ort_version,)
-        found = self._query(where, args, "ORDER BY measured_at DESC, id DESC LIMIT 1")
+        found = self._query(where, args, "ORDER BY measured_at DESC, id DESC LIMIT 1", frequency_hz)
         return found[0] if found else None
 
     def has(self, soc: str, pu: str, signature: str, batch: int = 1, kind: str = "op",
-            ort_version: Optional[str] = None) -> bool:
+            ort_version: Optional[str] = None, frequency_hz: float = BOARD_FREQUENCY) -> bool:
         """Whether :meth:`get` would find a measurement (for resuming a profiling run)."""
-        return self.get(soc, pu, signature, batch, kind, ort_version) is not None
+        return self.get(soc, pu, signature, batch, kind, ort_version, frequency_hz) is not None
 
-    def all(self, soc: Optional[str] = None) -> List[Measurement]:
-        """Every stored measurement (of one SoC if ``soc`` is given), sorted by soc, pu, kind, signature."""
+    def all(self, soc: Optional[str] = None, frequency_hz: float = BOARD_FREQUENCY) -> List[Measurement]:
+        """Every stored measurement at one operating point (default the board's own settings; of one SoC if
+        ``soc`` is given), sorted by soc, pu, kind, signature."""
         where, args = ("WHERE soc = ?", (soc,)) if soc is not None else ("", ())
-        return self._query(where, args, "ORDER BY soc, pu, kind, signature, batch, ort_version")
+        return self._query(where, args, "ORDER BY soc, pu, kind, signature, batch, ort_version", frequency_hz)
+
+    def frequencies(self, soc: Optional[str] = None) -> Dict[str, List[float]]:
+        """PU -> the operating points (Hz, ascending) it has measurements at besides the board's own settings
+        (``parapipe profile --frequencies``); read each with :meth:`all` / :meth:`get` ``frequency_hz=``."""
+        where, args = ("WHERE frequency_hz > 0" + (" AND soc = ?" if soc is not None else ""),
+                       (soc,) if soc is not None else ())
+        out: Dict[str, List[float]] = {}
+        for pu, hz in self.execute(f"SELECT DISTINCT pu, frequency_hz FROM measurements {where} "
+                                   "ORDER BY pu, frequency_hz", args):
+            out.setdefault(pu, []).append(float(hz))
+        return out
 
     def __len__(self) -> int:
         return self.execute("SELECT COUNT(*) FROM measurements").fetchone()[0]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -25,7 +25,9 @@ from parapipe.profiledb.db import ProfileDB
 __all__ = ["RunRecord", "record_from_run", "append_run", "list_runs", "write_runs_csv"]
 
 #: JSON-encoded columns (dicts and lists).
-_JSON_COLUMNS = ("mapping", "pu_busy_s", "substituted", "board")
+_JSON_COLUMNS = ("mapping", "pu_busy_s", "substituted", "board", "frequencies")
+#: What the ``frequencies`` column keeps of a report's ``frequencies`` (``ppexec.report.RunReport``), per PU.
+_FREQUENCY_KEYS = ("requested_hz", "readback_hz", "readback_end_hz", "status", "domain")
 
 
 @dataclass
@@ -42,7 +44,8 @@ class RunRecord:
     period_s : float
         ``1 / throughput_per_s`` as measured.
     prediction_applies : bool
-        False when PUs were substituted (the prediction is for the profile's bindings).
+        False when PUs were substituted (the prediction is for the profile's bindings) or the board refused or
+        throttled an operating point.
     runner : str
         ``local`` or the SSH host (``user@address:port``).
     board : dict
@@ -52,6 +55,10 @@ class RunRecord:
         recorded before it was kept.
     load : float or None
         Share of the CPUs' time other processes used during the run (``RunReport.load``); None where unknown.
+    frequencies : dict of str to dict
+        Per PU whose operating point was set: ``requested_hz``, ``readback_hz``, ``readback_end_hz`` (Hz, what
+        the kernel reported after setting it and at the end of the run), ``status`` (``ok``, ``throttled``,
+        ``refused``), ``domain``; empty: the board ran at its own settings (every run recorded before).
     """
 
     recorded_at: str
@@ -80,6 +87,7 @@ class RunRecord:
     board: Dict[str, Any]
     spread: Optional[float] = None
     load: Optional[float] = None
+    frequencies: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     id: Optional[int] = None
 
 
@@ -112,9 +120,12 @@ def record_from_run(doc, point, report, runner: str) -> RunRecord:
         latency_p50_s=float(report.latency_p50_s), latency_p99_s=float(report.latency_p99_s),
         idle_latency_s=float(report.idle_latency_s), pu_busy_s=dict(report.pu_busy_s), energy_j=report.energy_j,
         predicted_period_s=float(point.period_s), predicted_latency_s=float(point.latency_s),
-        predicted_energy_j=float(point.energy_j), prediction_applies=not report.substituted,
+        predicted_energy_j=float(point.energy_j),
+        prediction_applies=bool(report.predicted.get("applies", not report.substituted)),
         substituted=dict(report.substituted), outputs_match=bool(report.outputs_match), runner=runner,
-        board=board, spread=getattr(report, "spread", None), load=getattr(report, "load", None))
+        board=board, spread=getattr(report, "spread", None), load=getattr(report, "load", None),
+        frequencies={pu: {k: f.get(k) for k in _FREQUENCY_KEYS}
+                     for pu, f in (getattr(report, "frequencies", None) or {}).items()})
 
 
 def append_run(db: ProfileDB, record: RunRecord) -> int:

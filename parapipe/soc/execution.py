@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from parapipe.soc.validation import FieldProblem
 
@@ -33,6 +33,9 @@ class Execution(BaseModel):
         ONNX Runtime execution provider name (runtime ``onnxruntime`` only).
     provider_options : dict of str to str
         Options passed with the provider (e.g. ``{"trt_dla_enable": "1", "trt_dla_core": "0"}``).
+    devfreq : str or None
+        Name of the PU's devfreq device (``/sys/class/devfreq/<name>``, e.g. ``ffe40000.gpu``): its frequency
+        domain when ``run``/``deploy`` set an operating point. None: the domain is the cpufreq policy of ``cpus``.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -42,6 +45,7 @@ class Execution(BaseModel):
     runtime_options: dict[str, str] = {}
     provider: str = Field(default="CPUExecutionProvider", min_length=1)
     provider_options: dict[str, str] = {}
+    devfreq: Optional[str] = Field(default=None, min_length=1)
 
     @model_validator(mode="before")
     @classmethod
@@ -62,6 +66,13 @@ class Execution(BaseModel):
                                "list each CPU id once, e.g. [2, 3, 4, 5]")
         return tuple(cpus)
 
+    @model_serializer(mode="wrap")
+    def _omit_absent_devfreq(self, handler):
+        data = handler(self)
+        if isinstance(data, dict) and data.get("devfreq") is None:
+            data.pop("devfreq", None)  # documents of PUs without a devfreq device stay as they were
+        return data
+
     def __hash__(self) -> int:
         return hash((self.cpus, self.threads, self.runtime, tuple(sorted(self.runtime_options.items())),
-                     self.provider, tuple(sorted(self.provider_options.items()))))
+                     self.provider, tuple(sorted(self.provider_options.items())), self.devfreq))

@@ -289,6 +289,8 @@ def soc_to_yaml_dict(soc: SoC) -> dict:
         if pu.execution.runtime != "onnxruntime" or pu.execution.runtime_options:
             execution.update(runtime=pu.execution.runtime, runtime_options=dict(pu.execution.runtime_options))
         execution.update(provider=pu.execution.provider, provider_options=dict(pu.execution.provider_options))
+        if pu.execution.devfreq is not None:
+            execution["devfreq"] = pu.execution.devfreq
         pus[name] = {
             "kind": pu.kind, "cores": pu.cores,
             "frequency_hz": quantity(f"{at}.frequency_hz", pu.frequency_hz),

@@ -78,6 +78,7 @@ class ExecutionEntry(BaseModel):
     runtime_options: dict[str, str] = {}
     provider: str = "CPUExecutionProvider"
     provider_options: dict[str, str] = {}
+    devfreq: Optional[str] = None
 
 
 class OperatingPointsEntry(BaseModel):
