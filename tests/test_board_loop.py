@@ -30,6 +30,9 @@ def two_pu_profile(tmp_path: Path, b_execution: dict) -> Path:
     a["cores"] = b["cores"] = 1
     a["execution"] = {"cpus": [0], "threads": 1}
     b["execution"] = b_execution
+    for pu in (a, b):
+        pu.pop("operating_points", None)
+    raw.pop("pipeline", None)
     raw.update(name="two_cores", pus={"a": a, "b": b})
     raw["transfers"] = {"default": raw["transfers"]["default"]}
     path = tmp_path / "two_cores.yaml"

@@ -161,6 +161,9 @@ def write_profile(tmp_path: Path, b_precision: str) -> Path:
     a["execution"] = {"cpus": [0], "threads": 1}
     b["execution"] = {"cpus": [1], "threads": 1, "runtime": "openvino", "runtime_options": {"device": "CPU"}}
     b["precision"] = b_precision
+    for pu in (a, b):
+        pu.pop("operating_points", None)
+    raw.pop("pipeline", None)
     raw.update(name=f"two_cores_{b_precision}", pus={"a": a, "b": b})
     raw["transfers"] = {"default": raw["transfers"]["default"]}
     path = tmp_path / f"two_cores_{b_precision}.yaml"
