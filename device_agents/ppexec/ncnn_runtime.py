@@ -6,7 +6,8 @@ manifest ``<stem>.ncnn.json`` (:data:`MANIFEST_FORMAT`, schema :data:`MANIFEST_S
 
     {"format": "parapipe-ncnn", "schema_version": 1, "param": "<stem>.ncnn.param", "bin": "<stem>.ncnn.bin",
      "onnx_sha256": "...", "converter": "pnnx 20261020",
-     "inputs":  [{"name": <ONNX name>, "blob": "in0",  "shape": [1, C, H, W], "dtype": "float32"}, ...],
+     "inputs":  [{"name": <ONNX name>, "blob": "in0",  "shape": [1, C, H, W], "dtype": "float32",
+                  "batch_axis": true}, ...],
      "outputs": [{"name": <ONNX name>, "blob": "out0", "shape": [1, N],       "dtype": "float32"}, ...]}
 
 pnnx renames the graph's inputs and outputs ``in0, in1, ...`` / ``out0, out1, ...`` in the ONNX graph's order;
@@ -16,7 +17,9 @@ holding the three files (what the agent's ``profile`` op receives; :func:`read_p
 
 ncnn's Mats are CHW without a batch axis (``ncnn.Mat(ndarray)`` reads a 3-D array as C, H, W; a 4-D NCHW array
 runs and gives a wrong result): a feed of batch 1 is passed as ``x[0]``, and each output is reshaped back to
-its ONNX shape. Batches other than 1 are refused.
+its ONNX shape. Batches other than 1 are refused. Where pnnx found no batch axis (an input that only feeds
+shape-agnostic operators such as Concat or Add), the manifest says ``"batch_axis": false`` and the whole
+tensor is the Mat.
 
 ``runtime_options`` (:data:`NCNN_OPTIONS`): ``device`` ``cpu`` (default) or ``vulkan`` (``net.opt.
 use_vulkan_compute``; without a Vulkan device ncnn silently computes on the CPU, so :meth:`NcnnAdapter.check`
@@ -138,7 +141,8 @@ class NcnnModel:
             if x.ndim == 0 or x.shape[0] != 1:
                 raise ValueError("ncnn runs batch 1 only: input %r has shape %s; run the model at batch 1"
                                  % (spec["name"], list(x.shape)))
-            ex.input(spec["blob"], ncnn.Mat(np.ascontiguousarray(x[0], dtype=np.float32)).clone())
+            x = x[0] if spec.get("batch_axis", True) else x  # pnnx dropped the batch axis, or found none
+            ex.input(spec["blob"], ncnn.Mat(np.ascontiguousarray(x, dtype=np.float32)).clone())
         results = []
         for name in output_names:
             spec = self._outputs.get(name)

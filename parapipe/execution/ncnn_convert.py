@@ -58,6 +58,9 @@ PNNX_TIMEOUT_S = 600.0
 _ATOL = 1e-5
 _UNSUPPORTED = re.compile(r"(?:unsupported|not supported|unknown)[^\n]*?\b([A-Z][A-Za-z0-9]+)\b")
 _FLOAT32 = onnx.TensorProto.FLOAT
+#: How pnnx's generated ``m_ncnn.py`` feeds each input: ``batch_index=0`` (dim 0 is the batch axis, dropped) or
+#: ``233`` (pnnx found no batch axis: the whole tensor is the Mat).
+_FEED = re.compile(r'ex\.input\("in(\d+)", ncnn\.Mat\(in\d+\.numpy\(\), batch_index=(\d+)\)')
 
 
 class NcnnConversionError(InputError):
@@ -162,8 +165,16 @@ def _run_pnnx(model: onnx.ModelProto, inputs: list, folder: Path, source: str) -
                                   "run this part on a PU of another runtime")
 
 
+def _batch_axes(folder: Path, n_inputs: int) -> List[bool]:
+    """Per input, whether pnnx took dim 0 as the batch axis (read from the ``m_ncnn.py`` it writes; an input
+    it does not mention keeps the batch axis)."""
+    text = (folder / "m_ncnn.py").read_text(errors="replace") if (folder / "m_ncnn.py").is_file() else ""
+    found = {int(k): int(b) == 0 for k, b in _FEED.findall(text)}
+    return [found.get(k, True) for k in range(n_inputs)]
+
+
 def _check_outputs(model: onnx.ModelProto, param: Path, binfile: Path, inputs: list, outputs: list,
-                   source: str) -> None:
+                   batch: List[bool], source: str) -> None:
     """Run the converted model with ncnn and the sub-model with ONNX Runtime on seeded inputs; raise
     NcnnConversionError unless every output agrees. Skipped (logged) when ncnn is not installed here."""
     try:
@@ -189,7 +200,12 @@ def _check_outputs(model: onnx.ModelProto, param: Path, binfile: Path, inputs: l
                                   f"wrote ({_culprit('', model)}); run this part on a PU of another runtime")
     ex = net.create_extractor()
     for k, (name, _) in enumerate(inputs):
-        ex.input(f"in{k}", ncnn.Mat(np.ascontiguousarray(feeds[name][0])).clone())
+        x = feeds[name][0] if batch[k] else feeds[name]
+        if x.ndim > 4:  # ncnn Mats have at most 4 dims (w, h, d, c)
+            raise NcnnConversionError(f"{source}: input {name!r} would be a {x.ndim}-dim ncnn Mat (pnnx found "
+                                      "no batch axis to drop; ncnn takes at most 4 dims); run this part on a PU "
+                                      "of another runtime")
+        ex.input(f"in{k}", ncnn.Mat(np.ascontiguousarray(x)).clone())
     for k, ((name, shape), r) in enumerate(zip(outputs, ref)):
         ret, mat = ex.extract(f"out{k}")
         got = np.array(mat, dtype=np.float32)
@@ -240,7 +256,8 @@ def convert(model: onnx.ModelProto, source: str = "sub-model") -> Path:
     with tempfile.TemporaryDirectory(prefix="pnnx-", dir=folder.parent) as tmp:
         work = Path(tmp)
         _run_pnnx(model, inputs, work, source)
-        _check_outputs(model, work / "m.ncnn.param", work / "m.ncnn.bin", inputs, outputs, source)
+        batch = _batch_axes(work, len(inputs))
+        _check_outputs(model, work / "m.ncnn.param", work / "m.ncnn.bin", inputs, outputs, batch, source)
         done = work / "out"
         done.mkdir()
         shutil.move(str(work / "m.ncnn.param"), str(done / "model.ncnn.param"))
@@ -248,8 +265,8 @@ def convert(model: onnx.ModelProto, source: str = "sub-model") -> Path:
         manifest = {"format": MANIFEST_FORMAT, "schema_version": MANIFEST_SCHEMA_VERSION,
                     "param": "model.ncnn.param", "bin": "model.ncnn.bin", "onnx_sha256": digest,
                     "converter": f"pnnx {version}",
-                    "inputs": [{"name": n, "blob": f"in{k}", "shape": s, "dtype": "float32"}
-                               for k, (n, s) in enumerate(inputs)],
+                    "inputs": [{"name": n, "blob": f"in{k}", "shape": s, "dtype": "float32",
+                                "batch_axis": batch[k]} for k, (n, s) in enumerate(inputs)],
                     "outputs": [{"name": n, "blob": f"out{k}", "shape": s, "dtype": "float32"}
                                 for k, (n, s) in enumerate(outputs)]}
         (done / PACK_MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")

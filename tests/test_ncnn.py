@@ -1,0 +1,109 @@
+"""Runtime ncnn end to end on ncnn's CPU device: pnnx conversions checked against ONNX Runtime, a two-PU profile
+(PU ``a`` ONNX Runtime on CPU 0, PU ``b`` ncnn on CPU 1) profiled over a real loopback sshd, optimised and
+deployed with matching outputs, and the optimize-time refusal of an operator ncnn cannot take."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import sshd
+from parapipe.cli import main
+from parapipe.execution.ncnn_convert import convert, pack
+from parapipe.graph.coarsen import coarsen
+from parapipe.graph.extract import extract_submodel
+from parapipe.graph.opgraph import import_onnx
+from parapipe.graph.zoo import load_model
+from ppexec.bundle_run import CROSS_RUNTIME_RTOL
+from ppexec.ncnn_runtime import NcnnAdapter
+from ppexec.plan import PUBinding
+
+pytest.importorskip("ncnn")
+sshd_server = sshd.sshd_server  # the session-scoped loopback sshd fixture
+
+_EFF = "{conv: 0.3, gemm: 0.3, depthwise: 0.1, pool: 0.2, elementwise: 0.2, normalization: 0.2, other: 0.1}"
+_PU = """    kind: cpu
+    cores: 1
+    frequency_hz: 2.0e9
+    peak_flops: FLOPS
+    precision: fp32
+    memory_bandwidth_bytes_per_s: 1.0e10
+    efficiency: %s
+    op_overhead_s: 1.0e-5
+    active_power_w: 2.0
+    idle_power_w: 0.1
+    supported_ops: all
+""" % _EFF
+#: PU ``a`` ONNX Runtime on CPU 0, PU ``b`` ncnn's CPU device on CPU 1 (fp32).
+PROFILE = ("schema_version: 1\nname: two_pu_ncnn\ndescription: test profile, a on ONNX Runtime, b on ncnn\n"
+           "sources: {test: written by tests/test_ncnn.py}\nstatic_power_w: 1.0\nmemory_bandwidth_bytes_per_s: 1.0e10\npus:\n"
+           "  a:\n" + _PU.replace("FLOPS", "1.6e10") + "    execution: {cpus: [0], threads: 1}\n"
+           "  b:\n" + _PU.replace("FLOPS", "2.0e10") +
+           "    execution: {cpus: [1], threads: 1, runtime: ncnn, runtime_options: {device: cpu}}\n"
+           "transfers:\n  default: {alpha_s: 1.0e-5, beta_bytes_per_s: 5.0e9}\n")
+
+
+@pytest.mark.parametrize("model, blocks", [("squeezenet", (1, 3)), ("inception_v1", (2, 4)),
+                                           ("mobilenet_v2", (2, 4))])
+def test_stage_submodels_converted_by_pnnx_match_onnx_runtime(model, blocks):
+    og = import_onnx(load_model(model).model, name=model)
+    bg = coarsen(og, max_blocks=6)
+    sub = extract_submodel(og, [o for b in bg.blocks[blocks[0]:blocks[1]] for o in b.ops])
+    loaded = NcnnAdapter().load(pack(convert(sub.model, model)), PUBinding(cpus=None), "b")
+    assert loaded.input_names == sub.inputs and loaded.output_names == sub.outputs
+    info = loaded.describe()
+    assert info["device"] == "cpu" and not info["fp16_storage"] and not info["fp16_arithmetic"]
+    rng = np.random.default_rng(3)
+    feeds = {n: rng.standard_normal(shape).astype(np.float32) for n, shape, _ in loaded.input_specs}
+    ref = ort.InferenceSession(sub.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        sub.outputs, feeds)
+    for got, want in zip(loaded.run(sub.outputs, feeds), ref):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        assert np.max(np.abs(got - want)) <= 1e-5 + CROSS_RUNTIME_RTOL * np.max(np.abs(want))
+    with pytest.raises(ValueError, match="batch 1 only"):
+        loaded.run(sub.outputs, {n: np.concatenate([v, v]) for n, v in feeds.items()})
+
+
+def test_profile_over_ssh_optimize_and_deploy_with_pu_b_on_ncnn(sshd_server, tmp_path, capsys):
+    soc = tmp_path / "two_pu_ncnn.yaml"
+    soc.write_text(PROFILE)
+    db, out = tmp_path / "profile.sqlite", tmp_path / "front"
+    ssh = ["--host", sshd_server.host, "--identity", str(sshd_server.client_key),
+           "--known-hosts", str(sshd_server.known_hosts), "--python", sys.executable]
+    rc = main(["profile", "squeezenet", "--soc", str(soc), "--db", str(db), "--max-blocks", "6", "--repeats", "3",
+               "--warmup", "1", "--no-transfers", "--json"] + ssh)
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    rc = main(["optimize", "squeezenet", "--soc", str(soc), "--db", str(db), "--max-blocks", "6",
+               "--out", str(out)])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    front = json.loads((out / "pareto.json").read_text())
+    assert front["soc"]["pus"]["b"]["execution"]["runtime_options"] == {"device": "cpu", "precision": "fp32"}
+    with_b = [p for p in front["points"] if any("b" in s["pus"] for s in p["mapping"]["stages"])]
+    assert with_b, "no point of the front uses PU b"
+    point = with_b[0]["id"]
+    rc = main(["deploy", "squeezenet", "--mapping", str(out / "pareto.json"), "--point", point, "--frames", "6",
+               "--db", str(db), "--remote-dir", str(tmp_path / "remote"), "--out", str(tmp_path / "run"),
+               "--json"] + ssh)
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    report = json.loads(captured.out)
+    assert report["outputs_match"] is True
+    rc = main(["runs", "--db", str(db), "--json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert rc == 0 and any(r.get("point") == point for r in (rows if isinstance(rows, list) else rows["runs"]))
+
+
+def test_an_operator_pnnx_cannot_take_is_refused_at_optimize_time(tmp_path, capsys):
+    soc = tmp_path / "two_pu_ncnn.yaml"
+    soc.write_text(PROFILE)
+    rc = main(["optimize", "squeezenet", "--soc", str(soc), "--pus", "b", "--max-blocks", "6",
+               "--out", str(tmp_path / "front")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "Softmax" in err[0] and "PU b runs ncnn" in err[0], err
+    assert not (tmp_path / "front").exists()
