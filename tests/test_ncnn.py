@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
+import yaml
 
 import sshd
 from parapipe.cli import main
@@ -25,26 +26,26 @@ from ppexec.plan import PUBinding
 pytest.importorskip("ncnn")
 sshd_server = sshd.sshd_server  # the session-scoped loopback sshd fixture
 
-_EFF = "{conv: 0.3, gemm: 0.3, depthwise: 0.1, pool: 0.2, elementwise: 0.2, normalization: 0.2, other: 0.1}"
-_PU = """    kind: cpu
-    cores: 1
-    frequency_hz: 2.0e9
-    peak_flops: FLOPS
-    precision: fp32
-    memory_bandwidth_bytes_per_s: 1.0e10
-    efficiency: %s
-    op_overhead_s: 1.0e-5
-    active_power_w: 2.0
-    idle_power_w: 0.1
-    supported_ops: all
-""" % _EFF
+def _q(value: float) -> dict:
+    return {"value": value, "source": "test"}
+
+
+def _pu(flops: float, execution: dict) -> dict:
+    return {"kind": "cpu", "cores": 1, "frequency_hz": _q(2.0e9), "peak_flops": _q(flops), "precision": "fp32",
+            "memory_bandwidth_bytes_per_s": _q(1.0e10),
+            "efficiency": {k: _q(0.2) for k in ("conv", "gemm", "pool", "elementwise", "other")},
+            "op_overhead_s": _q(1.0e-5), "active_power_w": _q(2.0), "idle_power_w": _q(0.1),
+            "supported_ops": "all", "execution": execution}
+
+
 #: PU ``a`` ONNX Runtime on CPU 0, PU ``b`` ncnn's CPU device on CPU 1 (fp32).
-PROFILE = ("schema_version: 1\nname: two_pu_ncnn\ndescription: test profile, a on ONNX Runtime, b on ncnn\n"
-           "sources: {test: written by tests/test_ncnn.py}\nstatic_power_w: 1.0\nmemory_bandwidth_bytes_per_s: 1.0e10\npus:\n"
-           "  a:\n" + _PU.replace("FLOPS", "1.6e10") + "    execution: {cpus: [0], threads: 1}\n"
-           "  b:\n" + _PU.replace("FLOPS", "2.0e10") +
-           "    execution: {cpus: [1], threads: 1, runtime: ncnn, runtime_options: {device: cpu}}\n"
-           "transfers:\n  default: {alpha_s: 1.0e-5, beta_bytes_per_s: 5.0e9}\n")
+PROFILE = yaml.safe_dump({
+    "schema_version": 1, "name": "two_pu_ncnn", "description": "test profile: a on ONNX Runtime, b on ncnn",
+    "sources": {"test": "written by tests/test_ncnn.py"}, "static_power_w": _q(1.0),
+    "memory_bandwidth_bytes_per_s": _q(1.0e10),
+    "pus": {"a": _pu(1.6e10, {"cpus": [0], "threads": 1}),
+            "b": _pu(2.0e10, {"cpus": [1], "threads": 1, "runtime": "ncnn", "runtime_options": {"device": "cpu"}})},
+    "transfers": {"default": {"alpha_s": _q(1.0e-5), "beta_bytes_per_s": _q(5.0e9)}}})
 
 
 @pytest.mark.parametrize("model, blocks", [("squeezenet", (1, 3)), ("inception_v1", (2, 4)),
@@ -74,10 +75,13 @@ def test_profile_over_ssh_optimize_and_deploy_with_pu_b_on_ncnn(sshd_server, tmp
     db, out = tmp_path / "profile.sqlite", tmp_path / "front"
     ssh = ["--host", sshd_server.host, "--identity", str(sshd_server.client_key),
            "--known-hosts", str(sshd_server.known_hosts), "--python", sys.executable]
-    rc = main(["profile", "squeezenet", "--soc", str(soc), "--db", str(db), "--max-blocks", "6", "--repeats", "3",
-               "--warmup", "1", "--no-transfers", "--json"] + ssh)
+    # PU b through the agent's ncnn adapter (a tenth of the operator signatures: the rest is predicted)
+    rc = main(["profile", "squeezenet", "--soc", str(soc), "--db", str(db), "--pus", "b", "--budget", "0.1",
+               "--max-blocks", "6", "--repeats", "2", "--warmup", "1", "--no-transfers", "--json"] + ssh)
     captured = capsys.readouterr()
     assert rc == 0, captured.err
+    profiled = json.loads(captured.out)
+    assert profiled["measured"] > 0 and not profiled["failed"] and profiled["host"] != "local"
     rc = main(["optimize", "squeezenet", "--soc", str(soc), "--db", str(db), "--max-blocks", "6",
                "--out", str(out)])
     captured = capsys.readouterr()

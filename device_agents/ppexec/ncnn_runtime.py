@@ -38,7 +38,7 @@ import shutil
 import tempfile
 import threading
 import zipfile
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -129,8 +129,8 @@ class NcnnModel:
         self._outputs = {o["name"]: o for o in manifest["outputs"]}
         self.input_names = [i["name"] for i in self._inputs]
         self.output_names = [o["name"] for o in manifest["outputs"]]
-        self.input_specs = [(i["name"], [int(d) for d in i["shape"]], str(i.get("dtype") or "float32"))
-                            for i in self._inputs]
+        self.input_specs: List[Tuple[str, List[Optional[int]], Optional[str]]] = [
+            (i["name"], [int(d) for d in i["shape"]], str(i.get("dtype") or "float32")) for i in self._inputs]
         self.converter = manifest.get("converter")
 
     def run(self, output_names: Sequence[str], feeds: Mapping[str, np.ndarray]) -> List[np.ndarray]:
