@@ -111,3 +111,30 @@ def test_an_operator_pnnx_cannot_take_is_refused_at_optimize_time(tmp_path, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "Softmax" in err[0] and "PU b runs ncnn" in err[0], err
     assert not (tmp_path / "front").exists()
+
+
+def test_vulkan_without_a_device_is_named_in_one_line_and_bind_ncnn_cpu_keeps_the_pu_on_ncnn():
+    import ncnn
+
+    from parapipe.errors import InputError
+    from parapipe.execution.bindings import RuntimeBind, bind_soc, parse_binds
+    from parapipe.execution.facts import check_board, local_facts
+    from parapipe.soc.loader import load_soc
+
+    soc = load_soc("amlogic_a311d")  # its Mali GPU runs ncnn's Vulkan device
+    gpu = soc.pus["gpu"].execution
+    assert gpu.runtime == "ncnn" and gpu.runtime_options == {"device": "vulkan", "precision": "fp32"}
+    if ncnn.get_gpu_count() == 0:
+        with pytest.raises(InputError) as info:
+            check_board({"gpu": PUBinding(cpus=None, runtime="ncnn", runtime_options=dict(gpu.runtime_options))},
+                        local_facts(), "this machine")
+        assert "no Vulkan device" in str(info.value) and "--bind gpu=ncnn:cpu" in str(info.value)
+        assert "\n" not in str(info.value)
+    binds = parse_binds(["gpu=ncnn:cpu", "big=0", "little=ncnn:cpu@1"])
+    assert isinstance(binds["gpu"], RuntimeBind) and binds["gpu"] == () and binds["big"] == (0,)
+    bound = bind_soc(soc, binds).pus
+    assert bound["gpu"].execution.runtime_options == {"device": "cpu", "precision": "fp32"}
+    assert bound["gpu"].execution.cpus is None and bound["big"].execution.runtime == "onnxruntime"
+    assert bound["little"].execution.runtime == "ncnn" and bound["little"].execution.cpus == (1,)
+    with pytest.raises(InputError, match="runtime:device"):
+        parse_binds(["gpu=tensorrt:dla"])
