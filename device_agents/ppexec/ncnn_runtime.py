@@ -114,6 +114,25 @@ def _import_ncnn() -> Any:
     return ncnn
 
 
+def _quiet_gpu_count(ncnn: Any) -> int:
+    """``ncnn.get_gpu_count()`` with the process's stderr (fd 2) silenced: without a Vulkan loader, ncnn's first
+    GPU query prints a ``dlopen failed libvulkan.so.1`` line per attempt there (measured, ncnn 1.0.20261020),
+    which would break the one-line errors of the commands that probe the runtimes."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        return int(ncnn.get_gpu_count())
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            try:
+                return int(ncnn.get_gpu_count())
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+
+
 def _options(binding: PUBinding) -> Dict[str, Any]:
     opts = dict(binding.runtime_options)
     return {"device": str(opts.get("device", "cpu")).lower(), "precision": str(opts.get("precision", "fp32")),
@@ -185,7 +204,7 @@ class NcnnAdapter:
             if self._probe is None:
                 try:
                     ncnn = _import_ncnn()
-                    gpus = int(ncnn.get_gpu_count())
+                    gpus = _quiet_gpu_count(ncnn)
                     names = [str(ncnn.get_gpu_info(i).device_name()) for i in range(gpus)]
                     self._probe = {"available": True, "version": getattr(ncnn, "__version__", None),
                                    "reason": None, "vulkan_devices": names}
