@@ -255,7 +255,7 @@ def _imports(nodes) -> set:
 
 def test_device_files_import_only_stdlib_numpy_onnxruntime_and_each_other():
     # At import time: the standard library, numpy, onnxruntime and ppexec. Inside functions (lazily, by the
-    # runtime adapter that needs it) also an optional runtime: openvino.
+    # runtime adapter that needs it) also an optional runtime: openvino, ncnn.
     assert AGENT in DEVICE_FILES and len(DEVICE_FILES) > 5
     allowed = set(sys.stdlib_module_names) | {"numpy", "onnxruntime", "ppexec"}
     for path in DEVICE_FILES:
@@ -264,7 +264,7 @@ def test_device_files_import_only_stdlib_numpy_onnxruntime_and_each_other():
                 for n in ast.walk(f)}
         eager = [n for n in ast.walk(tree) if n not in lazy]
         assert sorted(m for m in _imports(eager) if m not in allowed) == [], path
-        assert sorted(m for m in _imports(lazy) if m not in allowed | {"openvino"}) == [], path
+        assert sorted(m for m in _imports(lazy) if m not in allowed | {"openvino", "ncnn"}) == [], path
 
 
 def test_device_files_need_nothing_newer_than_python_3_8():

@@ -221,8 +221,9 @@ def test_runner_check_pus_names_the_provider():
 
     soc = load_soc("amlogic_a311d")
     with open_agent_timer() as runner:
-        with pytest.raises(InputError, match=r"PU gpu: needs runtime adapter 'ncnn'.*--bind gpu=CPUS"):
-            runner.check_pus(soc, ["gpu"])  # the Mali GPU is a declared adapter slot, shipped nowhere
+        with pytest.raises(InputError, match=r"PU gpu: runtime ncnn: device vulkan asked, but ncnn finds no Vulkan "
+                           r"device.*--bind gpu=ncnn:cpu"):
+            runner.check_pus(soc, ["gpu"])  # the Mali GPU runs ncnn's Vulkan device, which this machine lacks
         with pytest.raises(InputError, match=r"PU npu: needs execution provider VSINPUExecutionProvider"):
             runner.check_pus(soc, ["npu"])
         with pytest.raises(InputError):

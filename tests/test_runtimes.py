@@ -63,13 +63,13 @@ def topo_stages(model: onnx.ModelProto, name: str, n: int):
 
 # ------------------------------------------------------------------------------------------------ registry
 def test_registry_lists_both_runtimes_and_refuses_an_unknown_one_in_one_line():
-    assert sorted(ADAPTERS) == ["onnxruntime", "openvino"]
+    assert sorted(ADAPTERS) == ["ncnn", "onnxruntime", "openvino"]
     assert get_adapter("openvino") is OV and get_adapter("onnxruntime") is ORT
     with pytest.raises(PlanError) as info:
         get_adapter("tensorrt", pu="dla0")
     message = str(info.value)
     assert message.startswith("execution plan: bindings.dla0.runtime: runtime 'tensorrt' is not implemented "
-                              "in this ppexec (runtimes: onnxruntime, openvino); ")
+                              "in this ppexec (runtimes: ncnn, onnxruntime, openvino); ")
     assert "ADAPTERS" in message and "README" in message and "\n" not in message
     probes = probe_all()
     assert probes["onnxruntime"]["available"] and "CPUExecutionProvider" in probes["onnxruntime"]["providers"]

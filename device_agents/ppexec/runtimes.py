@@ -26,10 +26,13 @@ without touching it. The protocol (:class:`RuntimeAdapter`, :class:`LoadedModel`
   tolerance the verified run then applies).
 - Optional host-side step ``compile(model_bytes: bytes, binding) -> bytes``: parapipe runs it on each
   sub-model before bundling, for runtimes that need an offline conversion (a vendor compiler producing a
-  blob that ``load`` then receives as bytes). Neither shipped adapter needs it: both read ONNX directly.
+  blob that ``load`` then receives as bytes). The ONNX Runtime and OpenVINO adapters read ONNX directly; ncnn's
+  conversion (pnnx) is parapipe's ``parapipe.execution.ncnn_convert``, which gives ``load`` a manifest path or
+  the bytes of a pack (:mod:`.ncnn_runtime`).
 
 Shipped: :class:`OnnxRuntimeAdapter` (``"onnxruntime"``) and :class:`OpenVINOAdapter` (``"openvino"``,
-``pip install openvino``; imported lazily, so ppexec itself needs only numpy and onnxruntime). Adding one:
+``pip install openvino``; imported lazily, so ppexec itself needs only numpy and onnxruntime) and
+:class:`.ncnn_runtime.NcnnAdapter` (``"ncnn"``, ``pip install ncnn``, also lazy). Adding one:
 device_agents/README.md, "Runtime adapters".
 """
 from __future__ import annotations
@@ -44,6 +47,7 @@ import numpy as np
 import onnxruntime as ort
 
 from .errors import plan_error
+from .ncnn_runtime import NcnnAdapter
 from .plan import PUBinding
 from .precision import normalise_precision
 from .session import ORT_RUNTIME_OPTIONS, create_session, model_source, provider_problem
@@ -426,7 +430,8 @@ class OpenVINOAdapter:
 
 # ------------------------------------------------------------------------------------------ registry
 #: Runtime name -> adapter. Add an adapter here (device_agents/README.md, "Runtime adapters").
-ADAPTERS: Dict[str, RuntimeAdapter] = {a.name: a for a in (OnnxRuntimeAdapter(), OpenVINOAdapter())}
+ADAPTERS: Dict[str, RuntimeAdapter] = {a.name: a for a in (OnnxRuntimeAdapter(), OpenVINOAdapter(),
+                                                            NcnnAdapter())}
 
 
 def get_adapter(name: str, pu: Optional[str] = None) -> RuntimeAdapter:

@@ -160,6 +160,10 @@ def load_mapping(model: str, mapping_path: str, point: str,
     plan = build_plan(og, bg, pt.stages, bindings)
     freqs = {str(pu): float(hz) for pu, hz in (frequencies_hz or {}).items()}
     domains = frequency_domains(doc, freqs, substituted)
+    if any(b.runtime == "ncnn" for b in bindings.values()):  # converted on this host, before any upload
+        from parapipe.execution.ncnn_convert import compile_plan
+
+        compile_plan(plan)
     log.info("point %s of %s: %d stage(s), %d task(s)", pt.id, mapping_path, len(pt.stages),
              sum(len(s) for s in plan.stages))
     return LoadedMapping(lm, og, bg, doc, pt, plan, substituted, mapping_path, feeds, freqs, domains)

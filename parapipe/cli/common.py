@@ -296,9 +296,10 @@ def print_run_report(head: str, rep: "RunReport") -> None:
             f"{pu} {f['requested_hz'] / 1e6:g} MHz asked, {ran(f)} MHz ran ({f.get('domain')}, {f.get('status')})"
             for pu, f in sorted(frequencies.items())) + "; restored after the run")
     if rep.substituted:
-        subs = ", ".join(f"{pu}=CPUs {','.join(map(str, cpus))}" for pu, cpus in rep.substituted.items())
-        print(f"substituted: {subs} (CPU provider); the prediction is for the profile's bindings and does not "
-              "apply to this run")
+        subs = ", ".join(f"{pu}=CPUs {','.join(map(str, cpus)) or 'unpinned'}"
+                         for pu, cpus in rep.substituted.items())
+        print(f"substituted: {subs} (CPU provider, or ncnn's CPU device for PU=ncnn:cpu); the prediction is for "
+              "the profile's bindings and does not apply to this run")
 
 
 def add_bind_option(s: argparse.ArgumentParser, what: str = "run") -> None:
@@ -309,7 +310,8 @@ def add_bind_option(s: argparse.ArgumentParser, what: str = "run") -> None:
             "is not the profile's: bind every PU it lacks)")
     s.add_argument("--bind", action="append", default=[], metavar="PU=CPUS",
                    help=f"{what} PU on these CPUs (0, 0-3, 0,2) with ONNX Runtime's CPU provider instead of its "
-                   f"profile binding; repeatable. {tail}")
+                   f"profile binding; repeatable. PU=ncnn:cpu (or ncnn:cpu@CPUS) runs it through runtime ncnn on "
+                   f"ncnn's CPU device instead of its Vulkan GPU. {tail}")
 
 
 def add_run_options(s: argparse.ArgumentParser) -> None:

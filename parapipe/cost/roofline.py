@@ -167,8 +167,11 @@ def problem_from_blocks(block_graph, soc, measured_s: Optional[Mapping[Tuple[str
             from ..errors import InfeasibleError
 
             bad = sorted({ot for ot in b.op_types if not any(pu.supports(ot) for pu in pus)})
+            ncnn = [pu.name for pu in pus if pu.execution.runtime == "ncnn"]
+            why = (f" (PU {', '.join(ncnn)} runs ncnn: pnnx does not convert them into ncnn models that compute "
+                   "what ONNX Runtime computes)" if ncnn else "")
             raise InfeasibleError(f"block {b.name!r} has op type(s) {', '.join(bad) or '?'} that no PU of "
-                                  f"{soc.name} ({', '.join(pu_names)}) supports; allow a PU that runs them "
+                                  f"{soc.name} ({', '.join(pu_names)}) supports{why}; allow a PU that runs them "
                                   "(--pus) or add them to a PU's supported_ops")
     return MappingProblem(operating_points=operating_point_tables(block_graph, pus, t, active),
                           block_names=[b.name for b in blocks], preds=preds, edge_nbytes=edges, pu_names=pu_names,

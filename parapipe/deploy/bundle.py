@@ -2,7 +2,9 @@
 
 A bundle is a folder (layout in ``device_agents/ppexec/bundle_run.py``): the agent and the executor core
 (``device_agents/agent.py``, ``device_agents/ppexec/``), ``plan.json`` (the execution plan, the model's input
-shapes, the predicted figures), one ``models/<task>.onnx`` per task, ``reference.onnx`` (the unsplit model,
+shapes, the predicted figures), one ``models/<task>.onnx`` per task (for a PU of runtime ncnn the converted
+``models/<task>.ncnn.param`` and ``.ncnn.bin`` with their manifest ``models/<task>.ncnn.json``),
+``reference.onnx`` (the unsplit model,
 for the output check on the board) and ``manifest.json`` listing every other file with its SHA-256 and size.
 The bundle id is a digest of the manifest's content, so the same mapping of the same model always gives the
 same id: an interrupted upload resumes into the same remote folder.
@@ -98,6 +100,19 @@ def _write_model(model: Any, path: Path, task: str) -> None:
     path.write_bytes(model.SerializeToString())
 
 
+def _write_ncnn(manifest_path: str, models: Path, stem: str) -> str:
+    """Copy a task's converted ncnn model (:mod:`parapipe.execution.ncnn_convert`) into ``models`` as
+    ``<stem>.ncnn.param``, ``<stem>.ncnn.bin`` and its manifest ``<stem>.ncnn.json``; the manifest's name."""
+    from ppexec.ncnn_runtime import read_manifest
+
+    doc = read_manifest(manifest_path)
+    names = {"param": f"{stem}.ncnn.param", "bin": f"{stem}.ncnn.bin"}
+    for key, name in names.items():
+        shutil.copyfile(doc[key], models / name)
+    (models / f"{stem}.ncnn.json").write_text(json.dumps({**doc, **names}, indent=1, sort_keys=True) + "\n")
+    return f"{stem}.ncnn.json"
+
+
 def _copy_runtime(dest: Path) -> None:
     """Copy the agent and the executor core (``.py`` files only) into ``dest``."""
     agents = data_dir("device_agents")
@@ -136,11 +151,15 @@ def build_bundle(mapping: Any, dest: Path) -> Bundle:
     model_files: Dict[str, str] = {}
     for tasks in mapping.plan.stages:
         for task in tasks:
-            rel = f"models/{_safe_name(task.name)}.onnx"
+            ncnn = isinstance(task.model, str) and task.model.endswith(".ncnn.json")  # runtime ncnn
+            rel = f"models/{_safe_name(task.name)}" + (".ncnn.json" if ncnn else ".onnx")
             if rel in model_files.values():
                 raise input_error("mapping", f"task {task.name}", "two tasks map to the same file name",
                                   "give tasks names that differ in letters, digits, '.', '_' or '-'")
-            _write_model(task.model, dest / rel, task.name)
+            if ncnn:
+                _write_ncnn(task.model, dest / "models", _safe_name(task.name))
+            else:
+                _write_model(task.model, dest / rel, task.name)
             model_files[task.name] = rel
     og = mapping.opgraph
     reference, checked, softmax = reference_for_check(mapping.loaded.model, og, handed_over_tensors(mapping.plan))

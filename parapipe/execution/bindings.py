@@ -7,6 +7,10 @@ point computed for one board can be tried on another machine (its prediction the
 :func:`bind_soc` makes the same substitution in a SoC profile, for the commands that measure (``profile``,
 ``calibrate``): what they measure and write is then the bound PUs', so the profile they lead to carries the
 bindings and its points run, and are predicted, as measured.
+
+``--bind PU=ncnn:cpu`` (or ``PU=ncnn:cpu@CPUS``) keeps the PU on runtime ncnn but on ncnn's CPU device instead of
+its Vulkan GPU (pinned to CPUS when given, else as the profile pins it): a profile's GPU PU then runs, through
+the same converted models, on a machine without a Vulkan device (:class:`RuntimeBind`).
 """
 from __future__ import annotations
 
@@ -19,7 +23,10 @@ from parapipe.errors import input_error
 from parapipe.soc.execution import Execution
 from parapipe.mapping.model import ParetoDoc, Point
 
-__all__ = ["parse_binds", "parse_cpus", "bindings_for", "bind_soc"]
+__all__ = ["RuntimeBind", "parse_binds", "parse_cpus", "bindings_for", "bind_soc"]
+
+#: ``RUNTIME:DEVICE`` pairs ``--bind`` accepts instead of a CPU list.
+RUNTIME_BINDS = {"ncnn:cpu": ("ncnn", "cpu")}
 
 _CPUS = re.compile(r"^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*$")
 
@@ -44,13 +51,28 @@ def parse_cpus(text: str, source: str = "--bind") -> Tuple[int, ...]:
     return tuple(sorted(cpus))
 
 
+class RuntimeBind(tuple):
+    """``--bind PU=RUNTIME:DEVICE[@CPUS]``: the PU keeps its profile binding except the runtime and its device
+    (``ncnn:cpu``: runtime ncnn on its CPU device). A tuple of the CPU ids given after ``@`` (empty: the
+    profile's), so code that reads a bind as CPUs still can; ``runtime`` and ``device`` say the rest."""
+
+    runtime: str
+    device: str
+
+    def __new__(cls, runtime: str, device: str, cpus: Sequence[int] = ()) -> "RuntimeBind":
+        obj = super().__new__(cls, tuple(cpus))
+        obj.runtime, obj.device = runtime, device
+        return obj
+
+
 def parse_binds(items: Optional[Sequence[str]]) -> Dict[str, Tuple[int, ...]]:
-    """``["big=0-3", "gpu=1"]`` -> ``{"big": (0, 1, 2, 3), "gpu": (1,)}``.
+    """``["big=0-3", "gpu=1"]`` -> ``{"big": (0, 1, 2, 3), "gpu": (1,)}``; ``"gpu=ncnn:cpu"`` (optionally
+    ``@CPUS``) -> a :class:`RuntimeBind`.
 
     Raises
     ------
     InputError
-        An item without ``=``, an empty PU name, a PU given twice, a bad CPU list.
+        An item without ``=``, an empty PU name, a PU given twice, a bad CPU list or runtime:device.
     """
     binds: Dict[str, Tuple[int, ...]] = {}
     for item in items or ():
@@ -60,6 +82,14 @@ def parse_binds(items: Optional[Sequence[str]]) -> Dict[str, Tuple[int, ...]]:
             raise input_error("--bind", None, f"{item!r} is not PU=CPUS", "write e.g. --bind big=0-3")
         if pu in binds:
             raise input_error("--bind", pu, "given twice", "bind each PU once")
+        if ":" in cpus:
+            pair, at, listed = cpus.partition("@")
+            if pair.strip().lower() not in RUNTIME_BINDS:
+                raise input_error("--bind", pu, f"{pair.strip()!r} is not a runtime:device this option knows",
+                                  f"write {' or '.join(RUNTIME_BINDS)} (optionally @CPUS), or a CPU list")
+            runtime, device = RUNTIME_BINDS[pair.strip().lower()]
+            binds[pu] = RuntimeBind(runtime, device, parse_cpus(listed, f"--bind {pu}") if at else ())
+            continue
         binds[pu] = parse_cpus(cpus, f"--bind {pu}")
     return binds
 
@@ -80,19 +110,30 @@ def bind_soc(soc, binds: Optional[Mapping[str, Sequence[int]]]):
         if pu not in soc.pus:
             raise input_error("--bind", pu, f"no PU {pu!r} in SoC {soc.name!r}",
                               f"bind one of {', '.join(soc.pus)}")
-    pus = {name: (pu.model_copy(update={"execution": Execution(cpus=tuple(int(c) for c in binds[name]),
-                                                               threads=len(binds[name]))})
+    pus = {name: (pu.model_copy(update={"execution": _bound_execution(pu.execution, binds[name])})
                   if name in binds else pu) for name, pu in soc.pus.items()}
     fields = {f: getattr(soc, f) for f in type(soc).model_fields}
     return type(soc).model_validate({**fields, "pus": pus, "path": None})
+
+
+def _bound_execution(ex: Execution, bind: Sequence[int]) -> Execution:
+    """The execution of a PU bound with ``bind`` (CPUs, or a :class:`RuntimeBind` over ``ex``)."""
+    if not isinstance(bind, RuntimeBind):
+        return Execution(cpus=tuple(int(c) for c in bind), threads=len(bind))
+    options = dict(ex.runtime_options) if ex.runtime == bind.runtime else {}
+    options["device"] = bind.device
+    cpus = tuple(int(c) for c in bind) or ex.cpus
+    return Execution(cpus=cpus, threads=len(bind) if bind else ex.threads, runtime=bind.runtime,
+                     runtime_options=options)
 
 
 def bindings_for(doc: ParetoDoc, point: Point, binds: Optional[Mapping[str, Sequence[int]]] = None,
                  source: str = "mapping") -> Tuple[Dict[str, PUBinding], Dict[str, Tuple[int, ...]]]:
     """The binding of every PU the point uses, and the substituted PUs.
 
-    A PU named in ``binds`` runs on those CPUs with ONNX Runtime's CPU provider, one thread per CPU, in fp32;
-    every other PU as ``doc.soc.pus[pu].execution`` says, at the profile's ``precision``.
+    A PU named in ``binds`` runs on those CPUs with ONNX Runtime's CPU provider, one thread per CPU, in fp32 (a
+    :class:`RuntimeBind`: as its profile says, on that runtime and device); every other PU as
+    ``doc.soc.pus[pu].execution`` says, at the profile's ``precision``.
 
     Raises
     ------
@@ -109,6 +150,12 @@ def bindings_for(doc: ParetoDoc, point: Point, binds: Optional[Mapping[str, Sequ
     bindings: Dict[str, PUBinding] = {}
     substituted: Dict[str, Tuple[int, ...]] = {}
     for pu in used:
+        if pu in binds and isinstance(binds[pu], RuntimeBind) and pu in doc.soc.pus:
+            ex = _bound_execution(doc.soc.pus[pu].execution, binds[pu])
+            bindings[pu] = PUBinding(cpus=ex.cpus, threads=ex.threads, runtime=ex.runtime,
+                                     runtime_options=dict(ex.runtime_options))
+            substituted[pu] = tuple(ex.cpus or ())
+            continue
         if pu in binds:
             cpus = tuple(int(c) for c in binds[pu])
             bindings[pu] = PUBinding(cpus=cpus, threads=len(cpus))

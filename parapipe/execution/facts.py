@@ -85,7 +85,8 @@ def check_board(bindings: Mapping[str, Any], facts: Mapping[str, Any], where: st
     """Check every PU binding of a plan against the board's facts.
 
     Checks, per PU: its CPUs are all allowed on the board; it runs no more threads than it has CPUs; its runtime
-    adapter exists and is installed there; with ONNX Runtime, the execution provider is in the board's build.
+    adapter exists and is installed there; with ONNX Runtime, the execution provider is in the board's build;
+    with ncnn on its Vulkan device, the board has one (``vulkan_devices`` of the ncnn probe, where reported).
 
     Parameters
     ----------
@@ -123,6 +124,12 @@ def check_board(bindings: Mapping[str, Any], facts: Mapping[str, Any], where: st
         if not info.get("available"):
             raise input_error(where, f"PU {pu}", f"needs runtime {runtime!r}, which is not usable on the board "
                               f"({info.get('reason') or 'not installed'})", f"install it there, {alt}")
+        device = str((getattr(b, "runtime_options", None) or {}).get("device", "cpu")).lower()
+        if runtime == "ncnn" and device == "vulkan" and info.get("vulkan_devices") == []:
+            raise input_error(where, f"PU {pu}", "runtime ncnn: device vulkan asked, but ncnn finds no Vulkan "
+                              "device there (ncnn.get_gpu_count() is 0: no Vulkan driver)",
+                              f"install the GPU's Vulkan driver there, run the PU on ncnn's CPU device with "
+                              f"--bind {pu}=ncnn:cpu, {alt}")
         if runtime == "onnxruntime" and b.provider not in providers:
             raise input_error(where, f"PU {pu}", f"needs execution provider {b.provider}; the board's onnxruntime "
                               f"{facts.get('onnxruntime_version', '?')} has {', '.join(providers) or 'none'}",

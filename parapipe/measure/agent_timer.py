@@ -128,6 +128,16 @@ class AgentTimer:
             The agent died or did not answer in time.
         """
         extra: Dict[str, Any] = {} if frequency is None else {"frequency": dict(frequency, pu=pu.name)}
+        if pu.execution.runtime == "ncnn":  # converted here (pnnx), sent as a pack the agent's ncnn adapter loads
+            from parapipe.execution.ncnn_convert import NcnnConversionError, convert, pack
+            from parapipe.remote.agent_client import AgentRequestError
+
+            try:
+                payload = base64.b64encode(pack(convert(model, f"{model.graph.name} on PU {pu.name}")))
+            except NcnnConversionError as exc:
+                raise AgentRequestError(str(exc), "profile", "ModelError") from None
+            return self.agent.request("profile", timeout_s=timeout_s, model_b64=payload.decode("ascii"),
+                                      pu=self.target(pu), warmup=warmup, repeats=repeats, **extra)
         return self.agent.request("profile", timeout_s=timeout_s, model_b64=encode_model(model),
                                   pu=self.target(pu), optimization=optimization, warmup=warmup,
                                   repeats=repeats, **extra)

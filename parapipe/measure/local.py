@@ -125,11 +125,16 @@ class LocalTimer:
                              "dtype": dtype or "float32"} for name, shape, dtype in specs}
             return draw_frames(inputs_from_doc(inputs), 1, 0)[0]
 
+        source: Any = model
+        if runtime == "ncnn":  # the converted model (pnnx), as run and deploy execute it
+            from parapipe.execution.ncnn_convert import convert
+
+            source = str(convert(model, f"{model.graph.name} on PU {pu.name}"))
         from ppexec import dvfs
 
         try:
             with dvfs.applied({pu.name: dict(frequency)} if frequency else {}) as state:
-                timed = timing.time_model(model, binding, warmup, repeats, feeds_for)
+                timed = timing.time_model(source, binding, warmup, repeats, feeds_for)
                 state.read_back(end=True)
         except timing.TimingError as exc:
             raise _timing_error(exc) from None

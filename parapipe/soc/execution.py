@@ -25,10 +25,12 @@ class Execution(BaseModel):
     threads : int
         ``intra_op_num_threads``; defaults to ``len(cpus)`` when cpus are given, else 1.
     runtime : str
-        Runtime adapter of the executor: ``onnxruntime`` (default), ``openvino``, or the name of a vendor adapter
+        Runtime adapter of the executor: ``onnxruntime`` (default), ``openvino``, ``ncnn`` (sub-models converted
+        by pnnx on the host; :mod:`ppexec.ncnn_runtime`), or the name of a vendor adapter
         slot (e.g. a Black Sesame engine: no public runtime exists; see device_agents/README.md).
     runtime_options : dict of str to str
-        Options of the runtime adapter (OpenVINO: ``device``, e.g. ``{"device": "CPU"}``).
+        Options of the runtime adapter (OpenVINO: ``device``, e.g. ``{"device": "CPU"}``; ncnn: ``device``
+        ``cpu`` or ``vulkan``, ``precision`` ``fp32`` or ``fp16``, which defaults to the PU's ``precision``).
     provider : str
         ONNX Runtime execution provider name (runtime ``onnxruntime`` only).
     provider_options : dict of str to str

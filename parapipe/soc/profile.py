@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import Literal, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Literal, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
@@ -152,8 +152,36 @@ class PU(BaseModel):
         """The PU's operating-point frequencies, Hz, ascending (``(frequency_hz,)`` without a table)."""
         return self.operating_points.frequency_hz if self.operating_points is not None else (self.frequency_hz,)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _ncnn_precision(cls, data: Any) -> Any:
+        """An ncnn PU computes at its ``precision``: ``execution.runtime_options.precision`` defaults to it
+        (``fp32`` or ``fp16``; ncnn's own default would be fp16 storage and arithmetic)."""
+        if not isinstance(data, Mapping):
+            return data
+        ex, precision = data.get("execution"), data.get("precision")
+        if precision not in ("fp32", "fp16") or ex is None:
+            return data
+        if isinstance(ex, Execution):
+            if ex.runtime == "ncnn" and "precision" not in ex.runtime_options:
+                ex = ex.model_copy(update={"runtime_options": {**ex.runtime_options, "precision": precision}})
+                return {**data, "execution": ex}
+        elif isinstance(ex, Mapping) and ex.get("runtime") == "ncnn":
+            options = dict(ex.get("runtime_options") or {})
+            if "precision" not in options:
+                return {**data, "execution": {**ex, "runtime_options": {**options, "precision": precision}}}
+        return data
+
     def supports(self, op_type: str) -> bool:
-        """True if this PU can run operators of type ``op_type`` (qualified with its domain outside ONNX's)."""
+        """True if this PU can run operators of type ``op_type`` (qualified with its domain outside ONNX's).
+
+        A PU whose runtime is ``ncnn`` runs only the op types pnnx converts into ncnn models that compute what
+        ONNX Runtime computes (:data:`parapipe.soc.ncnn_ops.NCNN_OPS`), within its ``supported_ops``."""
+        if self.execution.runtime == "ncnn":
+            from parapipe.soc.ncnn_ops import NCNN_OPS
+
+            if op_type not in NCNN_OPS:
+                return False
         if self.supported_ops is None:
             from parapipe.graph.support import is_custom
 
