@@ -439,3 +439,36 @@ def test_schema_3_measurements_migrate_to_the_board_frequency(tmp_path):
         assert pdb.all() == [row] and pdb.all(frequency_hz=1.8e9) == [faster]
         assert pdb.get("a311d", "big", "block:x", kind="block", frequency_hz=1.8e9) == faster
         assert pdb.frequencies("a311d") == {"big": [1.8e9]}
+
+
+@NEEDS_TWO_CPUS
+def test_run_sets_the_points_own_operating_points_by_default(tmp_path, monkeypatch, capsys):
+    """A point whose stages state frequencies (pareto.json ``frequency_hz``) runs at them without --frequency;
+    --no-dvfs leaves the board alone."""
+    from deploy_mappings import two_stage_doc, write_doc
+
+    from parapipe.cli import main
+
+    doc = two_stage_doc("squeezenet")
+    first, second = doc["points"][0]["mapping"]["stages"]
+    first["frequency_hz"] = {first["pus"][0]: 1.398e9}
+    second["frequency_hz"] = {second["pus"][0]: 2.016e9}
+    mapping = write_doc(doc, tmp_path / "pareto.json")
+    root = board_tree(tmp_path / "sys")
+    monkeypatch.setenv(dvfs.SYSFS_ROOT_ENV, str(root))
+    monkeypatch.setenv(dvfs.JOURNAL_ENV, str(tmp_path / "journal.json"))
+    before = fake_sysfs.snapshot(root)
+    rc = main(["run", "squeezenet", "--mapping", str(mapping), "--point", "p0", "--frames", "2", "--json",
+               "--db", ""])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    f = json.loads(captured.out)["frequencies"]
+    assert {pu: (v["requested_hz"], v["readback_hz"], v["status"]) for pu, v in f.items()} == {
+        first["pus"][0]: (1.398e9, 1_398_000_000, "ok"), second["pus"][0]: (2.016e9, 2_016_000_000, "ok")}
+    after = fake_sysfs.snapshot(root)
+    assert _restored(before, after)
+    rc = main(["run", "squeezenet", "--mapping", str(mapping), "--point", "p0", "--frames", "2", "--json",
+               "--db", "", "--no-dvfs"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert not json.loads(captured.out).get("frequencies") and fake_sysfs.snapshot(root) == after

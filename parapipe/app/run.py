@@ -9,7 +9,8 @@ bundle is written or read back and the plan is validated once, by the executor. 
 (:class:`ppexec.report.RunReport`) in the same way; a local report has no ``bundle_id``. Before the run, the
 machine's facts are checked against every PU binding (:func:`parapipe.execution.facts.check_board`).
 
-Operating points: ``frequencies_hz`` (PU -> Hz) are set on the machine that runs the plan for the run and
+Operating points: ``frequencies_hz`` (PU -> Hz; by default those the point states, :func:`point_frequencies`;
+``--frequency`` gives others, ``--no-dvfs`` none) are set on the machine that runs the plan for the run and
 restored after it (:func:`ppexec.dvfs.applied`, inside the run-and-verify); each PU's frequency domain is its
 profile's ``execution.devfreq`` device, else the cpufreq policy of its CPUs (:func:`frequency_domains`). The
 report records per PU what was asked and what the kernel read back; :func:`frequency_warnings` says when the
@@ -129,7 +130,8 @@ def load_mapping(model: str, mapping_path: str, point: str,
     feeds : str, optional
         ``--feeds``: an .npz of input frames, kept in the result for the run.
     frequencies_hz : dict of str to float, optional
-        PU -> operating point, Hz (``--frequency``), set for the run; None or empty: the board's own settings.
+        PU -> operating point, Hz (``--frequency``), set for the run; empty (``--no-dvfs``): the board's own
+        settings; None (default): the operating points the point states (:func:`point_frequencies`).
 
     Raises
     ------
@@ -158,7 +160,10 @@ def load_mapping(model: str, mapping_path: str, point: str,
                           "re-run 'parapipe optimize' with this version of parapipe")
     bindings, substituted = bindings_for(doc, pt, binds, mapping_path)
     plan = build_plan(og, bg, pt.stages, bindings)
-    freqs = {str(pu): float(hz) for pu, hz in (frequencies_hz or {}).items()}
+    if frequencies_hz is None:
+        freqs = point_frequencies(doc, pt, substituted)
+    else:
+        freqs = {str(pu): float(hz) for pu, hz in frequencies_hz.items()}
     domains = frequency_domains(doc, freqs, substituted)
     if any(b.runtime == "ncnn" for b in bindings.values()):  # converted on this host, before any upload
         from parapipe.execution.ncnn_convert import compile_plan
@@ -204,6 +209,34 @@ def frequency_domains(doc: ParetoDoc, frequencies_hz: Mapping[str, float],
                               f"--frequency {pu} out")
         domains[pu] = {"cpus": [int(c) for c in cpus]}
     return domains
+
+
+def point_frequencies(doc: ParetoDoc, point, substituted: Optional[Mapping[str, Sequence[int]]] = None
+                      ) -> Dict[str, float]:
+    """The operating points a point states (``frequency_hz`` of its stages and replicas), one per PU, as the run
+    sets them: a PU the point runs at several points (stages at different frequencies) is held at the highest of
+    them for the whole run (the executor does not switch per stage; logged, and the prediction then assumes
+    more switching and less speed than the run has); a PU substituted with ``--bind`` keeps its new CPUs' own
+    settings; a PU whose profile names no frequency domain (neither ``execution.cpus`` nor ``execution.devfreq``)
+    is left at the board's settings (logged)."""
+    out: Dict[str, float] = {}
+    for pu, freqs in point.frequencies_hz().items():
+        if pu in (substituted or {}):
+            log.info("PU %s runs on --bind CPUs: its operating point %s is not set", pu,
+                     ", ".join(f"{f / 1e6:g} MHz" for f in freqs))
+            continue
+        execution = doc.soc.pus[pu].execution if pu in doc.soc.pus else None
+        if execution is None or not (execution.cpus or execution.devfreq):
+            log.warning("PU %s: the profile names no frequency domain (execution.cpus or execution.devfreq), so "
+                        "its operating point %g MHz is not set; the board's governor decides", pu,
+                        max(freqs) / 1e6)
+            continue
+        if len(freqs) > 1:
+            log.warning("PU %s serves stages at %s: the run holds it at %g MHz (no switching per stage), so the "
+                        "prediction does not apply exactly", pu, ", ".join(f"{f / 1e6:g}" for f in freqs),
+                        max(freqs) / 1e6)
+        out[pu] = max(freqs)
+    return out
 
 
 def frequency_warnings(report: RunReport) -> List[str]:

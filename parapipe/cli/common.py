@@ -326,10 +326,12 @@ def add_run_options(s: argparse.ArgumentParser) -> None:
                    "(default profile.sqlite, as 'parapipe profile'); '' keeps nothing")
     s.add_argument("--frequency", action="append", default=[], metavar="PU=MHZ",
                    help="run PU at this operating point (MHz, an entry of its cpufreq policy's or devfreq device's "
-                   "table; repeatable): set for the run, read back, and restored after it however the run ends. "
-                   "Needs write access to the board's cpufreq/devfreq files (root)")
+                   "table; repeatable) instead of those the point states (the default): set for the run, read "
+                   "back, and restored after it however the run ends. Needs write access to the board's "
+                   "cpufreq/devfreq files (root)")
     s.add_argument("--no-dvfs", action="store_true",
-                   help="run at the board's current frequency settings: set no operating point")
+                   help="run at the board's current frequency settings: set no operating point, not even those "
+                        "the point states")
 
 
 def parse_frequencies(args: argparse.Namespace) -> Optional[Dict[str, float]]:
