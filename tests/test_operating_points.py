@@ -153,3 +153,33 @@ def test_cli_evaluate_with_frequencies_and_roofline_scaling(tiny_profile, capsys
     ratio = slow["period_s"] / fast["period_s"]
     assert 1.0 < ratio <= 2.0 + 1e-9
     assert slow["energy_j"] < fast["energy_j"]
+
+
+def test_block_times_measured_at_an_operating_point_replace_the_scaled_ones(tiny_profile, tmp_path):
+    """A block measured whole at 1 GHz (as ``profile --frequencies`` stores it) takes that time at big@1000; the
+    other blocks keep the roofline-scaled time."""
+    from parapipe.app.prepare import prepare
+    from parapipe.calibration.predict import block_times_at_frequencies
+    from parapipe.profiledb.catalog import block_signature
+    from parapipe.profiledb.db import ProfileDB
+    from parapipe.profiledb.records import Measurement
+
+    plain = prepare("squeezenet", str(tiny_profile)).problem
+    prep = prepare("squeezenet", str(tiny_profile))
+    block = prep.block_graph.blocks[3]
+    db_path = tmp_path / "profile.sqlite"
+    row = Measurement("tiny_dvfs", "big", block_signature(prep.opgraph, block), "Conv", 1, "1.0", 0.5, 0.6, 5,
+                      "2026-01-01T00:00:00Z", "board", "block", 0, None, 1.0e9)
+    with ProfileDB(db_path) as db:
+        db.put([row])
+    same = [i for i, b in enumerate(prep.block_graph.blocks)  # blocks computing the same (equal signatures)
+            if block_signature(prep.opgraph, b) == row.signature]
+    assert 3 in same and len(same) < prep.problem.n_blocks
+    assert block_times_at_frequencies(prep.block_graph, prep.soc, db_path) == {
+        (prep.block_graph.blocks[i].name, "big", 1.0e9): 0.5 for i in same}
+    problem = prepare("squeezenet", str(tiny_profile), db=str(db_path)).problem
+    big = problem.pu_names.index("big")
+    table, plain_table = problem.operating_points[big], plain.operating_points[big]
+    assert (table.time_s[same, 0] == 0.5).all() and (plain_table.time_s[same, 0] != 0.5).all()
+    others = [i for i in range(problem.n_blocks) if i not in same]
+    assert np.isfinite(table.time_s[others, 0]).all() and (table.time_s[others, 0] > table.time_s[others, -1]).all()

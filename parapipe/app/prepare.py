@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 from typing import Mapping as TypingMapping
 
 import numpy as np
@@ -118,6 +118,7 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
     bg = coarsen(og, max_blocks=max_blocks)
     timings = {"import_s": time.perf_counter() - t0}
     measured = None
+    measured_at: Optional[Dict[Tuple[str, str, float], float]] = None
     record = MeasureLog() if is_host(soc) else None
 
     def step(name: str) -> Optional[Callable[[int, int], None]]:
@@ -153,12 +154,13 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
         soc_obj = resolve_soc(soc)
         check_declared(og.model, source, soc_obj.name, [p.supported_ops for p in soc_obj.pus.values()])
         if db:
-            from parapipe.calibration.predict import costs_from_db
+            from parapipe.calibration.predict import block_times_at_frequencies, costs_from_db
 
             soc_obj, measured = costs_from_db(bg, soc_obj, db)
+            measured_at = block_times_at_frequencies(bg, soc_obj, db)
     if pus:
         soc_obj = soc_obj.restrict(list(pus))
-    problem = problem_from_blocks(bg, soc_obj, measured_s=measured, name=lm.name)
+    problem = problem_from_blocks(bg, soc_obj, measured_s=measured, name=lm.name, measured_at_s=measured_at)
     if is_host(soc):  # identical cores: the stage-level time holds on every PU
         problem = replace(problem, submodel_time_s={(p, blocks): t for blocks, t in whole_s.items()
                                                     for p in range(problem.n_pus)})

@@ -171,3 +171,30 @@ def costs_from_db(bg: BlockGraph, soc: SoC, db_path) -> Tuple[SoC, Dict[Tuple[st
     log.info("costs of %s from %s: %d block time(s) measured, %d built from operators (PUs %s)", og.name,
              db_path, counts["block"], counts["ops"], ", ".join(pus) or "none")
     return calibrated_soc(cal, f"parapipe calibration on {Path(db_path).name}"), times
+
+
+def block_times_at_frequencies(bg: BlockGraph, soc: SoC, db_path) -> Dict[Tuple[str, str, float], float]:
+    """``(block name, PU, frequency_hz) -> seconds``: the blocks of ``bg`` measured whole at operating points
+    other than the board's own settings (``parapipe profile --frequencies`` stores them with their frequency),
+    for :func:`parapipe.cost.roofline.problem_from_blocks`'s ``measured_at_s``. Blocks without such a
+    measurement are left out (their times scale with the roofline).
+
+    Raises
+    ------
+    InputError
+        Missing, corrupt or foreign database file.
+    """
+    og = bg.opgraph
+    out: Dict[Tuple[str, str, float], float] = {}
+    with open_existing_db(db_path) as db:
+        for pu, freqs in db.frequencies(soc.name).items():
+            if pu not in soc.pus:
+                continue
+            for hz in freqs:
+                for block in bg.blocks:
+                    found = db.get(soc.name, pu, block_signature(og, block), kind="block", frequency_hz=hz)
+                    if found is not None:
+                        out[(block.name, pu, hz)] = float(found.median_s)
+    if out:
+        log.info("block times of %s at other operating points from %s: %d", og.name, db_path, len(out))
+    return out

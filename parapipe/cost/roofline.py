@@ -79,16 +79,25 @@ def block_time_s(block, opgraph, pu, frequency_hz: Optional[float] = None) -> fl
     return total
 
 
-def operating_point_tables(block_graph, pus, time_s: np.ndarray,
-                           active_power_w: np.ndarray) -> Optional[List[Optional[PUOperatingPoints]]]:
+def operating_point_tables(block_graph, pus, time_s: np.ndarray, active_power_w: np.ndarray,
+                           measured_at_s: Optional[Mapping[Tuple[str, str, float], float]] = None
+                           ) -> Optional[List[Optional[PUOperatingPoints]]]:
     """Per PU of ``pus``, its :class:`PUOperatingPoints` for the blocks of ``block_graph`` (None for a PU without
     operating points; None overall when no PU has any).
 
     ``time_s``/``active_power_w`` (shape (n, k)) are the blocks' times and powers at each PU's highest point,
-    measured or modelled; at a lower point a block's time is ``time_s`` × the ratio of its roofline times at the
-    two points (:func:`block_time_s`), and its power above idle scales by the PU's
+    measured or modelled; at a lower point a block's time is the one measured there (``measured_at_s``:
+    ``(block name, PU, frequency_hz) -> s``, e.g. ``parapipe profile --frequencies``; a frequency matches a
+    table entry within :data:`~parapipe.soc.operating_points.MHZ_MATCH_RTOL`), else ``time_s`` × the ratio of
+    its roofline times at the two points (:func:`block_time_s`); its power above idle scales by the PU's
     :meth:`~parapipe.soc.operating_points.OperatingPoints.dynamic_ratio`.
     """
+    measured: Dict[Tuple[str, str, int], float] = {}
+    for (block_name, pu_name, hz), seconds in (measured_at_s or {}).items():
+        pu = next((p for p in pus if p.name == pu_name), None)
+        at = pu.operating_points.index_of(hz) if pu is not None and pu.operating_points is not None else None
+        if at is not None:
+            measured[(block_name, pu_name, at)] = float(seconds)
     if not any(pu.operating_points is not None and len(pu.operating_points) > 1 for pu in pus):
         return None
     blocks = block_graph.blocks
@@ -108,6 +117,9 @@ def operating_point_tables(block_graph, pus, time_s: np.ndarray,
             roof = np.array([block_time_s(b, block_graph.opgraph, pu, f) for b in blocks])
             with np.errstate(divide="ignore", invalid="ignore"):
                 t[:, o] = np.where(roof_max > 0, time_s[:, j] * roof / roof_max, time_s[:, j])
+            for i, b in enumerate(blocks):
+                if np.isfinite(t[i, o]) and (b.name, pu.name, o) in measured:
+                    t[i, o] = measured[(b.name, pu.name, o)]
         ratio = np.array(table.dynamic_ratio(pu.active_power_w, pu.idle_power_w))
         power = pu.idle_power_w + (active_power_w[:, j:j + 1] - pu.idle_power_w) * ratio[None, :]
         out.append(PUOperatingPoints(frequency_hz=tuple(table.frequency_hz), time_s=t, active_power_w=power,
@@ -116,7 +128,8 @@ def operating_point_tables(block_graph, pus, time_s: np.ndarray,
 
 
 def problem_from_blocks(block_graph, soc, measured_s: Optional[Mapping[Tuple[str, str], float]] = None,
-                        name: Optional[str] = None) -> MappingProblem:
+                        name: Optional[str] = None,
+                        measured_at_s: Optional[Mapping[Tuple[str, str, float], float]] = None) -> MappingProblem:
     """Build the :class:`MappingProblem` of ``block_graph`` on ``soc``.
 
     Parameters
@@ -127,6 +140,8 @@ def problem_from_blocks(block_graph, soc, measured_s: Optional[Mapping[Tuple[str
         Measured block times; they replace the roofline value where present (an unsupported op type still makes
         the block ``inf``).
     name : str, optional
+    measured_at_s : mapping (block name, PU name, frequency_hz) -> seconds, optional
+        Block times measured at the PUs' other operating points (:func:`operating_point_tables`).
 
     Returns
     -------
@@ -173,7 +188,7 @@ def problem_from_blocks(block_graph, soc, measured_s: Optional[Mapping[Tuple[str
             raise InfeasibleError(f"block {b.name!r} has op type(s) {', '.join(bad) or '?'} that no PU of "
                                   f"{soc.name} ({', '.join(pu_names)}) supports{why}; allow a PU that runs them "
                                   "(--pus) or add them to a PU's supported_ops")
-    return MappingProblem(operating_points=operating_point_tables(block_graph, pus, t, active),
+    return MappingProblem(operating_points=operating_point_tables(block_graph, pus, t, active, measured_at_s),
                           block_names=[b.name for b in blocks], preds=preds, edge_nbytes=edges, pu_names=pu_names,
                           time_s=t, active_power_w=active, idle_power_w=idle, static_power_w=soc.static_power_w,
                           alpha_s=soc.alpha_matrix(), beta_bytes_per_s=soc.beta_matrix(),
