@@ -37,7 +37,7 @@ TARGET_GAIN_VS_PIPELINE_PCT = 15.0
 TARGET_GAIN_VS_PARALLEL_PCT = 30.0
 TARGET_SOCS = ("amlogic_a311d", "black_sesame_a1000")
 
-BASELINES = ("pipeline", "parallel", "single", "replicated")
+BASELINES = ("pipeline", "parallel", "single", "replicated", "governor")
 #: What each baseline strategy of pareto.json is (the report's legend).
 BASELINE_MEANING = {
     "pipeline": "pure pipelining: several stages, one PU each",
@@ -45,9 +45,13 @@ BASELINE_MEANING = {
     "single": "the whole model on one PU",
     "replicated": "one stage of the whole model run by several replicas, one per PU able to run it, each "
                   "taking frames in proportion to its speed (data parallelism)",
+    "governor": "the best-throughput parapipe mapping at the frequencies a Linux governor would run it at: "
+                "performance (every PU at its highest operating point, what parapipe found before operating "
+                "points) or schedutil (the kernel's 1.25 x utilisation rule); only on profiles with operating "
+                "points, where the other baselines also come at their own best operating points",
 }
 #: The baselines whose fastest point the break-even compares parapipe with (:func:`break_even_rows`).
-BREAK_EVEN_BASELINES = BASELINES
+BREAK_EVEN_BASELINES = ("pipeline", "parallel", "single", "replicated")
 
 POINT_COLUMNS = ["model", "soc", "strategy", "pareto", "throughput_per_s", "period_s", "latency_s",
                  "energy_j", "search_s", "point_id", "stages"]
