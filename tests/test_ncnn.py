@@ -58,6 +58,7 @@ def test_stage_submodels_converted_by_pnnx_match_onnx_runtime(model, blocks):
     assert loaded.input_names == sub.inputs and loaded.output_names == sub.outputs
     info = loaded.describe()
     assert info["device"] == "cpu" and not info["fp16_storage"] and not info["fp16_arithmetic"]
+    assert info["precision"] == "fp32" and info["precision_read_back"]  # what ncnn runs in, read back
     rng = np.random.default_rng(3)
     feeds = {n: rng.standard_normal(shape).astype(np.float32) for n, shape, _ in loaded.input_specs}
     ref = ort.InferenceSession(sub.model.SerializeToString(), providers=["CPUExecutionProvider"]).run(

@@ -177,11 +177,15 @@ class NcnnModel:
 
     def describe(self) -> Dict[str, Any]:
         opt = self.net.opt
+        fp16 = bool(opt.use_fp16_storage) or bool(opt.use_fp16_arithmetic)
+        # what ncnn will compute in, read back from the net's options (ppexec.precision's convention): the
+        # run checks this PU's tensors at that precision's tolerance
+        ran = "fp16" if fp16 else "bf16" if bool(opt.use_bf16_storage) else "fp32"
         return {"runtime": "ncnn", "version": getattr(self._ncnn, "__version__", None),
                 "device": "vulkan" if opt.use_vulkan_compute else "cpu", "threads": int(opt.num_threads),
                 "fp16_storage": bool(opt.use_fp16_storage), "fp16_arithmetic": bool(opt.use_fp16_arithmetic),
-                "bf16_storage": bool(opt.use_bf16_storage), "precision": self.precision,
-                "converter": self.converter}
+                "bf16_storage": bool(opt.use_bf16_storage), "precision": ran, "precision_read_back": True,
+                "requested_precision": self.precision, "converter": self.converter}
 
     def close(self) -> None:
         if self.net is not None:
