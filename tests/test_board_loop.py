@@ -250,7 +250,10 @@ def test_readme_board_loop_runs_as_written(sshd_server, tmp_path):
     with ProfileDB(tmp_path / "board.sqlite") as db:
         rows = list_runs(db)
     assert len(rows) == 1 + len(info["trajectory"])  # the deploy and every refine run, in the --db given
-    assert all(r.prediction_applies and r.outputs_match for r in rows)
+    assert all(r.outputs_match for r in rows)
+    # a prediction applies unless the run could not set the point's operating points (this machine, unlike a
+    # board run as root, lets no test write cpufreq files: those runs say so and record why)
+    assert all(r.prediction_applies != any(f.get("status") != "ok" for f in r.frequencies.values()) for r in rows)
 
 
 def test_profile_and_calibrate_bind_a_pu_the_machine_lacks(tmp_path, capsys):

@@ -426,9 +426,9 @@ def test_schema_3_measurements_migrate_to_the_board_frequency(tmp_path):
         conn.execute(statement)
     row = Measurement("a311d", "big", "block:x", "Conv", 1, "1.19", 0.01, 0.012, 10, "2026-01-01T00:00:00+00:00",
                       "local", "block", 0)
-    names = Measurement.field_names()
+    names = [n for n in Measurement.field_names() if n != "frequency_hz"]  # a version-3 row has none
     conn.execute(f"INSERT INTO measurements ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})",
-                 dataclasses.astuple(row))
+                 dataclasses.astuple(row)[:len(names)])
     conn.execute("PRAGMA user_version = 3")
     conn.commit()
     conn.close()
@@ -436,8 +436,9 @@ def test_schema_3_measurements_migrate_to_the_board_frequency(tmp_path):
         assert pdb.all() == [row] and pdb.frequencies() == {}
         faster = dataclasses.replace(row, median_s=0.005, p90_s=0.006)
         pdb.put([faster], frequency_hz=1.8e9)  # same key, another operating point: a row of its own
-        assert pdb.all() == [row] and pdb.all(frequency_hz=1.8e9) == [faster]
-        assert pdb.get("a311d", "big", "block:x", kind="block", frequency_hz=1.8e9) == faster
+        at = dataclasses.replace(faster, frequency_hz=1.8e9)  # read back with the frequency it was stored at
+        assert pdb.all() == [row] and pdb.all(frequency_hz=1.8e9) == [at]
+        assert pdb.get("a311d", "big", "block:x", kind="block", frequency_hz=1.8e9) == at
         assert pdb.frequencies("a311d") == {"big": [1.8e9]}
 
 
@@ -472,3 +473,33 @@ def test_run_sets_the_points_own_operating_points_by_default(tmp_path, monkeypat
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     assert not json.loads(captured.out).get("frequencies") and fake_sysfs.snapshot(root) == after
+
+
+@NEEDS_TWO_CPUS
+def test_a_board_that_cannot_set_the_points_operating_points_runs_at_its_own_settings(tmp_path, monkeypatch,
+                                                                                       capsys, caplog):
+    """The point's own operating points on a board without write access: the run goes ahead at the board's
+    settings, says so, marks the PUs refused and the prediction as not applying; nothing changes. An operating
+    point asked for with --frequency is refused instead (test_run_refuses_an_unknown_frequency_...)."""
+    from deploy_mappings import two_stage_doc, write_doc
+
+    from parapipe.cli import main
+
+    doc = two_stage_doc("squeezenet")
+    first = doc["points"][0]["mapping"]["stages"][0]
+    first["frequency_hz"] = {first["pus"][0]: 1.398e9}
+    mapping = write_doc(doc, tmp_path / "pareto.json")
+    root = board_tree(tmp_path / "sys")
+    fake_sysfs.read_only(root, ["devices/system/cpu/cpufreq/policy0/scaling_max_freq"])
+    monkeypatch.setenv(dvfs.SYSFS_ROOT_ENV, str(root))
+    monkeypatch.setenv(dvfs.JOURNAL_ENV, str(tmp_path / "journal.json"))
+    before = fake_sysfs.snapshot(root)
+    rc = main(["run", "squeezenet", "--mapping", str(mapping), "--point", "p0", "--frames", "2", "--json",
+               "--db", ""])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    rep = json.loads(captured.out)
+    f = rep["frequencies"][first["pus"][0]]
+    assert f["status"] == "refused" and f["readback_hz"] is None and "scaling_max_freq" in f["reason"]
+    assert rep["predicted"]["applies"] is False and fake_sysfs.snapshot(root) == before
+    assert any("operating points are not set" in r.getMessage() for r in caplog.records)

@@ -306,6 +306,10 @@ class RunSpec:
     frequency_domains : dict of str to dict
         PU -> its frequency domain, ``{"cpus": [ids]}`` (the cpufreq policy holding them) or ``{"devfreq":
         name}``; one for every PU of ``frequencies_hz``.
+    frequencies_required : bool
+        True (``--frequency``): a frequency the board cannot set refuses the run. False (the point's own operating
+        points): the run goes ahead at the board's settings, the report marks those PUs ``refused`` with the
+        reason and the prediction as not applying.
     bundle_id : str, optional
         The bundle's id (None for a run built in memory).
     softmax_inputs : dict of str to (str, str)
@@ -327,6 +331,7 @@ class RunSpec:
     softmax_inputs: Dict[str, Tuple[str, str]] = field(default_factory=dict)
     frequencies_hz: Dict[str, float] = field(default_factory=dict)
     frequency_domains: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    frequencies_required: bool = True
 
 
 def read_bundle(folder: str, seed: int = 0, distinct_frames: int = DISTINCT_FRAMES, verify: bool = True) -> RunSpec:
@@ -365,7 +370,8 @@ def read_bundle(folder: str, seed: int = 0, distinct_frames: int = DISTINCT_FRAM
                    softmax_inputs={str(k): (str(v[0]), str(v[1]))
                                    for k, v in (doc.get("softmax_inputs") or {}).items()},
                    frequencies_hz={str(k): float(v) for k, v in (doc.get("frequencies_hz") or {}).items()},
-                   frequency_domains={str(k): dict(v) for k, v in (doc.get("frequency_domains") or {}).items()})
+                   frequency_domains={str(k): dict(v) for k, v in (doc.get("frequency_domains") or {}).items()},
+                   frequencies_required=bool(doc.get("frequencies_required", True)))
 
 
 def _bindings_doc(plan: ExecutionPlan) -> Dict[str, Any]:
@@ -414,7 +420,7 @@ def run_verified(spec: RunSpec, frames: int = 200, warmup: int = 5, atol: float 
         A bad option or plan (:func:`.plan.validate_plan`, run once, by the executor).
     dvfs.DvfsRefused
         A frequency that cannot be set (not in its domain's table, no permission, no such domain), before
-        anything ran or changed.
+        anything ran or changed; only for frequencies asked for (``spec.frequencies_required``).
     ReferenceRunError
         The unsplit model fails on the frames.
     PipelineError
@@ -422,9 +428,24 @@ def run_verified(spec: RunSpec, frames: int = 200, warmup: int = 5, atol: float 
     """
     _check_options(frames, warmup, idle_frames, dispatch)
     requests = dvfs.requests_from(spec.frequencies_hz, spec.frequency_domains)
+    unset = {}  # type: Dict[str, Dict[str, Any]]
+    if requests and not spec.frequencies_required:
+        try:
+            dvfs.plan_targets(requests)
+        except dvfs.DvfsRefused as exc:  # the point's own operating points: run at the board's settings
+            logger.warning("the point's operating points are not set (%s); the run uses the board's own "
+                           "settings, so the prediction does not apply", exc)
+            unset = {pu: {"requested_hz": float(hz), "readback_hz": None, "readback_end_hz": None,
+                          "status": "refused", "domain": None, "mode": None, "transition_latency_s": None,
+                          "reason": str(exc)} for pu, hz in spec.frequencies_hz.items()}
+            requests = {}
     with dvfs.applied(requests) as state:
-        return _run_verified(spec, state, frames, warmup, atol, rtol, progress_interval_s, emit, idle_frames,
-                             dispatch, started_s)
+        report, trace = _run_verified(spec, state, frames, warmup, atol, rtol, progress_interval_s, emit,
+                                      idle_frames, dispatch, started_s)
+    if unset:
+        report.frequencies.update(unset)
+        report.predicted["applies"] = False
+    return report, trace
 
 
 def _run_verified(spec: RunSpec, state: dvfs.Applied, frames: int, warmup: int, atol: float, rtol: float,

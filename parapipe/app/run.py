@@ -71,6 +71,9 @@ class LoadedMapping:
     frequency_domains : dict of str to dict
         PU -> its frequency domain (``{"cpus": [...]}`` or ``{"devfreq": name}``) for every PU of
         ``frequencies_hz`` (:func:`frequency_domains`).
+    frequencies_required : bool
+        True when the frequencies were asked for (``--frequency``): a board that cannot set them refuses the
+        run; False when they are the point's own: the run then goes ahead at the board's settings, saying so.
     """
 
     loaded: LoadedModel
@@ -84,6 +87,7 @@ class LoadedMapping:
     feeds: Optional[str] = None
     frequencies_hz: Dict[str, float] = field(default_factory=dict)
     frequency_domains: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    frequencies_required: bool = True
 
     @property
     def predicted_throughput_per_s(self) -> float:
@@ -171,7 +175,8 @@ def load_mapping(model: str, mapping_path: str, point: str,
         compile_plan(plan)
     log.info("point %s of %s: %d stage(s), %d task(s)", pt.id, mapping_path, len(pt.stages),
              sum(len(s) for s in plan.stages))
-    return LoadedMapping(lm, og, bg, doc, pt, plan, substituted, mapping_path, feeds, freqs, domains)
+    return LoadedMapping(lm, og, bg, doc, pt, plan, substituted, mapping_path, feeds, freqs, domains,
+                         frequencies_hz is not None)
 
 
 def frequency_domains(doc: ParetoDoc, frequencies_hz: Mapping[str, float],
@@ -373,7 +378,8 @@ def run_spec(lm: LoadedMapping, seed: int = 0, distinct_frames: int = DISTINCT_F
                    model=lm.model_id(), point=lm.point.id, predicted=lm.predicted(),
                    substituted={pu: list(cpus) for pu, cpus in lm.substituted.items()},
                    power_sensor=lm.doc.soc.power_sensor, softmax_inputs=softmax, frequencies_hz=dict(lm.frequencies_hz),
-                   frequency_domains={pu: dict(d) for pu, d in lm.frequency_domains.items()})
+                   frequency_domains={pu: dict(d) for pu, d in lm.frequency_domains.items()},
+                   frequencies_required=lm.frequencies_required)
 
 
 def record_run(db_path: Optional[str], doc, point, report: RunReport, runner: str) -> Optional[int]:

@@ -180,7 +180,8 @@ def build_bundle(mapping: Any, dest: Path) -> Bundle:
         "predicted": mapping.predicted(),
         "power_sensor": mapping.doc.soc.power_sensor,  # measured energy per inference where the board has one
         # operating points set for the run and restored after it (ppexec.dvfs), with each PU's domain
-        **({"frequencies_hz": dict(mapping.frequencies_hz), "frequency_domains": dict(mapping.frequency_domains)}
+        **({"frequencies_hz": dict(mapping.frequencies_hz), "frequency_domains": dict(mapping.frequency_domains),
+            "frequencies_required": bool(mapping.frequencies_required)}
            if mapping.frequencies_hz else {}),
         "substituted": {pu: list(cpus) for pu, cpus in mapping.substituted.items()},
         "soc": {"name": mapping.doc.soc.name, "sha256": mapping.doc.soc.sha256},
