@@ -183,3 +183,39 @@ def test_block_times_measured_at_an_operating_point_replace_the_scaled_ones(tiny
     assert (table.time_s[same, 0] == 0.5).all() and (plain_table.time_s[same, 0] != 0.5).all()
     others = [i for i in range(problem.n_blocks) if i not in same]
     assert np.isfinite(table.time_s[others, 0]).all() and (table.time_s[others, 0] > table.time_s[others, -1]).all()
+
+
+def test_calibrate_fits_how_times_scale_with_frequency(tiny_profile, tmp_path, capsys):
+    """Blocks measured at 2, 1.5 and 1 GHz with 30 % of their time memory bound (times written by the test from
+    that truth): calibrate recovers the share, prints before / after / leave-one-out, writes it into the profile,
+    and a block not measured at a point then scales with it."""
+    import yaml
+
+    from parapipe.cli import main
+    from parapipe.profiledb.db import ProfileDB
+    from parapipe.profiledb.records import Measurement
+
+    mu, t_max = 0.3, {"block:a": 0.010, "block:b": 0.004, "block:c": 0.020, "block:d": 0.0015}
+    rows = []
+    for sig, t in t_max.items():
+        for f in (None, 1.5e9, 1.0e9):  # None: the board's own settings (the highest point)
+            at = t if f is None else t * ((1 - mu) * 2.0e9 / f + mu)
+            rows.append(Measurement("tiny_dvfs", "big", sig, "Conv", 1, "1.0", at, at * 1.05, 5,
+                                    "2026-01-01T00:00:00Z", "board", "block", 0, None, f))
+    db_path = tmp_path / "board.sqlite"
+    with ProfileDB(db_path) as db:
+        db.put(rows)
+    out = tmp_path / "fitted.yaml"
+    assert main(["calibrate", "--soc", str(tiny_profile), "--db", str(db_path), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    line = next(x for x in printed.splitlines() if x.startswith("frequency scaling big"))
+    assert "memory-bound share 0.300" in line and "after 0.0%" in line and "leave-one-out 0.0%" in line
+    assert "before 0.0%" not in line  # time ∝ 1/f misses the memory-bound share
+    table = yaml.safe_load(out.read_text())["pus"]["big"]["operating_points"]
+    assert table["memory_bound_fraction"]["value"] == pytest.approx(0.3)
+    from parapipe.app.prepare import prepare
+
+    problem = prepare("squeezenet", str(out)).problem
+    big = problem.pu_names.index("big")
+    ops = problem.operating_points[big]
+    np.testing.assert_allclose(ops.time_s[:, 0], problem.time_s[:, big] * ((1 - 0.3) * 2.0 + 0.3))

@@ -24,6 +24,7 @@ from parapipe.graph.opgraph import OpGraph
 from parapipe.graph.zoo import LoadedModel
 from parapipe.calibration.accuracy import AccuracyReport
 from parapipe.calibration.calibrated import Calibration
+from parapipe.calibration.frequency_fit import FrequencyFit
 from parapipe.profiledb.catalog import Catalog
 from parapipe.profiledb.db import ProfileDB
 from parapipe.profiledb.importer import ImportedGraph
@@ -179,6 +180,7 @@ class CalibrateResult:
     accuracy: AccuracyReport
     stages_measured: int
     out: Optional[Path]
+    frequency_fits: Tuple[FrequencyFit, ...] = ()
 
 
 def calibrate_job(soc: str, db_path: PathArg, models: Sequence[str] = (), host: Optional[HostSpec] = None,
@@ -201,6 +203,7 @@ def calibrate_job(soc: str, db_path: PathArg, models: Sequence[str] = (), host: 
     """
     from parapipe.calibration.accuracy import evaluate
     from parapipe.calibration.calibrated import calibrated_soc, fit_calibration
+    from parapipe.calibration.frequency_fit import fit_frequency_scaling
     from parapipe.calibration.predict import open_existing_db
     from parapipe.measure.profile import check_pus, profile_stages
     from parapipe.measure.agent_timer import open_agent_timer
@@ -228,6 +231,7 @@ def calibrate_job(soc: str, db_path: PathArg, models: Sequence[str] = (), host: 
             soc_obj = bind_soc(resolve_soc(soc), binds)
             check_pus(soc_obj, pus)
         cal = fit_calibration(soc_obj, db, Catalog(db))
+        fits = tuple(fit_frequency_scaling(db, soc_obj))
     finally:
         db.close()
     accuracy = evaluate(cal)
@@ -237,8 +241,28 @@ def calibrate_job(soc: str, db_path: PathArg, models: Sequence[str] = (), host: 
 
         path = Path(out)
         path.parent.mkdir(parents=True, exist_ok=True)
-        save_soc(calibrated_soc(cal, f"parapipe calibrate on {Path(db_path).name}"), path)
-    return CalibrateResult(cal, accuracy, measured, path)
+        save_soc(with_frequency_fits(calibrated_soc(cal, f"parapipe calibrate on {Path(db_path).name}"), fits),
+                 path)
+    return CalibrateResult(cal, accuracy, measured, path, fits)
+
+
+def with_frequency_fits(soc: SoC, fits: Sequence[FrequencyFit]) -> SoC:
+    """``soc`` with each fitted PU's ``operating_points.memory_bound_fraction`` set (provenance: the
+    calibration's source, :data:`parapipe.calibration.calibrated.CALIBRATION_SOURCE`)."""
+    from parapipe.calibration.calibrated import CALIBRATION_SOURCE
+    from parapipe.soc.profile import Provenance
+
+    if not fits:
+        return soc
+    pus = dict(soc.pus)
+    provenance = dict(soc.provenance)
+    for fit in fits:
+        pu = pus[fit.pu]
+        assert pu.operating_points is not None  # fit_frequency_scaling fits PUs with operating points only
+        pus[fit.pu] = pu.model_copy(update={"operating_points": pu.operating_points.model_copy(
+            update={"memory_bound_fraction": round(fit.memory_bound_fraction, 4)})})
+        provenance[f"pus.{fit.pu}.operating_points.memory_bound_fraction"] = Provenance(source=CALIBRATION_SOURCE)
+    return soc.model_copy(update={"pus": pus, "provenance": provenance})
 
 
 def import_job(csv_path: PathArg, soc: str, db_path: Optional[PathArg] = None,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from typing import Any, Dict, Optional
 
@@ -101,7 +102,7 @@ def handle(args: argparse.Namespace) -> int:
     acc = res.accuracy
     if args.json:
         print(json.dumps({"stages_measured": res.stages_measured, "out": str(res.out) if res.out else None,
-                          **acc.to_json()}))
+                          **acc.to_json(), "frequency_fits": [dataclasses.asdict(f) for f in res.frequency_fits]}))
         return 0
     print(f"calibration of {acc.soc} on {args.db}" + (f" ({res.stages_measured} stage measurement(s) taken)"
                                                      if args.model else ""))
@@ -117,6 +118,11 @@ def handle(args: argparse.Namespace) -> int:
     print(f"overall: operators MAPE {pct(acc.op_mape_calibrated)}; whole stages MAPE {pct(acc.stage_mape_model)} "
           f"(calibrated model), {pct(acc.stage_mape_measured)} (measured blocks + model), "
           f"{pct(acc.stage_mape_prior)} (uncalibrated profile)")
+    for f in res.frequency_fits:
+        print(f"frequency scaling {f.pu}: memory-bound share {f.memory_bound_fraction:.3f} from {f.samples} "
+              f"measurement(s) of {f.signatures} signature(s) at lower operating points; MAPE before "
+              f"{pct(f.mape_before_pct)} (time ∝ 1/f), after {pct(f.mape_after_pct)}, leave-one-out "
+              f"{pct(f.mape_loo_pct)}")
     if res.out:
         print(f"wrote {res.out}")
     return 0

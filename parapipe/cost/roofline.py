@@ -88,7 +88,8 @@ def operating_point_tables(block_graph, pus, time_s: np.ndarray, active_power_w:
     ``time_s``/``active_power_w`` (shape (n, k)) are the blocks' times and powers at each PU's highest point,
     measured or modelled; at a lower point a block's time is the one measured there (``measured_at_s``:
     ``(block name, PU, frequency_hz) -> s``, e.g. ``parapipe profile --frequencies``; a frequency matches a
-    table entry within :data:`~parapipe.soc.operating_points.MHZ_MATCH_RTOL`), else ``time_s`` × the ratio of
+    table entry within :data:`~parapipe.soc.operating_points.MHZ_MATCH_RTOL`), else, where the PU's table has a
+    fitted ``memory_bound_fraction`` μ, ``time_s · ((1 − μ) f_max / f + μ)``, else ``time_s`` × the ratio of
     its roofline times at the two points (:func:`block_time_s`); its power above idle scales by the PU's
     :meth:`~parapipe.soc.operating_points.OperatingPoints.dynamic_ratio`.
     """
@@ -114,9 +115,13 @@ def operating_point_tables(block_graph, pus, time_s: np.ndarray, active_power_w:
             if o == m - 1:
                 t[:, o] = time_s[:, j]
                 continue
-            roof = np.array([block_time_s(b, block_graph.opgraph, pu, f) for b in blocks])
-            with np.errstate(divide="ignore", invalid="ignore"):
-                t[:, o] = np.where(roof_max > 0, time_s[:, j] * roof / roof_max, time_s[:, j])
+            if table.memory_bound_fraction is not None:  # fitted from measurements (parapipe calibrate)
+                mu = table.memory_bound_fraction
+                t[:, o] = time_s[:, j] * ((1.0 - mu) * table.max_frequency_hz / f + mu)
+            else:
+                roof = np.array([block_time_s(b, block_graph.opgraph, pu, f) for b in blocks])
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    t[:, o] = np.where(roof_max > 0, time_s[:, j] * roof / roof_max, time_s[:, j])
             for i, b in enumerate(blocks):
                 if np.isfinite(t[i, o]) and (b.name, pu.name, o) in measured:
                     t[i, o] = measured[(b.name, pu.name, o)]

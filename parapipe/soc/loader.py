@@ -228,7 +228,10 @@ def _plain_values(parsed: SocFile) -> tuple[dict, dict[str, dict]]:
             pus[name]["operating_points"] = {
                 "frequency_hz": tuple(table.frequency_hz),
                 **{f: tuple(getattr(table, f)) for f in ("voltage_v", "active_power_w") if getattr(table, f)},
-                "transition_s": number(f"{at}.operating_points.transition_s", table.transition_s)}
+                "transition_s": number(f"{at}.operating_points.transition_s", table.transition_s),
+                **({"memory_bound_fraction": number(f"{at}.operating_points.memory_bound_fraction",
+                                                    table.memory_bound_fraction)}
+                   if table.memory_bound_fraction is not None else {})}
     default = parsed.transfers.default
     pairs = []
     for i, pair in enumerate(parsed.transfers.pairs):
@@ -316,6 +319,9 @@ def soc_to_yaml_dict(soc: SoC) -> dict:
                 "frequency_hz": list(ops.frequency_hz),
                 **{f: list(getattr(ops, f)) for f in ("voltage_v", "active_power_w") if getattr(ops, f) is not None},
                 "transition_s": quantity(f"{at}.operating_points.transition_s", ops.transition_s),
+                **({"memory_bound_fraction": quantity(f"{at}.operating_points.memory_bound_fraction",
+                                                      ops.memory_bound_fraction)}
+                   if ops.memory_bound_fraction is not None else {}),
                 **(prov.model_dump(exclude_none=True) if prov is not None else {"source": GENERATED_SOURCE})}
     default = soc.transfers.default
     transfers = {

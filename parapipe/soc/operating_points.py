@@ -81,6 +81,11 @@ class OperatingPoints(BaseModel):
         Time the domain takes to switch from one point to another, s (>= 0): paid by a PU that serves stages at
         different points, once per switch per inference (Linux reports it as ``cpuinfo_transition_latency``, ns,
         in ``/sys/devices/system/cpu/cpufreq/policyN/``).
+    memory_bound_fraction : float or None
+        Share ``μ`` in [0, 1] of a block's time at the highest point that does not scale with the clock, fitted by
+        ``parapipe calibrate`` from measurements at several points (:mod:`parapipe.calibration.frequency_fit`):
+        a block not measured at point ``f`` then takes ``t(f_max) · ((1 − μ) f_max / f + μ)``. None (default):
+        its time scales as its roofline does.
     """
 
     model_config = _CONFIG
@@ -88,6 +93,7 @@ class OperatingPoints(BaseModel):
     voltage_v: Optional[Tuple[float, ...]] = None
     active_power_w: Optional[Tuple[float, ...]] = None
     transition_s: float = Field(default=0.0, ge=0)
+    memory_bound_fraction: Optional[float] = Field(default=None, ge=0, le=1)
 
     @model_validator(mode="after")
     def _check(self) -> "OperatingPoints":

@@ -84,14 +84,15 @@ class ExecutionEntry(BaseModel):
 class OperatingPointsEntry(BaseModel):
     """``operating_points:`` of a PU (:class:`parapipe.soc.operating_points.OperatingPoints`): parallel lists
     ``frequency_hz`` (ascending, the last equal to the PU's ``frequency_hz``) and ``voltage_v`` and/or
-    ``active_power_w``, all from the table's one ``source`` (or ``confidence: low`` with a ``note``), and the
-    switching time ``transition_s`` (a :class:`Quantity`)."""
+    ``active_power_w``, all from the table's one ``source`` (or ``confidence: low`` with a ``note``), the
+    switching time ``transition_s`` and the fitted ``memory_bound_fraction`` (optional), each a :class:`Quantity`."""
 
     model_config = _STRICT
     frequency_hz: list[float]
     voltage_v: Optional[list[float]] = None
     active_power_w: Optional[list[float]] = None
     transition_s: Quantity
+    memory_bound_fraction: Optional[Quantity] = None
     source: Optional[str] = None
     confidence: Optional[Literal["low"]] = None
     note: Optional[str] = None
