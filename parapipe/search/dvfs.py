@@ -5,8 +5,10 @@
 * ``max``: every PU at its highest point only (the fronts of a profile without operating points);
 * ``all``: every point of every table;
 * ``N`` (an integer >= 1): per PU, ``N`` points spread evenly over its table, the highest always among them;
-* ``auto`` (default): every point when the catalogue stays small (at most :data:`AUTO_MAX_VARIANTS` runs per start
-  block over all PU groups, e.g. 3 PUs with 3 points each), else the largest ``N`` that keeps it so.
+* ``auto`` (default): every point when the catalogue stays small (at most :data:`AUTO_MAX_POINTS` points per PU and
+  :data:`AUTO_MAX_VARIANTS` runs per start block over all PU groups, e.g. 3 PUs with 3 points each), else the
+  largest ``N`` (at most :data:`AUTO_MAX_POINTS`) that keeps it so; above :data:`AUTO_MAX_OP_CELLS` the front's
+  mappings are re-timed instead (below).
 
 **Where they enter.** Up to ``exact_max_cells`` blocks × PUs the points are part of the DP's stage catalogue
 (:mod:`.transitions`): the front is exact over mappings × the points used (exact over every point when all are
@@ -39,7 +41,7 @@ from ..cost.schedule import evaluate_stage
 from .pareto import pareto_mask
 from .stages import all_groups
 
-__all__ = ["AUTO_MAX_VARIANTS", "RETIME_POINTS", "RETIME_MAX_CHOICES", "RETIME_MAX_LABELS", "RETIME_MAX_RESULTS",
+__all__ = ["AUTO_MAX_VARIANTS", "AUTO_MAX_POINTS", "AUTO_MAX_OP_CELLS", "RETIME_POINTS", "RETIME_MAX_CHOICES", "RETIME_MAX_LABELS", "RETIME_MAX_RESULTS",
            "RETIME_MAX_MAPPINGS", "SCHEDUTIL_MARGIN",
            "OpSpace", "thin_points", "resolve_operating_points", "retime", "with_ops", "schedutil_mapping"]
 
@@ -48,6 +50,19 @@ log = logging.getLogger(__name__)
 AUTO_MAX_VARIANTS = 64
 """``auto``: most stage runs per start block (Σ over PU groups of Π points of its PUs) with which every point goes
 into the exact DP: 3 PUs × 3 points give 63; the replicated pass pairs runs, so its work grows with the square."""
+
+AUTO_MAX_POINTS = 3
+"""``auto``: most points per PU in the exact DP. Every point of a PU multiplies its stage runs, and in the PU-reuse
+pass the states that track each PU's operating points: squeezenet (30 blocks) on the A311D's big cluster alone
+searches in 2.2 s at its highest point, 27 s with all 11 points, 3.4 s with 3 (``parapipe optimize squeezenet
+--soc amlogic_a311d --pus big --operating-points 11`` against ``3``, this project's 2-core x86-64 machine)."""
+
+AUTO_MAX_OP_CELLS = 64
+"""``auto``: operating points go into the exact DP only while blocks × Σ_PU points stays at most this (every test
+problem of ``tests/test_search_dvfs.py``: 4 blocks × 3 PUs × 3 points = 36); above it the DP runs at the highest
+points and the front's mappings are re-timed. squeezenet (30 blocks) on the A311D's big cluster alone: 2.2 s at the
+highest point, 10 s with 3 points in the DP, 2.2 s re-timed (same machine and command as
+:data:`AUTO_MAX_POINTS`)."""
 
 RETIME_POINTS = 3
 """Points per PU a re-timing uses by default (the highest, the lowest and one between): on the zoo models ×
@@ -138,14 +153,16 @@ def resolve_operating_points(problem: MappingProblem, mode: Union[str, int], sma
     if text == "all":
         sets = full
     elif text == "auto":
-        if small and _variants(problem, full) <= AUTO_MAX_VARIANTS:
+        small = small and problem.n_blocks * sum(min(m, AUTO_MAX_POINTS) for m in counts) <= AUTO_MAX_OP_CELLS
+        if small and max(counts) <= AUTO_MAX_POINTS and _variants(problem, full) <= AUTO_MAX_VARIANTS:
             sets = full
         elif small:
-            n = max(counts)
+            n = min(max(counts), AUTO_MAX_POINTS)
             while n > 1 and _variants(problem, [thin_points(m, n) for m in counts]) > AUTO_MAX_VARIANTS:
                 n -= 1
             sets = [thin_points(m, n) for m in counts]
-            bounded = f"{n} points per PU (at most {AUTO_MAX_VARIANTS} stage runs per block)"
+            bounded = (f"{n} points per PU (at most {AUTO_MAX_POINTS} per PU and {AUTO_MAX_VARIANTS} stage runs "
+                       "per block)")
         else:
             sets = [thin_points(m, RETIME_POINTS) for m in counts]
             bounded = f"{RETIME_POINTS} points per PU, re-timing of the highest-point candidates"
