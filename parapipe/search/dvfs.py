@@ -22,7 +22,10 @@ highest point (the front with ``max``). ``schedutil`` is modelled as ``kernel/sc
 ``get_next_freq`` does it: ``next_freq = 1.25 · max_freq · util / max_capacity``, then the lowest table frequency
 at or above it (``cpufreq_driver_resolve_freq``, relation ``CPUFREQ_RELATION_L``), with the frequency-invariant
 utilisation ``util / max_capacity`` taken as the fraction of the period a PU computes or receives at its highest
-point (:func:`schedutil_mapping`).
+point (:func:`schedutil_mapping`). ``ondemand`` (``drivers/cpufreq/cpufreq_ondemand.c``) jumps to the highest
+frequency when a CPU's load exceeds ``up_threshold`` (80 % by default) and otherwise picks a frequency in
+proportion to the load: for a PU busy more than 80 % of the period it is ``performance``, below that it lands near
+schedutil's choice, so it is not modelled separately.
 """
 from __future__ import annotations
 
