@@ -502,4 +502,5 @@ def test_a_board_that_cannot_set_the_points_operating_points_runs_at_its_own_set
     f = rep["frequencies"][first["pus"][0]]
     assert f["status"] == "refused" and f["readback_hz"] is None and "scaling_max_freq" in f["reason"]
     assert rep["predicted"]["applies"] is False and fake_sysfs.snapshot(root) == before
-    assert any("operating points are not set" in r.getMessage() for r in caplog.records)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "were not set" in r.getMessage()]
+    assert len(warned) == 1 and "board's own settings" in warned[0] and "None" not in warned[0]

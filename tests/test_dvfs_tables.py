@@ -202,3 +202,22 @@ def test_calibrate_runs_fits_per_operating_point_powers(files, tmp_path, capsys)
     fitted = load_soc(str(out))  # the fitted points go into the profile's operating-point table
     assert fitted.pus["big"].operating_points.active_power_w == pytest.approx(
         tuple(fitted.pus["big"].idle_power_w + TRUE_DYN_W[("big", f)] for f in (1000, 1500, 2000)), rel=1e-3)
+
+
+def test_a_board_power_import_on_a_profile_with_more_pus_evaluates(tmp_path):
+    """The table covers two of the A311D's four PUs: the written table gives no powers for the others (a default
+    would read back as a board reading below the baseline), so --board-power takes it."""
+    lines = ["graph,component,freq,layer,metric,time_ms,power_mw"]
+    for pu, freqs in (("big", (1000, 2208)), ("little", (1000, 1800))):
+        for i, layer in enumerate(("conv1", "conv2", "fc")):
+            for mhz in freqs:
+                lines.append(f"net,{pu},{mhz},{layer},task,{(3 - i) * 2000 / mhz:.4f},{3000 + mhz:.0f}")
+    (tmp_path / "layers.csv").write_text("\n".join(lines) + "\n")
+    assert main(["import", str(tmp_path / "layers.csv"), "--soc", "amlogic_a311d", "--out", str(tmp_path / "t"),
+                 "--board-power"]) == 0
+    written = next((tmp_path / "t").glob("*.blocks.csv"))
+    header, first = (row.split(",") for row in written.read_text().splitlines()[:2])
+    assert [c for c in header if c.startswith("p_")] and all(
+        first[i] == "" for i, c in enumerate(header) if c.startswith(("p_gpu", "p_npu")))
+    assert main(["evaluate", "--blocks", str(written), "--soc", "amlogic_a311d", "--mapping",
+                 "big@1000,big,little", "--board-power"]) == 0

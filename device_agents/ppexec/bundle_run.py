@@ -433,8 +433,8 @@ def run_verified(spec: RunSpec, frames: int = 200, warmup: int = 5, atol: float 
         try:
             dvfs.plan_targets(requests)
         except dvfs.DvfsRefused as exc:  # the point's own operating points: run at the board's settings
-            logger.warning("the point's operating points are not set (%s); the run uses the board's own "
-                           "settings, so the prediction does not apply", exc)
+            logger.info("the point's operating points are not set (%s); the run uses the board's own settings, "
+                        "so the prediction does not apply", exc)
             unset = {pu: {"requested_hz": float(hz), "readback_hz": None, "readback_end_hz": None,
                           "status": "refused", "domain": None, "mode": None, "transition_latency_s": None,
                           "reason": str(exc)} for pu, hz in spec.frequencies_hz.items()}

@@ -225,10 +225,10 @@ def point_frequencies(doc: ParetoDoc, point, substituted: Optional[Mapping[str, 
     settings; a PU whose profile names no frequency domain (neither ``execution.cpus`` nor ``execution.devfreq``)
     is left at the board's settings (logged)."""
     out: Dict[str, float] = {}
+    bound = []
     for pu, freqs in point.frequencies_hz().items():
         if pu in (substituted or {}):
-            log.info("PU %s runs on --bind CPUs: its operating point %s is not set", pu,
-                     ", ".join(f"{f / 1e6:g} MHz" for f in freqs))
+            bound.append(f"{pu} {max(freqs) / 1e6:g} MHz")
             continue
         execution = doc.soc.pus[pu].execution if pu in doc.soc.pus else None
         if execution is None or not (execution.cpus or execution.devfreq):
@@ -241,6 +241,9 @@ def point_frequencies(doc: ParetoDoc, point, substituted: Optional[Mapping[str, 
                         "prediction does not apply exactly", pu, ", ".join(f"{f / 1e6:g}" for f in freqs),
                         max(freqs) / 1e6)
         out[pu] = max(freqs)
+    if bound:
+        log.warning("the point's operating points of the PUs run with --bind (%s) are not set: their CPUs keep the "
+                    "board's own settings", ", ".join(bound))
     return out
 
 
@@ -248,10 +251,19 @@ def frequency_warnings(report: RunReport) -> List[str]:
     """One line per PU whose operating point the board refused or throttled (``report.frequencies``), saying
     the prediction does not apply to the run."""
     lines = []
+    unset = []
     for pu, f in sorted(getattr(report, "frequencies", {}).items()):
-        if f.get("status") != "ok":
+        if f.get("domain") is None:  # not set at all (the point's own operating points, on a board that cannot)
+            unset.append((pu, f))
+        elif f.get("status") != "ok":
             lines.append(f"PU {pu}: asked {f['requested_hz'] / 1e6:g} MHz, the board {f.get('status')} it: "
                          f"{f.get('reason')}; the prediction does not apply to this run")
+    if unset:
+        reason = str(unset[0][1].get("reason") or "").split("; run with --no-dvfs")[0]
+        asked = ", ".join(f"{pu} {f['requested_hz'] / 1e6:g} MHz" for pu, f in unset)
+        lines.append(f"the point's operating points ({asked}) were not set ({reason}): the run used the board's own "
+                     "settings, so the prediction does not apply (set them as root on the board, or pass --no-dvfs "
+                     "to say so)")
     return lines
 
 

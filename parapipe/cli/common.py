@@ -288,13 +288,16 @@ def print_run_report(head: str, rep: "RunReport") -> None:
                           "frames")
     frequencies = getattr(rep, "frequencies", None) or {}
     if frequencies:
-        def ran(f: Mapping[str, Any]) -> str:
+        def one(pu: str, f: Mapping[str, Any]) -> str:
+            if f.get("domain") is None:  # the point's operating point, which this board could not set
+                return f"{pu} {f['requested_hz'] / 1e6:g} MHz asked, not set (the board's own settings ran)"
             read = f.get("readback_end_hz") or f.get("readback_hz")
-            return f"{read / 1e6:g}" if read else "?"
+            return (f"{pu} {f['requested_hz'] / 1e6:g} MHz asked, {f'{read / 1e6:g}' if read else '?'} MHz ran "
+                    f"({f.get('domain')}, {f.get('status')})")
 
-        print("frequencies: " + ", ".join(
-            f"{pu} {f['requested_hz'] / 1e6:g} MHz asked, {ran(f)} MHz ran ({f.get('domain')}, {f.get('status')})"
-            for pu, f in sorted(frequencies.items())) + "; restored after the run")
+        restored = any(f.get("domain") is not None for f in frequencies.values())
+        print("frequencies: " + ", ".join(one(pu, f) for pu, f in sorted(frequencies.items()))
+              + ("; restored after the run" if restored else ""))
     if rep.substituted:
         subs = ", ".join(f"{pu}=CPUs {','.join(map(str, cpus)) or 'unpinned'}"
                          for pu, cpus in rep.substituted.items())

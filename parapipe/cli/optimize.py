@@ -42,8 +42,11 @@ def front_table(doc: ParetoDoc) -> str:
     b = doc.bounds
     bound = doc.search.get("bound", {})
     how = "proved optimal" if bound.get("period_proved_optimal") else bound.get("period_method", "lp")
+    ops = doc.search.get("operating_points") or {}
+    searched = ops.get("points_mhz") or {}
     lines = [f"gap = period / period lower bound - 1 (bound {b.period_lb_s * 1e3:.3f} ms, {how}); "
-             "* = Pareto-optimal among all points; stages: a+b operator-parallel, {a,b} replicated",
+             "* = Pareto-optimal among all points; stages: a+b operator-parallel, {a,b} replicated"
+             + ("; pu@MHz: the PU's operating point (a PU without @ runs at its highest)" if searched else ""),
              f"{'id':<13} {'strategy':<10} {'pareto':<6} {'thr/s':>8} {'period ms':>9} {'gap':>6} "
              f"{'latency ms':>10} {'energy mJ':>9}  {'stages (PUs)':<34} same as"]
     for p, others in rows:
@@ -59,6 +62,12 @@ def front_table(doc: ParetoDoc) -> str:
                  f" search {doc.search.get('search_s', 0):.2f} s"
                  + ("" if exact is None else ", exact front" if exact else
                     ", front approximate above the exact size (pareto.json search.spaces)"))
+    if searched:
+        lines.append("operating points searched: " + "; ".join(
+            f"{pu} {', '.join(f'{m:g}' for m in mhz)} MHz" for pu, mhz in searched.items())
+            + (f" ({ops['bounded_by']})" if ops.get("bounded_by") else "")
+            + "; governor points: performance = every PU at its highest, schedutil = the kernel's 1.25 x "
+              "utilisation rule, both on the best-throughput mapping")
     stopped = doc.search.get("stopped_early")
     if stopped:
         lines.append("warning: a wall-clock safety limit stopped the search early ("

@@ -435,7 +435,8 @@ def write_block_table(path: Union[str, Path], problem: MappingProblem, pus: Opti
     operating points (:attr:`~parapipe.cost.problem.MappingProblem.operating_points`) gets one ``t_<pu>@<MHz>``
     and one ``p_<pu>@<MHz>`` column per point; the watts are the problem's (the PU's own draw).
     ``powers_given``: per PU index, a boolean array (blocks, the PU's points) of the power cells to write; the
-    others are left empty (they read back as the defaults of the module docstring). Default: every cell.
+    others, and every cell of a PU it does not list, are left empty (they read back as the defaults of the module
+    docstring). Default (None or empty): every cell.
     """
     pus = list(pus or problem.pu_names)
     _write_rows(Path(path), _block_rows(problem, pus, powers_given or {}))
@@ -483,8 +484,10 @@ def _block_rows(problem: MappingProblem, pus: List[str], powers_given: Dict[int,
     for j, b in enumerate(problem.block_names):
         times = ["" if not np.isfinite(tt[j, o]) else repr(float(tt[j, o])) for _, tt, _ in cols
                  for o in range(tt.shape[1])]
-        powers = [repr(float(pp[j, o])) if i not in powers_given or powers_given[i][j, o] else ""
-                  for i, (_, _, pp) in zip(idx, cols) for o in range(pp.shape[1])]
+        # with powers_given, only measured cells (a PU without any measured power writes none: a default would
+        # read back as a measurement, and as a board reading under --board-power)
+        powers = [repr(float(pp[j, o])) if (powers_given[i][j, o] if i in powers_given else not powers_given)
+                  else "" for i, (_, _, pp) in zip(idx, cols) for o in range(pp.shape[1])]
         rows.append([b, ";".join(problem.block_names[d] for d in problem.preds[j]), repr(float(out[j]))]
                     + times + powers + ([repr(float(dram[j]))] if dram is not None else []))
     return rows

@@ -152,6 +152,7 @@ def read_long_csv(path, soc: SoC, board_power: bool = False) -> List[ImportedGra
         raise input_error(src, None, "no header", "start with a header: graph,pu,block,time_s")
     header = [ALIASES.get(h.lower(), h.lower()) for h in raw_header]
     rename = dict(zip(raw_header, header))
+    phase_column = next((raw for raw, h in zip(raw_header, header) if h == "phase"), "phase")  # as the file names it
     twice = [raw for raw, h in zip(raw_header, header) if header.count(h) > 1]
     if twice:
         raise input_error(src, f"column {twice[-1]!r}", f"names the same column as {twice[0]!r}",
@@ -195,7 +196,7 @@ def read_long_csv(path, soc: SoC, board_power: bool = False) -> List[ImportedGra
         phase = (row.get("phase", "") or "task").lower()
         phase = _PHASE_ALIASES.get(phase, phase)
         if phase not in PHASES:
-            raise input_error(src, f"row {line}, column 'phase'", f"unknown phase {phase!r}",
+            raise input_error(src, f"row {line}, column '{phase_column}'", f"unknown phase {phase!r}",
                               "use in, task or out (or leave it empty for task)")
         if not row.get(time_col):
             raise input_error(src, f"row {line}, column {time_col!r}", "empty", "give the measured time")
