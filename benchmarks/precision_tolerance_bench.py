@@ -28,14 +28,10 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # a checkout, not installed
 sys.path.insert(0, os.path.join(ROOT, "device_agents"))  # the board-side package ppexec
-from parapipe.graph.coarsen import coarsen  # noqa: E402
-from parapipe.graph.opgraph import import_onnx  # noqa: E402
-from parapipe.graph.zoo import load_model  # noqa: E402
-from parapipe.execution import build_plan  # noqa: E402
-from parapipe.mapping import Stage  # noqa: E402
 from ppexec.plan import PUBinding  # noqa: E402
 from ppexec.runtimes import ADAPTERS  # noqa: E402
 from ppexec.session import pin_current_thread  # noqa: E402
+from runtime_adapters_bench import equal_stage_plan  # noqa: E402  (this folder: run as a script)
 
 
 def scaled(got: np.ndarray, ref: np.ndarray) -> float:
@@ -47,12 +43,7 @@ def scaled(got: np.ndarray, ref: np.ndarray) -> float:
 
 
 def bench_model(name: str, n_stages: int, cpu: int, runtime: str, precision: str) -> float:
-    og = import_onnx(load_model(name).model, name)
-    bg = coarsen(og)
-    names = [b.name for b in bg.blocks]
-    cuts = [round(k * len(names) / n_stages) for k in range(n_stages + 1)]
-    specs = [Stage(pus=["pu"], blocks=names[a:z], time_s=0.0) for a, z in zip(cuts, cuts[1:])]
-    plan = build_plan(og, bg, specs, {"pu": PUBinding(cpus=(cpu,))})
+    og, plan = equal_stage_plan(name, n_stages, cpu)
     softmax = {n.output[0] for n in og.model.graph.node if n.op_type in ("Softmax", "LogSoftmax")}
     (x,) = og.inputs
     frame = {x: np.random.default_rng(0).standard_normal(og.tensors[x].shape).astype(np.float32)}

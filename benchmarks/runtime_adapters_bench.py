@@ -67,13 +67,19 @@ def time_runner(runner, outputs: List[str], feeds: Dict[str, np.ndarray], repeat
     return statistics.median(times)
 
 
-def bench_model(name: str, n_stages: int, repeats: int, cpu: int) -> None:
+def equal_stage_plan(name: str, n_stages: int, cpu: int):
+    """``(opgraph, plan)``: zoo model ``name`` cut into ``n_stages`` stages of about equal block counts, all on one
+    PU ``"pu"`` pinned to CPU ``cpu`` (also used by precision_tolerance_bench.py)."""
     og = import_onnx(load_model(name).model, name)
     bg = coarsen(og)
     names = [b.name for b in bg.blocks]
     cuts = [round(k * len(names) / n_stages) for k in range(n_stages + 1)]
     specs = [Stage(pus=["pu"], blocks=names[a:z], time_s=0.0) for a, z in zip(cuts, cuts[1:])]
-    plan = build_plan(og, bg, specs, {"pu": PUBinding(cpus=(cpu,))})
+    return og, build_plan(og, bg, specs, {"pu": PUBinding(cpus=(cpu,))})
+
+
+def bench_model(name: str, n_stages: int, repeats: int, cpu: int) -> None:
+    og, plan = equal_stage_plan(name, n_stages, cpu)
     (x,) = og.inputs
     tensors = {x: np.random.default_rng(0).standard_normal(og.tensors[x].shape).astype(np.float32)}
     binding = PUBinding(cpus=(cpu,), threads=1)

@@ -446,33 +446,50 @@ def test_schema_3_measurements_migrate_to_the_board_frequency(tmp_path):
 def test_run_sets_the_points_own_operating_points_by_default(tmp_path, monkeypatch, capsys):
     """A point whose stages state frequencies (pareto.json ``frequency_hz``) runs at them without --frequency;
     --no-dvfs leaves the board alone."""
+    first, second = _stage_pus()
+    run = _point_run(tmp_path, monkeypatch, capsys, {0: {first: 1.398e9}, 1: {second: 2.016e9}})
+    before = fake_sysfs.snapshot(run.root)
+    f = run()["frequencies"]
+    assert {pu: (v["requested_hz"], v["readback_hz"], v["status"]) for pu, v in f.items()} == {
+        first: (1.398e9, 1_398_000_000, "ok"), second: (2.016e9, 2_016_000_000, "ok")}
+    after = fake_sysfs.snapshot(run.root)
+    assert _restored(before, after)
+    assert not run("--no-dvfs").get("frequencies") and fake_sysfs.snapshot(run.root) == after
+
+
+def _stage_pus() -> tuple:
+    """The PU of each stage of tests/deploy_mappings.py's two-stage squeezenet point, in stage order."""
+    from deploy_mappings import two_stage_doc
+
+    return tuple(st["pus"][0] for st in two_stage_doc("squeezenet")["points"][0]["mapping"]["stages"])
+
+
+def _point_run(tmp_path, monkeypatch, capsys, frequencies: dict, read_only: tuple = ()):
+    """``run(*options)``: ``parapipe run --json`` of the two-stage squeezenet point whose stage ``s`` states the
+    operating points ``frequencies[s]`` ({pu: Hz}), on a fake sysfs tree (``run.root``; ``read_only``: its files
+    made read-only); returns the report as a dict, asserting exit 0."""
     from deploy_mappings import two_stage_doc, write_doc
 
     from parapipe.cli import main
 
     doc = two_stage_doc("squeezenet")
-    first, second = doc["points"][0]["mapping"]["stages"]
-    first["frequency_hz"] = {first["pus"][0]: 1.398e9}
-    second["frequency_hz"] = {second["pus"][0]: 2.016e9}
+    for s, freqs in frequencies.items():
+        doc["points"][0]["mapping"]["stages"][s]["frequency_hz"] = freqs
     mapping = write_doc(doc, tmp_path / "pareto.json")
     root = board_tree(tmp_path / "sys")
+    fake_sysfs.read_only(root, list(read_only))
     monkeypatch.setenv(dvfs.SYSFS_ROOT_ENV, str(root))
     monkeypatch.setenv(dvfs.JOURNAL_ENV, str(tmp_path / "journal.json"))
-    before = fake_sysfs.snapshot(root)
-    rc = main(["run", "squeezenet", "--mapping", str(mapping), "--point", "p0", "--frames", "2", "--json",
-               "--db", ""])
-    captured = capsys.readouterr()
-    assert rc == 0, captured.err
-    f = json.loads(captured.out)["frequencies"]
-    assert {pu: (v["requested_hz"], v["readback_hz"], v["status"]) for pu, v in f.items()} == {
-        first["pus"][0]: (1.398e9, 1_398_000_000, "ok"), second["pus"][0]: (2.016e9, 2_016_000_000, "ok")}
-    after = fake_sysfs.snapshot(root)
-    assert _restored(before, after)
-    rc = main(["run", "squeezenet", "--mapping", str(mapping), "--point", "p0", "--frames", "2", "--json",
-               "--db", "", "--no-dvfs"])
-    captured = capsys.readouterr()
-    assert rc == 0, captured.err
-    assert not json.loads(captured.out).get("frequencies") and fake_sysfs.snapshot(root) == after
+
+    def run(*options: str) -> dict:
+        rc = main(["run", "squeezenet", "--mapping", str(mapping), "--point", "p0", "--frames", "2", "--json",
+                   "--db", "", *options])
+        captured = capsys.readouterr()
+        assert rc == 0, captured.err
+        return json.loads(captured.out)
+
+    run.root = root  # type: ignore[attr-defined]
+    return run
 
 
 @NEEDS_TWO_CPUS
@@ -481,26 +498,13 @@ def test_a_board_that_cannot_set_the_points_operating_points_runs_at_its_own_set
     """The point's own operating points on a board without write access: the run goes ahead at the board's
     settings, says so, marks the PUs refused and the prediction as not applying; nothing changes. An operating
     point asked for with --frequency is refused instead (test_run_refuses_an_unknown_frequency_...)."""
-    from deploy_mappings import two_stage_doc, write_doc
-
-    from parapipe.cli import main
-
-    doc = two_stage_doc("squeezenet")
-    first = doc["points"][0]["mapping"]["stages"][0]
-    first["frequency_hz"] = {first["pus"][0]: 1.398e9}
-    mapping = write_doc(doc, tmp_path / "pareto.json")
-    root = board_tree(tmp_path / "sys")
-    fake_sysfs.read_only(root, ["devices/system/cpu/cpufreq/policy0/scaling_max_freq"])
-    monkeypatch.setenv(dvfs.SYSFS_ROOT_ENV, str(root))
-    monkeypatch.setenv(dvfs.JOURNAL_ENV, str(tmp_path / "journal.json"))
-    before = fake_sysfs.snapshot(root)
-    rc = main(["run", "squeezenet", "--mapping", str(mapping), "--point", "p0", "--frames", "2", "--json",
-               "--db", ""])
-    captured = capsys.readouterr()
-    assert rc == 0, captured.err
-    rep = json.loads(captured.out)
-    f = rep["frequencies"][first["pus"][0]]
+    first = _stage_pus()[0]
+    run = _point_run(tmp_path, monkeypatch, capsys, {0: {first: 1.398e9}},
+                     read_only=("devices/system/cpu/cpufreq/policy0/scaling_max_freq",))
+    before = fake_sysfs.snapshot(run.root)
+    rep = run()
+    f = rep["frequencies"][first]
     assert f["status"] == "refused" and f["readback_hz"] is None and "scaling_max_freq" in f["reason"]
-    assert rep["predicted"]["applies"] is False and fake_sysfs.snapshot(root) == before
+    assert rep["predicted"]["applies"] is False and fake_sysfs.snapshot(run.root) == before
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "were not set" in r.getMessage()]
     assert len(warned) == 1 and "board's own settings" in warned[0] and "None" not in warned[0]

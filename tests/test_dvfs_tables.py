@@ -12,42 +12,9 @@ import pytest
 
 from parapipe.cli import main
 
-PROFILE = """schema_version: 1
-name: tiny_dvfs
-sources: {dt: "test profile"}
-static_power_w: {value: 1.0, source: dt}
-memory_bandwidth_bytes_per_s: {value: 1.0e10, source: dt}
-pus:
-  big:
-    kind: cpu
-    cores: 1
-    frequency_hz: {value: 2.0e9, source: dt}
-    peak_flops: {value: 1.0e10, source: dt}
-    precision: fp32
-    memory_bandwidth_bytes_per_s: {value: 5.0e9, source: dt}
-    efficiency: {other: {value: 0.5, source: dt}}
-    op_overhead_s: {value: 1.0e-5, source: dt}
-    active_power_w: {value: 3.0, source: dt}
-    idle_power_w: {value: 0.2, source: dt}
-    operating_points:
-      frequency_hz: [1.0e9, 1500000000, 2.0e9]
-      voltage_v: [0.7, 0.8, 1.0]
-      transition_s: {value: 1.0e-4, source: dt}
-      source: dt
-  little:
-    kind: cpu
-    cores: 1
-    frequency_hz: {value: 1.0e9, source: dt}
-    peak_flops: {value: 4.0e9, source: dt}
-    precision: fp32
-    memory_bandwidth_bytes_per_s: {value: 3.0e9, source: dt}
-    efficiency: {other: {value: 0.5, source: dt}}
-    op_overhead_s: {value: 1.0e-5, source: dt}
-    active_power_w: {value: 1.0, source: dt}
-    idle_power_w: {value: 0.1, source: dt}
-transfers:
-  default: {alpha_s: {value: 1.0e-5, source: dt}, beta_bytes_per_s: {value: 5.0e9, source: dt}}
-"""
+from dvfs_profiles import TINY_DVFS_PROFILE
+
+PROFILE = TINY_DVFS_PROFILE
 BASELINE_W = 1.0 + 0.2 + 0.1  # static + idle of every PU: what a board meter reads with both units idle
 LAYERS = ("conv1", "conv2", "conv3", "fc")
 FREQS_MHZ = {"big": (1000, 1500, 2000), "little": (600, 1000)}

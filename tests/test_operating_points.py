@@ -15,43 +15,9 @@ from parapipe.errors import InputError
 from parapipe.mapping.index import parse_pu_list
 from parapipe.soc.loader import load_soc, soc_from_yaml_dict, soc_to_yaml_dict
 
-TINY = """
-schema_version: 1
-name: tiny_dvfs
-sources: {dt: "a device tree"}
-static_power_w: {value: 1.0, source: dt}
-memory_bandwidth_bytes_per_s: {value: 1.0e10, source: dt}
-pus:
-  big:
-    kind: cpu
-    cores: 1
-    frequency_hz: {value: 2.0e9, source: dt}
-    peak_flops: {value: 1.0e10, source: dt}
-    precision: fp32
-    memory_bandwidth_bytes_per_s: {value: 5.0e9, source: dt}
-    efficiency: {other: {value: 0.5, source: dt}}
-    op_overhead_s: {value: 1.0e-5, source: dt}
-    active_power_w: {value: 3.0, source: dt}
-    idle_power_w: {value: 0.2, source: dt}
-    operating_points:
-      frequency_hz: [1.0e9, 1500000000, 2.0e9]
-      voltage_v: [0.7, 0.8, 1.0]
-      transition_s: {value: 1.0e-4, source: dt}
-      source: dt
-  little:
-    kind: cpu
-    cores: 1
-    frequency_hz: {value: 1.0e9, source: dt}
-    peak_flops: {value: 4.0e9, source: dt}
-    precision: fp32
-    memory_bandwidth_bytes_per_s: {value: 3.0e9, source: dt}
-    efficiency: {other: {value: 0.5, source: dt}}
-    op_overhead_s: {value: 1.0e-5, source: dt}
-    active_power_w: {value: 1.0, source: dt}
-    idle_power_w: {value: 0.1, source: dt}
-transfers:
-  default: {alpha_s: {value: 1.0e-5, source: dt}, beta_bytes_per_s: {value: 5.0e9, source: dt}}
-"""
+from dvfs_profiles import TINY_DVFS_PROFILE
+
+TINY = TINY_DVFS_PROFILE
 
 
 @pytest.fixture

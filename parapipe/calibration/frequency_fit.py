@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..profiledb.db import BOARD_FREQUENCY, ProfileDB
-from ..soc.operating_points import MHZ_MATCH_RTOL
+from ..soc.operating_points import match_index
 from ..soc.profile import SoC
 
 __all__ = ["FrequencyFit", "fit_memory_bound_fraction", "fit_frequency_scaling"]
@@ -91,13 +91,14 @@ def fit_frequency_scaling(db: ProfileDB, soc: SoC) -> List[FrequencyFit]:
         if ops is None or len(ops) < 2:
             continue
         f_max = ops.max_frequency_hz
-        at_max = [f for f in freqs if abs(f - f_max) <= MHZ_MATCH_RTOL * f_max]
-        base_rows = db.all(soc.name, frequency_hz=at_max[0] if at_max else BOARD_FREQUENCY)
+        found = match_index(freqs, f_max)
+        at_max = None if found is None else freqs[found]
+        base_rows = db.all(soc.name, frequency_hz=BOARD_FREQUENCY if at_max is None else at_max)
         base: Dict[Tuple[str, str, int], float] = {(r.kind, r.signature, r.batch): r.median_s
                                                    for r in base_rows if r.pu == pu}
         samples: List[Sample] = []
         for f in freqs:
-            if at_max and f == at_max[0]:
+            if f == at_max:
                 continue
             for r in db.all(soc.name, frequency_hz=f):
                 ref = base.get((r.kind, r.signature, r.batch)) if r.pu == pu else None

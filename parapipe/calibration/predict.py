@@ -186,15 +186,16 @@ def block_times_at_frequencies(bg: BlockGraph, soc: SoC, db_path) -> Dict[Tuple[
     """
     og = bg.opgraph
     out: Dict[Tuple[str, str, float], float] = {}
+    signatures = [(block.name, block_signature(og, block)) for block in bg.blocks]  # hashed once, not per point
     with open_existing_db(db_path) as db:
         for pu, freqs in db.frequencies(soc.name).items():
             if pu not in soc.pus:
                 continue
             for hz in freqs:
-                for block in bg.blocks:
-                    found = db.get(soc.name, pu, block_signature(og, block), kind="block", frequency_hz=hz)
+                for name, signature in signatures:
+                    found = db.get(soc.name, pu, signature, kind="block", frequency_hz=hz)
                     if found is not None:
-                        out[(block.name, pu, hz)] = float(found.median_s)
+                        out[(name, pu, hz)] = float(found.median_s)
     if out:
         log.info("block times of %s at other operating points from %s: %d", og.name, db_path, len(out))
     return out

@@ -110,13 +110,14 @@ def operating_point_tables(block_graph, pus, time_s: np.ndarray, active_power_w:
             continue
         m = len(table)
         t = np.empty((len(blocks), m))
-        roof_max = np.array([block_time_s(b, block_graph.opgraph, pu) for b in blocks])
+        roof_max = None if table.memory_bound_fraction is not None else np.array(
+            [block_time_s(b, block_graph.opgraph, pu) for b in blocks])  # the roofline ratio's denominator
         for o, f in enumerate(table.frequency_hz):
             if o == m - 1:
                 t[:, o] = time_s[:, j]
                 continue
-            if table.memory_bound_fraction is not None:  # fitted from measurements (parapipe calibrate)
-                mu = table.memory_bound_fraction
+            if roof_max is None:  # memory_bound_fraction fitted from measurements (parapipe calibrate)
+                mu = float(table.memory_bound_fraction or 0.0)
                 t[:, o] = time_s[:, j] * ((1.0 - mu) * table.max_frequency_hz / f + mu)
             else:
                 roof = np.array([block_time_s(b, block_graph.opgraph, pu, f) for b in blocks])

@@ -14,7 +14,7 @@ from parapipe.cost.problem import MappingProblem
 from parapipe.cost.rules import RuleViolation, check_stages
 from parapipe.errors import input_error
 from parapipe.mapping.model import Point, Stage
-from parapipe.soc.operating_points import MHZ_MATCH_RTOL, format_mhz, parse_mhz, points_text
+from parapipe.soc.operating_points import format_mhz, match_index, parse_mhz, points_text
 
 __all__ = ["parse_pu_list", "index_mapping", "mapping_from_point", "mapping_from_stages", "op_tables"]
 
@@ -146,7 +146,7 @@ def _entry(problem: MappingProblem, raw: str, number: int,
             if freqs is None:
                 raise input_error(source, f"entry {number}", f"PU {name} has one operating point",
                                   f"write {name} without @ (its profile or table lists no other frequencies)")
-            op = next((i for i, x in enumerate(freqs) if abs(x - f) <= MHZ_MATCH_RTOL * x), None)
+            op = match_index(freqs, f)
             if op is None:
                 raise input_error(source, f"entry {number}", f"PU {name} has no operating point at "
                                   f"{format_mhz(f)} MHz", f"choose one of {points_text(freqs)}")
@@ -229,7 +229,7 @@ def _ops(stage: Stage, pu_index: Dict[str, int], op_tables: Optional[Sequence[Op
         if f is None:
             out.append(len(table) - 1)
             continue
-        i = next((i for i, x in enumerate(table) if abs(x - f) <= MHZ_MATCH_RTOL * x), None)
+        i = match_index(table, f)
         if i is None:
             raise input_error(source, f"{at}.frequency_hz.{pu}", f"PU {pu} has no operating point at "
                               f"{format_mhz(f)} MHz", f"choose one of {points_text(table)}")

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from parapipe.soc.validation import FieldProblem
 
-__all__ = ["MHZ_MATCH_RTOL", "OperatingPoints", "format_mhz", "parse_mhz", "points_text"]
+__all__ = ["MHZ_MATCH_RTOL", "OperatingPoints", "format_mhz", "match_index", "parse_mhz", "points_text"]
 
 _CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -145,15 +145,22 @@ class OperatingPoints(BaseModel):
         return tuple((v * v * f) / (vmax * vmax * fmax) for v, f in zip(self.voltage_v, self.frequency_hz))
 
     def index_of(self, frequency_hz: float) -> Optional[int]:
-        """Index of the point at ``frequency_hz`` (within :data:`MHZ_MATCH_RTOL`), None when there is none."""
-        for i, f in enumerate(self.frequency_hz):
-            if abs(f - frequency_hz) <= MHZ_MATCH_RTOL * f:
-                return i
-        return None
+        """Index of the point at ``frequency_hz`` (:func:`match_index`), None when there is none."""
+        return match_index(self.frequency_hz, frequency_hz)
 
     def describe(self) -> str:
         """The points as users write them: ``1200, 1398, ..., 2208 MHz``."""
         return ", ".join(format_mhz(f) for f in self.frequency_hz) + " MHz"
+
+
+def match_index(frequencies_hz: Sequence[float], frequency_hz: float) -> Optional[int]:
+    """Index of the entry of ``frequencies_hz`` that ``frequency_hz`` names (within :data:`MHZ_MATCH_RTOL`: a
+    MHz figure such as 1398 names 1.398e9 Hz), None when none does.
+
+    >>> match_index((1.0e9, 1.398e9), 1398e6), match_index((1.0e9,), 1.2e9)
+    (1, None)
+    """
+    return next((i for i, f in enumerate(frequencies_hz) if abs(f - frequency_hz) <= MHZ_MATCH_RTOL * f), None)
 
 
 def points_text(frequencies_hz: Sequence[float]) -> str:
