@@ -14,7 +14,8 @@ from parapipe.mapping.workload import WORKLOAD_KIND, WorkloadDoc, WorkloadPoint
 from parapipe.soc.validation import to_input_error
 
 __all__ = ["doc_from_result", "write_pareto", "parse_pareto", "read_pareto", "select_point", "check_model",
-           "parse_workload", "read_workload", "parse_mapping", "read_mapping", "select_workload_point"]
+           "parse_workload", "read_workload", "parse_mapping", "read_mapping", "select_workload_point",
+           "workload_doc_from_result"]
 
 _FIX = "pass the pareto.json written by 'parapipe optimize'"
 
@@ -261,3 +262,55 @@ def check_model(doc: ParetoDoc, loaded, source: str) -> None:
         raise input_error(source, "model.sha256",
                           f"mapping was computed for model {doc.model.name!r} (sha256 {doc.model.sha256[:12]}…), "
                           f"not {loaded.name!r} ({loaded.sha256[:12]}…)", "run 'parapipe optimize' on this model first")
+
+
+def workload_doc_from_result(result, models: List[Dict[str, Any]], soc: SocRef,
+                             search: Optional[Dict[str, Any]] = None) -> WorkloadDoc:
+    """The document of a :class:`parapipe.search.workload.WorkloadResult`.
+
+    ``models``: one dict per model, in the result's order, with ``name``, ``sha256`` and optionally
+    ``input_shapes``, ``blocks`` (name -> operators; default the problem's blocks, no operators),
+    ``latency_bound_s``, ``cost_notes`` and ``search`` (settings of that model's preparation). ``search``:
+    settings recorded next to the workload search's own record (``result.info``).
+    """
+    from types import SimpleNamespace
+
+    from parapipe.mapping.workload import WorkloadModel
+    from parapipe.search.polish import stage_kinds
+
+    names = [m["name"] for m in models]
+    entries = []
+    for m, (info, pr, res) in enumerate(zip(models, result.problems, result.model_results)):
+        entries.append(WorkloadModel(
+            model=ModelId(name=info["name"], sha256=info["sha256"]), input_shapes=info.get("input_shapes"),
+            rate=result.rates[m], latency_bound_s=info.get("latency_bound_s"),
+            blocks=info.get("blocks") or {b: [] for b in pr.block_names},
+            bounds=DocBounds(period_lb_s=res.bounds.period_lb_s, latency_lb_s=res.bounds.latency_lb_s),
+            search=dict(info.get("search") or {}), cost_notes=dict(info.get("cost_notes") or {})))
+    points = []
+    for p in result.points:
+        ev = p.evaluation
+        mappings = {}
+        for m, (pr, mp) in enumerate(zip(result.problems, p.mappings)):
+            view = SimpleNamespace(problem=pr, bounds=SimpleNamespace(period_lb_s=0.0, latency_lb_s=0.0))
+            one = SimpleNamespace(id=p.id, strategy="parapipe", pareto=p.pareto, origin=p.origin, mapping=mp,
+                                  evaluation=ev.evaluations[m], stage_schedules=stage_kinds(mp))
+            mappings[names[m]] = _point_dict(view, one)["mapping"]
+        pus = result.problems[0].pu_names
+        lb = result.period_lb_s
+        points.append(WorkloadPoint.model_validate({
+            "id": p.id, "strategy": p.strategy, "pareto": p.pareto, "origin": p.origin,
+            "throughput_per_s": ev.throughput_per_s, "period_s": ev.period_s, "latency_s": ev.latency_s,
+            "energy_j": ev.energy_j,
+            "period_gap": ev.period_s / lb - 1 if lb > 0 else None,
+            "latency_gap": ev.latency_s / result.latency_lb_s - 1 if result.latency_lb_s > 0 else None,
+            "latency_s_per_model": dict(zip(names, map(float, ev.latency_s_per_model))),
+            "energy_j_per_model": dict(zip(names, map(float, ev.dyn_energy_j_per_model))),
+            "pu_busy_s": {pus[q]: float(ev.busy_s[q]) for q in range(len(pus)) if ev.busy_s[q] > 0},
+            "pu_busy_s_per_model": {names[m]: {pus[q]: float(b[q]) for q in range(len(pus)) if b[q] > 0}
+                                    for m, b in enumerate(ev.busy_s_per_model)},
+            "mappings": mappings}))
+    return WorkloadDoc(soc=soc, models=entries, latency_axis=result.latency_axis,  # type: ignore[arg-type]
+                       search=dict(search or {}, workload=result.info),
+                       bounds=DocBounds(period_lb_s=result.period_lb_s, latency_lb_s=result.latency_lb_s),
+                       points=points)
