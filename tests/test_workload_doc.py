@@ -93,3 +93,17 @@ def test_hand_edits_are_refused_naming_point_model_and_field():
     refused(_edit(lambda d: d["models"][0].update(rate=0)), "models.0.rate")
     refused(_edit(lambda d: d["points"][0]["mappings"]["a"]["stages"][0].update(pus=["npu"], assignment={})),
             "points[w0].mappings.a.stages[0].pus", "PU 'npu' is not in SoC 'host'")
+
+
+def test_a_model_that_cannot_join_is_refused_in_one_line(tmp_path):
+    from parapipe.app.workload import WorkloadSpec, check_models, read_app_file
+
+    spec = WorkloadSpec(["squeezenet", "alexnet"], [1.0, 1.0], [None, {"nope": (1, 3, 224, 224)}], [None, None])
+    with pytest.raises(InputError) as info:
+        check_models(spec, "amlogic_a311d")
+    msg = str(info.value)
+    assert msg.startswith("model alexnet: cannot join the workload: ") and "\n" not in msg
+    app = tmp_path / "app.yaml"
+    app.write_text("models:\n  - model: squeezenet\n    rate: 0\n")
+    with pytest.raises(InputError, match=r"app.yaml: models\[0\].rate: must be a number > 0, got 0; give frames"):
+        read_app_file(str(app))

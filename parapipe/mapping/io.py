@@ -310,7 +310,7 @@ def workload_doc_from_result(result, models: List[Dict[str, Any]], soc: SocRef,
             "pu_busy_s_per_model": {names[m]: {pus[q]: float(b[q]) for q in range(len(pus)) if b[q] > 0}
                                     for m, b in enumerate(ev.busy_s_per_model)},
             "mappings": mappings}))
-    return WorkloadDoc(soc=soc, models=entries, latency_axis=result.latency_axis,  # type: ignore[arg-type]
+    return WorkloadDoc(soc=soc, models=entries, latency_axis=result.latency_axis,
                        search=dict(search or {}, workload=result.info),
                        bounds=DocBounds(period_lb_s=result.period_lb_s, latency_lb_s=result.latency_lb_s),
                        points=points)

@@ -100,10 +100,13 @@ def plot_workload_gantt(doc: WorkloadDoc, point: WorkloadPoint, path: Any, n_fra
     ax.set_yticklabels(lanes)
     ax.invert_yaxis()
     ax.set_xlabel("time (ms); dotted: workload periods")
-    for m, model in enumerate(doc.models):
-        ax.barh([], [], color=MODEL_COLOURS[m % len(MODEL_COLOURS)],
-                label=f"{model.name} (x{model.rate:g}, latency {point.latency_s_per_model[model.name] * 1e3:.3g} ms)")
-    ax.legend(loc="upper right", fontsize=8)
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(color=MODEL_COLOURS[m % len(MODEL_COLOURS)],
+                             label=f"{model.name} (x{model.rate:g}, latency "
+                                   f"{point.latency_s_per_model[model.name] * 1e3:.3g} ms)")
+                       for m, model in enumerate(doc.models)], loc="upper center", bbox_to_anchor=(0.5, -0.25),
+              ncol=len(doc.models), fontsize=8)
     ax.set_title(f"{_title(doc)}: point {point.id} ({point.strategy}), predicted, "
                  f"{point.throughput_per_s:.4g} workload frames/s")
     fig.tight_layout()

@@ -382,14 +382,15 @@ def _baselines(problems, rates, results: List[SearchResult], cands: List[_Candid
         i = min(ok, key=lambda i: (float(c.busy[i].max()), float(c.latency[i]), float(c.dyn[i])))
         return c.mappings[i]
 
-    best_split = None
+    best_split: Optional[Tuple[float, List[Mapping]]] = None
     if k >= n_models:
         for labels in itertools.product(range(n_models + 1), repeat=k):  # PU -> model (n_models: unused)
             groups = [tuple(p for p in range(k) if labels[p] == m) for m in range(n_models)]
             if any(not g for g in groups):
                 continue
-            maps = [best_within(m, g) for m, g in enumerate(groups)]
-            if any(mp is None for mp in maps):
+            found = [best_within(m, g) for m, g in enumerate(groups)]
+            maps = [mp for mp in found if mp is not None]
+            if len(maps) < n_models:
                 continue
             # disjoint PUs: the period is the largest rate x own period; evaluate only the best candidates
             key = max(rates[m] * float(evaluate(problems[m], mp).busy_s.max()) for m, mp in enumerate(maps))
