@@ -336,20 +336,6 @@ def test_error_line_from_a_real_process(tmp_path, light_file):
 
 
 
-@pytest.mark.parametrize("argv", [["socs"], ["models"], ["optimize", "--help"], ["run", "--help"]])
-def test_listing_and_help_do_not_load_onnxruntime(tmp_path, argv):
-    """Building the parser and the commands that only read data load neither the executor (ONNX Runtime) nor
-    matplotlib: the command modules import the application layer inside their handlers."""
-    code = ("import sys\nfrom parapipe.cli import main\ntry:\n    main(%r)\nexcept SystemExit:\n    pass\n"
-            "print(sorted({'onnxruntime', 'ppexec', 'matplotlib', 'parapipe.app'} & set(sys.modules)))" % (argv,))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "device_agents"),
-                                                       os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
-                          cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout
-
-
 # -------------------------------------------------------------------------------------- run: end to end
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,8 @@
 Human-readable text goes to stderr/stdout as tables; machine output to files or ``--json`` (stdout). One module
 per command holds its parser (``add_parser(sub)``) and its handler (``handle(args) -> int``); what they share is
 :mod:`parapipe.cli.common`. The handlers import the application layer (:mod:`parapipe.app`) and the executor
-when they run, so ``parapipe socs`` or ``--help`` loads neither ONNX Runtime nor matplotlib.
+when they run, so ``--help``, ``parapipe socs`` and ``parapipe models`` load none of onnx, ONNX Runtime,
+pydantic, numpy or matplotlib (tests/test_startup.py).
 """
 from __future__ import annotations
 

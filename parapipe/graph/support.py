@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Iterable, Optional
-
-import onnx
+from typing import TYPE_CHECKING, Iterable, Optional
 
 from parapipe.errors import input_error
+
+if TYPE_CHECKING:  # the functions only read the protobuf fields: importing onnx (and ml_dtypes) waits for a model
+    import onnx
 
 __all__ = ["STANDARD_DOMAINS", "qualified_op_type", "split_op_type", "is_custom", "custom_nodes",
            "check_runtime", "check_declared"]

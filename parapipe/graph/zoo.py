@@ -18,14 +18,15 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
-import onnx
 import yaml
-from google.protobuf.message import DecodeError
 
 from parapipe._paths import data_dir
 from parapipe.errors import input_error
+
+if TYPE_CHECKING:
+    import onnx
 
 __all__ = ["KINDS", "ModelRef", "LoadedModel", "ZooEntry", "light_models_dir", "registry_path",
            "zoo_entries", "list_models", "zoo_entry", "resolve_model", "load_model"]
@@ -72,8 +73,17 @@ class ZooEntry:
 
 
 def light_models_dir() -> Path:
-    """Folder of the light model-zoo models shipped in the installed onnx wheel."""
-    return Path(os.path.dirname(onnx.__file__)) / "backend" / "test" / "data" / "light"
+    """Folder of the light model-zoo models shipped in the installed onnx wheel (found without importing onnx).
+
+    Raises
+    ------
+    ModuleNotFoundError
+        onnx is not installed.
+    """
+    spec = importlib.util.find_spec("onnx")
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError("No module named 'onnx'", name="onnx")
+    return Path(os.path.dirname(spec.origin)) / "backend" / "test" / "data" / "light"
 
 
 def registry_path() -> Path:
@@ -270,6 +280,9 @@ def _generator(entry: ZooEntry) -> Callable[[], onnx.ModelProto]:
 
 
 def _load_file(path: Path) -> tuple[onnx.ModelProto, str]:
+    import onnx
+    from google.protobuf.message import DecodeError
+
     src = str(path)
     if not path.exists():
         raise input_error(src, None, "file not found", "check the path (or run 'parapipe models' for names)")
@@ -309,6 +322,8 @@ _MISSING_TYPE = "is required but missing"
 def _fill_output_types(model: onnx.ModelProto, src: str) -> bool:
     """Give graph outputs without a type or shape the ones ONNX shape inference finds, drop ``value_info``
     entries without a type (hints only), then check the model again. True if it passes now."""
+    import onnx
+
     from parapipe.graph.shapes import skeleton
 
     g = model.graph
@@ -358,6 +373,8 @@ def load_model(spec: str) -> LoadedModel:
     if ref.path is not None:
         model, digest = _load_file(ref.path)
         return LoadedModel(name=ref.name, path=ref.path, model=model, sha256=digest)
+    import onnx
+
     entry = zoo_entry(ref.name)
     model = _generator(entry)()
     if not isinstance(model, onnx.ModelProto):

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from parapipe._paths import data_dir
 from parapipe.errors import input_error
+from parapipe.soc.catalog import list_socs
 from parapipe.soc.op_classes import OP_CLASSES
 from parapipe.soc.profile import SoC
 from parapipe.soc.schema import SCHEMA_VERSION, SocFile
@@ -367,11 +368,6 @@ def save_soc(soc: SoC, path: Union[str, os.PathLike]) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
-
-
-def list_socs() -> list[str]:
-    """Names of the bundled profiles: the ``*.yaml`` file stems in soc_profiles/, sorted."""
-    return sorted(p.stem for p in data_dir("soc_profiles").glob("*.yaml"))
 
 
 def load_soc(spec: Union[str, os.PathLike]) -> SoC:
