@@ -167,7 +167,10 @@ def read_runs_csv(path, soc, problems: _Problems) -> List[MeasuredRun]:
 
 
 def runs_from_db(db_path: str, soc, problems: _Problems, models: Sequence[str] = ()) -> List[MeasuredRun]:
-    """The usable runs of the ``runs`` table for ``soc`` (and ``models``): not substituted, outputs matched.
+    """The usable runs of the ``runs`` table for ``soc`` (and ``models``): not substituted, outputs matched,
+    and not part of a workload run (several models at once: each model's period there depends on the others
+    sharing its PUs, which the single-model pipeline terms do not model; one warning line says how many were
+    skipped).
 
     Raises
     ------
@@ -183,17 +186,25 @@ def runs_from_db(db_path: str, soc, problems: _Problems, models: Sequence[str] =
     finally:
         db.close()
     out = []
+    workloads: set = set()
     for rec in records:
         if models and rec.model not in models:
             continue
         if not rec.prediction_applies or not rec.outputs_match:
             log.info("%s: run %s skipped (PUs substituted with --bind, or outputs differ)", db_path, rec.id)
             continue
+        if rec.workload is not None:
+            workloads.add(str(rec.workload.get("id")))
+            continue
         source = f"{db_path}: run {rec.id}"
         problem = problems.get(rec.model, source)
         mapping = _stage_mapping(problem, rec.mapping, rec.point, source)
         out.append(MeasuredRun(rec.model, rec.point, problem, mapping, rec.period_s, rec.idle_latency_s or None,
                                rec.energy_j, source))
+    if workloads:
+        log.warning("%s: %d workload run(s) skipped: a model's period there depends on the other models sharing its "
+                    "PUs, which the pipeline terms fitted here (one model at a time) do not describe", db_path,
+                    len(workloads))
     if not out:
         raise input_error(db_path, "runs", f"no usable run of SoC {soc.name!r}" + (f" and model(s) {list(models)}"
                           if models else ""), "record runs with 'parapipe run' or 'parapipe deploy' (--db), "
