@@ -29,7 +29,8 @@ from parapipe.mapping import ParetoDoc, Point
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WorkloadMember", "load_workload", "run_workload_local", "record_workload_run", "workload_predicted"]
+__all__ = ["WorkloadMember", "load_workload", "run_workload_local", "record_workload_run", "workload_predicted",
+           "workload_members", "point_predicted", "is_workload_file", "run_workload_file"]
 
 
 @dataclass(frozen=True)
@@ -200,3 +201,63 @@ def record_workload_run(db_path: Optional[str], members: Sequence[WorkloadMember
             rows.append(append_run(db, record_from_run(m.doc, m.point, report.models[m.name], runner, workload)))
     log.info("recorded workload run %s as runs %s in %s", workload["id"], rows, db_path)
     return rows
+
+
+def workload_members(doc, point, source: str, models: Optional[Sequence[str]] = None) -> List[WorkloadMember]:
+    """The members of workload point ``point`` of a workload document ``doc``
+    (:class:`parapipe.mapping.WorkloadDoc`): each model's view (``doc.model_view``), its part of the point
+    (``doc.point_view``) and its rate; each model loaded from ``models`` (registry names or .onnx paths, in the
+    workload's order) or, without them, from the registry by the name the document stores.
+
+    Raises
+    ------
+    InputError
+        ``models`` not one per model of the workload; a model that cannot be loaded.
+    """
+    from parapipe.graph.zoo import load_model
+
+    names = doc.model_names()
+    if models and len(models) != len(names):
+        raise input_error("models", None, f"{len(models)} given for a workload of {len(names)} "
+                          f"({', '.join(names)})", "give one model per workload model, in its order, or none")
+    rates = doc.rates()
+    return [WorkloadMember(name, load_model(models[i] if models else name), doc.model_view(name),
+                           doc.point_view(point, name), float(rates[name]), source)
+            for i, name in enumerate(names)]
+
+
+def point_predicted(point) -> Dict[str, Any]:
+    """The predicted figures of a workload point (:class:`parapipe.mapping.WorkloadPoint`) for the report."""
+    return {"period_s": float(point.period_s), "throughput_per_s": float(point.throughput_per_s),
+            "energy_j": float(point.energy_j), "latency_s": float(point.latency_s)}
+
+
+def is_workload_file(path: str) -> bool:
+    """Whether ``path`` holds a workload pareto.json (``"kind": "workload"``); False for anything else (a
+    single model's document, an unreadable file: its reader then says what is wrong)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("kind") == "workload"
+
+
+def run_workload_file(mapping_path: str, point: str, models: Sequence[str] = (), **options: Any
+                      ) -> Tuple[List[WorkloadMember], WorkloadReport]:
+    """``parapipe run --mapping workload-pareto.json``: read the workload document, select ``point`` (an id or
+    ``best-throughput`` | ``best-latency`` | ``best-energy``, compared on the workload's figures), and run it
+    (:func:`run_workload_local`, ``options`` passed on). ``models``: as :func:`workload_members`.
+
+    Raises
+    ------
+    InputError
+        As :func:`parapipe.mapping.read_workload`, :func:`workload_members`, :func:`run_workload_local`.
+    """
+    from parapipe.mapping import read_workload, select_workload_point  # type: ignore[attr-defined]
+
+    doc = read_workload(mapping_path)
+    pt = select_workload_point(doc, point, path=mapping_path)
+    members = workload_members(doc, pt, mapping_path, list(models) or None)
+    _, report = run_workload_local(members, pt.id, point_predicted(pt), **options)
+    return members, report
