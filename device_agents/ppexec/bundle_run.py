@@ -355,6 +355,19 @@ def read_bundle(folder: str, seed: int = 0, distinct_frames: int = DISTINCT_FRAM
     manifest = _read_json(os.path.join(folder, MANIFEST))
     if verify:
         verify_files(folder, manifest)
+    return read_plan_folder(folder, seed, distinct_frames, manifest.get("bundle_id"))
+
+
+def read_plan_folder(folder: str, seed: int = 0, distinct_frames: int = DISTINCT_FRAMES,
+                     bundle_id: Optional[str] = None) -> RunSpec:
+    """The :class:`RunSpec` of the ``plan.json`` in ``folder`` and the files it names (a bundle's, or one model's
+    part of a workload bundle: :mod:`.workload_run`), its files not checked here.
+
+    Raises
+    ------
+    PlanError
+        An unreadable plan.json, a plan that does not validate.
+    """
     doc = _read_json(os.path.join(folder, PLAN))
     plan = plan_from_doc(doc, folder, PLAN)
     if doc.get("feeds"):  # the user's frames (--feeds), fed cyclically
@@ -366,7 +379,7 @@ def read_bundle(folder: str, seed: int = 0, distinct_frames: int = DISTINCT_FRAM
                    model=doc.get("model") or {}, point=str(doc.get("point")),
                    predicted=dict(doc.get("predicted") or {}),
                    substituted={str(k): [int(c) for c in v] for k, v in (doc.get("substituted") or {}).items()},
-                   power_sensor=doc.get("power_sensor") or None, bundle_id=manifest.get("bundle_id"),
+                   power_sensor=doc.get("power_sensor") or None, bundle_id=bundle_id,
                    softmax_inputs={str(k): (str(v[0]), str(v[1]))
                                    for k, v in (doc.get("softmax_inputs") or {}).items()},
                    frequencies_hz={str(k): float(v) for k, v in (doc.get("frequencies_hz") or {}).items()},

@@ -200,7 +200,7 @@ class WorkloadExecutor:
             raise plan_error("WorkloadExecutor", "rates", "no rate for %s" % missing, "give every model a rate")
         if int(window) < 1:
             raise plan_error("WorkloadExecutor", "window", "must be >= 1, got %r" % (window,), "use the default 2")
-        self.rates = {m: float(rates[m]) for m in plans}  # type: ignore[arg-type]
+        self.rates = {m: float(rates[m]) for m in plans}
         self.window, self.poll_s = int(window), float(poll_s)
         users: Dict[str, List[str]] = {}
         for m, plan in plans.items():
@@ -374,7 +374,9 @@ def _model_error(model: str, exc: BaseException) -> PipelineError:
 def _merge(rates: Mapping[str, float], workload_frames: int, per_model: Mapping[str, RunMetrics]) -> WorkloadMetrics:
     """One :class:`WorkloadMetrics` from each model's :class:`.metrics.RunMetrics` of the same run."""
     origin = min(mm.origin_s for mm in per_model.values())
-    starts, ends, trace = [], [], []
+    starts: List[float] = []
+    ends: List[float] = []
+    trace: List[TraceEvent] = []
     busy: Dict[str, float] = {}
     for m, mm in per_model.items():
         shift = mm.origin_s - origin

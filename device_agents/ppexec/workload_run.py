@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from . import dvfs, timing
 from .bundle_run import (
     DISTINCT_FRAMES, MANIFEST, REPORT, TRACE, RunSpec, _Checked, _check_options, _host_info, _idle_latency_s,
-    _Progress, _read_json, bundle_lock, read_bundle, verify_files)
+    _Progress, _read_json, bundle_lock, read_plan_folder, verify_files)
 from .errors import plan_error
 from .files import write_json_atomic
 from .metrics import chrome_trace
@@ -221,10 +221,11 @@ def read_workload_bundle(folder: str, seed: int = 0, distinct_frames: int = DIST
     names = doc.get("models")
     if not isinstance(names, list) or not names:
         raise plan_error(WORKLOAD, "models", "is missing or empty", "re-run 'parapipe deploy'")
+    folders = doc.get("folders") or {}
     models = {}
     for m in names:
-        sub = read_bundle(os.path.join(folder, str(m)), seed, distinct_frames, verify=False)
-        models[str(m)] = sub
+        models[str(m)] = read_plan_folder(os.path.join(folder, str(folders.get(m, m))), seed, distinct_frames,
+                                          manifest.get("bundle_id"))  # files checked against the bundle's manifest
     rates = {str(m): float(r) for m, r in (doc.get("rates") or {}).items()}
     return WorkloadRunSpec(models=models, rates=rates or {m: 1.0 for m in models}, point=str(doc.get("point")),
                            predicted=dict(doc.get("predicted") or {}), power_sensor=doc.get("power_sensor") or None,
