@@ -298,11 +298,15 @@ def test_ctrl_c_while_a_pinned_timing_runs_waits_for_it_then_passes_on(tmp_path)
     script.write_text(
         "import signal, threading, time\n"
         "from ppexec.timing import run_pinned\n"
-        "done = []\n"
+        "done, sent = [], threading.Event()\n"
         "def work():\n"
-        "    time.sleep(1.0)\n"
+        "    sent.wait(60)\n"  # the work outlasts the signal however late a loaded machine sends it
+        "    time.sleep(0.3)\n"
         "    done.append(True)\n"
-        "threading.Timer(0.2, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT)).start()\n"
+        "def send():\n"
+        "    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)\n"
+        "    sent.set()\n"
+        "threading.Timer(0.2, send).start()\n"
         "try:\n"
         "    run_pinned(None, work)\n"
         "except KeyboardInterrupt:\n"

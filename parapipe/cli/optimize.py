@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from parapipe.cli.common import (
     StepBars, add_host_options, add_input_options, host_spec, parsed_input_shapes, print_measurement,
@@ -85,6 +85,15 @@ def handle(args: argparse.Namespace) -> int:
     from parapipe.search.api import SearchOptions
     from parapipe.soc.identity import is_host
 
+    models = list(args.model or [])
+    if len(models) > 1 or args.workload:
+        return _optimize_workload(args, models)
+    if args.rates or args.latency_axis:
+        from parapipe.errors import input_error
+
+        raise input_error("--rates" if args.rates else "--latency-axis", None, "applies to a workload of several "
+                          "models", "give two or more models (or --workload FILE), or drop the option")
+    args.model = models[0] if models else None
     objectives = tuple(o.strip() for o in args.objectives.split(",") if o.strip())
     options = SearchOptions(objectives=objectives, max_stages=args.max_stages, time_limit_s=args.time_limit,
                             seed=args.seed, operating_points=args.operating_points)
@@ -251,6 +260,109 @@ def _optimize_blocks(args: argparse.Namespace, problem: "MappingProblem", soc: "
     return 0
 
 
+def workload_input_shapes(values: Optional[List[str]], models: List[str]
+                          ) -> List[Optional[Dict[str, Tuple[int, ...]]]]:
+    """``--input-shape MODEL:INPUT=D0xD1x...`` (repeatable) as one ``{input: shape}`` per model (None where none
+    was given); ``MODEL`` is a model as given on the command line or its file stem.
+
+    Raises
+    ------
+    InputError
+        A value without ``MODEL:`` and ``=``, or naming a model not in the workload.
+    """
+    from parapipe.errors import input_error
+    from parapipe.graph.inputs import parse_input_shapes
+
+    out: List[Optional[Dict[str, Tuple[int, ...]]]] = [None] * len(models)
+    keys = [{m, Path(m).stem} for m in models]
+    for value in values or []:
+        model, sep, rest = value.partition(":")
+        if not sep or "=" not in rest:
+            raise input_error("--input-shape", value, "a workload needs the model of each input shape",
+                              "write MODEL:INPUT=D0xD1x..., e.g. squeezenet:data_0=1x3x224x224")
+        hits = [i for i, k in enumerate(keys) if model in k]
+        if not hits:
+            raise input_error("--input-shape", value, f"no model {model!r} in the workload",
+                              f"use one of {', '.join(models)}")
+        name, _, dims = rest.partition("=")
+        parsed = parse_input_shapes([f"{name}:{dims}"]) or {}
+        out[hits[0]] = {**(out[hits[0]] or {}), **parsed}
+    return out
+
+
+def workload_table(doc: Any) -> str:
+    """The points of a :class:`parapipe.mapping.workload.WorkloadDoc` as a text table: the workload's figures
+    and each model's latency and stages."""
+    from parapipe.mapping import stages_text
+
+    names = doc.model_names()
+    b = doc.bounds
+    axis = "largest model latency" if doc.latency_axis == "max" else "rate-weighted mean of the model latencies"
+    lines = [f"workload frame = " + " + ".join(f"{m.rate:g} x {m.name}" for m in doc.models)
+             + f"; latency = {axis}; energy per workload frame; * = Pareto-optimal among all points",
+             f"{'id':<9} {'strategy':<9} {'pareto':<6} {'wl/s':>8} {'gap':>6} {'latency ms':>10} {'energy mJ':>9}  "
+             + "  ".join(f"{n[:14] + ' ms':>17}" for n in names) + "  stages per model"]
+    for p in doc.points:
+        gap = f"{p.period_gap * 100:.0f}%" if p.period_gap is not None else "-"
+        lines.append(f"{p.id:<9} {p.strategy:<9} {'*' if p.pareto else '':<6} {p.throughput_per_s:>8.4g} {gap:>6} "
+                     f"{p.latency_s * 1e3:>10.4g} {p.energy_j * 1e3:>9.4g}  "
+                     + "  ".join(f"{p.latency_s_per_model[n] * 1e3:>17.4g}" for n in names) + "  "
+                     + " ; ".join(f"{n}: {stages_text(p.mappings[n].stages)}" for n in names))
+    info = doc.search.get("workload", {})
+    lines.append(f"lower bounds: period {b.period_lb_s * 1e3:.3f} ms per workload frame "
+                 f"({info.get('period_bound', {}).get('method', 'lp')}), latency {b.latency_lb_s * 1e3:.3f} ms; "
+                 f"search {info.get('search_s', 0):.2f} s, "
+                 + ("exact front" if info.get("exact") else "front bounded: " + "; ".join(info.get("bounded_by", []))))
+    return "\n".join(lines)
+
+
+def _optimize_workload(args: argparse.Namespace, models: List[str]) -> int:
+    """optimize A B ... (or --workload FILE): prepare every model, search the workload, write and print."""
+    from parapipe.app.workload import WorkloadSpec, optimize_workload, parse_rates, prepare_workload, read_app_file
+    from parapipe.errors import input_error
+    from parapipe.search.api import SearchOptions
+
+    for flag, bad in (("--blocks", args.blocks), ("--refine", args.refine), ("--feeds", args.feeds),
+                      ("--board-power", args.board_power)):
+        if bad:
+            raise input_error(flag, None, "is not supported for a workload of several models",
+                              "drop it, or optimize one model")
+    if args.workload:
+        if models:
+            raise input_error("--workload", args.workload, "lists the models; MODEL arguments were given too",
+                              "give either MODEL arguments or --workload FILE")
+        spec = read_app_file(args.workload)
+        if args.rates:
+            spec.rates = parse_rates(args.rates, len(spec.models))
+        if args.input_shape:
+            spec.input_shapes = workload_input_shapes(args.input_shape, spec.models)
+    else:
+        spec = WorkloadSpec(models, parse_rates(args.rates, len(models)),
+                            workload_input_shapes(args.input_shape, models), [None] * len(models))
+    if args.latency_axis:
+        spec.latency_axis = args.latency_axis
+    objectives = tuple(o.strip() for o in args.objectives.split(",") if o.strip())
+    options = SearchOptions(objectives=objectives, max_stages=args.max_stages, time_limit_s=args.time_limit,
+                            seed=args.seed, operating_points=args.operating_points)
+    pus = [p.strip() for p in args.pus.split(",")] if args.pus else None
+    steps = StepBars()
+    try:
+        preps = prepare_workload(spec, args.soc, pus=pus, max_blocks=args.max_blocks, db=args.db, progress=steps)
+        steps.status("searching the workload")
+        doc, _ = optimize_workload(preps, spec, options, Path(args.out), plot=not args.no_plot)
+    finally:
+        steps.close()
+    if args.json:
+        print(json.dumps(doc.model_dump(mode="json")))
+        return 0
+    pr = preps[0].problem
+    print(" + ".join(f"{p.loaded.name} ({p.problem.n_blocks} blocks)" for p in preps)
+          + f" on {preps[0].soc.name}: {pr.n_pus} PUs ({', '.join(pr.pu_names)})")
+    print(workload_table(doc))
+    print(f"wrote {Path(args.out) / 'pareto.json'}" + ("" if args.no_plot else f" and {Path(args.out) / 'pareto.png'}"))
+    return 0
+
+
 def stage_timing_note(timing: Dict[str, Any]) -> str:
     """The note on the stages timed as sub-models (``pareto.json``'s ``search.stage_timing``).
 
@@ -273,7 +385,14 @@ def stage_timing_note(timing: Dict[str, Any]) -> str:
 def add_parser(sub) -> None:
     """Register ``optimize`` on the ``parapipe`` sub-command parser ``sub``."""
     s = sub.add_parser("optimize", help="search mappings; write OUT/pareto.json and OUT/pareto.png")
-    s.add_argument("model", nargs="?", help="registry name or path to an .onnx file (or use --blocks)")
+    s.add_argument("model", nargs="*", help="registry name or path to an .onnx file (or use --blocks); two or "
+                   "more: a workload of models run at once, searched as one problem")
+    s.add_argument("--rates", default=None, metavar="R1,R2,...", help="workload: frames of each model per "
+                   "workload frame, in the models' order (default: 1 each)")
+    s.add_argument("--workload", default=None, metavar="APP.yaml", help="workload: a YAML file listing the models "
+                   "(model, rate, input_shapes, latency_bound_s) and latency_axis, instead of MODEL arguments")
+    s.add_argument("--latency-axis", default=None, choices=("max", "weighted-mean"), help="workload: the front's "
+                   "latency axis, the largest model latency (default) or their rate-weighted mean")
     s.add_argument("--blocks", default=None, help="a block table CSV instead of a model (block,deps,out_bytes,t_<pu>…)")
     s.add_argument("--soc", required=True, help="bundled profile name, a profile YAML path, or 'host'")
     s.add_argument("--out", default="out", help="output folder (default: out)")

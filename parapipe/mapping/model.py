@@ -53,11 +53,16 @@ from parapipe.soc.operating_points import format_mhz
 from parapipe.soc.validation import FieldProblem
 
 __all__ = ["SCHEMA_VERSION", "STRATEGIES", "SELECTORS", "ModelId", "PURef", "SocRef", "DocBounds", "Replica",
-           "stages_text", "Stage", "PointMapping", "Point", "ParetoDoc", "SHARE_SUM_TOL"]
+           "stages_text", "Stage", "PointMapping", "Point", "ParetoDoc", "SHARE_SUM_TOL", "check_point_stages",
+           "WORKLOAD_STRATEGIES"]
 
 SCHEMA_VERSION: Final = 2
 #: Point strategies: the searched front and the baselines computed by the same machinery.
 STRATEGIES = ("parapipe", "pipeline", "parallel", "single", "replicated", "governor")
+#: Strategies of a workload document's points (:mod:`parapipe.mapping.workload`): the co-mapped front and the
+#: baselines ``separate`` (each model's own best-throughput point, run together), ``split`` (each model on its
+#: own PUs) and ``whole`` (each model unsplit on one PU). A model's view of a workload point keeps its strategy.
+WORKLOAD_STRATEGIES = ("parapipe", "separate", "split", "whole")
 #: ``--point`` selectors besides a point id (chosen among the ``parapipe`` points).
 SELECTORS = ("best-throughput", "best-latency", "best-energy")
 _FIX = "re-run 'parapipe optimize', or fix the hand edit"
@@ -247,7 +252,8 @@ class Point(BaseModel):
 
     model_config = _STRICT
     id: str = Field(min_length=1)
-    strategy: Literal["parapipe", "pipeline", "parallel", "single", "replicated", "governor"]
+    strategy: Literal["parapipe", "pipeline", "parallel", "single", "replicated", "governor", "separate", "split",
+                      "whole"]
     pareto: bool = False
     #: Which search pass found the mapping (``dp``, ``cpsat``, ``polish``, ``baseline`` …); informative only.
     origin: str = ""
@@ -315,15 +321,21 @@ class ParetoDoc(BaseModel):
 
 
 def _check_point(p: Point, blocks: List[str], soc: SocRef) -> None:
-    """Raise FieldProblem at the first inconsistency of ``p`` (see :class:`ParetoDoc`): the structural rules
-    (:func:`parapipe.cost.rules.check_stages`), then what the document form adds (PUs of the SoC, an assignment
-    naming only the stage's blocks and every block of a multi-PU stage, the replicas' list and shares)."""
+    """Raise FieldProblem at the first inconsistency of ``p`` (see :class:`ParetoDoc`)."""
+    check_point_stages(p.stages, blocks, soc, f"points[{p.id}].mapping.stages")
+
+
+def check_point_stages(stages: List[Stage], blocks: List[str], soc: SocRef, where_stages: str) -> None:
+    """Raise FieldProblem at the first inconsistency of one mapping's ``stages`` over ``blocks`` on ``soc``: the
+    structural rules (:func:`parapipe.cost.rules.check_stages`), then what the document form adds (PUs of the
+    SoC, an assignment naming only the stage's blocks and every block of a multi-PU stage, the replicas' list
+    and shares). ``where_stages`` is the field path of the stage list (``points[p0].mapping.stages``)."""
     try:
-        check_stages(p.stages, blocks or None)
+        check_stages(stages, blocks or None)
     except RuleViolation as exc:
-        raise FieldProblem(exc.where(f"points[{p.id}].mapping.stages"), exc.problem, exc.fix) from None
-    for s, st in enumerate(p.stages):
-        where = f"points[{p.id}].mapping.stages[{s}]"
+        raise FieldProblem(exc.where(where_stages), exc.problem, exc.fix) from None
+    for s, st in enumerate(stages):
+        where = f"{where_stages}[{s}]"
         _check_placement(st, st, where, "stage", soc)
         if st.replicas is not None:
             _check_replicas(st, where, soc)

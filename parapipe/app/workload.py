@@ -1,0 +1,258 @@
+"""``parapipe optimize A B ...``: a workload of several models on one SoC (search:
+:mod:`parapipe.search.workload`, cost model: :mod:`parapipe.cost.workload`, document:
+:mod:`parapipe.mapping.workload`).
+
+:func:`read_app_file` reads a workload app file (YAML)::
+
+    models:
+      - model: inception_v1          # registry name or .onnx path (relative to the file)
+        rate: 1                      # frames per workload frame (> 0; default 1)
+        input_shapes: {data_0: [1, 3, 224, 224]}   # optional
+        latency_bound_s: 0.1         # optional, s
+      - model: squeezenet
+        rate: 3
+    latency_axis: max                # or weighted-mean (optional)
+
+:func:`check_models` refuses a model that cannot join (an input shape it cannot take, an operator no PU of the
+SoC declares) in one line naming the model, before anything is measured; :func:`prepare_workload` then prepares
+every model (:func:`parapipe.app.prepare.prepare`, once per model) and :func:`optimize_workload` searches and
+writes pareto.json (and pareto.png).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from parapipe.app.prepare import Prepared, model_notes
+from parapipe.errors import InputError, ParapipeError, input_error
+from parapipe.mapping.workload import WorkloadDoc
+
+log = logging.getLogger(__name__)
+
+__all__ = ["WorkloadSpec", "read_app_file", "parse_rates", "check_models", "prepare_workload",
+           "optimize_workload", "workload_result_doc"]
+
+_APP_FIX = "see 'parapipe optimize --help' (--workload) for the file's fields"
+
+
+@dataclass
+class WorkloadSpec:
+    """The models of a workload: names or paths, rates, input shapes (per model, or None), latency bounds (s, or
+    None) and the latency axis."""
+
+    models: List[str]
+    rates: List[float]
+    input_shapes: List[Optional[Dict[str, Tuple[int, ...]]]]
+    latency_bounds_s: List[Optional[float]]
+    latency_axis: str = "max"
+
+
+def parse_rates(text: Optional[str], n: int) -> List[float]:
+    """``--rates 3,1``: one rate (> 0) per model; None: every model at rate 1.
+
+    Raises
+    ------
+    InputError
+        Not ``n`` positive numbers.
+    """
+    if not text:
+        return [1.0] * n
+    try:
+        rates = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise input_error("--rates", None, f"not numbers: {text!r}", "give one number per model, e.g. 3,1") from None
+    if len(rates) != n or any(not (r > 0 and r < float("inf")) for r in rates):
+        raise input_error("--rates", None, f"got {text!r} for {n} model(s)",
+                          f"give {n} positive numbers, one per model in order, e.g. {','.join(['1'] * n)}")
+    return rates
+
+
+def read_app_file(path: str) -> WorkloadSpec:
+    """Read a workload app file (module docstring).
+
+    Raises
+    ------
+    InputError
+        Unreadable file, not YAML, a missing or wrong field: one line naming the file, the field and the fix.
+    """
+    import yaml
+
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise input_error(str(p), None, f"cannot read the workload file ({exc.strerror or exc})",
+                          "give the path of a workload YAML file") from None
+    except yaml.YAMLError as exc:
+        raise input_error(str(p), None, f"not valid YAML ({str(exc).splitlines()[0]})", _APP_FIX) from None
+    if not isinstance(data, dict):
+        raise input_error(str(p), None, "not a mapping with a 'models' list", _APP_FIX)
+    unknown = sorted(set(data) - {"models", "latency_axis"})
+    if unknown:
+        raise input_error(str(p), unknown[0], "unknown field", "use models and latency_axis")
+    axis = data.get("latency_axis", "max")
+    if axis not in ("max", "weighted-mean"):
+        raise input_error(str(p), "latency_axis", f"unknown axis {axis!r}", "write max or weighted-mean")
+    entries = data.get("models")
+    if not isinstance(entries, list) or len(entries) < 1:
+        raise input_error(str(p), "models", "missing or not a list", "list the models, e.g. models: [{model: squeezenet}]")
+    spec = WorkloadSpec([], [], [], [], axis)
+    for i, e in enumerate(entries):
+        where = f"models[{i}]"
+        if isinstance(e, str):
+            e = {"model": e}
+        if not isinstance(e, dict) or not isinstance(e.get("model"), str):
+            raise input_error(str(p), f"{where}.model", "missing", "give a registry name or an .onnx path")
+        bad = sorted(set(e) - {"model", "rate", "input_shapes", "latency_bound_s"})
+        if bad:
+            raise input_error(str(p), f"{where}.{bad[0]}", "unknown field",
+                              "use model, rate, input_shapes and latency_bound_s")
+        model = e["model"]
+        if model.endswith(".onnx") and not Path(model).is_absolute():
+            model = str((p.parent / model))
+        rate = e.get("rate", 1)
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+            raise input_error(str(p), f"{where}.rate", f"must be a number > 0, got {rate!r}",
+                              "give frames of this model per workload frame, e.g. 1")
+        bound = e.get("latency_bound_s")
+        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, (int, float)) or not bound > 0):
+            raise input_error(str(p), f"{where}.latency_bound_s", f"must be seconds > 0, got {bound!r}",
+                              "give seconds, e.g. 0.1")
+        shapes = e.get("input_shapes")
+        parsed: Optional[Dict[str, Tuple[int, ...]]] = None
+        if shapes is not None:
+            if not isinstance(shapes, dict) or not all(
+                    isinstance(v, list) and v and all(isinstance(d, int) and not isinstance(d, bool) and d > 0
+                                                      for d in v) for v in shapes.values()):
+                raise input_error(str(p), f"{where}.input_shapes", "not a mapping of input name to positive dims",
+                                  "write e.g. input_shapes: {images: [1, 3, 640, 640]}")
+            parsed = {str(k): tuple(v) for k, v in shapes.items()}
+        spec.models.append(model)
+        spec.rates.append(float(rate))
+        spec.input_shapes.append(parsed)
+        spec.latency_bounds_s.append(None if bound is None else float(bound))
+    return spec
+
+
+def check_models(spec: WorkloadSpec, soc: str, pus: Optional[Sequence[str]] = None) -> List[Any]:
+    """Load every model, import it with its input shapes and check that the SoC's PUs declare its operators,
+    before anything is measured. Returns the loaded models (:class:`parapipe.graph.zoo.LoadedModel`).
+
+    Raises
+    ------
+    InputError
+        ``model NAME: cannot join the workload: <why>`` (one line) for the first model that cannot join; two
+        models with one name.
+    """
+    from parapipe.app.resolve import resolve_soc
+    from parapipe.graph.opgraph import import_onnx
+    from parapipe.graph.support import check_declared
+    from parapipe.graph.zoo import load_model
+    from parapipe.soc.identity import HOST_SOC, is_host
+
+    soc_obj = None if is_host(soc) else resolve_soc(soc)
+    if soc_obj is not None and pus:
+        soc_obj = soc_obj.restrict(list(pus))
+    loaded = []
+    names: List[str] = []
+    for model, shapes in zip(spec.models, spec.input_shapes):
+        try:
+            lm = load_model(model)
+            og = import_onnx(lm.model, name=lm.name, source=str(lm.path or model), input_shapes=shapes)
+            if soc_obj is None:
+                check_declared(og.model, str(lm.path or model), HOST_SOC, [])
+            else:
+                check_declared(og.model, str(lm.path or model), soc_obj.name,
+                               [p.supported_ops for p in soc_obj.pus.values()])
+        except ParapipeError as exc:
+            raise InputError(f"model {model}: cannot join the workload: {exc}") from None
+        if lm.name in names:
+            raise input_error(f"model {model}", None, "is listed twice",
+                              "list each model once and give its frames per workload frame with --rates")
+        names.append(lm.name)
+        loaded.append(lm)
+    return loaded
+
+
+def prepare_workload(spec: WorkloadSpec, soc: str, pus: Optional[Sequence[str]] = None,
+                     max_blocks: Optional[int] = 48, db: Optional[str] = None, progress=None) -> List[Prepared]:
+    """:func:`check_models`, then :func:`parapipe.app.prepare.prepare` of each model (once each; on ``--soc
+    host`` each model's blocks are measured as for one model). On ``host`` every model's problem is then put on
+    the first model's measured PUs' transfer and power figures (same PU names), so the problems share one SoC.
+
+    Raises
+    ------
+    InputError, InfeasibleError
+        As :func:`check_models` and ``prepare``.
+    """
+    from dataclasses import replace
+
+    from parapipe.app.prepare import prepare
+
+    loaded = check_models(spec, soc, pus)
+    preps = [prepare(model, soc, pus=pus, max_blocks=max_blocks, db=db, input_shapes=shapes, loaded=lm,
+                     progress=progress)
+             for model, shapes, lm in zip(spec.models, spec.input_shapes, loaded)]
+    first = preps[0]
+    out = [first]
+    for prep in preps[1:]:
+        if list(prep.problem.pu_names) != list(first.problem.pu_names):
+            raise input_error("--soc", soc, "the models' measured PUs differ "
+                              f"({', '.join(prep.problem.pu_names)} vs {', '.join(first.problem.pu_names)})",
+                              "measure again on a quiet machine, or give a profile")
+        pr = replace(prep.problem, idle_power_w=first.problem.idle_power_w,
+                     static_power_w=first.problem.static_power_w, alpha_s=first.problem.alpha_s,
+                     beta_bytes_per_s=first.problem.beta_bytes_per_s, memory_bytes=first.problem.memory_bytes)
+        out.append(replace(prep, problem=pr, soc=first.soc, terms=first.terms))
+    return out
+
+
+def workload_result_doc(preps: Sequence[Prepared], spec: WorkloadSpec, result, seed: int) -> WorkloadDoc:
+    """The workload document of ``result`` (:func:`parapipe.mapping.io.workload_doc_from_result`)."""
+    from parapipe.app.resolve import soc_ref
+    from parapipe.mapping.io import workload_doc_from_result
+
+    models = []
+    for prep, bound in zip(preps, spec.latency_bounds_s):
+        notes = model_notes(prep.opgraph)
+        models.append({"name": prep.loaded.name, "sha256": prep.loaded.sha256,
+                       "input_shapes": notes["input_shapes"], "cost_notes": notes["cost_notes"],
+                       "blocks": {b.name: list(b.ops) for b in prep.block_graph.blocks},
+                       "latency_bound_s": bound, "search": {"max_blocks": prep.max_blocks, **prep.timings_s}})
+    return workload_doc_from_result(result, models, soc_ref(preps[0].soc), search={"seed": seed})
+
+
+def optimize_workload(preps: Sequence[Prepared], spec: WorkloadSpec, options, out_dir: Path,
+                      plot: bool = True) -> Tuple[WorkloadDoc, Any]:
+    """Search the workload (:func:`parapipe.search.workload.workload_search`) and write ``out_dir/pareto.json``
+    (and ``pareto.png``). Returns the document and the :class:`parapipe.search.workload.WorkloadResult`.
+
+    Raises
+    ------
+    InputError
+        ``out_dir`` not writable. InfeasibleError: a model without a mapping (within its latency bound).
+    """
+    from parapipe.app.optimize import check_out_dir
+    from parapipe.files import atomic_path
+    from parapipe.mapping import write_pareto
+    from parapipe.search.workload import workload_search
+
+    out_dir = Path(out_dir)
+    check_out_dir(out_dir)
+    result = workload_search([p.problem for p in preps], spec.rates, options, terms=preps[0].terms,
+                             latency_axis=spec.latency_axis, latency_bounds_s=spec.latency_bounds_s)
+    doc = workload_result_doc(preps, spec, result, options.seed)
+    png = out_dir / "pareto.png"
+    if plot:
+        from parapipe.report.workload import plot_workload
+
+        with atomic_path(png, suffix=".png") as tmp:
+            plot_workload(doc, tmp)
+            write_pareto(doc, out_dir / "pareto.json")
+    else:
+        write_pareto(doc, out_dir / "pareto.json")
+        if png.exists():
+            png.unlink()
+    return doc, result

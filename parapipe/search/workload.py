@@ -1,0 +1,412 @@
+"""The workload search: co-map several models on one SoC, one front (cost model: :mod:`parapipe.cost.workload`).
+
+**Per-model candidates.** Each model's candidate mappings come from the single-model search
+(:func:`parapipe.search.api.search`, its front and its baselines) run on the model's whole problem and, for
+problems above :data:`EXACT_CANDIDATE_CELLS`, on every proper subset of the PUs (so that a model can leave PUs
+to the others); problems of at most that many blocks x PUs instead add *every* mapping of the single-model DP's
+space (every composition of the blocks into contiguous stages x every PU group per stage, PUs may serve several
+stages, each stage list-scheduled by :func:`parapipe.search.listsched.schedule_ranges`). Each candidate is
+evaluated alone (:func:`parapipe.cost.evaluate.evaluate` with the terms) and kept when no other candidate of the
+model is at least as good in every PU's busy time, the latency and the active energy (the workload's period,
+latency axis and energy grow with each of them), and when it meets the model's latency bound.
+
+**Combination.** Models are added one at a time: every kept partial combination x every candidate of the next
+model, the rate-weighted busy vectors, latency (axis so far) and active energy summed, and the partial
+combinations filtered to those non-dominated in (busy per PU, latency, energy) — exact, since the objectives are
+monotone in each. At most :data:`MAX_PARTIAL` partial combinations are kept (the lowest-period ones and a spread
+of the rest), which is what bounds the combination on large problems (``search.workload.bounded_by`` in
+pareto.json). The front of the final combinations on (period, latency axis, energy) is then evaluated with the
+full workload model (:func:`parapipe.cost.workload.evaluate_workload`: cross-model contention and sharing) and
+filtered again.
+
+**Exactness.** The front is the exact front of every combination of the candidates when: each model's problem
+is at most :data:`EXACT_CANDIDATE_CELLS` cells, no partial set was capped, and the terms have no cross-model
+interaction (no contention ``γ``, sharing ``ψ`` or overlap ``φ``, and no operating-point transitions between
+models); ``WorkloadResult.info["exact"]`` says so and ``info["bounded_by"]`` lists what bounded it otherwise.
+
+**Bounds.** The workload period is at least each model's single-model period bound x its rate, and at least the
+LP of the rate-weighted work of every block of every model spread over the PUs at their times
+(:func:`workload_period_lp`), x the terms' slowdown ``κ`` when no PU has an overlap term. The latency axis is at
+least the axis of the models' latency bounds.
+
+**Baselines** (offered to the front too): ``separate`` — each model's best-throughput point of its own search,
+run together; ``split`` — each model on its own PU subset (disjoint), its best-throughput candidate there, the
+split of least workload period; ``whole`` — each model unsplit on one PU (PUs may be shared), the assignment of
+least workload period.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..cost.evaluate import evaluate
+from ..cost.mapping import Mapping, ReplicaMapping, StageMapping
+from ..cost.pipeline_terms import DEFAULT_TERMS, PipelineTerms
+from ..cost.problem import MappingProblem
+from ..cost.workload import WorkloadEvaluation, evaluate_workload, model_dyn_energy_j, workload_latency
+from ..errors import InfeasibleError
+from .api import OBJECTIVE_DIGITS, SearchOptions, SearchResult, search
+from .bounds import optimistic_problem
+from .listsched import schedule_ranges
+from .pareto import pareto_mask
+
+__all__ = ["EXACT_CANDIDATE_CELLS", "MAX_PARTIAL", "WorkloadPoint", "WorkloadResult", "workload_search",
+           "workload_period_lp", "remap_mapping", "enumerate_mappings"]
+
+log = logging.getLogger(__name__)
+
+EXACT_CANDIDATE_CELLS = 12
+"""Blocks x PUs of a model's problem up to which every mapping of the DP's space is a candidate (3 blocks x 2
+PUs: 48 mappings; 4 x 3: 3,087; the count grows as (2^k)^n)."""
+
+MAX_PARTIAL = 4000
+"""Most partial combinations kept between two models (each is a row of busy times; the filter is quadratic in
+the worst case)."""
+
+
+@dataclass
+class WorkloadPoint:
+    """One workload mapping: a mapping per model (index form over each model's problem) and its evaluation."""
+
+    id: str
+    strategy: str  # parapipe | separate | split | whole
+    mappings: List[Mapping]
+    evaluation: WorkloadEvaluation
+    pareto: bool = False
+    origin: str = ""
+
+    def objectives(self) -> Tuple[float, float, float]:
+        return self.evaluation.objectives()
+
+
+@dataclass
+class WorkloadResult:
+    """The front (``parapipe`` points first), the baselines, the bounds and what the search recorded."""
+
+    problems: List[MappingProblem]
+    rates: List[float]
+    latency_axis: str
+    points: List[WorkloadPoint]
+    period_lb_s: float
+    latency_lb_s: float
+    model_results: List[SearchResult]
+    info: Dict[str, Any] = field(default_factory=dict)
+
+    def front(self) -> List[WorkloadPoint]:
+        return [p for p in self.points if p.strategy == "parapipe"]
+
+    def best(self, objective: str, strategy: Optional[str] = "parapipe") -> WorkloadPoint:
+        col = {"throughput": 0, "latency": 1, "energy": 2}[objective]
+        pts = [p for p in self.points if strategy is None or p.strategy == strategy]
+        return min(pts, key=lambda p: (p.objectives()[col],) + p.objectives())
+
+
+def remap_mapping(mapping: Mapping, keep: Sequence[int]) -> Mapping:
+    """A mapping over the PU indices of ``problem.restrict_pus(keep)`` as a mapping over the full problem's."""
+    def pus(t):
+        return tuple(keep[p] for p in t)
+    return Mapping(tuple(StageMapping(st.start, st.stop, pus(st.pus), pus(st.assignment), st.order,
+                                      tuple(ReplicaMapping(pus(r.pus), pus(r.assignment), r.order, r.ops)
+                                            for r in st.replicas), st.ops)
+                         for st in mapping.stages))
+
+
+def enumerate_mappings(problem: MappingProblem) -> List[Mapping]:
+    """Every mapping of the single-model DP's space with PUs reused (module docstring), highest operating
+    points."""
+    n, k = problem.n_blocks, problem.n_pus
+    groups = [tuple(p for p in range(k) if mask >> p & 1) for mask in range(1, 2 ** k)]
+
+    @lru_cache(maxsize=None)
+    def runs(a: int, gi: int):
+        return schedule_ranges(problem, a, groups[gi])
+
+    out: List[Mapping] = []
+
+    def extend(a: int, stages: List[StageMapping]) -> None:
+        if a == n:
+            out.append(Mapping(tuple(stages)))
+            return
+        for gi, g in enumerate(groups):
+            rs = runs(a, gi)
+            for i in range(len(rs.makespan_s)):
+                b = a + i + 1
+                if not np.isfinite(rs.makespan_s[i]):
+                    break
+                extend(b, stages + [StageMapping(a, b, g, tuple(rs.assignment[:i + 1]))])
+
+    extend(0, [])
+    return out
+
+
+def _canonical(x: np.ndarray) -> np.ndarray:
+    return np.array([[float(f"{v:.{OBJECTIVE_DIGITS}g}") for v in row] for row in np.atleast_2d(x)])
+
+
+@dataclass
+class _Candidates:
+    mappings: List[Mapping]
+    busy: np.ndarray  # (c, k) per inference
+    latency: np.ndarray
+    dyn: np.ndarray
+
+
+def _candidates(problem: MappingProblem, maps: List[Mapping], terms: PipelineTerms,
+                latency_bound_s: Optional[float]) -> Tuple[_Candidates, int]:
+    """Evaluate ``maps`` alone and keep the non-dominated ones (module docstring); also returns how many were
+    evaluated."""
+    seen: Dict[Mapping, None] = {}
+    for m in maps:
+        seen.setdefault(m, None)
+    rows, kept = [], []
+    for m in seen:
+        ev = evaluate(problem, m, terms)
+        if latency_bound_s is not None and ev.latency_s > latency_bound_s:
+            continue
+        kept.append(m)
+        rows.append(list(ev.busy_s) + [ev.latency_s, model_dyn_energy_j(problem, ev)])
+    if not rows:
+        raise InfeasibleError(f"{problem.name}: no mapping meets its latency bound of {latency_bound_s * 1e3:.3g} ms"
+                              if latency_bound_s is not None else f"{problem.name}: no mapping")
+    arr = np.array(rows)
+    mask = pareto_mask(_canonical(arr))
+    idx = np.flatnonzero(mask)
+    k = problem.n_pus
+    return _Candidates([kept[i] for i in idx], arr[idx, :k], arr[idx, k], arr[idx, k + 1]), len(seen)
+
+
+def _subset_options(opts: SearchOptions) -> SearchOptions:
+    """Lighter options for the searches on PU subsets (they only feed candidates)."""
+    from dataclasses import replace
+
+    return replace(opts, time_limit_s=min(opts.time_limit_s, 2.0), reuse_time_limit_s=min(opts.reuse_time_limit_s, 2.0),
+                   period_time_limit_s=min(opts.period_time_limit_s, 1.0),
+                   replicate_time_limit_s=min(opts.replicate_time_limit_s, 1.0))
+
+
+def workload_period_lp(problems: Sequence[MappingProblem], rates: Sequence[float]) -> float:
+    """LP bound on the workload period, s: every block of every model placed fractionally on the PUs that run
+    it, at its (optimistic) time x its model's rate; the period is at least the most loaded PU's work."""
+    from ortools.linear_solver import pywraplp
+
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    k = problems[0].n_pus
+    period = solver.NumVar(0, solver.infinity(), "P")
+    load: List[list] = [[] for _ in range(k)]
+    for m, pr in enumerate(problems):
+        t = optimistic_problem(pr).time_s
+        for b in range(pr.n_blocks):
+            xs = []
+            for p in range(k):
+                if np.isfinite(t[b, p]):
+                    x = solver.NumVar(0, 1, f"x{m}_{b}_{p}")
+                    xs.append(x)
+                    load[p].append(x * float(rates[m] * t[b, p]))
+            solver.Add(sum(xs) == 1)
+    for p in range(k):
+        if load[p]:
+            solver.Add(sum(load[p]) <= period)
+    solver.Minimize(period)
+    status = solver.Solve()
+    value = period.solution_value() if status == pywraplp.Solver.OPTIMAL else 0.0
+    return float(value) * (1 - 1e-9)
+
+
+def _spread(n: int, keep: int, order: np.ndarray) -> np.ndarray:
+    """``keep`` rows of ``n``: the first half of ``order``'s best, then a spread of the rest."""
+    head = order[: keep // 2]
+    rest = order[keep // 2:]
+    pick = rest[np.linspace(0, len(rest) - 1, keep - len(head)).round().astype(int)] if len(rest) else rest
+    return np.unique(np.concatenate([head, pick]))
+
+
+def _combine(cands: List[_Candidates], rates: Sequence[float], axis: str, idle_w: float, max_partial: int
+             ) -> Tuple[np.ndarray, bool]:
+    """Index rows (one candidate per model) of the combinations on the front (module docstring) and whether
+    a partial set was capped."""
+    capped = False
+    idx = np.arange(len(cands[0].mappings))[:, None]
+    busy = rates[0] * cands[0].busy
+    lat = cands[0].latency * (1.0 if axis == "max" else rates[0])
+    dyn = rates[0] * cands[0].dyn
+    for m in range(1, len(cands)):
+        c = cands[m]
+        a, b = len(idx), len(c.mappings)
+        ia, ib = np.repeat(np.arange(a), b), np.tile(np.arange(b), a)
+        busy = busy[ia] + rates[m] * c.busy[ib]
+        lat = np.maximum(lat[ia], c.latency[ib]) if axis == "max" else lat[ia] + rates[m] * c.latency[ib]
+        dyn = dyn[ia] + rates[m] * c.dyn[ib]
+        idx = np.hstack([idx[ia], ib[:, None]])
+        if m < len(cands) - 1:
+            # prefilter cheaply on (period, lat, dyn) order, then the exact filter in (busy, lat, dyn)
+            mask = pareto_mask(_canonical(np.column_stack([busy, lat, dyn])))
+            sel = np.flatnonzero(mask)
+            if len(sel) > max_partial:
+                capped = True
+                order = sel[np.argsort(busy[sel].max(axis=1), kind="stable")]
+                sel = _spread(len(order), max_partial, order)
+            idx, busy, lat, dyn = idx[sel], busy[sel], lat[sel], dyn[sel]
+    period = busy.max(axis=1)
+    latency = lat if axis == "max" else lat / float(sum(rates))
+    energy = dyn + idle_w * period
+    mask = pareto_mask(_canonical(np.column_stack([period, latency, energy])))
+    return idx[np.flatnonzero(mask)], capped
+
+
+def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], options: Optional[SearchOptions] = None,
+                    terms: Optional[PipelineTerms] = None, latency_axis: str = "max",
+                    latency_bounds_s: Optional[Sequence[Optional[float]]] = None,
+                    max_partial: int = MAX_PARTIAL) -> WorkloadResult:
+    """Search a workload (module docstring): ``problems`` one per model over the same PUs, ``rates`` frames of
+    each per workload frame, ``latency_bounds_s`` an optional latency bound per model (s).
+
+    Raises
+    ------
+    parapipe.errors.InfeasibleError
+        A model has no mapping on the PUs, or none within its latency bound.
+    """
+    opts = options or SearchOptions()
+    terms = terms or DEFAULT_TERMS
+    t0 = time.monotonic()
+    k = problems[0].n_pus
+    bounds_s = list(latency_bounds_s or [None] * len(problems))
+    idle_w = float(problems[0].idle_power_w.sum()) + problems[0].static_power_w
+    results: List[SearchResult] = []
+    cands: List[_Candidates] = []
+    subset_best: List[Dict[Tuple[int, ...], Mapping]] = []
+    evaluated = 0
+    exact = True
+    bounded_by: List[str] = []
+    for m, pr in enumerate(problems):
+        res = search(pr, opts, terms=terms)
+        results.append(res)
+        maps = [p.mapping for p in res.points]
+        best: Dict[Tuple[int, ...], Mapping] = {}
+        if pr.n_blocks * pr.n_pus <= EXACT_CANDIDATE_CELLS:
+            maps += enumerate_mappings(pr)
+        else:
+            exact = False
+            sub_opts = _subset_options(opts)
+            for size in range(1, k):
+                for keep in itertools.combinations(range(k), size):
+                    try:
+                        sub = search(pr.restrict_pus(keep), sub_opts, terms=terms)
+                    except InfeasibleError:
+                        continue
+                    found = [remap_mapping(p.mapping, keep) for p in sub.points]
+                    maps += found
+                    best[keep] = remap_mapping(sub.best("throughput", None).mapping, keep)
+            bounded_by.append(f"{pr.name}: candidates from the single-model search on every PU subset "
+                              f"({pr.n_blocks} blocks x {pr.n_pus} PUs > {EXACT_CANDIDATE_CELLS} cells)")
+        c, n_eval = _candidates(pr, maps, terms, bounds_s[m])
+        evaluated += n_eval
+        cands.append(c)
+        subset_best.append(best)
+    cross = terms.contention > 0 or terms.sharing > 0 or any(terms.overlap.values()) or any(
+        pr.operating_points is not None and any(t is not None and t.transition_s > 0 for t in pr.operating_points)
+        for pr in problems)
+    if cross:
+        exact = False
+        bounded_by.append("the pipeline terms act across models (contention, sharing, overlap or operating-point "
+                          "transitions): combinations are ranked without them, the front evaluated with them")
+    rows, capped = _combine(cands, rates, latency_axis, idle_w, max_partial)
+    if capped:
+        exact = False
+        bounded_by.append(f"at most {max_partial} partial combinations kept between models")
+
+    def ev_of(maps: Sequence[Mapping]) -> WorkloadEvaluation:
+        return evaluate_workload(problems, maps, rates, terms, latency_axis)
+
+    cand_points = [WorkloadPoint("", "parapipe", [cands[m].mappings[i] for m, i in enumerate(row)],
+                                 ev_of([cands[m].mappings[i] for m, i in enumerate(row)]), origin="combination")
+                   for row in rows]
+    baselines = _baselines(problems, rates, results, cands, subset_best, ev_of)
+    cand_points += [WorkloadPoint("", "parapipe", b.mappings, b.evaluation, origin="baseline") for b in baselines]
+    fits = [p for p in cand_points if p.evaluation.fits_memory]
+    if fits:
+        cand_points = fits
+    else:
+        log.warning("workload: no combination found fits the PUs' memory limits; the front shows ones that do not")
+    mat = _canonical(np.array([p.objectives() for p in cand_points]))
+    front = [cand_points[i] for i in np.flatnonzero(pareto_mask(mat))]
+    front.sort(key=lambda p: p.objectives())
+    for i, p in enumerate(front):
+        p.id = f"w{i}"
+    all_points = front + baselines
+    objs = [tuple(r) for r in _canonical(np.array([p.objectives() for p in all_points]))]
+    on_front = {objs[j] for j in np.flatnonzero(pareto_mask(np.array(objs)))}
+    for i, p in enumerate(all_points):
+        p.pareto = objs[i] in on_front
+    kappa = float(terms.slowdown) if not any(terms.overlap.values()) else 1.0
+    lp = workload_period_lp(problems, rates) * kappa
+    own = max(r * res.bounds.period_lb_s for r, res in zip(rates, results))
+    period_lb = max(lp, own)
+    latency_lb = workload_latency(latency_axis, [res.bounds.latency_lb_s for res in results], rates)
+    info: Dict[str, Any] = {
+        "exact": exact, "bounded_by": bounded_by, "exact_candidate_cells": EXACT_CANDIDATE_CELLS,
+        "candidates": [len(c.mappings) for c in cands], "candidates_evaluated": evaluated,
+        "combinations_ranked": len(rows), "max_partial": max_partial,
+        "period_bound": {"lp_s": lp, "models_s": own, "method": "lp" if lp >= own else "models"},
+        "search_s": time.monotonic() - t0}
+    log.info("workload search: %d models, front %d points, %.2fs, exact %s", len(problems), len(front),
+             info["search_s"], exact)
+    return WorkloadResult(list(problems), list(rates), latency_axis, all_points, period_lb, latency_lb, results, info)
+
+
+def _baselines(problems, rates, results: List[SearchResult], cands: List[_Candidates],
+               subset_best: List[Dict[Tuple[int, ...], Mapping]], ev_of) -> List[WorkloadPoint]:
+    """The ``separate``, ``split`` and ``whole`` baselines (module docstring)."""
+    k = problems[0].n_pus
+    n_models = len(problems)
+    out: List[WorkloadPoint] = []
+    sep = [res.best("throughput").mapping for res in results]
+    out.append(WorkloadPoint("separate", "separate", sep, ev_of(sep), origin="baseline"))
+
+    def best_within(m: int, keep: Tuple[int, ...]) -> Optional[Mapping]:
+        if keep in subset_best[m]:
+            return subset_best[m][keep]
+        if len(keep) == k:
+            return results[m].best("throughput", None).mapping
+        allowed = set(keep)
+        c = cands[m]
+        ok = [i for i, mp in enumerate(c.mappings)
+              if {p for st in mp.stages for p in st.all_pus()} <= allowed]
+        if not ok:
+            return None
+        i = min(ok, key=lambda i: (float(c.busy[i].max()), float(c.latency[i]), float(c.dyn[i])))
+        return c.mappings[i]
+
+    best_split: Optional[Tuple[float, List[Mapping]]] = None
+    if k >= n_models:
+        for labels in itertools.product(range(n_models + 1), repeat=k):  # PU -> model (n_models: unused)
+            groups = [tuple(p for p in range(k) if labels[p] == m) for m in range(n_models)]
+            if any(not g for g in groups):
+                continue
+            found = [best_within(m, g) for m, g in enumerate(groups)]
+            maps = [mp for mp in found if mp is not None]
+            if len(maps) < n_models:
+                continue
+            # disjoint PUs: the period is the largest rate x own period; evaluate only the best candidates
+            key = max(rates[m] * float(evaluate(problems[m], mp).busy_s.max()) for m, mp in enumerate(maps))
+            if best_split is None or key < best_split[0]:
+                best_split = (key, maps)
+    if best_split is not None:
+        out.append(WorkloadPoint("split", "split", best_split[1], ev_of(best_split[1]), origin="baseline"))
+    best_whole = None
+    for pus in itertools.product(range(k), repeat=n_models):
+        if any(not np.isfinite(problems[m].time_s[:, p]).all() for m, p in enumerate(pus)):
+            continue
+        maps = [Mapping((StageMapping(0, problems[m].n_blocks, (p,), (p,) * problems[m].n_blocks),))
+                for m, p in enumerate(pus)]
+        ev = ev_of(maps)
+        if best_whole is None or ev.objectives() < best_whole.evaluation.objectives():
+            best_whole = WorkloadPoint("whole", "whole", maps, ev, origin="baseline")
+    if best_whole is not None:
+        out.append(best_whole)
+    return out

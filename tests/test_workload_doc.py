@@ -1,0 +1,109 @@
+"""The typed workload document: round trip, each model's view as a single-model document, the two kinds of
+pareto.json told apart in one line, and hand edits refused naming the point, the model and the field."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from deploy_mappings import host_soc_ref
+from parapipe.errors import InputError
+from parapipe.mapping import (ParetoDoc, parse_mapping, parse_pareto, parse_workload, read_mapping, read_pareto,
+                              read_workload, select_point, write_pareto)
+
+
+def _stage(pu, blocks, t=0.01):
+    return {"pus": [pu], "blocks": blocks, "time_s": t, "assignment": {b: pu for b in blocks}, "order": blocks}
+
+
+def workload_dict():
+    """Two tiny models (a: three blocks at rate 3, b: two blocks at rate 1) and two points on two host CPUs."""
+    a, b = ["a0", "a1", "a2"], ["b0", "b1"]
+    models = [{"model": {"name": "a", "sha256": "aa"}, "input_shapes": {"x": [1, 3, 8, 8]}, "rate": 3,
+               "latency_bound_s": 0.5, "blocks": {n: ["Conv"] for n in a},
+               "bounds": {"period_lb_s": 0.01, "latency_lb_s": 0.02}},
+              {"model": {"name": "b", "sha256": "bb"}, "rate": 1, "blocks": {n: ["Gemm"] for n in b}}]
+    common = {"period_gap": None, "latency_gap": None, "energy_j_per_model": {"a": 0.1, "b": 0.2}}
+    points = [
+        dict(common, id="w0", strategy="parapipe", pareto=True, throughput_per_s=10.0, period_s=0.1,
+             latency_s=0.05, energy_j=1.0, latency_s_per_model={"a": 0.05, "b": 0.02},
+             pu_busy_s={"cpu0": 0.09, "cpu1": 0.1}, pu_busy_s_per_model={"a": {"cpu0": 0.03}, "b": {"cpu1": 0.1}},
+             mappings={"a": {"stages": [_stage("cpu0", a)]}, "b": {"stages": [_stage("cpu1", b)]}}),
+        dict(common, id="w1", strategy="split", throughput_per_s=5.0, period_s=0.2, latency_s=0.03, energy_j=2.0,
+             latency_s_per_model={"a": 0.03, "b": 0.03},
+             mappings={"a": {"stages": [_stage("cpu0", a[:1]), _stage("cpu1", a[1:])]},
+                       "b": {"stages": [_stage("cpu0", b)]}}),
+    ]
+    return {"schema_version": 2, "kind": "workload", "soc": host_soc_ref(), "models": models,
+            "latency_axis": "max", "bounds": {"period_lb_s": 0.05, "latency_lb_s": 0.02}, "points": points}
+
+
+def refused(data, *words):
+    with pytest.raises(InputError) as info:
+        parse_workload(data, "w.json")
+    msg = str(info.value)
+    assert msg.startswith("w.json: ") and "\n" not in msg
+    for w in words:
+        assert w in msg, (w, msg)
+    return msg
+
+
+def test_round_trip_and_model_view(tmp_path):
+    doc = parse_workload(workload_dict(), "w.json")
+    write_pareto(doc, tmp_path / "w.json")
+    assert read_workload(str(tmp_path / "w.json")) == doc == read_mapping(str(tmp_path / "w.json"))
+    assert select_point(doc, "best-throughput").id == "w0" and select_point(doc, "best-latency").id == "w0"
+    view = doc.model_view("a")
+    assert isinstance(view, ParetoDoc) and view.model.name == "a" and list(view.blocks) == ["a0", "a1", "a2"]
+    assert view.input_shapes == {"x": [1, 3, 8, 8]} and view.bounds.period_lb_s == 0.01
+    p0 = select_point(view, "w0")
+    assert p0.period_s == pytest.approx(0.1 / 3) and p0.throughput_per_s == pytest.approx(30.0)
+    assert p0.latency_s == 0.05 and p0.energy_j == 0.1 and p0.pu_busy_s == {"cpu0": 0.03}
+    assert [st.pus for st in select_point(view, "w1").stages] == [["cpu0"], ["cpu1"]]
+    assert view.search["workload"]["rates"] == [3, 1]
+    # the view is an ordinary single-model document: it writes and reads back as one
+    write_pareto(view, tmp_path / "a.json")
+    assert read_pareto(str(tmp_path / "a.json")) == view
+
+
+def test_the_two_kinds_are_told_apart_in_one_line(tmp_path):
+    (tmp_path / "w.json").write_text(json.dumps(workload_dict()))
+    with pytest.raises(InputError, match=r"w.json: kind: is a workload mapping of models a, b, not of one model"):
+        read_pareto(str(tmp_path / "w.json"))
+    single = parse_workload(workload_dict(), "w.json").model_view("b").model_dump(mode="json")
+    assert parse_mapping(single, "s.json").model.name == "b"
+    refused(single, "w.json: kind: is the mapping of one model (b), not a workload")
+
+
+def _edit(fn):
+    d = workload_dict()
+    fn(d)
+    return d
+
+
+def test_hand_edits_are_refused_naming_point_model_and_field():
+    refused(_edit(lambda d: d["points"][0]["mappings"]["b"]["stages"][0]["blocks"].pop()),
+            "points[w0].mappings.b.stages", "block(s) in no stage")
+    refused(_edit(lambda d: d["points"][1]["mappings"]["a"]["stages"][0]["blocks"].append("b0")),
+            "points[w1].mappings.a.stages[0].blocks", "unknown block 'b0'")
+    refused(_edit(lambda d: d["points"][0]["mappings"].pop("a")), "points[w0].mappings", "no entry for model 'a'")
+    refused(_edit(lambda d: d["points"][0]["latency_s_per_model"].update(c=1.0)),
+            "points[w0].latency_s_per_model.c", "not a model of the workload")
+    refused(_edit(lambda d: d["models"][1]["model"].update(name="a")), "models[1].model.name", "listed twice")
+    refused(_edit(lambda d: d["models"][0].update(rate=0)), "models.0.rate")
+    refused(_edit(lambda d: d["points"][0]["mappings"]["a"]["stages"][0].update(pus=["npu"], assignment={})),
+            "points[w0].mappings.a.stages[0].pus", "PU 'npu' is not in SoC 'host'")
+
+
+def test_a_model_that_cannot_join_is_refused_in_one_line(tmp_path):
+    from parapipe.app.workload import WorkloadSpec, check_models, read_app_file
+
+    spec = WorkloadSpec(["squeezenet", "alexnet"], [1.0, 1.0], [None, {"nope": (1, 3, 224, 224)}], [None, None])
+    with pytest.raises(InputError) as info:
+        check_models(spec, "amlogic_a311d")
+    msg = str(info.value)
+    assert msg.startswith("model alexnet: cannot join the workload: ") and "\n" not in msg
+    app = tmp_path / "app.yaml"
+    app.write_text("models:\n  - model: squeezenet\n    rate: 0\n")
+    with pytest.raises(InputError, match=r"app.yaml: models\[0\].rate: must be a number > 0, got 0; give frames"):
+        read_app_file(str(app))

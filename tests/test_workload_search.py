@@ -1,0 +1,101 @@
+"""The workload cost model and search (parapipe/cost/workload.py, parapipe/search/workload.py) on tiny two-model
+problems: the front against the front of every combination of every mapping, enumerated here."""
+from __future__ import annotations
+
+import itertools
+from functools import lru_cache
+
+import numpy as np
+import pytest
+
+from parapipe.cost.evaluate import evaluate
+from parapipe.cost.mapping import Mapping, StageMapping
+from parapipe.cost.pipeline_terms import PipelineTerms
+from parapipe.cost.workload import evaluate_workload
+from parapipe.search.api import search
+from parapipe.search.pareto import pareto_mask
+from parapipe.search.workload import workload_search
+from search_cases import greedy_assignment, pu_groups, random_problem, sorted_rows
+
+
+def every_mapping(pr):
+    """Every composition into contiguous stages x every PU group per stage (PUs may repeat), each stage's
+    assignment the greedy list schedule from its definition (search_cases), plus the single-model search's own
+    points (its polished and replicated mappings): the candidates the workload search may combine."""
+    groups = pu_groups(pr.n_pus)
+
+    @lru_cache(maxsize=None)
+    def stage(a, b, g):
+        asg = greedy_assignment(pr, a, b, g)
+        return None if asg is None else StageMapping(a, b, g, asg)
+
+    out = []
+
+    def extend(a, stages):
+        if a == pr.n_blocks:
+            out.append(Mapping(tuple(stages)))
+            return
+        for b in range(a + 1, pr.n_blocks + 1):
+            for g in groups:
+                st = stage(a, b, g)
+                if st is not None:
+                    extend(b, stages + [st])
+
+    extend(0, [])
+    return out + [p.mapping for p in search(pr).points]
+
+
+def exhaustive_front(problems, rates, terms, axis):
+    objs = np.array([evaluate_workload(problems, list(maps), rates, terms, axis).objectives()
+                     for maps in itertools.product(*[every_mapping(pr) for pr in problems])])
+    canon = np.array([[float(f"{v:.10g}") for v in row] for row in objs])
+    return np.unique(canon[pareto_mask(canon)], axis=0)
+
+
+TERMS = PipelineTerms(dispatch_s=2e-4, handoff_s=1e-4, invoke_s={"p1": 5e-4})
+
+
+@pytest.mark.parametrize("seed, shapes, rates, terms, axis", [
+    (1, ("chain", "dag"), (2.0, 1.0), None, "max"),
+    (2, ("diamond", "chain"), (1.0, 3.0), TERMS, "weighted-mean"),
+])
+def test_front_equals_the_exhaustive_front(seed, shapes, rates, terms, axis):
+    problems = [random_problem(3, 2, 10 * seed + i, shape) for i, shape in enumerate(shapes)]
+    res = workload_search(problems, list(rates), terms=terms, latency_axis=axis)
+    assert res.info["exact"] is True
+    front = np.unique(np.array([[float(f"{v:.10g}") for v in p.objectives()] for p in res.front()]), axis=0)
+    np.testing.assert_allclose(sorted_rows(front), sorted_rows(exhaustive_front(problems, list(rates), terms, axis)),
+                               rtol=1e-9)
+    # the bounds hold, and every baseline is a combination the front covers
+    assert all(p.evaluation.period_s >= res.period_lb_s for p in res.points)
+    assert all(p.evaluation.latency_s >= res.latency_lb_s * (1 - 1e-9) for p in res.points)
+    assert {p.strategy for p in res.points} == {"parapipe", "separate", "split", "whole"}
+    for b in res.points:
+        assert any(all(x <= y * (1 + 1e-9) for x, y in zip(f.objectives(), b.objectives())) for f in res.front())
+
+
+def test_one_model_is_the_single_model_cost_and_the_board_is_counted_once():
+    pr = random_problem(4, 2, 7, "dag")
+    res = search(pr)
+    terms = PipelineTerms(dispatch_s=1e-4, contention=0.5, memory_bandwidth_bytes_per_s=1e9, sharing=0.1)
+    for p in res.points[:6]:
+        for t in (None, terms):
+            ev = evaluate(pr, p.mapping, t)
+            w = evaluate_workload([pr], [p.mapping], [1.0], t)
+            if p.mapping.replicated and t is not None:
+                continue
+            np.testing.assert_allclose(w.objectives(), (ev.period_s, ev.latency_s, ev.energy_j), rtol=1e-12)
+    # two models whole on their own PUs: idle and static power once per workload period, not once per model
+    a, b = random_problem(3, 2, 8, "chain"), random_problem(3, 2, 9, "chain")
+    a.time_s[:] = 1e-3
+    b.time_s[:] = 1e-3
+    b.idle_power_w = a.idle_power_w  # one SoC: one board
+    ma, mb = (Mapping((StageMapping(0, 3, (p,), (p,) * 3),)) for p in (0, 1))
+    w = evaluate_workload([a, b], [ma, mb], [1.0, 1.0])
+    ea, eb = evaluate(a, ma), evaluate(b, mb)
+    board_w = float(a.idle_power_w.sum()) + a.static_power_w
+    assert w.period_s == pytest.approx(3e-3)
+    assert w.energy_j == pytest.approx(ea.energy_j + eb.energy_j - board_w * 3e-3)
+    # sharing one PU: busy is the rate-weighted sum
+    w2 = evaluate_workload([a, b], [ma, ma], [2.0, 1.0])
+    assert w2.period_s == pytest.approx(9e-3) and w2.latency_s_per_model == pytest.approx([3e-3, 3e-3])
