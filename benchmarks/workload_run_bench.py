@@ -70,7 +70,7 @@ def comapped(path: Path, models: List[str]):
     ``separate``, where the document has one), each ``(members, point id, predicted)``; None where optimize wrote
     no workload document."""
     try:
-        from parapipe.mapping import read_mapping, select_workload_point  # type: ignore[attr-defined]
+        from parapipe.mapping import read_mapping, select_workload_point
     except ImportError:
         return None
     from parapipe.app.workload_run import point_predicted, workload_members

@@ -83,3 +83,28 @@ def test_a_workload_member_refused_in_one_line(members):
         load_workload([a, a])
     with pytest.raises(InputError, match=r"rates.b: must be a positive number"):
         load_workload([a, WorkloadMember("b", b.model, b.doc, b.point, 0.0, "w.json")])
+
+
+def test_run_of_a_workload_mapping_prints_each_model_and_the_workload(tmp_path, capsys):
+    from deploy_mappings import two_model_workload_doc, write_doc
+    from parapipe.cli import main
+    from parapipe.profiledb.db import ProfileDB
+    from parapipe.profiledb.runs import list_runs
+
+    path = write_doc(two_model_workload_doc(), tmp_path / "workload-pareto.json")
+    db, trace = tmp_path / "p.sqlite", tmp_path / "t.json"
+    assert main(["run", "--mapping", str(path), "--point", "w0", "--frames", "3", "--db", str(db),
+                 "--trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "workload point w0: 2 models (squeezenet cpu0 | cpu1; shufflenet cpu0 | cpu1), 3 workload frames" in out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.split()}
+    assert lines["squeezenet"].split()[1] == "1" and "match" in lines["squeezenet"]
+    assert lines["shufflenet"].split()[1] == "2" and lines["workload"].split()[2] == "20.00"  # predicted
+    assert "outputs_match: true" in out
+    with ProfileDB(db) as pdb:
+        assert [(r.model, r.frames) for r in list_runs(pdb)] == [("squeezenet", 3), ("shufflenet", 6)]
+    assert main(["run", "squeezenet", "shufflenet", "--mapping", str(path), "--frames", "2", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kind"] == "workload" and doc["outputs_match"] and set(doc["models"]) == {"squeezenet", "shufflenet"}
+    assert main(["run", "squeezenet", "--mapping", str(path)]) == 2  # one model for a workload of two
+    assert "1 given for a workload of 2 (squeezenet, shufflenet)" in capsys.readouterr().err

@@ -254,7 +254,7 @@ def run_workload_file(mapping_path: str, point: str, models: Sequence[str] = (),
     InputError
         As :func:`parapipe.mapping.read_workload`, :func:`workload_members`, :func:`run_workload_local`.
     """
-    from parapipe.mapping import read_workload, select_workload_point  # type: ignore[attr-defined]
+    from parapipe.mapping import read_workload, select_workload_point
 
     doc = read_workload(mapping_path)
     pt = select_workload_point(doc, point, path=mapping_path)

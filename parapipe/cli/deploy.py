@@ -71,7 +71,7 @@ def _deploy_workload(args: argparse.Namespace, spec, options, binds, show) -> in
     from parapipe.app.workload_run import load_workload, point_predicted, record_workload_run, workload_members
     from parapipe.cli.common import print_workload_report
     from parapipe.errors import input_error
-    from parapipe.mapping import read_workload, select_workload_point  # type: ignore[attr-defined]
+    from parapipe.mapping import read_workload, select_workload_point
 
     if args.feeds or parsed_input_shapes(args):
         raise input_error("--feeds" if args.feeds else "--input-shape", None, "not taken with a workload mapping "
