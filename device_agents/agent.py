@@ -382,7 +382,9 @@ def op_run_pipeline(request):
     (30); ``dispatch`` (``"pull"``: each replica of a replicated stage takes the next frame when it is free;
     ``"shares"``: frames dealt by the plan's shares). Sends
     ``progress`` events (``phase``, ``frames_done``, ``frames``, ``elapsed_s``, ``throughput_per_s``) while it
-    runs. Returns the report (``ppexec.report.RunReport`` as JSON), also written to ``out/report.json`` with the
+    runs. A workload bundle (a ``workload.json``: several models at once, ``ppexec.workload_run``) runs
+    ``frames`` workload frames. Returns the report (``ppexec.report.RunReport`` as JSON; of a workload bundle
+    ``ppexec.report.WorkloadReport``, ``"kind": "workload"``), also written to ``out/report.json`` with the
     Chrome trace in ``out/trace.json``. A failing stage is a ``RunError`` naming stage, PU and task; a bad or
     incomplete bundle a ``BadRequest``.
     """
@@ -403,6 +405,9 @@ def op_run_pipeline(request):
                   dispatch=_field(request, "dispatch", str, "pull"))
     if not os.path.isdir(folder):
         raise AgentError("BadRequest", "bundle folder %s does not exist on this host" % folder)
+    if os.path.isfile(os.path.join(folder, "workload.json")):  # several models at once (ppexec.workload_run)
+        from ppexec import workload_run
+        return {"report": _core_call(core, lambda: workload_run.run_workload_bundle(folder, **kwargs).to_json())}
     return {"report": _core_call(core, lambda: bundle_run.run_bundle(folder, **kwargs).to_json())}
 
 

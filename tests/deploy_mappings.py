@@ -88,3 +88,23 @@ def replicated_doc(model: str, fraction: float = 0.5) -> Dict:
              mapping={"stages": [replicated(first), _stage("cpu1", names[len(first):], 0.02)]}),
     ]
     return doc
+
+
+def two_model_workload_doc(models: Sequence[str] = ("squeezenet", "shufflenet"), rates: Sequence[float] = (1, 2),
+                           fractions: Sequence[float] = (0.4, 0.6)) -> Dict:
+    """A workload pareto.json for ``models`` on ``--soc host``: point ``w0`` runs each model cut in two stages on
+    cpu0 | cpu1 (model ``i`` at ``fractions[i]`` of its FLOPs), so both PUs serve both models; nominal
+    figures."""
+    entries, mappings, latency = [], {}, {}
+    for model, rate, fraction in zip(models, rates, fractions):
+        one = two_stage_doc(model, (fraction,))
+        entries.append({"model": one["model"], "rate": rate, "blocks": one["blocks"], "bounds": one["bounds"],
+                        "search": {"max_blocks": MAX_BLOCKS}})
+        mappings[one["model"]["name"]] = one["points"][0]["mapping"]
+        latency[one["model"]["name"]] = 0.04
+    point = {"id": "w0", "strategy": "parapipe", "pareto": True, "throughput_per_s": 20.0, "period_s": 0.05,
+             "latency_s": 0.04, "energy_j": 1.0, "period_gap": None, "latency_gap": None,
+             "latency_s_per_model": latency, "mappings": mappings}
+    return {"schema_version": 2, "kind": "workload", "soc": host_soc_ref(), "models": entries, "latency_axis": "max",
+            "search": {"max_blocks": MAX_BLOCKS}, "bounds": {"period_lb_s": 0.01, "latency_lb_s": 0.03},
+            "points": [point]}

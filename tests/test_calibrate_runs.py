@@ -212,7 +212,7 @@ def test_shared_pu_runs_calibrated_end_to_end_from_the_cli(tmp_path, capsys):
     assert load_soc(str(out)).pipeline.overlap["gpu"] > 0.3
 
 
-def test_runs_table_and_its_csv_export_are_inputs(tmp_path, capsys):
+def test_runs_table_and_its_csv_export_are_inputs(tmp_path, capsys, caplog):
     from parapipe.profiledb.db import ProfileDB
     from parapipe.profiledb.runs import RunRecord, append_run, list_runs, write_runs_csv
 
@@ -236,9 +236,16 @@ def test_runs_table_and_its_csv_export_are_inputs(tmp_path, capsys):
                 idle_latency_s=float(latency), pu_busy_s={}, energy_j=float(energy), predicted_period_s=None,
                 predicted_latency_s=None, predicted_energy_j=None, prediction_applies=i != 0, substituted={},
                 outputs_match=True, runner="local", board={}))
+        one = list_runs(db)[1]  # one model of a workload run: its period depends on its co-runners
+        one.id, one.workload = None, {"id": "w1", "rates": {"m0": 1.0, "m1": 1.0}, "models": ["m0", "m1"]}
+        one.period_s *= 3
+        append_run(db, one)
         write_runs_csv(list_runs(db), tmp_path / "export.csv")
     from_db = calibrate_json(capsys, "--runs", "--db", str(db_path), "--blocks", str(tmp_path / "tables"))
+    assert "1 row(s) of workload runs skipped" in caplog.text
+    caplog.clear()
     from_csv = calibrate_json(capsys, "--runs", str(tmp_path / "export.csv"), "--blocks", str(tmp_path / "tables"))
+    assert "1 row(s) of workload runs skipped" in caplog.text
     assert from_db["errors"]["after"]["n"] == 9  # the substituted run (prediction_applies false) is left out
     assert from_db["errors"] == from_csv["errors"]
     assert from_db["errors"]["loo"]["period_mape"] < from_db["errors"]["before"]["period_mape"]

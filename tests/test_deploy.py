@@ -289,3 +289,30 @@ def test_deploy_to_a_host_that_stalls_on_exec_fails_at_the_ssh_timeout(sshd_serv
     lines = [line for line in err.splitlines() if line.startswith("parapipe: error:")]
     assert rc == 2 and len(lines) == 1 and server.stalled.is_set(), err
     assert f"no answer to the request to run {sys.executable!r} within 2 s during the Python check" in lines[0]
+
+
+def test_a_workload_point_deploys_each_model_checked_and_leaves_nothing(sshd_server, squeezenet_mapping, tmp_path):
+    """Two models' points (squeezenet cut at 40 % and 60 %, rates 1 and 2) in one bundle, run at once by the
+    board's WorkloadExecutor: each model's outputs checked, the workload's figures reported."""
+    from ppexec.report import WorkloadReport
+
+    from parapipe.app.deploy import deploy_workload
+    from parapipe.app.workload_run import WorkloadMember, load_workload, workload_predicted
+    from parapipe.graph.zoo import load_model
+    from parapipe.mapping import read_pareto
+
+    doc = read_pareto(str(squeezenet_mapping))
+    lm = load_model("squeezenet")
+    members = [WorkloadMember("a", lm, doc, doc.points[0], 1.0), WorkloadMember("b", lm, doc, doc.points[1], 2.0)]
+    remote = str(tmp_path / "remote")
+    rep = deploy_workload(load_workload(members), {"a": 1.0, "b": 2.0}, "w0", workload_predicted(members),
+                          spec_for(sshd_server), tmp_path / "out",
+                          DeployOptions(python=sys.executable, frames=3, warmup=1, idle_frames=1, remote_dir=remote))
+    assert isinstance(rep.report, WorkloadReport) and rep.report.outputs_match
+    assert {m: r.frames for m, r in rep.report.models.items()} == {"a": 3, "b": 6}
+    assert rep.report.throughput_per_s > 0 and rep.report.bundle_id == rep.bundle_id
+    trace = json.loads(rep.trace_path.read_text())
+    assert {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"} == {"model a",
+                                                                                                    "model b"}
+    assert os.listdir(remote) == []
+    assert wait_for_no_agents(remote) == []

@@ -180,7 +180,7 @@ def test_a_schema_2_runs_table_gains_spread_and_load(tmp_path):
         append_run(db, new)
         assert [(r.spread, r.load) for r in list_runs(db)] == [(None, None), (0.04, 0.7)]
     conn = sqlite3.connect(str(path))
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == dbmod.SCHEMA_VERSION == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == dbmod.SCHEMA_VERSION == 5
     assert {"spread", "load", "frequencies"} <= {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
     conn.close()
 

@@ -248,7 +248,7 @@ def test_a_version_1_database_is_migrated_keeping_its_rows(tmp_path, catalog):
         cat.add_work([WorkEntry("block:cd", "block", (("x", True),), "m/b1", 64)])
         assert cat.work()["block:cd"].boundary_nbytes == 64
     conn = sqlite3.connect(str(path))
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"measurements", "op_catalog", "work_catalog", "runs"} <= tables
     conn.close()

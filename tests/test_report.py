@@ -211,6 +211,19 @@ def test_gantt_from_trace_writes_png(tmp_path):
     assert _png_size(out)[0] == 1600
 
 
+def test_gantt_of_a_workload_trace_colours_each_models_stages_and_names_them(tmp_path, monkeypatch):
+    import parapipe.report.gantt as gantt
+
+    drawn = {}
+    monkeypatch.setattr(gantt, "_draw", lambda bars, lanes, title, path, names, **kw: drawn.update(
+        names=names, stages={b.stage for b in bars}, label=kw["label_of"](bars[0])))
+    trace = [TraceEvent(0, "cpu0", "s0.cpu0.t0", f, 0.01 * f, 0.01 * f + 0.004, "a") for f in range(3)]
+    trace += [TraceEvent(0, "cpu0", "s0.cpu0.t0", f, 0.005 + 0.01 * f, 0.008 + 0.01 * f, "b") for f in range(3)]
+    gantt_from_trace(trace, tmp_path / "w.png", title="w")
+    assert drawn["names"] == {0: "a stage 0 on cpu0", 1: "b stage 0 on cpu0"}  # one colour each
+    assert drawn["stages"] == {0, 1} and drawn["label"][0] == "a s0 f0"
+
+
 def test_unknown_point_id_raises_input_error(doc):
     # the plots take a point of the document: the one selector names a missing id and lists those there are
     with pytest.raises(InputError, match=r"no point 'p9'.*p0, p1, p2") as exc:

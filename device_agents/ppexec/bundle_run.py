@@ -355,6 +355,19 @@ def read_bundle(folder: str, seed: int = 0, distinct_frames: int = DISTINCT_FRAM
     manifest = _read_json(os.path.join(folder, MANIFEST))
     if verify:
         verify_files(folder, manifest)
+    return read_plan_folder(folder, seed, distinct_frames, manifest.get("bundle_id"))
+
+
+def read_plan_folder(folder: str, seed: int = 0, distinct_frames: int = DISTINCT_FRAMES,
+                     bundle_id: Optional[str] = None) -> RunSpec:
+    """The :class:`RunSpec` of the ``plan.json`` in ``folder`` and the files it names (a bundle's, or one model's
+    part of a workload bundle: :mod:`.workload_run`), its files not checked here.
+
+    Raises
+    ------
+    PlanError
+        An unreadable plan.json, a plan that does not validate.
+    """
     doc = _read_json(os.path.join(folder, PLAN))
     plan = plan_from_doc(doc, folder, PLAN)
     if doc.get("feeds"):  # the user's frames (--feeds), fed cyclically
@@ -366,7 +379,7 @@ def read_bundle(folder: str, seed: int = 0, distinct_frames: int = DISTINCT_FRAM
                    model=doc.get("model") or {}, point=str(doc.get("point")),
                    predicted=dict(doc.get("predicted") or {}),
                    substituted={str(k): [int(c) for c in v] for k, v in (doc.get("substituted") or {}).items()},
-                   power_sensor=doc.get("power_sensor") or None, bundle_id=manifest.get("bundle_id"),
+                   power_sensor=doc.get("power_sensor") or None, bundle_id=bundle_id,
                    softmax_inputs={str(k): (str(v[0]), str(v[1]))
                                    for k, v in (doc.get("softmax_inputs") or {}).items()},
                    frequencies_hz={str(k): float(v) for k, v in (doc.get("frequencies_hz") or {}).items()},
@@ -448,36 +461,83 @@ def run_verified(spec: RunSpec, frames: int = 200, warmup: int = 5, atol: float 
     return report, trace
 
 
+class _Checked(object):
+    """A spec made ready for a checked run: the plan with the handed-over tensors as outputs, the reference
+    outputs of every distinct frame, and what :class:`FrameCheck` needs."""
+
+    def __init__(self, spec: RunSpec, atol: float, rtol: float):
+        self.outputs, self.checked = list(spec.plan.model_outputs), list(spec.check_tensors)
+        self.plan = plan = with_outputs(spec.plan, self.checked)
+        if any(b.runtime != "onnxruntime" or b.provider != "CPUExecutionProvider" for b in plan.bindings.values()):
+            rtol = max(float(rtol), CROSS_RUNTIME_RTOL)
+        self.atol, self.rtol = float(atol), float(rtol)
+        self.pool = list(spec.frames)
+        ref_session = create_session(spec.reference_model, PUBinding(cpus=None, threads=1), "CPUExecutionProvider")
+        self.softmax_inputs = {k: v for k, v in spec.softmax_inputs.items() if k in self.outputs}
+        fetched = list(plan.model_outputs) + sorted({v[0] for v in self.softmax_inputs.values()}
+                                                    - set(plan.model_outputs))
+        self.reference = []  # type: List[Dict[str, np.ndarray]]
+        for f in self.pool:
+            try:
+                values = ref_session.run(fetched, {n: f[n] for n in plan.model_inputs})
+            except Exception as exc:  # onnxruntime's own error types
+                raise ReferenceRunError("the unsplit model fails on the frames: %s" % exc) from exc
+            self.reference.append(dict(zip(fetched, values)))
+        del ref_session
+        self.worst = self.scaled = 0.0
+        self.matched = True
+        self.precisions = {}  # type: Dict[str, str]
+        self.check = None  # type: Optional[FrameCheck]
+
+    def start(self, ex: PipelineExecutor) -> None:
+        """Read what precision each loaded task runs in (``ex`` started) and build the frame check."""
+        task_precisions, self.precisions = _loaded_precisions(ex)
+        tolerances = {name: precision_tolerance(p, self.atol, self.rtol)
+                      for name, p in tensor_precisions(self.plan, task_precisions).items()}
+        self.check = FrameCheck(self.reference, self.outputs, self.checked, self.atol, self.rtol, tolerances,
+                                self.softmax_inputs)
+
+    def __call__(self, i: int, out: Dict[str, np.ndarray]) -> None:
+        """Check the outputs of frame ``i`` (fed cyclically from the pool)."""
+        assert self.check is not None, "start() first"
+        diff, scaled_diff, ok = self.check(i % len(self.pool), out)
+        self.worst, self.scaled, self.matched = max(self.worst, diff), max(self.scaled, scaled_diff), self.matched and ok
+
+    def report(self, spec: RunSpec, metrics: Any, warmup: int, idle_s: float, idle_count: int,
+               frequencies: Dict[str, Dict[str, Any]], dispatch: str, energy: Any = None,
+               energy_j: Optional[float] = None, spread: Optional[float] = None,
+               load: Optional[float] = None) -> RunReport:
+        """The :class:`.report.RunReport` of the run measured in ``metrics`` (a :class:`.metrics.RunMetrics`)."""
+        plan = self.plan
+        predicted = dict(spec.predicted)
+        substituted = {str(k): [int(c) for c in v] for k, v in spec.substituted.items()}
+        predicted["applies"] = not substituted and all(f["status"] == "ok" for f in frequencies.values())
+        return RunReport(
+            model=dict(spec.model), point=spec.point, frames=metrics.frames, warmup=warmup,
+            stages=len(plan.stages), throughput_per_s=metrics.throughput_per_s, wall_s=metrics.wall_s,
+            latency_p50_s=metrics.latency_p50_s, latency_p90_s=metrics.latency_p90_s,
+            latency_p99_s=metrics.latency_p99_s, idle_latency_s=idle_s, idle_frames=idle_count,
+            stage_busy_s=list(metrics.stage_busy_s), pu_busy_s=dict(metrics.pu_busy_s),
+            pu_utilisation=dict(metrics.pu_utilisation), outputs_match=bool(self.matched), max_abs_diff=self.worst,
+            checked_tensors=len(self.checked), max_scaled_diff=self.scaled, atol=self.atol, rtol=self.rtol,
+            precisions=self.precisions, predicted=predicted, substituted=substituted, bindings=_bindings_doc(plan),
+            host=_host_info(), energy_j=energy_j, energy_unknown=energy.unknown if energy is not None else None,
+            energy_warnings=list(energy.warnings) if energy is not None else [], bundle_id=spec.bundle_id,
+            dispatch=dispatch if plan.replicated() else None, frequencies=frequencies, spread=spread, load=load,
+            report_file=REPORT, trace_file=TRACE)
+
+
 def _run_verified(spec: RunSpec, state: dvfs.Applied, frames: int, warmup: int, atol: float, rtol: float,
                   progress_interval_s: float, emit: Optional[Callable[[Dict[str, Any]], None]], idle_frames: int,
                   dispatch: str, started_s: Optional[float]) -> Tuple[RunReport, Dict[str, Any]]:
     """:func:`run_verified`'s run, with the frequencies of ``state`` in force."""
     progress = _Progress(emit, frames, progress_interval_s, started_s)
-    outputs, checked = list(spec.plan.model_outputs), list(spec.check_tensors)
-    plan = with_outputs(spec.plan, checked)
-    if any(b.runtime != "onnxruntime" or b.provider != "CPUExecutionProvider" for b in plan.bindings.values()):
-        rtol = max(float(rtol), CROSS_RUNTIME_RTOL)
-    pool = list(spec.frames)
     progress("reference", 0, force=True)
-    ref_session = create_session(spec.reference_model, PUBinding(cpus=None, threads=1), "CPUExecutionProvider")
-    softmax_inputs = {k: v for k, v in spec.softmax_inputs.items() if k in outputs}
-    fetched = list(plan.model_outputs) + sorted({v[0] for v in softmax_inputs.values()} - set(plan.model_outputs))
-    reference = []
-    for f in pool:
-        try:
-            values = ref_session.run(fetched, {n: f[n] for n in plan.model_inputs})
-        except Exception as exc:  # onnxruntime's own error types
-            raise ReferenceRunError("the unsplit model fails on the frames: %s" % exc) from exc
-        reference.append(dict(zip(fetched, values)))
-    del ref_session
-    worst = scaled = 0.0
-    matched = True
+    checked = _Checked(spec, atol, rtol)
+    pool = checked.pool
     meter = PowerMeter(spec.power_sensor) if spec.power_sensor else None
-    with PipelineExecutor(plan, dispatch=dispatch) as ex:
-        task_precisions, precisions = _loaded_precisions(ex)
-        tolerances = {name: precision_tolerance(p, atol, rtol)
-                      for name, p in tensor_precisions(plan, task_precisions).items()}
-        check = FrameCheck(reference, outputs, checked, atol, rtol, tolerances, softmax_inputs)
+    with PipelineExecutor(checked.plan, dispatch=dispatch) as ex:
+        checked.start(ex)
         progress("start", 0, force=True)
         if warmup:
             for _ in ex.run(pool[i % len(pool)] for i in range(warmup)):
@@ -489,8 +549,7 @@ def _run_verified(spec: RunSpec, state: dvfs.Applied, frames: int, warmup: int, 
             meter.start()
         for i, out in enumerate(ex.run(pool[i % len(pool)] for i in range(frames))):
             done_s.append(time.perf_counter())
-            diff, scaled_diff, ok = check(i % len(pool), out)
-            worst, scaled, matched = max(worst, diff), max(scaled, scaled_diff), matched and ok
+            checked(i, out)
             progress("run", i + 1, rate=(i + 1) / max(time.perf_counter() - run_start, 1e-9))
         energy = meter.stop() if meter is not None else None
         state.read_back(end=True)  # what ran at the end of the measured frames (a cap may have come meanwhile)
@@ -501,27 +560,10 @@ def _run_verified(spec: RunSpec, state: dvfs.Applied, frames: int, warmup: int, 
         idle_count = min(int(idle_frames), int(frames))
         idle_s = _idle_latency_s(ex, pool, idle_count)
     progress("done", frames, force=True, rate=metrics.throughput_per_s)
-    predicted = dict(spec.predicted)
-    substituted = {str(k): [int(c) for c in v] for k, v in spec.substituted.items()}
-    frequencies = state.report()
-    predicted["applies"] = not substituted and all(f["status"] == "ok" for f in frequencies.values())
-    report = RunReport(
-        model=dict(spec.model), point=spec.point, frames=metrics.frames, warmup=warmup,
-        stages=len(plan.stages), throughput_per_s=metrics.throughput_per_s, wall_s=metrics.wall_s,
-        latency_p50_s=metrics.latency_p50_s, latency_p90_s=metrics.latency_p90_s,
-        latency_p99_s=metrics.latency_p99_s, idle_latency_s=idle_s, idle_frames=idle_count,
-        stage_busy_s=list(metrics.stage_busy_s), pu_busy_s=dict(metrics.pu_busy_s),
-        pu_utilisation=dict(metrics.pu_utilisation), outputs_match=bool(matched), max_abs_diff=worst,
-        checked_tensors=len(checked), max_scaled_diff=scaled, atol=float(atol), rtol=float(rtol),
-        precisions=precisions, predicted=predicted, substituted=substituted, bindings=_bindings_doc(plan),
-        host=_host_info(), energy_j=energy_j, energy_unknown=energy.unknown if energy is not None else None,
-        energy_warnings=list(energy.warnings) if energy is not None else [], bundle_id=spec.bundle_id,
-        dispatch=dispatch if plan.replicated() else None, frequencies=frequencies,
-        spread=timing.window_spread(run_start, done_s), load=None if load is None else load["load"],
-        report_file=REPORT,
-        trace_file=TRACE)
+    report = checked.report(spec, metrics, warmup, idle_s, idle_count, state.report(), dispatch, energy, energy_j,
+                            timing.window_spread(run_start, done_s), None if load is None else load["load"])
     info = {"model": report.model.get("name"), "point": report.point, "frames": report.frames,
-            "throughput_per_s": report.throughput_per_s, "predicted": predicted,
+            "throughput_per_s": report.throughput_per_s, "predicted": report.predicted,
             "outputs_match": report.outputs_match}
     return report, chrome_trace(metrics, info)
 

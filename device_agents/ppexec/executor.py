@@ -27,7 +27,8 @@ Here:
   squeezenet's replicated host mapping); the output queue is unbounded but the caller keeps at
   most ``Σ_stages replicas · (queue_depth + 2) + 1`` frames in flight, so no put can block forever;
 - a PU that serves several stages runs one task at a time (a lock per such PU around ``run``), so the
-  stages' threads do not time-slice its cores;
+  stages' threads do not time-slice its cores; several executors sharing a PU (the models of a workload,
+  :mod:`.workload`) share its lock (``pu_locks``), so the PU runs one task of any of them at a time;
 - every blocking call uses a timeout (``poll_s``) and checks a stop flag, so a failed peer never hangs the
   rest; a task error is re-raised in the caller as an execution error naming stage, PU and task.
 
@@ -113,6 +114,12 @@ class PipelineExecutor:
         How a replicated stage's frames reach its replicas (:data:`DISPATCH_POLICIES`): ``"pull"`` (default),
         each replica takes the next frame when it is free; ``"shares"``, dealt by smooth weighted round robin
         with the plan's ``replica_shares`` (the same sequence on every run).
+    pu_locks : dict of str to threading.Lock, optional
+        PU -> a lock shared with other executors running at the same time (the models of a workload,
+        :class:`.workload.WorkloadExecutor`): every task of this plan on that PU runs holding it, so the PU
+        runs one task of any of the executors at a time and its busy time is the sum of theirs, as the cost
+        model books a shared PU. Used whatever ``serialise_shared_pus`` says; PUs the plan does not use are
+        ignored.
 
     Raises
     ------
@@ -134,7 +141,8 @@ class PipelineExecutor:
 
     def __init__(self, plan: ExecutionPlan, queue_depth: int = 2, fallback_provider: Optional[str] = None,
                  poll_s: float = 0.05, join_timeout_s: float = 5.0,
-                 serialise_shared_pus: bool = True, dispatch: str = "pull"):
+                 serialise_shared_pus: bool = True, dispatch: str = "pull",
+                 pu_locks: Optional[Mapping[str, threading.Lock]] = None):
         validate_plan(plan)
         if dispatch not in DISPATCH_POLICIES:
             raise plan_error("PipelineExecutor", "dispatch", f"unknown policy {dispatch!r}",
@@ -178,6 +186,8 @@ class PipelineExecutor:
         self._replica_workers: List[List[List[Worker]]] = []  # stage -> replica -> workers
         self.serialise_shared_pus = bool(serialise_shared_pus)
         self._pu_locks: Dict[str, threading.Lock] = {}  # PU -> lock, for PUs serving several stages
+        self._shared_locks = {pu: lock for pu, lock in (pu_locks or {}).items() if pu in plan.bindings}
+        self._aborted: Optional[str] = None  # why abort() stopped the run, raised in the caller's thread
 
     # ----------------------------------------------------------------------------------------- life cycle
     def __enter__(self) -> "PipelineExecutor":
@@ -232,6 +242,7 @@ class PipelineExecutor:
                 for pu in by_pu:
                     workers_of[pu] = workers_of.get(pu, 0) + 1
             self._pu_locks = {pu: threading.Lock() for pu, k in workers_of.items() if k > 1}
+        self._pu_locks.update(self._shared_locks)  # shared with other executors: one task of any at a time
         context = WorkerContext(stop=self._stop, poll_s=self.poll_s, queue_depth=self.queue_depth,
                                 fail=self._fail, put=self._put, forward=self._forward)
         try:
@@ -311,8 +322,20 @@ class PipelineExecutor:
                 self._error = (stage, pu, task, doing, exc)
         self._stop.set()
 
+    def abort(self, reason: str) -> None:
+        """Stop the run from another thread (another model of a workload failed, Ctrl-C): the workers stop at
+        their next poll and the thread iterating :meth:`run` gets a :class:`.errors.PipelineError` saying
+        ``reason``; the executor is closed by that thread. Idempotent; the first reason is kept."""
+        with self._lock:
+            if self._aborted is None:
+                self._aborted = reason
+        self._stop.set()
+
     def _raise_if_failed(self) -> None:
         if self._error is None:
+            if self._aborted is not None:
+                self.close()
+                raise PipelineError(self._aborted)
             return
         stage, pu, task, doing, exc = self._error
         self.close()
@@ -464,11 +487,12 @@ class PipelineExecutor:
         finally:
             self._active = None
         self._metrics = compute_metrics(list(run.trace), dict(run.exit_s), len(self._workers), self.plan.pus())
+        self._metrics.origin_s = run.t0
 
     def _drain(self, run: Run, in_flight: int) -> None:
         """Wait for frames still in flight after the caller left a run early (closes on failure)."""
         while in_flight > 0:
-            if self._error is not None or self._closed:
+            if self._error is not None or self._aborted is not None or self._closed:
                 logger.warning("run abandoned with %d frame(s) in flight after a failure", in_flight)
                 self.close()
                 return

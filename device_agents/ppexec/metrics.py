@@ -19,7 +19,8 @@ __all__ = ["TraceEvent", "RunMetrics", "compute_metrics", "chrome_trace", "write
 @dataclass(frozen=True)
 class TraceEvent:
     """One task execution: ``task`` of ``stage`` ran on ``pu`` for frame ``frame`` from ``start_s`` to
-    ``end_s`` (seconds since the run started)."""
+    ``end_s`` (seconds since the run started); ``model`` names the model in a workload's merged trace
+    (:mod:`.workload`), None in a single model's run."""
 
     stage: int
     pu: str
@@ -27,6 +28,7 @@ class TraceEvent:
     frame: int
     start_s: float
     end_s: float
+    model: Optional[str] = None
 
 
 @dataclass
@@ -59,6 +61,9 @@ class RunMetrics:
         and both count the shared seconds: a value above 1 flags such an oversubscribed PU.
     trace : list of TraceEvent
         Every task execution, sorted by start time.
+    origin_s : float
+        ``time.perf_counter()`` of the run's time origin (every ``*_s`` time above counts from it), so that
+        runs of several executors at once can be put on one time axis (:mod:`.workload`).
     """
 
     frames: int
@@ -72,6 +77,7 @@ class RunMetrics:
     pu_busy_s: Dict[str, float]
     pu_utilisation: Dict[str, float]
     trace: List[TraceEvent] = field(default_factory=list)
+    origin_s: float = 0.0
 
 
 def compute_metrics(trace: Sequence[TraceEvent], exit_s: Dict[int, float], n_stages: int,
@@ -122,7 +128,9 @@ def compute_metrics(trace: Sequence[TraceEvent], exit_s: Dict[int, float], n_sta
 
 
 def chrome_trace(metrics: RunMetrics, info: Optional[Dict[str, Any]] = None) -> dict:
-    """Return the Chrome trace (``chrome://tracing`` / Perfetto JSON) of a run: pid 1, one lane (tid) per PU.
+    """Return the Chrome trace (``chrome://tracing`` / Perfetto JSON) of a run: pid 1, one lane (tid) per PU;
+    in a workload's merged trace (events with a ``model``), one process (pid) per model, named after it, with
+    one lane per PU it uses and the model in every event's ``args``.
 
     Each task execution is a complete ("X") event with ``ts``/``dur`` in microseconds, named after the task,
     with the stage and frame in ``args``; lanes are named with "thread_name" metadata ("M") events (every
@@ -132,14 +140,27 @@ def chrome_trace(metrics: RunMetrics, info: Optional[Dict[str, Any]] = None) -> 
     """
     pus = list(metrics.pu_busy_s) + sorted({e.pu for e in metrics.trace} - set(metrics.pu_busy_s))
     tid = {pu: i + 1 for i, pu in enumerate(pus)}
-    events: List[dict] = [{"name": "process_name", "ph": "M", "pid": 1,
-                           "args": {"name": "parapipe pipeline"}}]
-    for pu, t in tid.items():
-        events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": t, "args": {"name": pu}})
+    models: List[Optional[str]] = []
     for e in metrics.trace:
-        events.append({"name": e.task, "cat": f"stage{e.stage}", "ph": "X", "pid": 1, "tid": tid[e.pu],
-                       "ts": e.start_s * 1e6, "dur": (e.end_s - e.start_s) * 1e6,
-                       "args": {"stage": e.stage, "frame": e.frame}})
+        if e.model not in models:
+            models.append(e.model)
+    if not models or models == [None]:
+        models = [None]
+    pid = {m: i + 1 for i, m in enumerate(models)}
+    events: List[dict] = []
+    for m, p in pid.items():
+        events.append({"name": "process_name", "ph": "M", "pid": p,
+                       "args": {"name": "parapipe pipeline" if m is None else "model %s" % m}})
+        used = pus if m is None else [pu for pu in pus if any(e.pu == pu and e.model == m for e in metrics.trace)]
+        for pu in used:
+            events.append({"name": "thread_name", "ph": "M", "pid": p, "tid": tid[pu], "args": {"name": pu}})
+    for e in metrics.trace:
+        args: Dict[str, Any] = {"stage": e.stage, "frame": e.frame}
+        if e.model is not None:
+            args["model"] = e.model
+        events.append({"name": e.task, "cat": f"stage{e.stage}", "ph": "X", "pid": pid.get(e.model, 1),
+                       "tid": tid[e.pu], "ts": e.start_s * 1e6, "dur": (e.end_s - e.start_s) * 1e6,
+                       "args": args})
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": dict(info or {})}
 
 
@@ -158,8 +179,8 @@ def write_chrome_trace(metrics: RunMetrics, path, info: Optional[Dict[str, Any]]
 def trace_events_from_chrome(doc: dict) -> List[TraceEvent]:
     """The task executions of a Chrome trace written by :func:`chrome_trace` (its inverse, to the µs).
 
-    Lanes are mapped back to PUs through the "thread_name" metadata events; ``stage`` and ``frame`` come from
-    each event's ``args``.
+    Lanes are mapped back to PUs through the "thread_name" metadata events; ``stage``, ``frame`` and (in a
+    workload's trace) ``model`` come from each event's ``args``.
 
     Raises
     ------
@@ -171,7 +192,7 @@ def trace_events_from_chrome(doc: dict) -> List[TraceEvent]:
     lanes: Dict[object, str] = {}
     for e in doc["traceEvents"]:
         if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "thread_name":
-            lanes[e.get("tid")] = str((e.get("args") or {}).get("name", e.get("tid")))
+            lanes[e.get("tid")] = str((e.get("args") or {}).get("name", e.get("tid")))  # tid: one PU in every pid
     events = []
     for i, e in enumerate(doc["traceEvents"]):
         if not isinstance(e, dict) or e.get("ph") != "X":
@@ -180,7 +201,8 @@ def trace_events_from_chrome(doc: dict) -> List[TraceEvent]:
             start = float(e["ts"]) * 1e-6
             events.append(TraceEvent(int(e["args"]["stage"]), lanes.get(e.get("tid"), str(e.get("tid"))),
                                      str(e["name"]), int(e["args"]["frame"]), start,
-                                     start + float(e["dur"]) * 1e-6))
+                                     start + float(e["dur"]) * 1e-6,
+                                     None if e["args"].get("model") is None else str(e["args"]["model"])))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError("traceEvents[%d] is not a parapipe task event (%s: %s)"
                              % (i, type(exc).__name__, exc))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
-__all__ = ["REPORT_SCHEMA_VERSION", "RunReport"]
+__all__ = ["REPORT_SCHEMA_VERSION", "RunReport", "WorkloadReport"]
 
 #: Version of the report document.
 REPORT_SCHEMA_VERSION = 1
@@ -169,3 +169,88 @@ class RunReport:
             return cls(**{k: v for k, v in doc.items() if k in names})
         except TypeError as exc:
             raise ValueError("malformed run report (%s)" % exc)
+
+
+@dataclass
+class WorkloadReport:
+    """Measured next to predicted figures of one workload run (several models at once, :mod:`ppexec.workload`).
+
+    Times in seconds; throughputs in workload frames per second (a workload frame is ``rates[m]`` frames of
+    each model ``m``).
+
+    Attributes
+    ----------
+    point : str
+        Point id of the workload's mapping.
+    rates : dict of str to float
+        Frames of each model per workload frame.
+    workload_frames, warmup : int
+        Measured workload frames; unmeasured frames each model pushed through first.
+    throughput_per_s : float
+        Workload frames completed over the measured window (first task of any model to the last frame of any
+        model leaving its pipeline).
+    wall_s, period_s : float
+        The window; ``1 / throughput_per_s``.
+    pu_busy_s : dict of str to float
+        Per PU, task seconds per workload frame summed over the models (what the cost model books for a
+        shared PU).
+    pu_utilisation : dict of str to float
+    outputs_match : bool
+        Every model's outputs matched its own unsplit model, in frame order.
+    models : dict of str to RunReport
+        Each model's report of the same run (its frames, throughput, loaded latency, idle latency measured
+        with the other models idle, busy times, outputs check, its own predictions).
+    predicted : dict
+        The cost model's ``throughput_per_s``, ``period_s`` (s per workload frame), ``energy_j`` (J per
+        workload frame), ``latency_s`` (the workload's latency axis), and ``applies``.
+    energy_j : float or None
+        Measured energy per workload frame where a sensor was read.
+    energy_unknown : str or None
+        Why ``energy_j`` is None although a sensor was named.
+    host : dict
+    bundle_id : str or None
+    """
+
+    point: str
+    rates: Dict[str, float]
+    workload_frames: int
+    warmup: int
+    throughput_per_s: float
+    wall_s: float
+    period_s: float
+    pu_busy_s: Dict[str, float]
+    pu_utilisation: Dict[str, float]
+    outputs_match: bool
+    models: Dict[str, RunReport]
+    predicted: Dict[str, Any] = field(default_factory=dict)
+    energy_j: Optional[float] = None
+    energy_unknown: Optional[str] = None
+    host: Dict[str, Any] = field(default_factory=dict)
+    bundle_id: Optional[str] = None
+    report_file: str = "out/report.json"
+    trace_file: str = "out/trace.json"
+    schema_version: int = REPORT_SCHEMA_VERSION
+    kind: str = "workload"
+
+    def to_json(self) -> Dict[str, Any]:
+        """A JSON-ready dict (every field; ``models`` as each model's :meth:`RunReport.to_json`)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: Dict[str, Any]) -> "WorkloadReport":
+        """Rebuild a report from :meth:`to_json`'s dict (unknown keys ignored).
+
+        Raises
+        ------
+        ValueError
+            A required field is missing or malformed.
+        """
+        if not isinstance(doc, dict) or not isinstance(doc.get("models"), dict):
+            raise ValueError("a workload run report must be a JSON object with 'models'")
+        names = {f.name for f in fields(cls)}
+        values = {k: v for k, v in doc.items() if k in names}
+        values["models"] = {str(m): RunReport.from_json(r) for m, r in doc["models"].items()}
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise ValueError("malformed workload run report (%s)" % exc)

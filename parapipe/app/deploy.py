@@ -42,11 +42,11 @@ from parapipe.errors import ExecutionError, HostError, input_error
 from parapipe.execution.facts import check_board, facts_from_probe, facts_probe
 from parapipe.app.run import check_dispatch, frequency_warnings
 from ppexec import bundle_run
-from ppexec.report import RunReport
+from ppexec.report import RunReport, WorkloadReport
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DeployOptions", "DeployReport", "deploy", "deploy_mapping", "deploy_bundle", "describe_event",
+__all__ = ["DeployOptions", "DeployReport", "deploy", "deploy_mapping", "deploy_workload", "deploy_bundle", "describe_event",
            "with_ssh_timeout", "DEFAULT_REMOTE_DIR", "default_remote_dir"]
 
 #: Default folder of bundles on the host, relative to the remote home (when ``$PARAPIPE_HOST_CACHE_DIR`` is not set;
@@ -137,8 +137,9 @@ class DeployReport:
     bundle_id : str
     remote_folder : str
         Bundle folder on the host (removed unless ``kept``).
-    report : ppexec.report.RunReport
-        The host's run report (measured next to predicted figures, outputs check, board facts).
+    report : ppexec.report.RunReport or ppexec.report.WorkloadReport
+        The host's run report (measured next to predicted figures, outputs check, board facts); of a workload
+        point, every model's report of the same run and the workload's figures.
     report_path, trace_path : Path
         Local copies of the report and the Chrome trace.
     uploaded, skipped : list of str
@@ -152,7 +153,7 @@ class DeployReport:
     host: str
     bundle_id: str
     remote_folder: str
-    report: RunReport
+    report: RunReport  # a WorkloadReport for a workload bundle (deploy_workload)
     report_path: Path
     trace_path: Path
     uploaded: List[str] = field(default_factory=list)
@@ -253,6 +254,33 @@ def deploy_mapping(mapping, spec: HostSpec, out_dir: Path, options: Optional[Dep
             return deploy_bundle(host, bundle, out_dir, options, emit)
 
 
+def deploy_workload(mappings: Dict[str, Any], rates: Dict[str, float], point: str, predicted: Dict[str, Any],
+                    spec: HostSpec, out_dir: Path, options: Optional[DeployOptions] = None,
+                    on_event: Progress = None) -> DeployReport:
+    """Deploy a workload point (every model's part loaded: :func:`parapipe.app.workload_run.load_workload`) and
+    run it on the host (:func:`ppexec.workload_run.run_workload_bundle`): the bundle of
+    :func:`parapipe.deploy.bundle.build_workload_bundle`, then the steps of :func:`deploy_mapping`; ``frames``
+    of ``options`` counts workload frames. Raises as :func:`deploy`; a failed task names model, stage, PU and
+    task."""
+    from parapipe.deploy.bundle import build_workload_bundle
+
+    options = options or DeployOptions()
+    _check_options(options)
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise input_error("--out", str(out_dir), f"cannot create the output folder ({exc.strerror or exc})",
+                          "choose a writable folder") from None
+    emit = on_event or (lambda event: None)
+    with tempfile.TemporaryDirectory(prefix="parapipe-bundle-") as tmp:
+        bundle = build_workload_bundle(mappings, rates, point, predicted, Path(tmp) / "bundle")
+        emit({"event": "bundle", "bundle_id": bundle.bundle_id, "nbytes": bundle.nbytes,
+              "files": len(bundle.manifest["files"]) + 1})
+        with RemoteHost(spec, connect_timeout_s=options.connect_timeout_s) as host:
+            return deploy_bundle(host, bundle, out_dir, options, emit)
+
+
 def deploy_bundle(host: RemoteHost, bundle: Bundle, out_dir: Path, options: Optional[DeployOptions] = None,
                   on_event: Progress = None) -> DeployReport:
     """Upload a built bundle to a connected host, run it, fetch the results and tidy up (steps 2-7 above).
@@ -323,13 +351,19 @@ def deploy_bundle(host: RemoteHost, bundle: Bundle, out_dir: Path, options: Opti
                               distinct_frames=options.distinct_frames, atol=float(options.atol),
                               rtol=float(options.rtol), idle_frames=options.idle_frames,
                               progress_interval_s=float(options.progress_interval_s), dispatch=options.dispatch)
+        report: Any
         try:
-            report = RunReport.from_json(reply["report"])
+            doc = reply["report"]
+            if isinstance(doc, dict) and doc.get("kind") == "workload":  # several models at once
+                report = WorkloadReport.from_json(doc)
+            else:
+                report = RunReport.from_json(doc)
         except ValueError as exc:
             raise HostError(f"{host.spec}: the agent's report is unreadable ({exc}); deploy again with the "
                             "agent of this parapipe version") from None
-        for line in frequency_warnings(report):
-            log.warning("%s: %s", host.spec, line)
+        for name, one in (report.models.items() if isinstance(report, WorkloadReport) else [(None, report)]):
+            for line in frequency_warnings(one):
+                log.warning("%s: %s%s", host.spec, f"model {name}: " if name else "", line)
         phase = "the fetch of the results"
         report_path, trace_path = out_dir / "report.json", out_dir / "trace.json"
         fetch(host, posixpath.join(folder, report.report_file), report_path)

@@ -42,7 +42,7 @@ from parapipe.mapping import ParetoDoc, Point, check_model, read_pareto, select_
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LoadedMapping", "load_mapping", "run_spec", "run_local", "record_run", "check_dispatch",
+__all__ = ["LoadedMapping", "load_mapping", "load_point", "run_spec", "run_local", "record_run", "check_dispatch",
            "frequency_domains", "frequency_warnings"]
 
 
@@ -148,6 +148,18 @@ def load_mapping(model: str, mapping_path: str, point: str,
     lm = load_model(model)
     check_model(doc, lm, mapping_path)
     pt = select_point(doc, point, path=mapping_path)
+    return load_point(lm, doc, pt, mapping_path, binds, input_shapes, feeds, frequencies_hz)
+
+
+def load_point(lm: LoadedModel, doc: ParetoDoc, pt: Point, mapping_path: str,
+               binds: Optional[Mapping[str, Sequence[int]]] = None,
+               input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+               feeds: Optional[str] = None, frequencies_hz: Optional[Mapping[str, float]] = None) -> LoadedMapping:
+    """:func:`load_mapping` for a loaded model and a point already selected from its document (checked to be
+    this model's, :func:`parapipe.mapping.check_model`): the model imported and coarsened once, its blocks
+    checked against the document's, the plan built. ``mapping_path`` names the document in messages; the other
+    parameters and the errors as :func:`load_mapping`'s.
+    """
     stored = doc.input_shapes
     for name, shape in (input_shapes or {}).items():
         if stored is not None and [int(d) for d in shape] != stored.get(name):
@@ -155,7 +167,7 @@ def load_mapping(model: str, mapping_path: str, point: str,
             raise input_error("--input-shape", name, f"{'x'.join(map(str, shape))} differs from the shapes the "
                               f"mapping was computed for ({planned})",
                               "run with those shapes, or optimize again with the new ones")
-    og = import_onnx(lm.model, name=lm.name, source=str(lm.path or model),
+    og = import_onnx(lm.model, name=lm.name, source=str(lm.path or lm.name),
                      input_shapes=stored if stored is not None else input_shapes,
                      feeds=read_feeds(feeds) if feeds else None)
     bg = coarsen(og, max_blocks=doc.search.get("max_blocks"))

@@ -38,6 +38,9 @@ __all__ = ["RunsCalibration", "read_runs_csv", "runs_from_db", "runs_calibration
 #: Source key of the numbers ``calibrate --runs`` writes into a profile.
 RUNS_SOURCE = "runs"
 _LONG_COLUMNS = ("model", "soc", "mapping", "period_s", "latency_s")
+#: The one line saying why rows of workload runs (``runs.workload`` set) are left out of the fit.
+_WORKLOAD_SKIPPED = ("%s: %d row(s) of workload runs skipped: a model's period there depends on the other models "
+                     "sharing its PUs, which the pipeline terms fitted here (one model at a time) do not describe")
 
 
 #: Builds the mapping problem of a model by name (the application layer's ``prepare(...).problem``).
@@ -133,6 +136,7 @@ def read_runs_csv(path, soc, problems: _Problems) -> List[MeasuredRun]:
             raise input_error(src, f"column {col!r}", "missing",
                               "the header must be model,soc,mapping,period_s,latency_s[,energy_j]")
     runs = []
+    workloads = 0
     for line, row in enumerate(rows, start=2):
         where = f"line {line}"
         model, soc_name = (row.get("model") or "").strip(), (row.get("soc") or "").strip()
@@ -144,6 +148,9 @@ def read_runs_csv(path, soc, problems: _Problems) -> List[MeasuredRun]:
         if export and ((row.get("prediction_applies") or "").strip().lower() in ("false", "0")
                        or (row.get("outputs_match") or "").strip().lower() in ("false", "0")):
             log.info("%s: %s skipped (PUs substituted with --bind, or outputs differ)", src, where)
+            continue
+        if export and (row.get("workload") or "").strip() not in ("", "null"):
+            workloads += 1
             continue
         problem = problems.get(model, f"{src}: {where}")
         if export:
@@ -161,13 +168,18 @@ def read_runs_csv(path, soc, problems: _Problems) -> List[MeasuredRun]:
                           row.get("idle_latency_s" if export else "latency_s"), "latency_s")
         energy = _number(src, f"{where}, column 'energy_j'", row.get("energy_j"), "energy_j")
         runs.append(MeasuredRun(model, label, problem, mapping, period, latency, energy, f"{src}: {where}"))
+    if workloads:
+        log.warning(_WORKLOAD_SKIPPED, src, workloads)
     if not runs:
         raise input_error(src, None, "no run to calibrate on", "add one row per measured run")
     return runs
 
 
 def runs_from_db(db_path: str, soc, problems: _Problems, models: Sequence[str] = ()) -> List[MeasuredRun]:
-    """The usable runs of the ``runs`` table for ``soc`` (and ``models``): not substituted, outputs matched.
+    """The usable runs of the ``runs`` table for ``soc`` (and ``models``): not substituted, outputs matched,
+    and not part of a workload run (several models at once: each model's period there depends on the others
+    sharing its PUs, which the single-model pipeline terms do not model; one warning line says how many were
+    skipped).
 
     Raises
     ------
@@ -183,17 +195,23 @@ def runs_from_db(db_path: str, soc, problems: _Problems, models: Sequence[str] =
     finally:
         db.close()
     out = []
+    workloads = 0
     for rec in records:
         if models and rec.model not in models:
             continue
         if not rec.prediction_applies or not rec.outputs_match:
             log.info("%s: run %s skipped (PUs substituted with --bind, or outputs differ)", db_path, rec.id)
             continue
+        if rec.workload is not None:
+            workloads += 1
+            continue
         source = f"{db_path}: run {rec.id}"
         problem = problems.get(rec.model, source)
         mapping = _stage_mapping(problem, rec.mapping, rec.point, source)
         out.append(MeasuredRun(rec.model, rec.point, problem, mapping, rec.period_s, rec.idle_latency_s or None,
                                rec.energy_j, source))
+    if workloads:
+        log.warning(_WORKLOAD_SKIPPED, db_path, workloads)
     if not out:
         raise input_error(db_path, "runs", f"no usable run of SoC {soc.name!r}" + (f" and model(s) {list(models)}"
                           if models else ""), "record runs with 'parapipe run' or 'parapipe deploy' (--db), "

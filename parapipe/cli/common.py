@@ -305,6 +305,40 @@ def print_run_report(head: str, rep: "RunReport") -> None:
               "the profile's bindings and does not apply to this run")
 
 
+def print_workload_report(head: str, rep: Any) -> None:
+    """The table of a :class:`ppexec.report.WorkloadReport`: one line per model (its throughput, idle and loaded
+    latency, each next to its prediction, and its outputs check), then the workload line (workload frames per
+    second, period, energy per workload frame), shared by ``run`` and ``deploy`` of a workload point."""
+    def fmt(value: Optional[float], scale: float = 1.0) -> str:
+        return f"{value * scale:>9.2f}" if value is not None else f"{'-':>9}"
+
+    print(head)
+    print(f"{'model':<20} {'rate':>5} {'frames/s':>9} {'predicted':>9} {'idle ms':>9} {'predicted':>9} "
+          f"{'p50 ms':>9} {'p99 ms':>9}  outputs")
+    for name, r in rep.models.items():
+        print(f"{name:<20} {rep.rates.get(name, 1.0):>5g} {r.throughput_per_s:>9.2f} "
+              f"{fmt(r.predicted_throughput_per_s)} {r.idle_latency_s * 1e3:>9.2f} {fmt(r.predicted_latency_s, 1e3)} "
+              f"{r.latency_p50_s * 1e3:>9.2f} {r.latency_p99_s * 1e3:>9.2f}  "
+              f"{'match' if r.outputs_match else 'DIFFER'} (max abs diff {r.max_abs_diff:.3g})")
+    pred = rep.predicted
+    print(f"{'workload':<20} {'':>5} {rep.throughput_per_s:>9.2f} {fmt(pred.get('throughput_per_s'))}  workload "
+          f"frames/s; period {rep.period_s * 1e3:.2f} ms (predicted "
+          f"{fmt(pred.get('period_s'), 1e3).strip()} ms), {rep.workload_frames} workload frames")
+    if rep.energy_j is not None:
+        print(f"{'energy mJ':<20} {'':>5} {rep.energy_j * 1e3:>9.2f} {fmt(pred.get('energy_j'), 1e3)}  per workload "
+              "frame, measured with the profile's power sensor")
+    else:
+        why = f"the power sensor gave no energy: {rep.energy_unknown}" if rep.energy_unknown else \
+            "estimate: the profile names no power sensor"
+        print(f"{'energy mJ':<20} {'':>5} {'-':>9} {fmt(pred.get('energy_j'), 1e3)}  per workload frame ({why})")
+    busy = ", ".join(f"{pu} {b * 1e3:.2f} ms ({rep.pu_utilisation.get(pu, 0.0):.0%})"
+                     for pu, b in sorted(rep.pu_busy_s.items()))
+    print(f"PU busy per workload frame: {busy}")
+    print(f"outputs_match: {str(rep.outputs_match).lower()}  (each model against its own unsplit model)")
+    if not pred.get("applies", True):
+        print("the prediction does not apply to this run (PUs substituted with --bind, or operating points not set)")
+
+
 def add_bind_option(s: argparse.ArgumentParser, what: str = "run") -> None:
     """``--bind PU=CPUS`` (repeatable; read back with :func:`parapipe.execution.bindings.parse_binds`): ``what``
     says what the command does with the bound PU (``run``: run it; ``measure``: measure and record it)."""

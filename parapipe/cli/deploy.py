@@ -36,6 +36,16 @@ def handle(args: argparse.Namespace) -> int:
         if line:
             print(f"parapipe: {line}", file=sys.stderr, flush=True)
 
+    from parapipe.app.workload_run import is_workload_file
+
+    if is_workload_file(args.mapping):
+        return _deploy_workload(args, spec, options, binds, show)
+    if len(args.model) != 1:
+        from parapipe.errors import input_error
+
+        raise input_error("model", None, f"{len(args.model)} models given for the mapping of one model "
+                          f"({args.mapping})", "give the model the mapping was computed for")
+    args.model = args.model[0]
     rep = deploy(args.model, args.mapping, args.point, spec, Path(args.out), options, on_event=show, binds=binds,
                  input_shapes=parsed_input_shapes(args), feeds=args.feeds, frequencies_hz=parse_frequencies(args))
     doc = read_pareto(args.mapping)
@@ -54,11 +64,46 @@ def handle(args: argparse.Namespace) -> int:
     return 0 if r.outputs_match else 1
 
 
+def _deploy_workload(args: argparse.Namespace, spec, options, binds, show) -> int:
+    """``parapipe deploy --mapping workload-pareto.json``: every model of the point at once on the board; 1 when a
+    model's outputs differ."""
+    from parapipe.app.deploy import deploy_workload
+    from parapipe.app.workload_run import load_workload, point_predicted, record_workload_run, workload_members
+    from parapipe.cli.common import print_workload_report
+    from parapipe.errors import input_error
+    from parapipe.mapping import read_workload, select_workload_point
+
+    if args.feeds or parsed_input_shapes(args):
+        raise input_error("--feeds" if args.feeds else "--input-shape", None, "not taken with a workload mapping "
+                          "(each model runs with the input shapes its part of the mapping stores, on seeded frames)",
+                          "leave it out")
+    doc = read_workload(args.mapping)
+    pt = select_workload_point(doc, args.point, path=args.mapping)
+    members = workload_members(doc, pt, args.mapping, list(args.model) or None)
+    mappings = load_workload(members, binds, parse_frequencies(args))
+    rep = deploy_workload(mappings, {m.name: m.rate for m in members}, pt.id, point_predicted(pt), spec,
+                          Path(args.out), options, on_event=show)
+    r: Any = rep.report
+    record_workload_run(args.db, members, r, rep.host)
+    if args.json:
+        print(json.dumps(rep.to_json()))
+    else:
+        from parapipe.mapping import stages_text
+
+        parts = "; ".join(f"{m.name} {stages_text(m.point.stages)}" for m in members)
+        print_workload_report(f"workload point {r.point} on {rep.host}: {len(members)} models ({parts}), "
+                              f"{r.workload_frames} workload frames", r)
+        print(f"wrote {rep.report_path} and {rep.trace_path}"
+              + (f"; bundle kept in {rep.remote_folder}" if rep.kept else ""))
+    return 0 if r.outputs_match else 1
+
+
 def add_parser(sub) -> None:
     """Register ``deploy`` on the ``parapipe`` sub-command parser ``sub``."""
     s = sub.add_parser("deploy", help="run one mapping of a pareto.json on a board over SSH, each PU bound as its "
                        "profile says (or substituted with --bind); fetch its report and trace; record the run")
-    s.add_argument("model")
+    s.add_argument("model", nargs="*", help="the model the mapping was computed for (registry name or .onnx "
+                   "path); for a workload mapping, one per model in the workload's order, or none")
     s.add_argument("--mapping", required=True, help="pareto.json written by 'parapipe optimize' for the board's "
                    "profile")
     s.add_argument("--point", default="best-throughput",

@@ -70,6 +70,16 @@ def handle(args: argparse.Namespace) -> int:
     from parapipe.app.run import record_run, run_local
 
     binds = parse_binds(args.bind)
+    from parapipe.app.workload_run import is_workload_file
+
+    if is_workload_file(args.mapping):
+        return _handle_workload(args, binds)
+    if len(args.model) != 1:
+        from parapipe.errors import input_error
+
+        raise input_error("model", None, f"{len(args.model)} models given for the mapping of one model "
+                          f"({args.mapping})", "give the model the mapping was computed for")
+    args.model = args.model[0]
     progress = _RunProgress(args.frames)
     progress.status("loading the model and cutting its stage sub-models")
     try:
@@ -95,15 +105,54 @@ def handle(args: argparse.Namespace) -> int:
     return 0 if rep.outputs_match else 1
 
 
+def _handle_workload(args: argparse.Namespace, binds) -> int:
+    """``parapipe run --mapping workload-pareto.json``: every model of the point at once; 1 when a model's
+    outputs differ."""
+    from parapipe.app.workload_run import record_workload_run, run_workload_file
+    from parapipe.cli.common import print_workload_report
+
+    from parapipe.errors import input_error
+
+    if args.feeds or parsed_input_shapes(args):
+        raise input_error("--feeds" if args.feeds else "--input-shape", None, "not taken with a workload mapping "
+                          "(each model runs with the input shapes its part of the mapping stores, on seeded frames)",
+                          "leave it out")
+    progress = _RunProgress(args.frames)
+    progress.status("loading the models and cutting their stage sub-models")
+    try:
+        members, rep = run_workload_file(args.mapping, args.point, args.model, frames=args.frames, seed=args.seed,
+                                         binds=binds, trace=args.trace, on_event=progress,
+                                         dispatch=args.replica_dispatch, frequencies_hz=parse_frequencies(args))
+    finally:
+        progress.close()
+    record_workload_run(args.db, members, rep, "local")
+    if args.json:
+        doc = rep.to_json()
+        trace = Path(args.trace).resolve() if args.trace else None
+        doc["report_file"] = None
+        doc["trace_file"] = str(trace) if trace is not None and trace.is_file() else None
+        print(json.dumps(doc))
+    else:
+        from parapipe.mapping import stages_text
+
+        parts = "; ".join(f"{m.name} {stages_text(m.point.stages)}" for m in members)
+        print_workload_report(f"workload point {rep.point}: {len(members)} models ({parts}), {rep.workload_frames} "
+                              "workload frames", rep)
+    return 0 if rep.outputs_match else 1
+
+
 def add_parser(sub) -> None:
     """Register ``run`` on the ``parapipe`` sub-command parser ``sub``."""
     s = sub.add_parser("run", help="execute one mapping of a pareto.json on this machine, each PU bound as its "
                        "profile says (or substituted with --bind); check outputs; record the run")
-    s.add_argument("model", help="the model the mapping was computed for (registry name or .onnx path)")
+    s.add_argument("model", nargs="*", help="the model the mapping was computed for (registry name or .onnx "
+                   "path); for a workload mapping, one per model in the workload's order, or none (each model "
+                   "loaded from the registry by the name the mapping stores)")
     s.add_argument("--mapping", required=True, help="pareto.json written by 'parapipe optimize'")
     s.add_argument("--point", default="best-throughput",
                    help="point id, or best-throughput | best-latency | best-energy (default best-throughput)")
-    s.add_argument("--frames", type=int, default=200, help="frames to push through the pipeline (default 200)")
+    s.add_argument("--frames", type=int, default=200, help="frames to push through the pipeline (default 200; for "
+                   "a workload mapping, workload frames: rate frames of each model each)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--trace", default=None, help="write a Chrome trace (Perfetto) of the run to this file")
     add_run_options(s)

@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 MANIFEST = bundle_run.MANIFEST
 PLAN = bundle_run.PLAN
+#: A workload bundle's list of models and rates (:mod:`ppexec.workload_run`).
+WORKLOAD = "workload.json"
 REFERENCE = "reference.onnx"
 #: Input frames given with ``--feeds``, as ``<frame>/<input>`` arrays (``ppexec.bundle_run.load_bundle_feeds``).
 FEEDS = "feeds.npz"
@@ -70,7 +72,16 @@ class Bundle:
         return f"{BUNDLE_PREFIX}{self.bundle_id}"
 
     def bindings(self) -> Dict[str, Any]:
-        """The plan's PU bindings (:class:`ppexec.plan.PUBinding` by PU), read back from ``plan.json``."""
+        """The plan's PU bindings (:class:`ppexec.plan.PUBinding` by PU), read back from ``plan.json``; of a
+        workload bundle, every model's plan's (a PU shared by several models is bound the same in each)."""
+        workload = self.folder / WORKLOAD
+        if workload.is_file():
+            out: Dict[str, Any] = {}
+            for name in json.loads(workload.read_text())["models"]:
+                sub = self.folder / _safe_name(name)
+                doc = json.loads((sub / PLAN).read_text())
+                out.update(plan_from_doc(doc, str(sub), PLAN).bindings)
+            return out
         doc = json.loads((self.folder / PLAN).read_text())
         return plan_from_doc(doc, str(self.folder), PLAN).bindings
 
@@ -147,6 +158,59 @@ def build_bundle(mapping: Any, dest: Path) -> Bundle:
     if any(dest.iterdir()):
         raise input_error(str(dest), None, "the bundle folder is not empty", "pass an empty or new folder")
     _copy_runtime(dest)
+    plan_doc = _write_model_part(mapping, dest)
+    return _seal(dest, plan_doc["model"], plan_doc["point"])
+
+
+def build_workload_bundle(mappings: Dict[str, Any], rates: Dict[str, float], point: str,
+                          predicted: Dict[str, Any], dest: Path) -> Bundle:
+    """Write the bundle of a workload point into the empty or new folder ``dest``: the agent and ppexec once,
+    each model's part (as :func:`build_bundle` writes one model's) in the sub-folder of its name, and
+    ``workload.json`` (``{"models": [names], "rates", "point", "predicted", "power_sensor"}``), which the board's
+    :func:`ppexec.workload_run.run_workload_bundle` reads.
+
+    Parameters
+    ----------
+    mappings : dict of str to parapipe.app.run.LoadedMapping
+        Model name (in the workload) -> its part of the point, plan built.
+    rates : dict of str to float
+        Frames of each model per workload frame.
+    point : str
+        The workload point's id.
+    predicted : dict
+        The workload's predicted figures.
+    dest : Path
+
+    Raises
+    ------
+    InputError
+        A task model with external data, ``dest`` not empty, two model names that give one folder name.
+    """
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    if any(dest.iterdir()):
+        raise input_error(str(dest), None, "the bundle folder is not empty", "pass an empty or new folder")
+    folders = {_safe_name(name) for name in mappings}
+    if len(folders) != len(mappings) or folders & {"ppexec", "models", "out"}:
+        raise input_error("workload", "models", f"model names {sorted(mappings)} do not give one folder each",
+                          "give the models names that differ in letters, digits, '.', '_' or '-'")
+    _copy_runtime(dest)
+    models = []
+    for name, mapping in mappings.items():
+        (dest / _safe_name(name)).mkdir()
+        plan_doc = _write_model_part(mapping, dest / _safe_name(name))
+        models.append(plan_doc["model"])
+    first = next(iter(mappings.values()))
+    doc = {"models": list(mappings), "rates": {m: float(rates[m]) for m in mappings}, "point": point,
+           "predicted": dict(predicted), "power_sensor": first.doc.soc.power_sensor,
+           "folders": {m: _safe_name(m) for m in mappings}}
+    (dest / WORKLOAD).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return _seal(dest, {"workload": list(mappings), "models": models}, point)
+
+
+def _write_model_part(mapping: Any, dest: Path) -> Dict[str, Any]:
+    """Write one model's part of a bundle into ``dest`` (its ``models/``, ``reference.onnx``, ``plan.json`` and
+    ``feeds.npz``); return the plan.json document."""
     (dest / "models").mkdir()
     model_files: Dict[str, str] = {}
     for tasks in mapping.plan.stages:
@@ -199,11 +263,16 @@ def build_bundle(mapping: Any, dest: Path) -> Bundle:
         np.savez(dest / FEEDS, **arrays)
         plan_doc["feeds"] = FEEDS
     (dest / PLAN).write_text(json.dumps(plan_doc, indent=1, sort_keys=True) + "\n")
+    return plan_doc
+
+
+def _seal(dest: Path, model: Any, point: str) -> Bundle:
+    """Write the manifest of every file under ``dest`` and return the bundle."""
     files: Dict[str, Dict[str, Any]] = {}
     for path in sorted(p for p in dest.rglob("*") if p.is_file()):
         rel = path.relative_to(dest).as_posix()
         files[rel] = {"sha256": _sha256(path), "nbytes": path.stat().st_size}
-    content = {"model": plan_doc["model"], "point": plan_doc["point"], "files": files}
+    content = {"model": model, "point": point, "files": files}
     bundle_id = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:BUNDLE_ID_HEX]
     manifest = {"schema_version": MANIFEST_SCHEMA_VERSION, "bundle_id": bundle_id,
                 "created_by": f"parapipe {__version__}", **content}

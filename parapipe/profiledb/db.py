@@ -16,7 +16,8 @@ Versions: 1 had ``measurements`` only, with the catalog tables and ``runs`` crea
 modules (``work_catalog`` without ``boundary_nbytes`` before that column existed); 2 creates all four tables at
 once; 3 gives ``runs`` the ``spread`` and ``load`` of each run (NULL for runs recorded before); 4 gives ``runs``
 the ``frequencies`` that ran (JSON, ``{}`` before) and ``measurements`` its ``frequency_hz`` (rows before: the
-board's own settings).
+board's own settings); 5 gives ``runs`` its ``workload`` (JSON: the workload run a row is one model of; NULL for
+a single model's run, as every run before).
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 __all__ = ["ProfileDB", "SCHEMA_VERSION", "SQLITE_HEADER", "LOCK_TIMEOUT_S", "BOARD_FREQUENCY"]
 
 #: Version of the table layout below, stored in PRAGMA user_version (0 means "not created yet").
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: First 16 bytes of every SQLite 3 database file (https://www.sqlite.org/fileformat.html, section 1.3.1).
 SQLITE_HEADER = b"SQLite format 3\x00"
 #: Seconds to wait for another process's write lock before giving up (sqlite3.connect's timeout).
@@ -105,7 +106,8 @@ CREATE TABLE IF NOT EXISTS runs (
     board TEXT NOT NULL,
     spread REAL,
     load REAL,
-    frequencies TEXT NOT NULL DEFAULT '{}'
+    frequencies TEXT NOT NULL DEFAULT '{}',
+    workload TEXT
 )
 """
 #: Every table of the current layout (:data:`SCHEMA_VERSION`), as created in a new file.
@@ -149,9 +151,17 @@ def _migrate_3_to_4(conn: sqlite3.Connection) -> None:
         conn.execute("DROP TABLE measurements_v3")
 
 
+def _migrate_4_to_5(conn: sqlite3.Connection) -> None:
+    """Version 4 -> 5: give ``runs`` its ``workload`` column (JSON; NULL: a single model's run, as every run
+    before)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+    if "workload" not in columns:
+        conn.execute("ALTER TABLE runs ADD COLUMN workload TEXT")
+
+
 #: ``{version: step}``: the step that takes a file of that version to the next; run in order on open.
 _MIGRATIONS: Dict[int, Callable[[sqlite3.Connection], None]] = {1: _migrate_1_to_2, 2: _migrate_2_to_3,
-                                                               3: _migrate_3_to_4}
+                                                               3: _migrate_3_to_4, 4: _migrate_4_to_5}
 
 _UPSERT = (f"INSERT INTO measurements ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)}) "
            f"ON CONFLICT ({', '.join(_KEY)}) DO UPDATE SET "

@@ -25,7 +25,7 @@ from parapipe.profiledb.db import ProfileDB
 __all__ = ["RunRecord", "record_from_run", "append_run", "list_runs", "write_runs_csv"]
 
 #: JSON-encoded columns (dicts and lists).
-_JSON_COLUMNS = ("mapping", "pu_busy_s", "substituted", "board", "frequencies")
+_JSON_COLUMNS = ("mapping", "pu_busy_s", "substituted", "board", "frequencies", "workload")
 #: What the ``frequencies`` column keeps of a report's ``frequencies`` (``ppexec.report.RunReport``), per PU.
 _FREQUENCY_KEYS = ("requested_hz", "readback_hz", "readback_end_hz", "status", "domain")
 
@@ -59,6 +59,14 @@ class RunRecord:
         Per PU whose operating point was set: ``requested_hz``, ``readback_hz``, ``readback_end_hz`` (Hz, what
         the kernel reported after setting it and at the end of the run), ``status`` (``ok``, ``throttled``,
         ``refused``), ``domain``; empty: the board ran at its own settings (every run recorded before).
+    workload : dict or None
+        For one model of a workload run (several models at once, PUs shared: ``parapipe run`` of a workload
+        point): ``id`` (shared by the rows of that run), ``point``, ``rates`` (frames of each model per workload
+        frame), ``models`` (the names, in the workload's order), ``throughput_per_s`` (workload frames per second,
+        measured), ``predicted_period_s`` (s per workload frame), ``energy_j`` (J per workload frame, measured;
+        None without a sensor), ``pu_busy_s`` (task seconds per workload frame, every model summed). The row's
+        own figures are the model's in that run: its throughput with the other models running, its idle
+        latency with them idle. None for a single model's run (every run recorded before).
     """
 
     recorded_at: str
@@ -88,6 +96,7 @@ class RunRecord:
     spread: Optional[float] = None
     load: Optional[float] = None
     frequencies: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    workload: Optional[Dict[str, Any]] = None
     id: Optional[int] = None
 
 
@@ -95,7 +104,7 @@ def _columns() -> List[str]:
     return [f.name for f in fields(RunRecord) if f.name != "id"]
 
 
-def record_from_run(doc, point, report, runner: str) -> RunRecord:
+def record_from_run(doc, point, report, runner: str, workload: Optional[Dict[str, Any]] = None) -> RunRecord:
     """The row of one verified run.
 
     Parameters
@@ -105,6 +114,8 @@ def record_from_run(doc, point, report, runner: str) -> RunRecord:
     report : ppexec.report.RunReport
     runner : str
         ``local`` or the SSH host.
+    workload : dict, optional
+        The workload run this model's report belongs to (:attr:`RunRecord.workload`).
     """
     pu_list = ",".join(st.pu_of(b) for st in point.stages for b in st.blocks)
     mapping = [dict({"pus": list(st.pus), "blocks": list(st.blocks),
@@ -125,7 +136,8 @@ def record_from_run(doc, point, report, runner: str) -> RunRecord:
         substituted=dict(report.substituted), outputs_match=bool(report.outputs_match), runner=runner,
         board=board, spread=getattr(report, "spread", None), load=getattr(report, "load", None),
         frequencies={pu: {k: f.get(k) for k in _FREQUENCY_KEYS}
-                     for pu, f in (getattr(report, "frequencies", None) or {}).items()})
+                     for pu, f in (getattr(report, "frequencies", None) or {}).items()},
+        workload=None if workload is None else dict(workload))
 
 
 def append_run(db: ProfileDB, record: RunRecord) -> int:
@@ -159,7 +171,7 @@ def list_runs(db: ProfileDB, model: Optional[str] = None, soc: Optional[str] = N
     for row in db.execute(sql + " ORDER BY id", args):
         values = dict(zip(["id"] + cols, row))
         for c in _JSON_COLUMNS:
-            values[c] = json.loads(values[c])
+            values[c] = None if values[c] is None else json.loads(values[c])
         values["prediction_applies"] = bool(values["prediction_applies"])
         values["outputs_match"] = bool(values["outputs_match"])
         out.append(RunRecord(**values))

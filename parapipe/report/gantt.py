@@ -441,6 +441,8 @@ def gantt_from_trace(trace_events: Iterable[Any], path: Any, *, title: Optional[
     trace_events : iterable of TraceEvent or dict
         Task executions with ``stage``, ``pu``, ``task``, ``frame``, ``start_s``, ``end_s`` (seconds since the
         run started), e.g. :attr:`ppexec.metrics.RunMetrics.trace`. Time 0 of the chart is the earliest start drawn.
+        Events of a workload's run (a ``model`` each: :mod:`ppexec.workload`) are coloured by model and stage,
+        each bar naming its model.
     path : str or os.PathLike
         PNG to write (a temp file in the same folder, then renamed; the usual file mode); 1600 px wide.
     title : str, optional
@@ -472,15 +474,35 @@ def gantt_from_trace(trace_events: Iterable[Any], path: Any, *, title: Optional[
         if first <= frame < stop:
             bars.append(GanttBar(str(_attr(ev, "pu", i)), start, end, int(_attr(ev, "stage", i)), frame,
                                  str(_attr(ev, "task", i)), "task"))
+    models = [ev.get("model") if isinstance(ev, Mapping) else getattr(ev, "model", None) for ev in events]
+    label_of = trace_bar_texts
+    if any(m is not None for m in models):  # a workload's trace: each model's stages in colours of their own
+        keys: Dict[Tuple[str, int], int] = {}
+        bars = []
+        for i, ev in enumerate(events):
+            frame = int(_attr(ev, "frame", i))  # each event's times were checked above
+            if first <= frame < stop:
+                key = keys.setdefault((str(models[i]), int(_attr(ev, "stage", i))), len(keys))
+                bars.append(GanttBar(str(_attr(ev, "pu", i)), float(_attr(ev, "start_s", i)),
+                                     float(_attr(ev, "end_s", i)), key, frame, str(_attr(ev, "task", i)), "task"))
+        of = {k: ms for ms, k in keys.items()}
+
+        def label_of(bar: GanttBar) -> List[str]:
+            model, stage = of[bar.stage]
+            return [f"{model} s{stage} f{bar.frame}", f"s{stage} f{bar.frame}", f"{bar.frame}"]
+
+        stage_name = {k: f"{m} stage {s}" for k, (m, s) in of.items()}
+    else:
+        stage_name = {}
     bars.sort(key=lambda b: (b.start_s, b.stage, b.pu))
     pus: Dict[int, List[str]] = {}
     for b in bars:
         pus.setdefault(b.stage, [])
         if b.pu not in pus[b.stage]:
             pus[b.stage].append(b.pu)
-    names = {s: f"stage {s} on {', '.join(pus[s])}" for s in sorted(pus)}
+    names = {s: f"{stage_name.get(s, f'stage {s}')} on {', '.join(pus[s])}" for s in sorted(pus)}
     head = title or trace_title(info or {}, events, first, stop)
-    _draw(bars, _lanes(bars), head, path, names, label_of=trace_bar_texts)
+    _draw(bars, _lanes(bars), head, path, names, label_of=label_of)
 
 
 def trace_bar_texts(bar: GanttBar) -> List[str]:
