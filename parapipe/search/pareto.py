@@ -94,7 +94,7 @@ def dominates(a, b) -> bool:
 def spread_rows(rows: np.ndarray, cap: int) -> np.ndarray:
     """Indices (ascending) of at most ``cap`` rows of ``rows`` (minimised columns) spread over their range: rows
     are snapped to a grid of ``eps`` x each column's range, one row per cell (the lexicographically least), the
-    cells' non-dominated rows kept; ``eps`` grows from 1/64 by 1.5x until at most ``cap`` remain (the grid of
+    cells' non-dominated rows kept; ``eps`` grows from 1/256 by 1.5x until at most ``cap`` remain (the grid of
     ε-dominance, Laumanns et al., Evolutionary Computation 10(3), 2002). Deterministic."""
     n = len(rows)
     if n <= cap:
@@ -103,7 +103,7 @@ def spread_rows(rows: np.ndarray, cap: int) -> np.ndarray:
     span = rows.max(axis=0) - lo
     span[span <= 0] = 1.0
     order = np.lexsort(rows.T[::-1])
-    eps = 1 / 64
+    eps = 1 / 256
     while True:
         q = np.floor((rows[order] - lo) / (span * eps))
         _, first = np.unique(q, axis=0, return_index=True)
