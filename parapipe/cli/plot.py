@@ -50,8 +50,10 @@ def handle(args: argparse.Namespace) -> int:
         if isinstance(doc, WorkloadDoc):
             return _plot_workload(args, doc)
     if args.front:
+        from parapipe.mapping import ParetoDoc
         from parapipe.report.plots import plot_pareto
 
+        assert isinstance(doc, ParetoDoc)
         plot_pareto(doc, args.out, source=args.mapping)
     elif args.graph:
         from parapipe.app.export import load_mapped

@@ -455,8 +455,8 @@ def _baselines(problems, rates, results: List[SearchResult], cands: List[_Candid
         return memo[(m, keep)]
 
     best_split: Optional[WorkloadPoint] = None
-    for _, groups in ranked[:SPLIT_SEARCHED]:
-        found = [searched(m, g) for m, g in enumerate(groups)]
+    for _, split in ranked[:SPLIT_SEARCHED]:
+        found = [searched(m, g) for m, g in enumerate(split)]
         if any(mp is None for mp in found):
             continue
         maps = [mp for mp in found if mp is not None]
