@@ -21,7 +21,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
@@ -31,7 +31,7 @@ CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 FULL_CONFIG = CONFIG_DIR / "full.yaml"
 QUICK_CONFIG = CONFIG_DIR / "quick.yaml"
 
-_TOP_KEYS = ("name", "models", "socs", "workers", "figures", "search")
+_TOP_KEYS = ("name", "models", "socs", "workers", "figures", "search", "workloads")
 #: Search keys that are not SearchOptions fields: handed to parapipe.app.prepare.prepare.
 _PREPARE_KEYS = ("max_blocks",)
 
@@ -58,6 +58,9 @@ class SweepConfig:
         Coarsening target handed to :func:`parapipe.app.prepare.prepare`.
     source : str
         The file the configuration came from.
+    workloads : list of (list of str, list of float)
+        Workloads of several models (``workloads: [{models: [a, b], rates: [1, 1]}]``, rates optional),
+        searched on every SoC of ``socs`` (:func:`parapipe.search.workload.workload_search`).
     """
 
     name: str
@@ -68,6 +71,7 @@ class SweepConfig:
     search: Dict[str, Any] = field(default_factory=dict)
     max_blocks: Optional[int] = 48
     source: str = "<config>"
+    workloads: List[Tuple[List[str], List[float]]] = field(default_factory=list)
 
 
 def _names(doc: Dict[str, Any], key: str, src: str) -> List[str]:
@@ -187,5 +191,30 @@ def load_config(path: os.PathLike) -> SweepConfig:
         raise input_error(src, "figures", f"must be true or false, got {figures!r}", "e.g. figures: true")
     search, max_blocks = _search(doc, src)
     check_names(models, socs, src)
+    workloads = _workloads(doc, src)
+    for wl_models, _ in workloads:
+        check_names(wl_models, socs, src)
     return SweepConfig(name=name, models=models, socs=socs, workers=workers, figures=figures, search=search,
-                       max_blocks=max_blocks, source=src)
+                       max_blocks=max_blocks, source=src, workloads=workloads)
+
+
+def _workloads(doc: Dict[str, Any], src: str) -> List[Tuple[List[str], List[float]]]:
+    """The ``workloads`` key (see :class:`SweepConfig`), validated."""
+    raw = doc.get("workloads") or []
+    fix = "e.g. workloads: [{models: [inception_v1, squeezenet], rates: [1, 1]}]"
+    if not isinstance(raw, list):
+        raise input_error(src, "workloads", f"must be a list, got {type(raw).__name__}", fix)
+    out = []
+    for i, w in enumerate(raw):
+        if not isinstance(w, dict) or set(w) - {"models", "rates"}:
+            raise input_error(src, f"workloads[{i}]", "must be a mapping with models (and rates)", fix)
+        models = _names(w, "models", f"{src}: workloads[{i}]")
+        if len(models) < 2:
+            raise input_error(src, f"workloads[{i}].models", "needs two or more models", fix)
+        rates = w.get("rates", [1] * len(models))
+        if (not isinstance(rates, list) or len(rates) != len(models)
+                or not all(isinstance(r, (int, float)) and not isinstance(r, bool) and r > 0 for r in rates)):
+            raise input_error(src, f"workloads[{i}].rates", f"must be {len(models)} positive numbers, got {rates!r}",
+                              fix)
+        out.append((models, [float(r) for r in rates]))
+    return out

@@ -190,6 +190,38 @@ def write_outputs(folder: Path, cfg: SweepConfig, results: Sequence[JobResult],
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
 
 
+WORKLOAD_COLUMNS = ["workload", "soc", "point", "strategy", "throughput_per_s", "energy_j", "latency_s",
+                    "search_s"]
+
+
+def write_workloads(folder: Path, cfg: SweepConfig) -> None:
+    """Each workload of ``cfg`` on each SoC, in this process: ``workloads/<a+b>__<soc>/pareto.json`` (and
+    ``pareto.png``), and ``workloads.csv`` (the front's best-throughput and best-energy points and the
+    ``separate``, ``split`` and ``whole`` baselines: workload frames/s, J per workload frame)."""
+    if not cfg.workloads:
+        return
+    from parapipe.app.workload import WorkloadSpec, optimize_workload, prepare_workload
+    from parapipe.search.api import SearchOptions
+
+    rows = []
+    for models, rates in cfg.workloads:
+        for soc in cfg.socs:
+            spec = WorkloadSpec([_absolute(m) for m in models], rates, [None] * len(models), [None] * len(models))
+            preps = prepare_workload(spec, _absolute(soc), max_blocks=cfg.max_blocks)
+            name = "+".join(p.loaded.name for p in preps)
+            out = folder / "workloads" / f"{name}__{preps[0].soc.name}"
+            out.mkdir(parents=True)
+            _, res = optimize_workload(preps, spec, SearchOptions(**cfg.search), out, plot=cfg.figures)
+            picks = [("best-throughput", res.best("throughput")), ("best-energy", res.best("energy"))] + [
+                (p.strategy, p) for p in res.points if p.strategy != "parapipe"]
+            for label, p in picks:
+                ev = p.evaluation
+                rows.append({"workload": name, "soc": preps[0].soc.name, "point": label, "strategy": p.strategy,
+                             "throughput_per_s": ev.throughput_per_s, "energy_j": ev.energy_j,
+                             "latency_s": ev.latency_s, "search_s": res.info["search_s"]})
+    tables.write_csv(folder / "workloads.csv", WORKLOAD_COLUMNS, rows)
+
+
 def _loadavg() -> List[float]:
     try:
         return list(os.getloadavg())
@@ -225,6 +257,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         info = markdown.RunInfo(config_name=cfg.name, config_source=cfg.source,
                                 command="python -m experiments.reproduce " + shlex.join(argv), runner=runner,
                                 wall_s=0.0, load_before=load_before)
+        write_workloads(staging, cfg)
         info.wall_s = time.perf_counter() - t0
         info.load_after = _loadavg()
         write_outputs(staging, cfg, results, info)

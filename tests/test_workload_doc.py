@@ -107,3 +107,19 @@ def test_a_model_that_cannot_join_is_refused_in_one_line(tmp_path):
     app.write_text("models:\n  - model: squeezenet\n    rate: 0\n")
     with pytest.raises(InputError, match=r"app.yaml: models\[0\].rate: must be a number > 0, got 0; give frames"):
         read_app_file(str(app))
+
+
+def test_plot_draws_a_workload_front_and_gantt_and_refuses_graph(tmp_path, capsys):
+    """``parapipe plot --front`` / ``--gantt`` on a workload document write PNGs (each model its colour);
+    ``--graph`` names the models in one line."""
+    from parapipe.cli import main
+
+    path = tmp_path / "wl.json"
+    path.write_text(json.dumps(workload_dict()))
+    for flag in ("--front", "--gantt"):
+        out = tmp_path / f"{flag[2:]}.png"
+        assert main(["plot", flag, "--mapping", str(path), "--out", str(out)]) == 0
+        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["plot", "--graph", "--mapping", str(path), "--out", str(tmp_path / "g.png")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a workload of a, b" in err[0]

@@ -99,3 +99,21 @@ def test_one_model_is_the_single_model_cost_and_the_board_is_counted_once():
     # sharing one PU: busy is the rate-weighted sum
     w2 = evaluate_workload([a, b], [ma, ma], [2.0, 1.0])
     assert w2.period_s == pytest.approx(9e-3) and w2.latency_s_per_model == pytest.approx([3e-3, 3e-3])
+
+
+def test_the_per_pu_dp_front_holds_every_pu_subsets_front():
+    """One DP pass with ``per_pu_front`` (disjoint groups) gives, for every subset S of the PUs, a mapping on
+    PUs within S at least as good as each point of the DP's front restricted to S's groups."""
+    from parapipe.search.dp import DPOptions, dp_front
+    from search_cases import pu_groups
+
+    pr = random_problem(5, 3, 4, "dag")
+    wide = dp_front(pr, DPOptions(per_pu_front=10 ** 6))
+    used = [{p for st in m.stages for p in st.all_pus()} for m in wide.mappings]
+    for s in pu_groups(pr.n_pus):
+        try:
+            sub = dp_front(pr, DPOptions(groups=[g for g in pu_groups(pr.n_pus) if set(g) <= set(s)]))
+        except Exception:
+            continue
+        for row in sub.objectives:
+            assert any(u <= set(s) and np.all(o <= row * (1 + 1e-9)) for u, o in zip(used, wide.objectives)), s

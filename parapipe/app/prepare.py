@@ -85,9 +85,12 @@ class Prepared:
 def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_blocks: Optional[int] = DEFAULT_MAX_BLOCKS,
             measure_progress: Optional[Callable[[int, int], None]] = None, db: Optional[str] = None,
             input_shapes: Optional[TypingMapping[str, Sequence[int]]] = None, feeds: Optional[str] = None,
-            loaded: Optional[LoadedModel] = None, progress: Optional[StepProgress] = None) -> Prepared:
+            loaded: Optional[LoadedModel] = None, progress: Optional[StepProgress] = None,
+            host_soc: Optional[Any] = None) -> Prepared:
     """Load ``model`` (registry name or .onnx path), coarsen it, and build its problem on ``soc``.
     ``loaded``: ``model`` already loaded (:func:`parapipe.graph.zoo.load_model`), so it is not read again.
+    ``host_soc``: on ``host``, this machine's profile measured by an earlier ``prepare`` (``Prepared.soc``): only
+    the model's blocks are measured (the machine's transfer and power figures do not depend on the model).
 
     ``soc`` is a bundled profile name, a YAML path, or ``"host"``: this machine, each core a PU, with every block
     measured for real with ONNX Runtime (:func:`parapipe.measure.submodels.measure_local`). ``db``, a profile database:
@@ -136,10 +139,10 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
 
             with ProfileDB(db) as profile_db:
                 hp = measure_local(bg, progress=measure_progress or step("measuring blocks"), db=profile_db,
-                                   feeds=frame, record=record, soc_progress=step("measuring this machine"))
+                                   feeds=frame, record=record, soc_progress=step("measuring this machine"), soc=host_soc)
         else:
             hp = measure_local(bg, progress=measure_progress or step("measuring blocks"), feeds=frame,
-                               record=record, soc_progress=step("measuring this machine"))
+                               record=record, soc_progress=step("measuring this machine"), soc=host_soc)
         soc_obj, measured = hp.soc, hp.block_time_s
         # the whole model as one sub-model, as the single and replicated mappings run it; alone when the
         # profile's pipeline terms model co-running (the host's prior does), else with every other core running

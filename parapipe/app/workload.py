@@ -178,9 +178,11 @@ def check_models(spec: WorkloadSpec, soc: str, pus: Optional[Sequence[str]] = No
 
 def prepare_workload(spec: WorkloadSpec, soc: str, pus: Optional[Sequence[str]] = None,
                      max_blocks: Optional[int] = 48, db: Optional[str] = None, progress=None) -> List[Prepared]:
-    """:func:`check_models`, then :func:`parapipe.app.prepare.prepare` of each model (once each; on ``--soc
-    host`` each model's blocks are measured as for one model). On ``host`` every model's problem is then put on
-    the first model's measured PUs' transfer and power figures (same PU names), so the problems share one SoC.
+    """:func:`check_models`, then :func:`parapipe.app.prepare.prepare` of each model (once each). On ``--soc
+    host`` the machine (its cores' transfer and power figures, facts of the machine) is measured once, with the
+    first model, and every model's own blocks (times, and the whole model as one sub-model) are measured on it:
+    each model keeps its own measured problem, and the problems share one SoC (board power, transfers and memory
+    limits are taken from the first problem for every model, as one board).
 
     Raises
     ------
@@ -191,10 +193,15 @@ def prepare_workload(spec: WorkloadSpec, soc: str, pus: Optional[Sequence[str]] 
 
     from parapipe.app.prepare import prepare
 
+    from parapipe.soc.identity import is_host
+
     loaded = check_models(spec, soc, pus)
-    preps = [prepare(model, soc, pus=pus, max_blocks=max_blocks, db=db, input_shapes=shapes, loaded=lm,
-                     progress=progress)
-             for model, shapes, lm in zip(spec.models, spec.input_shapes, loaded)]
+    preps: List[Prepared] = []
+    for model, shapes, lm in zip(spec.models, spec.input_shapes, loaded):
+        # on host the machine is measured once (with the first model), then each model's blocks on it
+        machine = preps[0].soc if preps and is_host(soc) else None
+        preps.append(prepare(model, soc, pus=pus, max_blocks=max_blocks, db=db, input_shapes=shapes, loaded=lm,
+                             progress=progress, host_soc=machine))
     first = preps[0]
     out = [first]
     for prep in preps[1:]:

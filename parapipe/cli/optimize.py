@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
@@ -345,6 +346,12 @@ def _optimize_workload(args: argparse.Namespace, models: List[str]) -> int:
     options = SearchOptions(objectives=objectives, max_stages=args.max_stages, time_limit_s=args.time_limit,
                             seed=args.seed, operating_points=args.operating_points)
     pus = [p.strip() for p in args.pus.split(",")] if args.pus else None
+    from parapipe.soc.identity import is_host
+
+    if is_host(args.soc) and args.time_stages != 0:
+        logging.getLogger(__name__).warning(
+            "--time-stages: stage timing is skipped for a workload (the search uses each model's measured block "
+            "and whole-model times)")
     steps = StepBars()
     try:
         preps = prepare_workload(spec, args.soc, pus=pus, max_blocks=args.max_blocks, db=args.db, progress=steps)

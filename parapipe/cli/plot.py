@@ -31,27 +31,40 @@ def handle(args: argparse.Namespace) -> int:
     the exit status; raises :class:`~parapipe.errors.InputError` for bad options or inputs."""
     from parapipe.errors import input_error
 
-    if int(args.gantt) + int(args.graph) + int(bool(args.trace)) != 1:
-        raise input_error("parapipe plot", None, "give exactly one of --gantt, --graph and --trace",
-                          "use --gantt or --graph with --mapping FILE --point ID, or --trace TRACE.json (measured)")
+    if int(args.gantt) + int(args.graph) + int(args.front) + int(bool(args.trace)) != 1:
+        raise input_error("parapipe plot", None, "give exactly one of --gantt, --graph, --front and --trace",
+                          "use --gantt or --graph with --mapping FILE --point ID, --front with --mapping FILE, or "
+                          "--trace TRACE.json (measured)")
     from pathlib import Path
 
     if not Path(args.out).parent.is_dir():
         raise input_error("--out", args.out, "its folder does not exist", "create the folder or choose another path")
-    if args.graph:
+    if args.front or args.gantt or args.graph:
+        if not args.mapping:
+            flag = "--front" if args.front else "--gantt" if args.gantt else "--graph"
+            raise input_error("--mapping", None, f"is required with {flag}", "pass the pareto.json to draw")
+        from parapipe.mapping import read_mapping
+        from parapipe.mapping.workload import WorkloadDoc
+
+        doc = read_mapping(args.mapping)
+        if isinstance(doc, WorkloadDoc):
+            return _plot_workload(args, doc)
+    if args.front:
+        from parapipe.mapping import ParetoDoc
+        from parapipe.report.plots import plot_pareto
+
+        assert isinstance(doc, ParetoDoc)
+        plot_pareto(doc, args.out, source=args.mapping)
+    elif args.graph:
         from parapipe.app.export import load_mapped
         from parapipe.report.graph import plot_block_graph
 
-        if not args.mapping:
-            raise input_error("--mapping", None, "is required with --graph", "pass the pareto.json to draw")
         mapped = load_mapped(args.model, args.mapping, args.point)
         plot_block_graph(mapped.doc, mapped.point, mapped.blocks, args.out, source=args.mapping)
     elif args.gantt:
         from parapipe.mapping import read_pareto, select_point
         from parapipe.report import plot_gantt
 
-        if not args.mapping:
-            raise input_error("--mapping", None, "is required with --gantt", "pass the pareto.json to draw")
         doc = read_pareto(args.mapping)
         point = select_point(doc, args.point, path=args.mapping)
         plot_gantt(doc, point, args.out, n_frames=args.frames, source=args.mapping)
@@ -65,11 +78,32 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plot_workload(args: argparse.Namespace, doc) -> int:
+    """``plot --front`` or ``--gantt`` of a workload document (every model in its own colour); ``--graph``
+    names the model's part to draw instead."""
+    from parapipe.errors import input_error
+    from parapipe.mapping.io import select_workload_point
+    from parapipe.report.workload import plot_workload, plot_workload_gantt
+
+    if args.graph:
+        raise input_error("--graph", None, f"draws one model; {args.mapping} is a workload of "
+                          f"{', '.join(doc.model_names())}", "use --gantt or --front for the workload")
+    if args.front:
+        plot_workload(doc, args.out)
+    else:
+        point = select_workload_point(doc, args.point, path=args.mapping)
+        plot_workload_gantt(doc, point, args.out, n_frames=args.frames)
+    print(f"wrote {args.out}")
+    return 0
+
+
 def add_parser(sub) -> None:
     """Register ``plot`` on the ``parapipe`` sub-command parser ``sub``."""
-    s = sub.add_parser("plot", help="draw a Gantt chart (predicted --gantt, measured --trace) or where each block "
-                       "runs (--graph)")
+    s = sub.add_parser("plot", help="draw a Gantt chart (predicted --gantt, measured --trace), the front "
+                       "(--front) or where each block runs (--graph); a workload's in each model's colour")
     s.add_argument("--gantt", action="store_true", help="the modelled schedule of --point in --mapping")
+    s.add_argument("--front", action="store_true",
+                   help="the front of --mapping (a workload's: throughput, latency and energy per workload frame)")
     s.add_argument("--graph", action="store_true",
                    help="the model's block graph, blocks coloured by the PU --point of --mapping runs them on and "
                    "grouped by stage")

@@ -165,8 +165,9 @@ def _time_ops(og: OpGraph, ops: Sequence[str], name: str, binding: PUBinding, re
 def measure_local(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Optional[ProfileDB] = None,
                  progress: Optional[Callable[[int, int], None]] = None,
                  feeds: Optional[dict] = None, record: Optional[MeasureLog] = None,
-                 soc_progress: Optional[Callable[[int, int], None]] = None) -> LocalProfile:
-    """Build :func:`local_soc` and time every block of ``bg`` on it.
+                 soc_progress: Optional[Callable[[int, int], None]] = None,
+                 soc: Optional[SoC] = None) -> LocalProfile:
+    """Build :func:`local_soc` (or take ``soc``, one it built before) and time every block of ``bg`` on it.
 
     Each distinct block (by :func:`block_signature`) is run ``warmup`` times, then timed ``repeats`` times
     with ``time.perf_counter`` in one thread pinned to the first allowed core, in a session made exactly as
@@ -196,6 +197,9 @@ def measure_local(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Option
         Gets the spread and load of every measurement taken (micro-benchmarks of the profile and blocks).
     soc_progress : callable (done, total), optional
         Called while the host profile is measured (:func:`parapipe.measure.local.local_soc`).
+    soc : SoC, optional
+        This machine's profile from an earlier :func:`parapipe.measure.local.local_soc` (its transfer and power
+        figures are the machine's, whatever the model): not measured again.
 
     Returns
     -------
@@ -214,7 +218,7 @@ def measure_local(bg: BlockGraph, repeats: int = 10, warmup: int = 3, db: Option
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise input_error("measure_local", "warmup", f"must be an integer >= 0, got {warmup!r}", "use 3")
     start = time.perf_counter()
-    soc = local_soc(record=record, progress=soc_progress)
+    soc = soc if soc is not None else local_soc(record=record, progress=soc_progress)
     og = bg.opgraph
     measured_pu = soc.pu_names[0]
     pinned = soc.pus[measured_pu].execution.cpus

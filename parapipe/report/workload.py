@@ -1,7 +1,7 @@
 """Pictures of a workload document (:class:`parapipe.mapping.workload.WorkloadDoc`).
 
 ``plot_workload`` draws the front: (a) workload throughput (workload frames/s) against the latency axis (ms),
-(b) the latency axis against energy per workload frame (mJ); front points labelled with their ids, the baselines
+(b) the latency axis against energy per workload frame (mJ); the best front points labelled with their ids, the baselines
 ``separate``, ``split`` and ``whole`` one marker each, the lower bounds dashed. ``plot_workload_gantt`` draws the
 predicted schedule of one point: per PU, each model's stages in the model's own colour, ``rate`` frames of each
 model per workload frame run back to back, over ``n_frames`` workload periods (a model's stage on a PU shared
@@ -29,8 +29,13 @@ def _title(doc: WorkloadDoc) -> str:
     return f"{models} on {doc.soc.name}"
 
 
+def _best(points: List[WorkloadPoint], key: str) -> Any:
+    return min(points, key=lambda p: (getattr(p, key), p.period_s, p.latency_s, p.energy_j), default=None)
+
+
 def plot_workload(doc: WorkloadDoc, path: Any) -> None:
-    """Write the front of ``doc`` to ``path`` (PNG; module docstring)."""
+    """Write the front of ``doc`` to ``path`` (PNG; module docstring): every front point a dot, each panel's
+    non-dominated points joined as a staircase, the best-throughput, -latency and -energy points labelled."""
     fig = Figure(figsize=(11, 4.8))
     axes = fig.subplots(1, 2)
     front = sorted((p for p in doc.points if p.strategy == "parapipe"), key=lambda p: p.latency_s)
@@ -40,9 +45,19 @@ def plot_workload(doc: WorkloadDoc, path: Any) -> None:
              "workload throughput (workload frames/s)"),
             (lambda p: p.latency_s * 1e3, lambda p: p.energy_j * 1e3, f"latency, {axis} over models (ms)",
              "energy per workload frame (mJ)")]):
-        ax.plot([xs(p) for p in front], [ys(p) for p in front], "o-", color="black", label="parapipe front", ms=5)
-        for p in front[:12]:
-            ax.annotate(p.id, (xs(p), ys(p)), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        ax.plot([xs(p) for p in front], [ys(p) for p in front], "o", color="black", label="parapipe front", ms=4)
+        # the panel's own non-dominated points (the 3-objective front's shadow on it), joined as a staircase
+        sign = -1.0 if ys is not None and yl.startswith("workload throughput") else 1.0
+        stair, best_y = [], float("inf")
+        for p in sorted(front, key=lambda p: (xs(p), sign * ys(p))):
+            if sign * ys(p) < best_y:
+                stair.append(p)
+                best_y = sign * ys(p)
+        ax.step([xs(p) for p in stair], [ys(p) for p in stair], where="post", color="black", lw=1)
+        named = {id(p): p for p in (_best(front, "period_s"), _best(front, "latency_s"), _best(front, "energy_j"))
+                 if p is not None}
+        for n, p in enumerate(named.values()):
+            ax.annotate(p.id, (xs(p), ys(p)), textcoords="offset points", xytext=(6, 6 - 12 * n), fontsize=8)
         for p in doc.points:
             if p.strategy in _MARKERS:
                 ax.plot([xs(p)], [ys(p)], _MARKERS[p.strategy], ms=8, fillstyle="none", label=p.strategy)

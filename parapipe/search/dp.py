@@ -48,7 +48,7 @@ from ..cost.mapping import Mapping, StageMapping
 from ..cost.problem import MappingProblem
 from .budget import Budget, BudgetExceeded
 from .labels import LabelStore
-from .pareto import pareto_mask
+from .pareto import pareto_mask, spread_rows
 from .stages import STAGE_KINDS, StageRun
 from .transitions import StageCatalog
 
@@ -91,6 +91,12 @@ class DPOptions:
         ``(λ, togo)`` for ``period_below``: see :class:`parapipe.search.labels.LabelStore`.
     max_ops_only : bool
         Use only the catalogue's runs with every PU at its highest operating point.
+    per_pu_front : int
+        When > 0: keep the final labels non-dominated in (busy time of every PU, latency, dynamic energy) — with
+        ``reuse_pus`` — or in (PUs used, largest stage time, latency, dynamic energy) without, instead of the three
+        objectives: the front for every subset of the PUs at once (the candidates of a multi-model workload, whose
+        period depends on each PU's busy time), at most this many of them spread over the front
+        (:func:`parapipe.search.pareto.spread_rows`; ``DPResult.thinned`` then says how many there were).
     """
 
     groups: Optional[List[Tuple[int, ...]]] = None
@@ -105,6 +111,7 @@ class DPOptions:
     period_below: Optional[float] = None
     guide: Optional[tuple] = None
     max_ops_only: bool = False
+    per_pu_front: int = 0
 
 
 class DPDeadline(BudgetExceeded):
@@ -127,6 +134,7 @@ class DPResult:
     n_transitions: int = 0
     capped_states: int = 0
     cut_limited: bool = False
+    thinned: int = 0  # with DPOptions.per_pu_front: how many non-dominated labels were thinned to the mappings
 
     def exact(self, epsilon: float) -> bool:
         """True if the run with grid ``epsilon`` returned the exact front of its space."""
@@ -261,6 +269,7 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
         raise InfeasibleError(f"{problem.name}: no mapping exists with the allowed PU groups; some block cannot run "
                               "on any allowed PU — allow more PUs (--pus)")
     objs, ref_sid, ref_row = [], [], []
+    wide: list = []
     for key in finals:  # final labels are judged on the final objectives only (3 numbers)
         sid = store.add(key, pending.pop(key), prune=False)
         v = store.array(sid)
@@ -276,14 +285,26 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
             objs.append(np.column_stack([period, v[:, nb], v[:, nb + 1] + idle_static * period]))
         ref_sid.append(np.full(len(v), sid))
         ref_row.append(np.arange(len(v)))
+        if opts.per_pu_front:  # module docstring of DPOptions.per_pu_front
+            used = np.array([key[1] >> p & 1 for p in range(k)], dtype=float)
+            wide.append(np.column_stack([v[:, :k], v[:, nb:]]) if reuse else
+                        np.column_stack([np.tile(used, (len(v), 1)), v]))
     objs_a = np.concatenate(objs)
     if period_only and not len(objs_a):
         raise InfeasibleError(f"{problem.name}: no mapping with a period below {opts.period_below:.6g} s")
-    mask = pareto_mask(objs_a)
+    wide_a = np.concatenate(wide) if wide else None
+    mask = pareto_mask(objs_a if wide_a is None else wide_a)
+    thinned = 0
+    if wide_a is not None and mask.sum() > opts.per_pu_front:
+        thinned = int(mask.sum())
+        on = np.flatnonzero(mask)
+        mask = np.zeros_like(mask)
+        mask[on[spread_rows(wide_a[on], opts.per_pu_front)]] = True
     sids, rows = np.concatenate(ref_sid)[mask], np.concatenate(ref_row)[mask]
     mappings = [rebuild(store, cat.runs, int(s), int(r)) for s, r in zip(sids, rows)]
     return DPResult(mappings=mappings, objectives=objs_a[mask], n_states=len(keys), n_labels=store.n_labels,
-                    n_transitions=n_trans, capped_states=store.capped_states, cut_limited=cut_limited)
+                    n_transitions=n_trans, capped_states=store.capped_states, cut_limited=cut_limited,
+                    thinned=thinned)
 
 
 def rebuild(store: LabelStore, runs: List[StageRun], sid: int, row: int) -> Mapping:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["SMALL_SET", "SWEEPS", "CHUNK", "pareto_mask", "dominates"]
+__all__ = ["SMALL_SET", "SWEEPS", "CHUNK", "pareto_mask", "dominates", "spread_rows"]
 
 SMALL_SET = 12
 """Up to this many rows the filter runs in plain Python (cheaper than numpy's per-call overhead; measured)."""
@@ -89,3 +89,26 @@ def dominates(a, b) -> bool:
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
     return bool(np.all(a <= b) and np.any(a < b))
+
+
+def spread_rows(rows: np.ndarray, cap: int) -> np.ndarray:
+    """Indices (ascending) of at most ``cap`` rows of ``rows`` (minimised columns) spread over their range: rows
+    are snapped to a grid of ``eps`` x each column's range, one row per cell (the lexicographically least), the
+    cells' non-dominated rows kept; ``eps`` grows from 1/256 by 1.5x until at most ``cap`` remain (the grid of
+    ε-dominance, Laumanns et al., Evolutionary Computation 10(3), 2002). Deterministic."""
+    n = len(rows)
+    if n <= cap:
+        return np.arange(n)
+    lo = rows.min(axis=0)
+    span = rows.max(axis=0) - lo
+    span[span <= 0] = 1.0
+    order = np.lexsort(rows.T[::-1])
+    eps = 1 / 256
+    while True:
+        q = np.floor((rows[order] - lo) / (span * eps))
+        _, first = np.unique(q, axis=0, return_index=True)
+        first = np.sort(first)
+        keep = first[pareto_mask(q[first])]
+        if len(keep) <= cap or eps > 1:
+            return np.sort(order[keep[:cap]])
+        eps *= 1.5

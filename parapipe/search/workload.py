@@ -1,14 +1,19 @@
 """The workload search: co-map several models on one SoC, one front (cost model: :mod:`parapipe.cost.workload`).
 
-**Per-model candidates.** Each model's candidate mappings come from the single-model search
-(:func:`parapipe.search.api.search`, its front and its baselines) run on the model's whole problem and, for
-problems above :data:`EXACT_CANDIDATE_CELLS`, on every proper subset of the PUs (so that a model can leave PUs
-to the others); problems of at most that many blocks x PUs instead add *every* mapping of the single-model DP's
-space (every composition of the blocks into contiguous stages x every PU group per stage, PUs may serve several
-stages, each stage list-scheduled by :func:`parapipe.search.listsched.schedule_ranges`). Each candidate is
-evaluated alone (:func:`parapipe.cost.evaluate.evaluate` with the terms) and kept when no other candidate of the
-model is at least as good in every PU's busy time, the latency and the active energy (the workload's period,
-latency axis and energy grow with each of them), and when it meets the model's latency bound.
+**Per-model candidates.** Each model's candidate mappings are the points of its single-model search
+(:func:`parapipe.search.api.search`: its front, polished and re-timed points and baselines) and, for problems
+above :data:`EXACT_CANDIDATE_CELLS`, the single-model DP's fronts for every subset of the PUs at once
+(:func:`dp_candidates`: the disjoint-group and PU-reuse passes with final labels kept per PU,
+:attr:`parapipe.search.dp.DPOptions.per_pu_front`, so that a model can leave PUs or busy time to the others),
+thinned to :data:`MAX_DP_CANDIDATES` each; problems of at most that many blocks x PUs instead add *every*
+mapping of the single-model DP's space (every composition of the blocks into contiguous stages x every PU group
+per stage, PUs may serve several stages, each stage list-scheduled by
+:func:`parapipe.search.listsched.schedule_ranges`). Each candidate is evaluated alone
+(:func:`parapipe.cost.evaluate.evaluate` with the terms) and kept when no other candidate of the model is at
+least as good in every PU's busy time, the latency and the active energy (the workload's period, latency axis and
+energy grow with each of them), and when it meets the model's latency bound. The search's cost is thus one
+single-model search per model plus two DP passes with counted-work budgets (:data:`DP_CANDIDATE_S`) and the
+combination; ``info["model_search_s"]`` gives the single-model searches' share.
 
 **Combination.** Models are added one at a time: every kept partial combination x every candidate of the next
 model, the rate-weighted busy vectors, latency (axis so far) and active energy summed, and the partial
@@ -30,8 +35,9 @@ LP of the rate-weighted work of every block of every model spread over the PUs a
 least the axis of the models' latency bounds.
 
 **Baselines** (offered to the front too): ``separate`` — each model's best-throughput point of its own search,
-run together; ``split`` — each model on its own PU subset (disjoint), its best-throughput candidate there, the
-split of least workload period; ``whole`` — each model unsplit on one PU (PUs may be shared), the assignment of
+run together; ``split`` — each model on its own PU subset (disjoint): the splits ranked by the models'
+best-throughput candidates on their subsets, the best :data:`SPLIT_SEARCHED` of them searched with the single-model
+search on each subset (what ``optimize --pus`` gives), the one of least workload period; ``whole`` — each model unsplit on one PU (PUs may be shared), the assignment of
 least workload period.
 """
 from __future__ import annotations
@@ -56,7 +62,7 @@ from .bounds import optimistic_problem
 from .listsched import schedule_ranges
 from .pareto import pareto_mask
 
-__all__ = ["EXACT_CANDIDATE_CELLS", "MAX_PARTIAL", "WorkloadPoint", "WorkloadResult", "workload_search",
+__all__ = ["EXACT_CANDIDATE_CELLS", "MAX_PARTIAL", "MAX_DP_CANDIDATES", "DP_CANDIDATE_S", "SPLIT_SEARCHED", "dp_candidates", "WorkloadPoint", "WorkloadResult", "workload_search",
            "workload_period_lp", "remap_mapping", "enumerate_mappings"]
 
 log = logging.getLogger(__name__)
@@ -181,13 +187,58 @@ def _candidates(problem: MappingProblem, maps: List[Mapping], terms: PipelineTer
     return _Candidates([kept[i] for i in idx], arr[idx, :k], arr[idx, k], arr[idx, k + 1]), len(seen)
 
 
-def _subset_options(opts: SearchOptions) -> SearchOptions:
-    """Lighter options for the searches on PU subsets (they only feed candidates)."""
+MAX_DP_CANDIDATES = 96
+"""Most mappings taken from each of a model's two per-PU DP fronts (disjoint groups, PUs reused) above
+:data:`EXACT_CANDIDATE_CELLS`: the fronts are thinned on a grid to this many (:func:`parapipe.search.pareto.spread_rows`)
+before they are evaluated (the PU-reuse front of a 48-block model on 4 PUs holds 1,000-15,000 mappings; evaluating one costs about
+0.6 ms, measured with ``python -m cProfile`` on the zoo models and the A311D profile)."""
+
+SPLIT_SEARCHED = 2
+"""The ``split`` baseline: how many of the best PU splits (ranked by the models' candidates) are then searched
+with the single-model search on each model's PUs."""
+
+DP_CANDIDATE_S = 1.0
+"""Work budget of each per-PU DP pass, in deterministic seconds (:mod:`parapipe.search.budget`)."""
+
+
+def dp_candidates(problem: MappingProblem, opts: SearchOptions, cap: int = MAX_DP_CANDIDATES
+                  ) -> Tuple[List[Mapping], List[str]]:
+    """A model's candidates for every subset of the PUs at once: the single-model DP's disjoint-group and
+    PU-reuse passes run with :attr:`parapipe.search.dp.DPOptions.per_pu_front` (final labels non-dominated per PU,
+    not on the period), highest operating points, with the single-model search's label grid, caps and cut rule
+    above its ``exact_max_cells`` and a work budget of :data:`DP_CANDIDATE_S` each; each front thinned to ``cap``
+    mappings (:func:`parapipe.search.pareto.spread_rows`). Returns the mappings and what bounded them (one line each, empty if nothing)."""
     from dataclasses import replace
 
-    return replace(opts, time_limit_s=min(opts.time_limit_s, 2.0), reuse_time_limit_s=min(opts.reuse_time_limit_s, 2.0),
-                   period_time_limit_s=min(opts.period_time_limit_s, 1.0),
-                   replicate_time_limit_s=min(opts.replicate_time_limit_s, 1.0))
+    from .budget import DP_WORK_PER_S, Budget
+    from .dp import DPDeadline, DPOptions, dp_front
+    from .transitions import StageCatalog
+
+    small = problem.n_blocks * problem.n_pus <= opts.exact_max_cells
+    catalog = StageCatalog(problem, None)
+    base = DPOptions(max_stages=opts.max_stages, per_pu_front=cap)
+    if not small:
+        base = replace(base, epsilon=opts.epsilon, max_labels=opts.max_labels, max_cut_tensors=opts.max_cut_tensors)
+    reuse = replace(base, reuse_pus=True)
+    if not small:
+        reuse = replace(reuse, epsilon=max(opts.epsilon, opts.reuse_epsilon), max_labels=opts.reuse_max_labels)
+    out: List[Mapping] = []
+    notes: List[str] = []
+    for name, dpo in (("disjoint", base), ("reuse", reuse)):
+        dpo = replace(dpo, budget=Budget.of_seconds(DP_CANDIDATE_S, DP_WORK_PER_S, opts.wall_safety_factor))
+        try:
+            res = dp_front(problem, dpo, catalog=catalog)
+        except DPDeadline as exc:
+            notes.append(f"{problem.name}: per-PU {name} candidates skipped ({exc})")
+            continue
+        except InfeasibleError:
+            continue
+        out += res.mappings
+        if not res.exact(dpo.epsilon) or res.thinned:
+            notes.append(f"{problem.name}: per-PU {name} candidates {len(res.mappings)}"
+                         + (f" spread over {res.thinned} non-dominated" if res.thinned else "")
+                         + ("" if res.exact(dpo.epsilon) else " (label grid, cap or cut rule)"))
+    return out, notes
 
 
 def workload_period_lp(problems: Sequence[MappingProblem], rates: Sequence[float]) -> float:
@@ -279,35 +330,28 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
     idle_w = float(problems[0].idle_power_w.sum()) + problems[0].static_power_w
     results: List[SearchResult] = []
     cands: List[_Candidates] = []
-    subset_best: List[Dict[Tuple[int, ...], Mapping]] = []
     evaluated = 0
     exact = True
     bounded_by: List[str] = []
+    model_s = 0.0
     for m, pr in enumerate(problems):
+        t_m = time.monotonic()
         res = search(pr, opts, terms=terms)
+        model_s += time.monotonic() - t_m
         results.append(res)
         maps = [p.mapping for p in res.points]
-        best: Dict[Tuple[int, ...], Mapping] = {}
         if pr.n_blocks * pr.n_pus <= EXACT_CANDIDATE_CELLS:
             maps += enumerate_mappings(pr)
         else:
             exact = False
-            sub_opts = _subset_options(opts)
-            for size in range(1, k):
-                for keep in itertools.combinations(range(k), size):
-                    try:
-                        sub = search(pr.restrict_pus(keep), sub_opts, terms=terms)
-                    except InfeasibleError:
-                        continue
-                    found = [remap_mapping(p.mapping, keep) for p in sub.points]
-                    maps += found
-                    best[keep] = remap_mapping(sub.best("throughput", None).mapping, keep)
-            bounded_by.append(f"{pr.name}: candidates from the single-model search on every PU subset "
+            extra, notes = dp_candidates(pr, opts)
+            maps += extra
+            bounded_by.append(f"{pr.name}: candidates from the single-model search and the per-PU DP fronts "
                               f"({pr.n_blocks} blocks x {pr.n_pus} PUs > {EXACT_CANDIDATE_CELLS} cells)")
+            bounded_by += notes
         c, n_eval = _candidates(pr, maps, terms, bounds_s[m])
         evaluated += n_eval
         cands.append(c)
-        subset_best.append(best)
     cross = terms.contention > 0 or terms.sharing > 0 or any(terms.overlap.values()) or any(
         pr.operating_points is not None and any(t is not None and t.transition_s > 0 for t in pr.operating_points)
         for pr in problems)
@@ -326,7 +370,7 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
     cand_points = [WorkloadPoint("", "parapipe", [cands[m].mappings[i] for m, i in enumerate(row)],
                                  ev_of([cands[m].mappings[i] for m, i in enumerate(row)]), origin="combination")
                    for row in rows]
-    baselines = _baselines(problems, rates, results, cands, subset_best, ev_of)
+    baselines = _baselines(problems, rates, results, cands, ev_of, opts, terms)
     cand_points += [WorkloadPoint("", "parapipe", b.mappings, b.evaluation, origin="baseline") for b in baselines]
     fits = [p for p in cand_points if p.evaluation.fits_memory]
     if fits:
@@ -353,14 +397,14 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
         "candidates": [len(c.mappings) for c in cands], "candidates_evaluated": evaluated,
         "combinations_ranked": len(rows), "max_partial": max_partial,
         "period_bound": {"lp_s": lp, "models_s": own, "method": "lp" if lp >= own else "models"},
-        "search_s": time.monotonic() - t0}
+        "model_search_s": model_s, "search_s": time.monotonic() - t0}
     log.info("workload search: %d models, front %d points, %.2fs, exact %s", len(problems), len(front),
              info["search_s"], exact)
     return WorkloadResult(list(problems), list(rates), latency_axis, all_points, period_lb, latency_lb, results, info)
 
 
-def _baselines(problems, rates, results: List[SearchResult], cands: List[_Candidates],
-               subset_best: List[Dict[Tuple[int, ...], Mapping]], ev_of) -> List[WorkloadPoint]:
+def _baselines(problems, rates, results: List[SearchResult], cands: List[_Candidates], ev_of,
+               opts: SearchOptions, terms: PipelineTerms) -> List[WorkloadPoint]:
     """The ``separate``, ``split`` and ``whole`` baselines (module docstring)."""
     k = problems[0].n_pus
     n_models = len(problems)
@@ -369,8 +413,6 @@ def _baselines(problems, rates, results: List[SearchResult], cands: List[_Candid
     out.append(WorkloadPoint("separate", "separate", sep, ev_of(sep), origin="baseline"))
 
     def best_within(m: int, keep: Tuple[int, ...]) -> Optional[Mapping]:
-        if keep in subset_best[m]:
-            return subset_best[m][keep]
         if len(keep) == k:
             return results[m].best("throughput", None).mapping
         allowed = set(keep)
@@ -382,7 +424,7 @@ def _baselines(problems, rates, results: List[SearchResult], cands: List[_Candid
         i = min(ok, key=lambda i: (float(c.busy[i].max()), float(c.latency[i]), float(c.dyn[i])))
         return c.mappings[i]
 
-    best_split: Optional[Tuple[float, List[Mapping]]] = None
+    ranked: List[Tuple[float, Tuple[Tuple[int, ...], ...]]] = []
     if k >= n_models:
         for labels in itertools.product(range(n_models + 1), repeat=k):  # PU -> model (n_models: unused)
             groups = [tuple(p for p in range(k) if labels[p] == m) for m in range(n_models)]
@@ -392,12 +434,37 @@ def _baselines(problems, rates, results: List[SearchResult], cands: List[_Candid
             maps = [mp for mp in found if mp is not None]
             if len(maps) < n_models:
                 continue
-            # disjoint PUs: the period is the largest rate x own period; evaluate only the best candidates
+            # disjoint PUs: the period is the largest rate x own period (of the candidates, to rank the splits)
             key = max(rates[m] * float(evaluate(problems[m], mp).busy_s.max()) for m, mp in enumerate(maps))
-            if best_split is None or key < best_split[0]:
-                best_split = (key, maps)
+            ranked.append((key, tuple(groups)))
+    ranked.sort()
+    # the best SPLIT_SEARCHED splits by the candidates, each model then searched on its PUs as a user would
+    # (``optimize --pus``: the single-model search with the options of the workload's)
+    memo: Dict[Tuple[int, Tuple[int, ...]], Optional[Mapping]] = {}
+
+    def searched(m: int, keep: Tuple[int, ...]) -> Optional[Mapping]:
+        if (m, keep) not in memo:
+            if len(keep) == k:
+                memo[(m, keep)] = results[m].best("throughput", None).mapping
+            else:
+                try:
+                    sub = search(problems[m].restrict_pus(keep), opts, terms=terms)
+                    memo[(m, keep)] = remap_mapping(sub.best("throughput", None).mapping, keep)
+                except InfeasibleError:
+                    memo[(m, keep)] = None
+        return memo[(m, keep)]
+
+    best_split: Optional[WorkloadPoint] = None
+    for _, split in ranked[:SPLIT_SEARCHED]:
+        found = [searched(m, g) for m, g in enumerate(split)]
+        if any(mp is None for mp in found):
+            continue
+        maps = [mp for mp in found if mp is not None]
+        ev = ev_of(maps)
+        if best_split is None or ev.objectives() < best_split.evaluation.objectives():
+            best_split = WorkloadPoint("split", "split", maps, ev, origin="baseline")
     if best_split is not None:
-        out.append(WorkloadPoint("split", "split", best_split[1], ev_of(best_split[1]), origin="baseline"))
+        out.append(best_split)
     best_whole = None
     for pus in itertools.product(range(k), repeat=n_models):
         if any(not np.isfinite(problems[m].time_s[:, p]).all() for m, p in enumerate(pus)):
