@@ -236,16 +236,16 @@ def test_runs_table_and_its_csv_export_are_inputs(tmp_path, capsys, caplog):
                 idle_latency_s=float(latency), pu_busy_s={}, energy_j=float(energy), predicted_period_s=None,
                 predicted_latency_s=None, predicted_energy_j=None, prediction_applies=i != 0, substituted={},
                 outputs_match=True, runner="local", board={}))
-        one = list_runs(db)[1]  # one model of a workload run: its period depends on its co-runners
+        one = list_runs(db)[1]  # one model's row of a workload run whose other model's row is missing
         one.id, one.workload = None, {"id": "w1", "rates": {"m0": 1.0, "m1": 1.0}, "models": ["m0", "m1"]}
         one.period_s *= 3
         append_run(db, one)
         write_runs_csv(list_runs(db), tmp_path / "export.csv")
     from_db = calibrate_json(capsys, "--runs", "--db", str(db_path), "--blocks", str(tmp_path / "tables"))
-    assert "1 row(s) of workload runs skipped" in caplog.text
+    assert "workload run w1 (point p1: m0+m1) skipped: no row of model m1" in caplog.text
     caplog.clear()
     from_csv = calibrate_json(capsys, "--runs", str(tmp_path / "export.csv"), "--blocks", str(tmp_path / "tables"))
-    assert "1 row(s) of workload runs skipped" in caplog.text
+    assert "workload run w1 (point p1: m0+m1) skipped: no row of model m1" in caplog.text
     assert from_db["errors"]["after"]["n"] == 9  # the substituted run (prediction_applies false) is left out
     assert from_db["errors"] == from_csv["errors"]
     assert from_db["errors"]["loo"]["period_mape"] < from_db["errors"]["before"]["period_mape"]
@@ -337,3 +337,103 @@ def test_one_run_fits_one_parameter_and_warns_enough_runs_fit_all(tmp_path, caps
     assert doc["warnings"] == []
     assert not any("run(s) support" in p["note"] for p in doc["params"])
     assert {"slowdown", "dispatch_s", "overlap.gpu"} <= {p["name"] for p in doc["params"] if p["fitted"]}
+
+
+#: The "true" board of the workload test: no sharing or overlap, and a contention only co-running models show.
+WL_TRUE = {"slowdown": 1.1, "dispatch_s": 4e-4, "contention": 0.8}
+
+
+def run_record(model: str, point: str, pus: list, period: float, latency: float, workload=None):
+    from parapipe.profiledb.runs import RunRecord
+
+    return RunRecord(
+        recorded_at="2025-01-01T00:00:00+00:00", model=model, model_sha256="x", soc=SOC, soc_sha256="y",
+        point=point, pu_list=",".join(pus), mapping=stage_list(pus), frames=100, throughput_per_s=1 / period,
+        period_s=period, latency_p50_s=latency * 2, latency_p99_s=latency * 3, idle_latency_s=latency, pu_busy_s={},
+        energy_j=None, predicted_period_s=None, predicted_latency_s=None, predicted_energy_j=None,
+        prediction_applies=True, substituted={}, outputs_match=True, runner="local", board={}, workload=workload)
+
+
+def test_workload_runs_identify_the_contention_single_model_runs_cannot(tmp_path, capsys, caplog):
+    """Single-model runs of whole models on one PU (no stages at once) say nothing of the memory contention γ;
+    workload runs (two models on different PUs at once, measured periods drawn from the workload cost model
+    with γ = 0.8 plus 1 % noise) do: calibrate --runs fits γ within 3σ of the truth from the database and from its
+    CSV export, says that only the workload runs inform it, lists each workload run in the error tables, and
+    skips a workload whose model has no block table with one line naming it."""
+    from parapipe.cost.evaluate import evaluate
+    from parapipe.cost.workload import evaluate_workload
+    from parapipe.profiledb.db import ProfileDB
+    from parapipe.profiledb.runs import append_run, list_runs, write_runs_csv
+
+    rng = np.random.default_rng(23)
+    tables = tmp_path / "tables"
+    write_tables(tables, rng, models=("m0", "m1"))
+    soc = load_soc(SOC)
+    truth = PipelineTerms(memory_bandwidth_bytes_per_s=soc.memory_bandwidth_bytes_per_s, **WL_TRUE)
+    problems = {m: read_block_table(tables / f"{m}.blocks.csv", soc, name=m) for m in ("m0", "m1")}
+
+    def noisy(value: float) -> float:
+        return value * float(np.exp(rng.normal(0.0, NOISE)))
+
+    singles, workloads = [], []
+    for model, problem in problems.items():
+        for pu in PUS:
+            pus = [pu] * problem.n_blocks
+            ev = evaluate(problem, parse_pu_list(problem, ",".join(pus)), truth)
+            singles.append(run_record(model, f"{model}-{pu}", pus, noisy(ev.period_s), noisy(ev.latency_s)))
+    pairs = [("big", "gpu"), ("gpu", "little"), ("little", "big"), ("gpu", "big"), ("big", "little"),
+             ("little", "gpu")]
+    for i, ((pu0, pu1), rates) in enumerate(zip(pairs, [(1.0, 1.0), (2.0, 1.0), (1.0, 2.0)] * 2)):
+        pus = {"m0": [pu0] * problems["m0"].n_blocks, "m1": [pu1] * problems["m1"].n_blocks}
+        mappings = [parse_pu_list(problems[m], ",".join(pus[m])) for m in ("m0", "m1")]
+        period = noisy(evaluate_workload([problems["m0"], problems["m1"]], mappings, rates, truth).period_s)
+        workload = {"id": f"w{i}", "point": f"p{i}", "rates": {"m0": rates[0], "m1": rates[1]},
+                    "models": ["m0", "m1"], "throughput_per_s": 1 / period, "predicted_period_s": None,
+                    "energy_j": None, "pu_busy_s": {}}
+        for m, rate, mp in zip(("m0", "m1"), rates, mappings):
+            latency = noisy(evaluate(problems[m], mp, truth).latency_s)
+            workloads.append(run_record(m, f"p{i}", pus[m], period / rate, latency, workload))
+    # a workload run of a model without a block table: skipped, named
+    lost = {"id": "wlost", "point": "q", "rates": {"m0": 1.0, "m9": 1.0}, "models": ["m0", "m9"],
+            "throughput_per_s": 10.0}
+    workloads += [run_record("m0", "q", ["big"] * 8, 0.1, 0.05, lost), run_record("m9", "q", ["gpu"] * 8, 0.1, 0.05,
+                                                                                    lost)]
+    single_db, both_db = tmp_path / "single.sqlite", tmp_path / "both.sqlite"
+    with ProfileDB(single_db) as db:
+        for rec in singles:
+            append_run(db, rec)
+    with ProfileDB(both_db) as db:
+        for rec in workloads[:6] + singles + workloads[6:]:  # one workload's rows apart: grouped by their id
+            append_run(db, rec)
+        write_runs_csv(list_runs(db), tmp_path / "export.csv")
+    fit = ("--fit", "slowdown,dispatch,contention", "--blocks", str(tables))
+
+    alone = calibrate_json(capsys, "--runs", "--db", str(single_db), *fit)
+    params = {p["name"]: p for p in alone["params"]}
+    assert not params["contention"]["fitted"] and "no run has stages that run at once" in params["contention"]["note"]
+
+    caplog.clear()
+    doc = calibrate_json(capsys, "--runs", "--db", str(both_db), *fit)
+    lines = [r.getMessage() for r in caplog.records if "wlost" in r.getMessage()]
+    assert len(lines) == 1 and "m9" in lines[0] and "skipped" in lines[0], caplog.text
+    params = {p["name"]: p for p in doc["params"]}
+    gamma = params["contention"]
+    assert gamma["fitted"] and gamma["stderr"] is not None and gamma["stderr"] < 0.25 * WL_TRUE["contention"], gamma
+    assert abs(gamma["value"] - WL_TRUE["contention"]) <= 3 * gamma["stderr"], gamma
+    assert gamma["workloads"] == "only" and params["slowdown"]["workloads"] == "also"
+    for name in ("slowdown", "dispatch_s"):
+        assert abs(params[name]["value"] - WL_TRUE[name]) <= 3 * params[name]["stderr"], params[name]
+    assert doc["errors"]["after"]["n"] == 6 + 6  # six single-model runs, six workload runs (one run each)
+    assert doc["per_model"]["workload m0+m1"]["loo"]["n"] == 6
+    assert doc["per_model"]["workload m0+m1"]["loo"]["period_mape"] < 3.0
+    assert doc["per_model"]["workload m0+m1"]["before"]["period_mape"] > 5.0
+
+    # the export: rows of one workload come back grouped, the same fit
+    from_csv = calibrate_json(capsys, "--runs", str(tmp_path / "export.csv"), *fit)
+    assert from_csv["errors"] == doc["errors"] and from_csv["params"] == doc["params"]
+
+    capsys.readouterr()
+    assert main(["calibrate", "--soc", SOC, "--runs", "--db", str(both_db), *fit]) == 0
+    out = capsys.readouterr().out
+    assert "workload runs (6," in out and "contention (only they do)" in out
+    assert "workload m0+m1 (6 runs)" in out

@@ -20,13 +20,23 @@ operating points (:attr:`MappingProblem.operating_points`) gets one ``Δ`` per o
 
 :func:`calibrate_runs` does both and reports errors before (the profile as given), after (the fit, in sample)
 and leave-one-out (each run predicted by a fit that did not see it), overall and per model.
+
+**Workload runs** (:class:`MeasuredWorkload`: several models run at once, PUs shared as mapped) are one
+observation each: the measured period per workload frame (``1 / workload throughput``) against the workload cost
+model's (:func:`parapipe.cost.workload.evaluate_workload`: rate-weighted busy time, sharing and contention across
+the models' stages), and each model's idle latency against its own latency under the terms (measured with the
+other models idle: no co-runner, so no cross-model contention; the workload model's ``ρ^×`` is 0 then). Stages of
+*different* models that share no PU run at once only in a workload run, so the contention ``γ`` (and the sharing
+``ψ`` and overlap ``φ`` of a PU serving stages of two models) can be identified from them when single-model runs
+cannot; each fitted :class:`ParamEstimate` says in ``workloads`` whether the workload runs inform it. Their
+measured energy is not used (the power fit and the energy errors are the single-model runs').
 """
 from __future__ import annotations
 
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -34,11 +44,15 @@ from parapipe.cost.evaluate import evaluate
 from parapipe.cost.mapping import Mapping
 from parapipe.cost.pipeline_terms import MappingFacts, PipelineTerms, mapping_facts
 from parapipe.cost.problem import MappingProblem
+from parapipe.cost.workload import evaluate_workload
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MeasuredRun", "ParamEstimate", "Errors", "PowerFit", "RunsFit", "TERM_NAMES", "BOUNDS", "fit_terms",
+__all__ = ["MeasuredRun", "MeasuredWorkload", "ParamEstimate", "Errors", "PowerFit", "RunsFit", "TERM_NAMES", "BOUNDS", "fit_terms",
            "fit_power", "calibrate_runs", "point_compute_s"]
+
+#: A measured run the fit takes: one model's, or a workload's.
+Run = Union["MeasuredRun", "MeasuredWorkload"]
 
 #: The terms ``--fit`` may name.
 TERM_NAMES = ("slowdown", "dispatch", "handoff", "contention", "sharing", "overlap")
@@ -103,6 +117,112 @@ class MeasuredRun:
         """Whether two stages with DRAM traffic run at once (the contention term matters)."""
         return any(co and self.facts.traffic_nbytes[s] > 0 for s, co in enumerate(self.facts.co_runners))
 
+    def residuals(self, terms: PipelineTerms) -> List[float]:
+        """``ln(predicted / measured)`` of the period and, when measured, the latency."""
+        period, latency, _ = self.facts.figures(terms)
+        return [_log_ratio(period, self.period_s)] + ([_log_ratio(latency, self.latency_s)] if self.latency_s else [])
+
+    def prior(self, terms: PipelineTerms) -> Tuple[float, float, Optional[float]]:
+        """``(period_s, latency_s, energy_j)`` of the cost model with ``terms`` and the profile's powers."""
+        ev = evaluate(self.problem, self.mapping, terms)
+        return ev.period_s, ev.latency_s, ev.energy_j
+
+
+@dataclass
+class MeasuredWorkload:
+    """One measured workload run (s): several models run at once on one SoC, each at its rate.
+
+    Attributes
+    ----------
+    label : str
+        The workload point's id.
+    members : list of MeasuredRun
+        One per model, in the workload's order: its problem, its mapping, its idle latency (``latency_s``,
+        measured with the other models idle; None if not measured) and its own measured period while the
+        workload ran (``period_s``, not fitted on: the workload period is).
+    rates : list of float
+        Frames of each model per workload frame (> 0).
+    period_s : float
+        Measured ``1 / workload throughput``: seconds per workload frame.
+    source : str
+        Where the run comes from (``profile.sqlite: workload 3f2a…``).
+    workload_id : str
+        The id its rows share in the ``runs`` table.
+
+    ``model`` (``workload a+b``, the label of its line in the error tables), ``problem`` (the first model's: the
+    PUs), ``latency_s`` and ``energy_j`` (None: the workload's own errors are on the period) let it stand where
+    a :class:`MeasuredRun` does.
+    """
+
+    label: str
+    members: List[MeasuredRun]
+    rates: List[float]
+    period_s: float
+    source: str = ""
+    workload_id: str = ""
+    latency_s: Optional[float] = field(default=None, init=False)
+    energy_j: Optional[float] = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if len(self.members) != len(self.rates) or not self.members:
+            raise ValueError("one rate per model of a workload run, and at least one model")
+
+    @property
+    def model(self) -> str:
+        return "workload " + "+".join(m.model for m in self.members)
+
+    @property
+    def problem(self) -> MappingProblem:
+        return self.members[0].problem
+
+    def evaluate(self, terms: PipelineTerms):
+        """The workload cost model's :class:`~parapipe.cost.workload.WorkloadEvaluation` under ``terms``."""
+        return evaluate_workload([m.problem for m in self.members], [m.mapping for m in self.members], self.rates,
+                                 terms, facts=[m.facts if isinstance(m.facts, MappingFacts) else None
+                                               for m in self.members])
+
+    def _joint_stages(self) -> List[Tuple[int, set, float]]:
+        """(model index, PUs, DRAM bytes per workload frame) of every stage the workload model shares and
+        contends across models (those of mappings without replicated stages)."""
+        return [(i, set(st.pus), self.rates[i] * m.facts.traffic_nbytes[s]) for i, m in enumerate(self.members)
+                if not m.mapping.replicated for s, st in enumerate(m.mapping.stages)]
+
+    def shared_pus(self) -> List[str]:
+        """PUs serving two or more stages, of any models."""
+        counts: Dict[int, int] = {}
+        for _, pus, _ in self._joint_stages():
+            for p in pus:
+                counts[p] = counts.get(p, 0) + 1
+        return [self.problem.pu_names[p] for p, c in counts.items() if c > 1]
+
+    def handoffs(self) -> int:
+        """Tensors handed between the PUs of a multi-PU stage per workload frame's models, summed."""
+        return sum(m.handoffs() for m in self.members)
+
+    def has_co_runners(self) -> bool:
+        """Whether two stages (of any models) that share no PU run at once, one of them moving DRAM bytes."""
+        stages = self._joint_stages()
+        return any(not (a & b) and tb > 0 for i, (_, a, _) in enumerate(stages)
+                   for j, (_, b, tb) in enumerate(stages) if i != j)
+
+    def residuals(self, terms: PipelineTerms) -> List[float]:
+        """``ln(predicted / measured)`` of the workload period, then of each model's measured idle latency."""
+        out = [_log_ratio(self.evaluate(terms).period_s, self.period_s)]
+        for m in self.members:
+            if m.latency_s:
+                out.append(_log_ratio(m.facts.figures(terms)[1], m.latency_s))
+        return out
+
+    def prior(self, terms: PipelineTerms) -> Tuple[float, float, Optional[float]]:
+        """``(period_s, latency_s, energy_j)`` per workload frame of the workload model with ``terms`` and the
+        profile's powers (latency: the largest model latency)."""
+        ev = self.evaluate(terms)
+        return ev.period_s, max(m.facts.figures(terms)[1] for m in self.members), ev.energy_j
+
+    def figures(self, terms: PipelineTerms) -> Tuple[float, float]:
+        """``(period_s, latency_s)`` under ``terms`` as :meth:`prior` has them."""
+        return self.evaluate(terms).period_s, max(m.facts.figures(terms)[1] for m in self.members)
+
 
 @dataclass
 class ParamEstimate:
@@ -116,6 +236,9 @@ class ParamEstimate:
     stderr: Optional[float]
     fitted: bool
     note: str = ""
+    #: What the workload runs (:class:`MeasuredWorkload`) tell of it: ``""`` (none, or none sensitive to it at
+    #: the optimum), ``"also"`` (single-model runs inform it too), ``"only"`` (no single-model run does).
+    workloads: str = ""
 
 
 @dataclass
@@ -177,7 +300,7 @@ class RunsFit:
     ``predictions`` holds, per run, ``(before, after, loo)`` triples of (period_s, latency_s, energy_j or None);
     ``overall`` and ``per_model[model]`` map ``before``/``after``/``loo`` to :class:`Errors`."""
 
-    runs: List[MeasuredRun]
+    runs: List["Run"]
     terms: PipelineTerms
     params: List[ParamEstimate]
     power: Optional[PowerFit]
@@ -194,7 +317,7 @@ def _log_ratio(pred: float, meas: float) -> float:
 class _Design:
     """The free parameters of a terms fit: names, bounds, scales, and the map vector -> PipelineTerms."""
 
-    def __init__(self, runs: Sequence[MeasuredRun], base: PipelineTerms, fit: Sequence[str]):
+    def __init__(self, runs: Sequence[Run], base: PipelineTerms, fit: Sequence[str]):
         bad = [f for f in fit if f not in TERM_NAMES]
         if bad:
             raise ValueError(f"unknown term(s) {bad}; choose from {TERM_NAMES}")
@@ -266,19 +389,21 @@ class _Design:
         return self.base.replace(overlap=overlap, **changes)
 
 
-def _residuals(runs: Sequence[MeasuredRun], terms: PipelineTerms) -> np.ndarray:
-    out = []
-    for r in runs:
-        period, latency, _ = r.facts.figures(terms)
-        out.append(_log_ratio(period, r.period_s))
-        if r.latency_s:
-            out.append(_log_ratio(latency, r.latency_s))
-    return np.array(out)
+def _residuals(runs: Sequence["Run"], terms: PipelineTerms) -> np.ndarray:
+    return np.array([x for r in runs for x in r.residuals(terms)])
 
 
-def fit_terms(runs: Sequence[MeasuredRun], base: PipelineTerms, fit: Sequence[str] = TERM_NAMES,
+def _workload_rows(runs: Sequence["Run"], terms: PipelineTerms) -> np.ndarray:
+    """Per residual of :func:`_residuals`: whether it is a workload run's."""
+    return np.array([isinstance(r, MeasuredWorkload) for r in runs for _ in r.residuals(terms)], dtype=bool)
+
+
+def fit_terms(runs: Sequence[Run], base: PipelineTerms, fit: Sequence[str] = TERM_NAMES,
               starts: Optional[Sequence[np.ndarray]] = None) -> Tuple[PipelineTerms, List[ParamEstimate]]:
     """Least-squares fit of the terms named in ``fit`` (see the module docstring) starting from ``base``.
+    Workload runs (:class:`MeasuredWorkload`) among ``runs`` set each estimate's ``workloads``: ``"also"`` or
+    ``"only"`` where the Jacobian of their residuals at the optimum is non-zero in that parameter, ``"only"``
+    when the single-model runs' is zero in it (no single-model run depends on it).
 
     Returns
     -------
@@ -315,11 +440,16 @@ def fit_terms(runs: Sequence[MeasuredRun], base: PipelineTerms, fit: Sequence[st
         s2 = 2.0 * best.cost / (m - n) if m > n else float("nan")
         jac = np.asarray(best.jac)
         cov = np.linalg.pinv(jac.T @ jac) * s2
-        dead = ~np.any(np.abs(jac) > 1e-12, axis=0)
+        live = np.abs(jac) > 1e-12
+        dead = ~np.any(live, axis=0)
+        rows = _workload_rows(runs, design.terms(best.x))
+        from_workloads = np.any(live[rows], axis=0)
+        from_singles = np.any(live[~rows], axis=0)
         for i, name in enumerate(design.names):
             err = float(math.sqrt(cov[i, i])) if np.isfinite(cov[i, i]) and cov[i, i] >= 0 and not dead[i] else None
+            told = "" if not from_workloads[i] else "also" if from_singles[i] else "only"
             estimates.append(ParamEstimate(name, float(best.x[i]), float(lo[i]), float(hi[i]), err, True,
-                                           "" if not dead[i] else "no run is sensitive to it at the optimum"))
+                                           "" if not dead[i] else "no run is sensitive to it at the optimum", told))
         terms = design.terms(best.x)
     else:
         terms = base
@@ -356,7 +486,7 @@ def power_groups(problem: MappingProblem, soc=None) -> Dict[str, List[str]]:
     return {pus[0] if len(pus) == 1 else f"{pus[0]}..{pus[-1]}": pus for pus in groups.values()}
 
 
-def fit_power(runs: Sequence[MeasuredRun], terms: PipelineTerms, groups: Dict[str, List[str]]) -> Optional[PowerFit]:
+def fit_power(runs: Sequence[Run], terms: PipelineTerms, groups: Dict[str, List[str]]) -> Optional[PowerFit]:
     """Bounded linear fit of ``Δ_g`` (``Δ_{g,f}`` per operating point) and ``C`` on the runs with a measured
     energy (module docstring).
 
@@ -366,7 +496,7 @@ def fit_power(runs: Sequence[MeasuredRun], terms: PipelineTerms, groups: Dict[st
 
     from parapipe.soc.operating_points import format_mhz
 
-    with_energy = [r for r in runs if r.energy_j]
+    with_energy = [r for r in runs if isinstance(r, MeasuredRun) and r.energy_j]
     group_of = {p: g for g, pus in groups.items() for p in pus}
     computes = [point_compute_s(r, terms) for r in with_energy]
     points: Dict[str, Tuple[str, Optional[float]]] = {}
@@ -397,7 +527,7 @@ def fit_power(runs: Sequence[MeasuredRun], terms: PipelineTerms, groups: Dict[st
     return PowerFit({g: groups[g] for g in dict.fromkeys(points[key][0] for key in used)}, delta, base, points)
 
 
-def _errors(runs: Sequence[MeasuredRun], preds: Sequence[Tuple[float, float, Optional[float]]]) -> Errors:
+def _errors(runs: Sequence[Run], preds: Sequence[Tuple[float, float, Optional[float]]]) -> Errors:
     def stats(pairs):
         if not pairs:
             return None, None
@@ -410,7 +540,7 @@ def _errors(runs: Sequence[MeasuredRun], preds: Sequence[Tuple[float, float, Opt
     return Errors(len(runs), pm, pw, lm, lw, em, ew)
 
 
-def calibrate_runs(runs: Sequence[MeasuredRun], base: PipelineTerms, fit: Sequence[str] = TERM_NAMES,
+def calibrate_runs(runs: Sequence[Run], base: PipelineTerms, fit: Sequence[str] = TERM_NAMES,
                    soc=None, loo: bool = True) -> RunsFit:
     """Fit the terms (and, where runs carry energies, the powers) and report the errors. At most one parameter
     per run is fitted (in the order of :data:`TERM_NAMES`; the rest keep ``base``'s values): with more unknowns
@@ -419,7 +549,9 @@ def calibrate_runs(runs: Sequence[MeasuredRun], base: PipelineTerms, fit: Sequen
 
     Parameters
     ----------
-    runs : sequence of MeasuredRun
+    runs : sequence of MeasuredRun or MeasuredWorkload
+        A workload run is one run: left out whole in the leave-one-out check, its errors those of its period per
+        workload frame, and ``per_model`` lists it under its own label (``workload a+b``).
     base : PipelineTerms
         The profile's terms: the "before" model and the starting point.
     fit : sequence of str
@@ -440,19 +572,14 @@ def calibrate_runs(runs: Sequence[MeasuredRun], base: PipelineTerms, fit: Sequen
     power = fit_power(runs, terms, groups)
     preds: List[Dict[str, Tuple[float, float, Optional[float]]]] = []
     for i, r in enumerate(runs):
-        prior = evaluate(r.problem, r.mapping, base)
-        row: Dict[str, Tuple[float, float, Optional[float]]] = {
-            "before": (prior.period_s, prior.latency_s, prior.energy_j)}
-        period, latency, _ = r.facts.figures(terms)
-        row["after"] = (period, latency, power.energy_j(r, terms) if power else None)
+        row: Dict[str, Tuple[float, float, Optional[float]]] = {"before": r.prior(base)}
+        row["after"] = _after(r, terms, power)
         if loo and len(runs) > 1:
             others = runs[:i] + runs[i + 1:]
             design = _Design(others, base, fit)
             start = np.clip([_value(terms, n) for n in design.names], design.lower, design.upper)
             t_i, _ = fit_terms(others, base, fit, starts=[start])
-            p_i = fit_power(others, t_i, groups)
-            period, latency, _ = r.facts.figures(t_i)
-            row["loo"] = (period, latency, p_i.energy_j(r, t_i) if p_i else None)
+            row["loo"] = _after(r, t_i, fit_power(others, t_i, groups))
         preds.append(row)
     kinds = ["before", "after"] + (["loo"] if loo and len(runs) > 1 else [])
     overall = {k: _errors(runs, [p[k] for p in preds]) for k in kinds}
@@ -472,6 +599,15 @@ def calibrate_runs(runs: Sequence[MeasuredRun], base: PipelineTerms, fit: Sequen
         warnings.append("one run: its 'after' error is in sample (the fit saw it) and no leave-one-out check is "
                         "possible; record 2 runs or more to see how well the fit predicts")
     return RunsFit(runs, terms, params, power, preds, overall, per_model, warnings)
+
+
+def _after(r: Run, terms: PipelineTerms, power: Optional[PowerFit]) -> Tuple[float, float, Optional[float]]:
+    """``(period_s, latency_s, energy_j or None)`` of a run under fitted terms and powers."""
+    if isinstance(r, MeasuredWorkload):
+        period, latency = r.figures(terms)
+        return period, latency, None
+    period, latency, _ = r.facts.figures(terms)
+    return period, latency, power.energy_j(r, terms) if power else None
 
 
 def _value(terms: PipelineTerms, name: str) -> float:

@@ -10,6 +10,13 @@ stage ``mapping`` and ``idle_latency_s`` columns). Each model's problem comes fr
 costed on the profile by the caller's ``problem_of`` (the application layer prepares it; on ``host``: its blocks
 measured, reusing the database's measurements).
 
+Rows of a workload run (several models at once: the ``workload`` column, :attr:`RunRecord.workload
+<parapipe.profiledb.runs.RunRecord.workload>`) are grouped by the run's ``id`` into one
+:class:`~parapipe.calibration.runfit.MeasuredWorkload` (every model's mapping rebuilt as a single model's is, its
+measured period ``1 / workload throughput``), from the database and from the export alike. A workload run is
+skipped, with one line naming it, when a model's problem cannot be built (no block table, a model that cannot be
+loaded), a model's row is missing, or a row has PUs substituted or outputs that differ.
+
 The fit is :func:`parapipe.calibration.runfit.calibrate_runs`; :func:`calibrated_profile` writes its terms into the
 profile's ``pipeline:`` section (and fitted powers into the PUs) with ``source: runs`` provenance.
 """
@@ -26,8 +33,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from parapipe.cost.mapping import Mapping
 from parapipe.cost.problem import MappingProblem
-from parapipe.errors import input_error
-from parapipe.calibration.runfit import TERM_NAMES, MeasuredRun, RunsFit, calibrate_runs
+from parapipe.errors import InputError, input_error
+from parapipe.calibration.runfit import TERM_NAMES, MeasuredRun, MeasuredWorkload, Run, RunsFit, calibrate_runs
 from parapipe.soc.profile import SoC
 
 log = logging.getLogger(__name__)
@@ -38,9 +45,84 @@ __all__ = ["RunsCalibration", "read_runs_csv", "runs_from_db", "runs_calibration
 #: Source key of the numbers ``calibrate --runs`` writes into a profile.
 RUNS_SOURCE = "runs"
 _LONG_COLUMNS = ("model", "soc", "mapping", "period_s", "latency_s")
-#: The one line saying why rows of workload runs (``runs.workload`` set) are left out of the fit.
-_WORKLOAD_SKIPPED = ("%s: %d row(s) of workload runs skipped: a model's period there depends on the other models "
-                     "sharing its PUs, which the pipeline terms fitted here (one model at a time) do not describe")
+
+
+@dataclass
+class _WorkloadRow:
+    """One model's row of a workload run, from the database or an export."""
+
+    model: str
+    point: str
+    stages: Union[str, List[Dict[str, Any]]]
+    idle_latency_s: Optional[float]
+    workload: Dict[str, Any]
+    usable: bool
+    source: str
+
+
+def _workload_runs(rows: Sequence[_WorkloadRow], problems: "_Problems", src: str,
+                   models: Sequence[str] = ()) -> List[MeasuredWorkload]:
+    """The rows of workload runs grouped by their ``workload.id`` into runs (module docstring), in the order of
+    their first row; the ones that cannot be used are skipped with one log line each.
+
+    Raises
+    ------
+    InputError
+        A row's ``workload`` without its fields, a bad throughput or rate, a stage list that does not fit its
+        model's blocks.
+    """
+    groups: Dict[str, List[_WorkloadRow]] = {}
+    for row in rows:
+        wid = row.workload.get("id") if isinstance(row.workload, dict) else None
+        if not isinstance(wid, str) or not wid:
+            raise input_error(row.source, "workload", "no run id", "export the runs with 'parapipe runs --csv'")
+        groups.setdefault(wid, []).append(row)
+    out = []
+    for wid, group in groups.items():
+        first = group[0]
+        names = first.workload.get("models")
+        rates = first.workload.get("rates")
+        if not isinstance(names, list) or not names or not isinstance(rates, dict):
+            raise input_error(first.source, "workload", "no 'models' list or 'rates'",
+                              "export the runs with 'parapipe runs --csv'")
+        what = f"{src}: workload run {wid} (point {first.point}: {'+'.join(map(str, names))})"
+        if models and not all(n in models for n in names):
+            log.info("%s skipped: not every model of it is among %s", what, list(models))
+            continue
+        if not all(r.usable for r in group):
+            log.info("%s skipped (PUs substituted with --bind, or outputs differ)", what)
+            continue
+        by_model = {r.model: r for r in group}
+        missing = [n for n in names if n not in by_model]
+        if missing:
+            log.warning("%s skipped: no row of model %s; record the workload run again", what, missing[0])
+            continue
+        built = {}
+        for name in names:
+            try:
+                built[name] = problems.get(name, by_model[name].source)
+            except InputError as exc:
+                log.warning("%s skipped: model %s cannot be costed (%s)", what, name, exc)
+                break
+        if len(built) < len(names):
+            continue
+        throughput = first.workload.get("throughput_per_s")
+        if not isinstance(throughput, (int, float)) or not math.isfinite(throughput) or throughput <= 0:
+            raise input_error(first.source, "workload.throughput_per_s", f"must be a number > 0, got {throughput!r}",
+                              "record the workload run again")
+        members, member_rates = [], []
+        for name in names:
+            row, problem = by_model[name], built[name]
+            rate = rates.get(name)
+            if not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
+                raise input_error(row.source, f"workload.rates.{name}", f"must be a number > 0, got {rate!r}",
+                                  "record the workload run again")
+            mapping = _stage_mapping(problem, row.stages, row.point, row.source)
+            members.append(MeasuredRun(name, row.point, problem, mapping, 1.0 / float(throughput) / float(rate),
+                                       row.idle_latency_s or None, None, row.source))
+            member_rates.append(float(rate))
+        out.append(MeasuredWorkload(first.point, members, member_rates, 1.0 / float(throughput), what, wid))
+    return out
 
 
 #: Builds the mapping problem of a model by name (the application layer's ``prepare(...).problem``).
@@ -109,8 +191,10 @@ def _stage_mapping(problem: MappingProblem, stages_json: Union[str, List[Dict[st
     return mapping_from_stages(problem, typed, source, f"points[{label}].mapping.")
 
 
-def read_runs_csv(path, soc, problems: _Problems) -> List[MeasuredRun]:
-    """The runs of a CSV (long format or ``parapipe runs --csv`` export; module docstring).
+def read_runs_csv(path, soc, problems: _Problems, models: Sequence[str] = ()) -> List[Run]:
+    """The runs of a CSV (long format or ``parapipe runs --csv`` export; module docstring): the export's rows of
+    one workload run grouped into one :class:`MeasuredWorkload`, after the single-model runs. ``models``: only
+    these models' runs (and the workload runs of only these models); all when empty.
 
     Raises
     ------
@@ -135,8 +219,8 @@ def read_runs_csv(path, soc, problems: _Problems) -> List[MeasuredRun]:
         if col not in header:
             raise input_error(src, f"column {col!r}", "missing",
                               "the header must be model,soc,mapping,period_s,latency_s[,energy_j]")
-    runs = []
-    workloads = 0
+    runs: List[Run] = []
+    workload_rows: List[_WorkloadRow] = []
     for line, row in enumerate(rows, start=2):
         where = f"line {line}"
         model, soc_name = (row.get("model") or "").strip(), (row.get("soc") or "").strip()
@@ -145,12 +229,25 @@ def read_runs_csv(path, soc, problems: _Problems) -> List[MeasuredRun]:
         if soc_name != soc.name:
             raise input_error(src, f"{where}, column 'soc'", f"run measured on SoC {soc_name!r}, not {soc.name!r}",
                               f"calibrate one SoC at a time (--soc {soc_name}) or remove the row")
-        if export and ((row.get("prediction_applies") or "").strip().lower() in ("false", "0")
-                       or (row.get("outputs_match") or "").strip().lower() in ("false", "0")):
+        usable = not (export and ((row.get("prediction_applies") or "").strip().lower() in ("false", "0")
+                                  or (row.get("outputs_match") or "").strip().lower() in ("false", "0")))
+        if export and (row.get("workload") or "").strip() not in ("", "null"):
+            try:
+                workload = json.loads(row["workload"])
+            except ValueError:
+                workload = None
+            if not isinstance(workload, dict):
+                raise input_error(src, f"{where}, column 'workload'", "not a JSON object",
+                                  "export the runs with 'parapipe runs --csv'")
+            workload_rows.append(_WorkloadRow(
+                model, (row.get("point") or "").strip() or row["pu_list"], row.get("mapping") or "",
+                _number(src, f"{where}, column 'idle_latency_s'", row.get("idle_latency_s"), "idle_latency_s"),
+                workload, usable, f"{src}: {where}"))
+            continue
+        if not usable:
             log.info("%s: %s skipped (PUs substituted with --bind, or outputs differ)", src, where)
             continue
-        if export and (row.get("workload") or "").strip() not in ("", "null"):
-            workloads += 1
+        if models and model not in models:
             continue
         problem = problems.get(model, f"{src}: {where}")
         if export:
@@ -168,18 +265,16 @@ def read_runs_csv(path, soc, problems: _Problems) -> List[MeasuredRun]:
                           row.get("idle_latency_s" if export else "latency_s"), "latency_s")
         energy = _number(src, f"{where}, column 'energy_j'", row.get("energy_j"), "energy_j")
         runs.append(MeasuredRun(model, label, problem, mapping, period, latency, energy, f"{src}: {where}"))
-    if workloads:
-        log.warning(_WORKLOAD_SKIPPED, src, workloads)
+    runs.extend(_workload_runs(workload_rows, problems, src, models))
     if not runs:
         raise input_error(src, None, "no run to calibrate on", "add one row per measured run")
     return runs
 
 
-def runs_from_db(db_path: str, soc, problems: _Problems, models: Sequence[str] = ()) -> List[MeasuredRun]:
-    """The usable runs of the ``runs`` table for ``soc`` (and ``models``): not substituted, outputs matched,
-    and not part of a workload run (several models at once: each model's period there depends on the others
-    sharing its PUs, which the single-model pipeline terms do not model; one warning line says how many were
-    skipped).
+def runs_from_db(db_path: str, soc, problems: _Problems, models: Sequence[str] = ()) -> List[Run]:
+    """The usable runs of the ``runs`` table for ``soc`` (and ``models``): not substituted, outputs matched;
+    the rows of one workload run grouped into one :class:`MeasuredWorkload` (module docstring), after the
+    single-model runs.
 
     Raises
     ------
@@ -194,24 +289,25 @@ def runs_from_db(db_path: str, soc, problems: _Problems, models: Sequence[str] =
         records = list_runs(db, soc=soc.name)
     finally:
         db.close()
-    out = []
-    workloads = 0
+    out: List[Run] = []
+    workload_rows: List[_WorkloadRow] = []
     for rec in records:
+        usable = rec.prediction_applies and rec.outputs_match
+        if rec.workload is not None:
+            workload_rows.append(_WorkloadRow(rec.model, rec.point, rec.mapping, rec.idle_latency_s or None,
+                                              rec.workload, usable, f"{db_path}: run {rec.id}"))
+            continue
         if models and rec.model not in models:
             continue
-        if not rec.prediction_applies or not rec.outputs_match:
+        if not usable:
             log.info("%s: run %s skipped (PUs substituted with --bind, or outputs differ)", db_path, rec.id)
-            continue
-        if rec.workload is not None:
-            workloads += 1
             continue
         source = f"{db_path}: run {rec.id}"
         problem = problems.get(rec.model, source)
         mapping = _stage_mapping(problem, rec.mapping, rec.point, source)
         out.append(MeasuredRun(rec.model, rec.point, problem, mapping, rec.period_s, rec.idle_latency_s or None,
                                rec.energy_j, source))
-    if workloads:
-        log.warning(_WORKLOAD_SKIPPED, db_path, workloads)
+    out.extend(_workload_runs(workload_rows, problems, db_path, models))
     if not out:
         raise input_error(db_path, "runs", f"no usable run of SoC {soc.name!r}" + (f" and model(s) {list(models)}"
                           if models else ""), "record runs with 'parapipe run' or 'parapipe deploy' (--db), "
@@ -322,8 +418,7 @@ def runs_calibration(soc: SoC, runs_csv: Optional[str] = None, db_path: Optional
     problems = _Problems(soc, blocks_dir, problem_of, board_power)
     if runs_csv:
         runs_path = runs_csv
-        runs = read_runs_csv(runs_csv, soc, problems)
-        runs = [r for r in runs if not models or r.model in models]
+        runs = read_runs_csv(runs_csv, soc, problems, models)
     elif db_path:
         runs_path = db_path
         runs = runs_from_db(db_path, soc, problems, models)

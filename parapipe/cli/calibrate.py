@@ -22,7 +22,7 @@ def _calibrate_runs(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from parapipe.app.profiling import calibrate_runs_job
-    from parapipe.calibration.runfit import TERM_NAMES
+    from parapipe.calibration.runfit import TERM_NAMES, MeasuredWorkload
 
     fit = tuple(t.strip() for t in (args.fit or ",".join(TERM_NAMES)).split(",") if t.strip())
     res = calibrate_runs_job(args.soc, args.runs or None, args.db, args.blocks, args.out, args.model or (), fit,
@@ -51,6 +51,11 @@ def _calibrate_runs(args: argparse.Namespace) -> int:
         err = f"{p.stderr:.3g}" if p.stderr is not None else "-"
         print(f"{p.name:<26} {p.value:>12.5g} {f'[{p.lower:.3g}, {p.upper:.3g}]':>20} {err:>12}"
               + (f"  ({p.note})" if p.note else ""))
+    workloads = sum(isinstance(r, MeasuredWorkload) for r in f.runs)
+    if workloads:
+        told = [p.name + (" (only they do)" if p.workloads == "only" else "") for p in f.params if p.workloads]
+        print(f"workload runs ({workloads}, each one run: its period per workload frame and its models' idle "
+              f"latencies) inform: {', '.join(told) or 'no fitted term'}")
     print(f"{'errors: MAPE / worst %':<26} {'period':>15} {'latency':>15} {'energy':>15}")
     labels = {"before": "before (profile)", "after": "after (in sample)", "loo": "leave-one-out"}
     for model in [None] + models:

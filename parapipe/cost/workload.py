@@ -143,7 +143,8 @@ def cross_switching_s(problems: Sequence[MappingProblem], mappings: Sequence[Map
 
 
 def evaluate_workload(problems: Sequence[MappingProblem], mappings: Sequence[Mapping], rates: Sequence[float],
-                      terms: Optional[PipelineTerms] = None, latency_axis: str = "max") -> WorkloadEvaluation:
+                      terms: Optional[PipelineTerms] = None, latency_axis: str = "max",
+                      facts: Optional[Sequence[Optional[MappingFacts]]] = None) -> WorkloadEvaluation:
     """Period, latencies and energy of a workload mapping (model in the module docstring).
 
     Parameters
@@ -158,6 +159,10 @@ def evaluate_workload(problems: Sequence[MappingProblem], mappings: Sequence[Map
         The pipeline terms (the SoC's; None: the plain model).
     latency_axis : str
         ``max`` or ``weighted-mean``.
+    facts : sequence of MappingFacts or None, optional
+        Per model, the :class:`~parapipe.cost.pipeline_terms.MappingFacts` of its mapping's plain evaluation
+        from an earlier call (None for a model to evaluate afresh, and for a mapping with replicated stages):
+        calls that vary only ``terms`` (calibration) then skip re-evaluating the mappings. Built when not given.
 
     Raises
     ------
@@ -175,13 +180,17 @@ def evaluate_workload(problems: Sequence[MappingProblem], mappings: Sequence[Map
     terms = terms or DEFAULT_TERMS
     k = problems[0].n_pus
     idle = float(problems[0].idle_power_w.sum()) + problems[0].static_power_w
+    known = [None if facts is None or mp.replicated else facts[m] for m, mp in enumerate(mappings)]
     plain_evs: List[Evaluation] = []
-    for pr, mp in zip(problems, mappings):
+    for pr, mp, kf in zip(problems, mappings, known):
+        if kf is not None:
+            plain_evs.append(kf.evaluation)
+            continue
         check_stages(mp.stages, range(pr.n_blocks), pr.preds.__getitem__, pr.block_names, pr.pu_names)
         plain_evs.append(evaluate_plain(pr, mp) if not mp.replicated else evaluate(pr, mp, terms))
     switching = cross_switching_s(problems, mappings, rates)
     joint = [m for m, mp in enumerate(mappings) if not mp.replicated]
-    facts = {m: MappingFacts(problems[m], mappings[m], plain_evs[m]) for m in joint}
+    joint_facts = {m: known[m] or MappingFacts(problems[m], mappings[m], plain_evs[m]) for m in joint}
     # every stage of the joint models: (model, stage index, PUs)
     stages = [(m, s, set(st.pus)) for m in joint for s, st in enumerate(mappings[m].stages)]
     served = np.zeros(k, dtype=int)
@@ -191,8 +200,8 @@ def evaluate_workload(problems: Sequence[MappingProblem], mappings: Sequence[Map
     kappa, psi, gamma = float(terms.slowdown), float(terms.sharing), float(terms.contention)
     base = {(m, s): kappa * (1.0 + psi) if psi != 0.0 and any(served[p] > 1 for p in pus) else kappa
             for m, s, pus in stages}
-    results = {m: facts[m].stage_results(float(terms.handoff_s)) for m in joint}
-    dispatch = {m: facts[m].dispatch(terms) for m in joint}
+    results = {m: joint_facts[m].stage_results(float(terms.handoff_s)) for m in joint}
+    dispatch = {m: joint_facts[m].dispatch(terms) for m in joint}
 
     def times(factor) -> dict:
         return {(m, s): (results[m][s].input_s * factor[m, s] + dispatch[m][s]) + results[m][s].makespan_s * factor[m, s]
@@ -201,7 +210,7 @@ def evaluate_workload(problems: Sequence[MappingProblem], mappings: Sequence[Map
     def busy_of(t: dict) -> np.ndarray:
         busy = np.zeros(k)
         for m in range(len(mappings)):
-            if m not in facts:
+            if m not in joint_facts:
                 busy += rates[m] * (plain_evs[m].busy_s - switching_s(problems[m], mappings[m]))
         per_pu: dict = {}
         for m, s, pus in stages:
@@ -221,7 +230,7 @@ def evaluate_workload(problems: Sequence[MappingProblem], mappings: Sequence[Map
     bw = terms.memory_bandwidth_bytes_per_s
     if gamma > 0.0 and bw is not None and len(stages) > 1:
         p0 = float(busy_of(times(base)).max())
-        traffic = {(m, s): rates[m] * facts[m].traffic_nbytes[s] for m, s, _ in stages}
+        traffic = {(m, s): rates[m] * joint_facts[m].traffic_nbytes[s] for m, s, _ in stages}
         for m, s, pus in stages:
             own = other = 0.0
             for n, q, qpus in stages:
@@ -241,7 +250,7 @@ def evaluate_workload(problems: Sequence[MappingProblem], mappings: Sequence[Map
     busy_per_model: List[np.ndarray] = []
     evaluations: List[Evaluation] = []
     for m, (pr, mp) in enumerate(zip(problems, mappings)):
-        if m not in facts:
+        if m not in joint_facts:
             ev = plain_evs[m]
             latencies.append(ev.latency_s)
             dyn.append(model_dyn_energy_j(pr, ev))
