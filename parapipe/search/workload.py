@@ -59,6 +59,7 @@ from ..cost.workload import WorkloadEvaluation, evaluate_workload, model_dyn_ene
 from ..errors import InfeasibleError
 from .api import OBJECTIVE_DIGITS, SearchOptions, SearchResult, search
 from .bounds import optimistic_problem
+from .dvfs import resolve_operating_points
 from .listsched import schedule_ranges
 from .pareto import pareto_mask
 
@@ -123,15 +124,24 @@ def remap_mapping(mapping: Mapping, keep: Sequence[int]) -> Mapping:
                          for st in mapping.stages))
 
 
-def enumerate_mappings(problem: MappingProblem) -> List[Mapping]:
-    """Every mapping of the single-model DP's space with PUs reused (module docstring), highest operating
-    points."""
+def enumerate_mappings(problem: MappingProblem, op_sets: Optional[Sequence[Sequence[int]]] = None) -> List[Mapping]:
+    """Every mapping of the single-model DP's space with PUs reused (module docstring); with ``op_sets`` (point
+    indices per PU) also every operating point of ``op_sets`` per stage PU, each stage list-scheduled at its
+    points (highest points only without)."""
     n, k = problem.n_blocks, problem.n_pus
     groups = [tuple(p for p in range(k) if mask >> p & 1) for mask in range(1, 2 ** k)]
+    variants: List[Tuple[Tuple[int, ...], Optional[Tuple[int, ...]]]] = []
+    for g in groups:
+        sets = [tuple(op_sets[p]) if op_sets is not None else (problem.max_op(p),) for p in g]
+        for choice in itertools.product(*sets):
+            norm = None if all(o == problem.max_op(p) for p, o in zip(g, choice)) else tuple(choice)
+            variants.append((g, norm))
 
     @lru_cache(maxsize=None)
-    def runs(a: int, gi: int):
-        return schedule_ranges(problem, a, groups[gi])
+    def runs(a: int, vi: int):
+        g, ops = variants[vi]
+        pr = problem if ops is None else problem.at_operating_points(tuple(zip(g, ops)))
+        return schedule_ranges(pr, a, g)
 
     out: List[Mapping] = []
 
@@ -139,20 +149,62 @@ def enumerate_mappings(problem: MappingProblem) -> List[Mapping]:
         if a == n:
             out.append(Mapping(tuple(stages)))
             return
-        for gi, g in enumerate(groups):
-            rs = runs(a, gi)
+        for vi, (g, ops) in enumerate(variants):
+            rs = runs(a, vi)
             for i in range(len(rs.makespan_s)):
                 b = a + i + 1
                 if not np.isfinite(rs.makespan_s[i]):
                     break
-                extend(b, stages + [StageMapping(a, b, g, tuple(rs.assignment[:i + 1]))])
+                extend(b, stages + [StageMapping(a, b, g, tuple(rs.assignment[:i + 1]), ops=ops)])
 
     extend(0, [])
     return out
 
 
+def count_op_mappings(problem: MappingProblem, op_sets: Sequence[Sequence[int]]) -> int:
+    """Upper bound on how many mappings :func:`enumerate_mappings` gives with ``op_sets``: ``V (1 + V)^(n-1)``
+    with ``V`` the stage variants per block range (Σ over PU groups of Π points of its PUs)."""
+    k = problem.n_pus
+    v = sum(int(np.prod([len(op_sets[p]) for p in range(k) if mask >> p & 1])) for mask in range(1, 2 ** k))
+    return v * (1 + v) ** (problem.n_blocks - 1)
+
+
 def _canonical(x: np.ndarray) -> np.ndarray:
     return np.array([[float(f"{v:.{OBJECTIVE_DIGITS}g}") for v in row] for row in np.atleast_2d(x)])
+
+
+def switch_pus(problems: Sequence[MappingProblem]) -> List[int]:
+    """PU indices whose operating-point switches cost time (a table with ``transition_s > 0``): where models at
+    different points on one PU pay the hand-over switches of :func:`parapipe.cost.workload.cross_switching_s`."""
+    for pr in problems:
+        if pr.operating_points is not None:
+            return [p for p, t in enumerate(pr.operating_points) if t is not None and t.transition_s > 0]
+    return []
+
+
+def _signature(problem: MappingProblem, mapping: Mapping, sw: Sequence[int]) -> np.ndarray:
+    """Per PU of ``sw``: (first point used, last point used, 1 if they differ) in pipeline order, -1s when the
+    mapping does not use the PU: all the cross-model switches depend on (module docstring)."""
+    out = np.full((len(sw), 3), -1, dtype=np.int64)
+    for i, p in enumerate(sw):
+        ops = [problem.max_op(p) if view.op_of(p) is None else view.op_of(p)
+               for st in mapping.stages for view in st.replica_stages() if p in view.pus]
+        if ops:
+            out[i] = (ops[0], ops[-1], int(ops[0] != ops[-1]))
+    return out
+
+
+def _grouped_pareto(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Pareto mask of ``values`` (minimised) within each group of equal ``keys`` rows."""
+    if keys.shape[1] == 0 or len(values) == 0:
+        return pareto_mask(values)
+    _, inv = np.unique(keys, axis=0, return_inverse=True)
+    inv = np.asarray(inv).reshape(-1)
+    mask = np.zeros(len(values), dtype=bool)
+    for g in np.unique(inv):
+        sel = np.flatnonzero(inv == g)
+        mask[sel[pareto_mask(values[sel])]] = True
+    return mask
 
 
 @dataclass
@@ -161,30 +213,41 @@ class _Candidates:
     busy: np.ndarray  # (c, k) per inference
     latency: np.ndarray
     dyn: np.ndarray
+    sig: np.ndarray  # (c, len(sw), 3): _signature
 
 
 def _candidates(problem: MappingProblem, maps: List[Mapping], terms: PipelineTerms,
-                latency_bound_s: Optional[float]) -> Tuple[_Candidates, int]:
-    """Evaluate ``maps`` alone and keep the non-dominated ones (module docstring); also returns how many were
-    evaluated."""
+                latency_bound_s: Optional[float], sw: Sequence[int] = (),
+                prior: Optional[_Candidates] = None) -> Tuple[_Candidates, int]:
+    """Evaluate ``maps`` alone and keep the non-dominated ones (module docstring; among mappings of equal
+    :func:`_signature` on the switching PUs ``sw``), together with ``prior``'s (not re-evaluated); also returns
+    how many were evaluated."""
     seen: Dict[Mapping, None] = {}
+    known = set(prior.mappings) if prior is not None else set()
     for m in maps:
-        seen.setdefault(m, None)
-    rows, kept = [], []
+        if m not in known:
+            seen.setdefault(m, None)
+    k = problem.n_pus
+    rows, kept, sigs = [], [], []
+    if prior is not None:
+        kept += prior.mappings
+        rows += [list(b) + [lt, d] for b, lt, d in zip(prior.busy, prior.latency, prior.dyn)]
+        sigs += list(prior.sig)
     for m in seen:
         ev = evaluate(problem, m, terms)
         if latency_bound_s is not None and ev.latency_s > latency_bound_s:
             continue
         kept.append(m)
         rows.append(list(ev.busy_s) + [ev.latency_s, model_dyn_energy_j(problem, ev)])
+        sigs.append(_signature(problem, m, sw))
     if not rows:
         raise InfeasibleError(f"{problem.name}: no mapping meets its latency bound of {latency_bound_s * 1e3:.3g} ms"
                               if latency_bound_s is not None else f"{problem.name}: no mapping")
     arr = np.array(rows)
-    mask = pareto_mask(_canonical(arr))
+    sig = np.array(sigs, dtype=np.int64).reshape(len(rows), len(sw), 3)
+    mask = _grouped_pareto(_canonical(arr), sig.reshape(len(rows), -1))
     idx = np.flatnonzero(mask)
-    k = problem.n_pus
-    return _Candidates([kept[i] for i in idx], arr[idx, :k], arr[idx, k], arr[idx, k + 1]), len(seen)
+    return _Candidates([kept[i] for i in idx], arr[idx, :k], arr[idx, k], arr[idx, k + 1], sig[idx]), len(seen)
 
 
 MAX_DP_CANDIDATES = 96
@@ -277,15 +340,21 @@ def _spread(n: int, keep: int, order: np.ndarray) -> np.ndarray:
     return np.unique(np.concatenate([head, pick]))
 
 
-def _combine(cands: List[_Candidates], rates: Sequence[float], axis: str, idle_w: float, max_partial: int
-             ) -> Tuple[np.ndarray, bool]:
+def _combine(cands: List[_Candidates], rates: Sequence[float], axis: str, idle_w: float, max_partial: int,
+             sw: Sequence[int] = (), transition_s: Sequence[float] = ()) -> Tuple[np.ndarray, bool]:
     """Index rows (one candidate per model) of the combinations on the front (module docstring) and whether
-    a partial set was capped."""
+    a partial set was capped. ``sw``: the PUs whose switches cost ``transition_s`` each; the hand-over switches
+    between models (:func:`parapipe.cost.workload.cross_switching_s`) are added to their busy times, partial
+    combinations compared only among those of equal (first point, last point, switches so far) on them."""
     capped = False
+    s_n = len(sw)
+    sw_idx = np.asarray(sw, dtype=int)
     idx = np.arange(len(cands[0].mappings))[:, None]
     busy = rates[0] * cands[0].busy
     lat = cands[0].latency * (1.0 if axis == "max" else rates[0])
     dyn = rates[0] * cands[0].dyn
+    first, last = cands[0].sig[:, :, 0].copy(), cands[0].sig[:, :, 1].copy()
+    acc = np.where(first >= 0, -cands[0].sig[:, :, 2], 0)
     for m in range(1, len(cands)):
         c = cands[m]
         a, b = len(idx), len(c.mappings)
@@ -294,20 +363,150 @@ def _combine(cands: List[_Candidates], rates: Sequence[float], axis: str, idle_w
         lat = np.maximum(lat[ia], c.latency[ib]) if axis == "max" else lat[ia] + rates[m] * c.latency[ib]
         dyn = dyn[ia] + rates[m] * c.dyn[ib]
         idx = np.hstack([idx[ia], ib[:, None]])
+        if s_n:
+            f0, l0, a0 = first[ia], last[ia], acc[ia]
+            fm, lm, om = c.sig[ib, :, 0], c.sig[ib, :, 1], c.sig[ib, :, 2]
+            uses, had = fm >= 0, f0 >= 0
+            acc = np.where(uses & had, a0 + (l0 != fm) - om, np.where(uses, -om, a0))
+            first = np.where(had, f0, fm)
+            last = np.where(uses, lm, l0)
         if m < len(cands) - 1:
             # prefilter cheaply on (period, lat, dyn) order, then the exact filter in (busy, lat, dyn)
-            mask = pareto_mask(_canonical(np.column_stack([busy, lat, dyn])))
+            vals = _canonical(np.column_stack([busy, lat, dyn]))
+            mask = _grouped_pareto(vals, np.hstack([first, last, acc])) if s_n else pareto_mask(vals)
             sel = np.flatnonzero(mask)
             if len(sel) > max_partial:
                 capped = True
                 order = sel[np.argsort(busy[sel].max(axis=1), kind="stable")]
                 sel = _spread(len(order), max_partial, order)
             idx, busy, lat, dyn = idx[sel], busy[sel], lat[sel], dyn[sel]
+            first, last, acc = first[sel], last[sel], acc[sel]
+    if s_n:
+        extra = np.where(first >= 0, np.maximum(0, acc + (last != first)), 0)
+        busy = busy.copy()
+        busy[:, sw_idx] += extra * np.asarray(transition_s, dtype=float)[None, :]
     period = busy.max(axis=1)
     latency = lat if axis == "max" else lat / float(sum(rates))
     energy = dyn + idle_w * period
     mask = pareto_mask(_canonical(np.column_stack([period, latency, energy])))
     return idx[np.flatnonzero(mask)], capped
+
+
+RETIME_MAX_COMBINATIONS = 8
+"""Combinations of the workload front re-timed in the operating-point round (:func:`_retime_round`): the
+lowest-energy and the lowest-period ones first, then a spread along the period axis."""
+
+EXACT_OP_MAPPINGS = 20000
+"""Most mappings x operating points enumerated for a model within :data:`EXACT_CANDIDATE_CELLS`
+(:func:`count_op_mappings`: 3 blocks x 2 PUs with 2 points each give at most 648); above it the model's mappings
+are enumerated at the highest points and re-timed."""
+
+RETIME_ROUND_S = 2.0
+"""Work budget of the operating-point round, in deterministic seconds (:mod:`parapipe.search.budget`)."""
+
+RETIME_WORK_PER_S = 2.0e4
+"""Operating-point round: work units per CPU second, a unit being one block costed once (a re-timing charges
+Σ over its stages of the stage's blocks x its point choices; evaluating a variant, the model's blocks). Measured
+with ``python benchmarks/workload_bench.py --socs amlogic_a311d`` (units counted over process CPU seconds of the
+round) on an x86-64 core of the development machine."""
+
+
+def _retime_round(problems: Sequence[MappingProblem], front: List[WorkloadPoint], cands: List[_Candidates],
+                  opts: SearchOptions, terms: PipelineTerms, sw: Sequence[int],
+                  bounds_s: Sequence[Optional[float]]) -> Tuple[List[_Candidates], Dict[str, Any]]:
+    """The operating-point round: for up to :data:`RETIME_MAX_COMBINATIONS` combinations of the first front,
+    each model's mapping re-timed (:func:`parapipe.search.dvfs.retime`, over the points
+    :func:`parapipe.search.dvfs.resolve_operating_points` gives a re-timed search) once with each model's points
+    free (a PU shared by models at different points then pays the hand-over switches of the cost model) and
+    once per joint choice of the shared PUs' points (every model runs a shared PU at that one point: no
+    hand-over switch), plus each mapping with only the shared PUs moved to that point
+    (:func:`parapipe.search.dvfs.with_ops`). The variants join the models' candidates (returned) for a second
+    combination. Counted work, :data:`RETIME_ROUND_S` deterministic seconds at :data:`RETIME_WORK_PER_S`; returns
+    the candidates and the record of what the round did (pareto.json ``search.workload.operating_point_round``)."""
+    from .budget import Budget
+    from .dvfs import RETIME_MAX_CHOICES, retime, with_ops
+
+    spaces = [resolve_operating_points(pr, opts.operating_points, False) for pr in problems]
+    info: Dict[str, Any] = {"done": True, "points_per_pu": [sp.to_json() for sp in spaces]}
+    if all(sp.op_sets is None for sp in spaces):
+        return cands, {"done": False, "why": "no PU has several operating points in use"}
+    budget = Budget.of_seconds(RETIME_ROUND_S, RETIME_WORK_PER_S, opts.wall_safety_factor)
+    order = sorted(range(len(front)), key=lambda i: front[i].objectives())
+    picks: List[int] = []
+    if order:
+        picks = [min(order, key=lambda i: (front[i].objectives()[2], front[i].objectives())), order[0]]
+        rest = [i for i in order if i not in picks]
+        want = max(0, RETIME_MAX_COMBINATIONS - len(set(picks)))
+        if rest and want:
+            picks += [rest[j] for j in np.unique(np.linspace(0, len(rest) - 1, min(want, len(rest))).round()
+                                                 .astype(int))]
+    picks = list(dict.fromkeys(picks))
+    caches: List[dict] = [{} for _ in problems]
+    memo: Dict[tuple, List[Mapping]] = {}
+    new: List[List[Mapping]] = [[] for _ in problems]
+    stopped = ""
+    done = retimings = choices_tried = 0
+    for n_pick, i in enumerate(picks):
+        maps = front[i].mappings
+        used = [{p for st in mp.stages for p in st.all_pus()} for mp in maps]
+        base_sets = spaces[0].op_sets
+        shared = [p for p in range(problems[0].n_pus)
+                  if sum(p in u for u in used) > 1 and base_sets is not None and len(base_sets[p]) > 1]
+        sets = [tuple(base_sets[p]) for p in shared] if base_sets is not None else []
+        joint = list(itertools.product(*sets)) if shared else []
+        if len(joint) > RETIME_MAX_CHOICES:  # the shared PUs move together (i-th point of each)
+            levels = max(len(x) for x in sets)
+            joint = [tuple(x[min(j * len(x) // levels, len(x) - 1)] for x in sets) for j in range(levels)]
+        for fixed in [None] + joint:
+            choices_tried += 1
+            for m, (pr, mp) in enumerate(zip(problems, maps)):
+                op_sets = spaces[m].op_sets
+                if op_sets is None:
+                    continue
+                pin = {} if fixed is None else {p: o for p, o in zip(shared, fixed) if p in used[m]}
+                key = (m, mp, tuple(sorted(pin.items())))
+                if key in memo:
+                    continue
+                reason = budget.over()
+                if reason:
+                    stopped = (f"{reason} reached at combination {n_pick + 1} of {len(picks)} "
+                               f"({budget.to_json()['work']} units)")
+                    break
+                sets_m = [(pin[p],) if p in pin else tuple(op_sets[p]) for p in range(pr.n_pus)]
+                budget.spend(sum((st.stop - st.start) * min(RETIME_MAX_CHOICES, int(np.prod(
+                    [len(sets_m[p]) for v in st.replica_stages() for p in v.pus]))) for st in mp.stages))
+                got = retime(pr, mp, sets_m, caches[m])
+                retimings += 1
+                if pin:
+                    got.append(with_ops(pr, mp, pin))
+                memo[key] = got
+                budget.spend(pr.n_blocks * len(got))
+                new[m] += got
+            if stopped:
+                break
+        if stopped:
+            break
+        done += 1
+    out: List[_Candidates] = []
+    added = 0
+    for m, pr in enumerate(problems):
+        before = len(cands[m].mappings)
+        if new[m]:
+            c, n_eval = _candidates(pr, new[m], terms, bounds_s[m], sw, prior=cands[m])
+            added += n_eval
+            out.append(c)
+        else:
+            out.append(cands[m])
+        log.debug("workload round: %s candidates %d -> %d", pr.name, before, len(out[-1].mappings))
+    info.update({"combinations": len(picks), "combinations_done": done, "point_choices": choices_tried,
+                 "retimings": retimings, "variants_added": added,
+                 "candidates": [len(c.mappings) for c in out], **budget.to_json(),
+                 "budget_s": RETIME_ROUND_S})
+    if stopped:
+        info["stopped"] = stopped
+    if budget.wall_stopped:
+        info["stopped_early"] = True
+    return out, info
 
 
 def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], options: Optional[SearchOptions] = None,
@@ -325,15 +524,18 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
     opts = options or SearchOptions()
     terms = terms or DEFAULT_TERMS
     t0 = time.monotonic()
-    k = problems[0].n_pus
     bounds_s = list(latency_bounds_s or [None] * len(problems))
     idle_w = float(problems[0].idle_power_w.sum()) + problems[0].static_power_w
+    sw = switch_pus(problems)
+    tables0 = next((pr.operating_points for pr in problems if pr.operating_points is not None), None)
+    tr = [tables0[p].transition_s for p in sw] if tables0 is not None else []
     results: List[SearchResult] = []
     cands: List[_Candidates] = []
     evaluated = 0
     exact = True
     bounded_by: List[str] = []
     model_s = 0.0
+    enumerated_ops = []
     for m, pr in enumerate(problems):
         t_m = time.monotonic()
         res = search(pr, opts, terms=terms)
@@ -341,25 +543,35 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
         results.append(res)
         maps = [p.mapping for p in res.points]
         if pr.n_blocks * pr.n_pus <= EXACT_CANDIDATE_CELLS:
-            maps += enumerate_mappings(pr)
+            space = resolve_operating_points(pr, opts.operating_points, True)
+            sets = space.op_sets
+            if sets is not None and count_op_mappings(pr, sets) > EXACT_OP_MAPPINGS:
+                exact = False
+                bounded_by.append(f"{pr.name}: every mapping enumerated at the highest operating points only "
+                                  f"(more than {EXACT_OP_MAPPINGS} with the points); the others by re-timing")
+                sets = None
+            elif space.op_sets is not None and not space.exact:
+                exact = False
+                bounded_by.append(f"{pr.name}: operating points {space.bounded_by}")
+            enumerated_ops.append(sets is not None or pr.operating_points is None)
+            maps += enumerate_mappings(pr, sets)
         else:
             exact = False
+            enumerated_ops.append(False)
             extra, notes = dp_candidates(pr, opts)
             maps += extra
             bounded_by.append(f"{pr.name}: candidates from the single-model search and the per-PU DP fronts "
                               f"({pr.n_blocks} blocks x {pr.n_pus} PUs > {EXACT_CANDIDATE_CELLS} cells)")
             bounded_by += notes
-        c, n_eval = _candidates(pr, maps, terms, bounds_s[m])
+        c, n_eval = _candidates(pr, maps, terms, bounds_s[m], sw)
         evaluated += n_eval
         cands.append(c)
-    cross = terms.contention > 0 or terms.sharing > 0 or any(terms.overlap.values()) or any(
-        pr.operating_points is not None and any(t is not None and t.transition_s > 0 for t in pr.operating_points)
-        for pr in problems)
+    cross = terms.contention > 0 or terms.sharing > 0 or any(terms.overlap.values())
     if cross:
         exact = False
-        bounded_by.append("the pipeline terms act across models (contention, sharing, overlap or operating-point "
-                          "transitions): combinations are ranked without them, the front evaluated with them")
-    rows, capped = _combine(cands, rates, latency_axis, idle_w, max_partial)
+        bounded_by.append("the pipeline terms act across models (contention, sharing or overlap): combinations "
+                          "are ranked without them, the front evaluated with them")
+    rows, capped = _combine(cands, rates, latency_axis, idle_w, max_partial, sw, tr)
     if capped:
         exact = False
         bounded_by.append(f"at most {max_partial} partial combinations kept between models")
@@ -367,11 +579,39 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
     def ev_of(maps: Sequence[Mapping]) -> WorkloadEvaluation:
         return evaluate_workload(problems, maps, rates, terms, latency_axis)
 
-    cand_points = [WorkloadPoint("", "parapipe", [cands[m].mappings[i] for m, i in enumerate(row)],
-                                 ev_of([cands[m].mappings[i] for m, i in enumerate(row)]), origin="combination")
-                   for row in rows]
+    def points_of(rows: np.ndarray, cs: List[_Candidates], origin: str) -> List[WorkloadPoint]:
+        return [WorkloadPoint("", "parapipe", [cs[m].mappings[i] for m, i in enumerate(row)],
+                              ev_of([cs[m].mappings[i] for m, i in enumerate(row)]), origin=origin)
+                for row in rows]
+
+    cand_points = points_of(rows, cands, "combination")
     baselines = _baselines(problems, rates, results, cands, ev_of, opts, terms)
     cand_points += [WorkloadPoint("", "parapipe", b.mappings, b.evaluation, origin="baseline") for b in baselines]
+
+    def fitting(pts: List[WorkloadPoint]) -> List[WorkloadPoint]:
+        fits = [p for p in pts if p.evaluation.fits_memory]
+        return fits or pts
+
+    # final round: the front's combinations re-timed over the operating points, combined again
+    first = fitting(cand_points)
+    mat0 = _canonical(np.array([p.objectives() for p in first]))
+    front0 = [first[i] for i in np.flatnonzero(pareto_mask(mat0))]
+    if all(enumerated_ops):
+        round_info: Dict[str, Any] = {"done": False, "why": "every mapping x operating point was a candidate"}
+    else:
+        cands2, round_info = _retime_round(problems, front0, cands, opts, terms, sw, bounds_s)
+        if round_info.get("variants_added"):
+            rows2, capped2 = _combine(cands2, rates, latency_axis, idle_w, max_partial, sw, tr)
+            seen = {tuple(p.mappings) for p in cand_points}
+            new_rows = [r for r in rows2 if tuple(cands2[m].mappings[i] for m, i in enumerate(r)) not in seen]
+            cand_points += points_of(np.array(new_rows, dtype=int).reshape(len(new_rows), len(problems)), cands2,
+                                     "retimed")
+            round_info["combinations_ranked"] = len(rows2)
+            round_info["combinations_new"] = len(new_rows)
+            if capped2 and not capped:
+                bounded_by.append(f"at most {max_partial} partial combinations kept between models")
+        if round_info.get("stopped"):
+            bounded_by.append(f"operating-point round: {round_info['stopped']}")
     fits = [p for p in cand_points if p.evaluation.fits_memory]
     if fits:
         cand_points = fits
@@ -395,7 +635,7 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
     info: Dict[str, Any] = {
         "exact": exact, "bounded_by": bounded_by, "exact_candidate_cells": EXACT_CANDIDATE_CELLS,
         "candidates": [len(c.mappings) for c in cands], "candidates_evaluated": evaluated,
-        "combinations_ranked": len(rows), "max_partial": max_partial,
+        "combinations_ranked": len(rows), "max_partial": max_partial, "operating_point_round": round_info,
         "period_bound": {"lp_s": lp, "models_s": own, "method": "lp" if lp >= own else "models"},
         "model_search_s": model_s, "search_s": time.monotonic() - t0}
     log.info("workload search: %d models, front %d points, %.2fs, exact %s", len(problems), len(front),
