@@ -24,10 +24,22 @@ pareto.json). The front of the final combinations on (period, latency axis, ener
 full workload model (:func:`parapipe.cost.workload.evaluate_workload`: cross-model contention and sharing) and
 filtered again.
 
-**Exactness.** The front is the exact front of every combination of the candidates when: each model's problem
-is at most :data:`EXACT_CANDIDATE_CELLS` cells, no partial set was capped, and the terms have no cross-model
-interaction (no contention ``γ``, sharing ``ψ`` or overlap ``φ``, and no operating-point transitions between
-models); ``WorkloadResult.info["exact"]`` says so and ``info["bounded_by"]`` lists what bounded it otherwise.
+**Operating points.** A PU shared by models at different points pays the hand-over switches of
+:func:`parapipe.cost.workload.cross_switching_s`; they depend only on each model's first and last point on the
+PU (and whether they differ), so candidates and partial combinations are compared only among those equal in
+that on the PUs whose switches cost time (:func:`switch_pus`), and the combination adds the switches exactly.
+Models within :data:`EXACT_CANDIDATE_CELLS` enumerate every mapping x every operating point the single-model
+search would use (at most :data:`EXACT_OP_MAPPINGS`). For the others the per-PU DP candidates are at the highest
+points, so a final round (:func:`_retime_round`) re-times each model's mappings of the front's combinations with
+:func:`parapipe.search.dvfs.retime`, the shared PUs once free and once per joint point (every model at that one
+point), and combines again; it runs on a counted-work budget (:data:`RETIME_ROUND_S`), and pareto.json
+``search.workload.operating_point_round`` records what it did.
+
+**Exactness.** The front is the exact front of every combination of every mapping x operating point when: each
+model's problem is at most :data:`EXACT_CANDIDATE_CELLS` cells with its mappings x points enumerated (every
+point of every table), no partial set was capped, and the terms have no cross-model interaction (no contention
+``γ``, sharing ``ψ`` or overlap ``φ``); ``WorkloadResult.info["exact"]`` says so and ``info["bounded_by"]``
+lists what bounded it otherwise.
 
 **Bounds.** The workload period is at least each model's single-model period bound x its rate, and at least the
 LP of the rate-weighted work of every block of every model spread over the PUs at their times
@@ -63,7 +75,9 @@ from .dvfs import resolve_operating_points
 from .listsched import schedule_ranges
 from .pareto import pareto_mask
 
-__all__ = ["EXACT_CANDIDATE_CELLS", "MAX_PARTIAL", "MAX_DP_CANDIDATES", "DP_CANDIDATE_S", "SPLIT_SEARCHED", "dp_candidates", "WorkloadPoint", "WorkloadResult", "workload_search",
+__all__ = ["EXACT_CANDIDATE_CELLS", "MAX_PARTIAL", "MAX_DP_CANDIDATES", "DP_CANDIDATE_S", "SPLIT_SEARCHED", "dp_candidates",
+           "EXACT_OP_MAPPINGS", "RETIME_MAX_COMBINATIONS", "RETIME_ROUND_S", "RETIME_WORK_PER_S", "switch_pus",
+           "count_op_mappings", "WorkloadPoint", "WorkloadResult", "workload_search",
            "workload_period_lp", "remap_mapping", "enumerate_mappings"]
 
 log = logging.getLogger(__name__)
@@ -187,8 +201,12 @@ def _signature(problem: MappingProblem, mapping: Mapping, sw: Sequence[int]) -> 
     mapping does not use the PU: all the cross-model switches depend on (module docstring)."""
     out = np.full((len(sw), 3), -1, dtype=np.int64)
     for i, p in enumerate(sw):
-        ops = [problem.max_op(p) if view.op_of(p) is None else view.op_of(p)
-               for st in mapping.stages for view in st.replica_stages() if p in view.pus]
+        ops: List[int] = []
+        for st in mapping.stages:
+            for view in st.replica_stages():
+                if p in view.pus:
+                    op = view.op_of(p)
+                    ops.append(problem.max_op(p) if op is None else int(op))
         if ops:
             out[i] = (ops[0], ops[-1], int(ops[0] != ops[-1]))
     return out
@@ -404,11 +422,12 @@ are enumerated at the highest points and re-timed."""
 RETIME_ROUND_S = 2.0
 """Work budget of the operating-point round, in deterministic seconds (:mod:`parapipe.search.budget`)."""
 
-RETIME_WORK_PER_S = 2.0e4
+RETIME_WORK_PER_S = 1.5e4
 """Operating-point round: work units per CPU second, a unit being one block costed once (a re-timing charges
 Σ over its stages of the stage's blocks x its point choices; evaluating a variant, the model's blocks). Measured
-with ``python benchmarks/workload_bench.py --socs amlogic_a311d`` (units counted over process CPU seconds of the
-round) on an x86-64 core of the development machine."""
+as the units of the round over the process CPU seconds it added to the search (the second combination
+included), ``python benchmarks/workload_bench.py --socs amlogic_a311d`` on resnet50 + shufflenet (21,808 units,
+about 2 s) and inception_v1 + squeezenet (15,274 units, about 0.7 s) on an x86-64 core of the development machine."""
 
 
 def _retime_round(problems: Sequence[MappingProblem], front: List[WorkloadPoint], cands: List[_Candidates],
@@ -528,7 +547,7 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
     idle_w = float(problems[0].idle_power_w.sum()) + problems[0].static_power_w
     sw = switch_pus(problems)
     tables0 = next((pr.operating_points for pr in problems if pr.operating_points is not None), None)
-    tr = [tables0[p].transition_s for p in sw] if tables0 is not None else []
+    tr = [float(getattr(tables0[p], "transition_s", 0.0)) for p in sw] if tables0 is not None else []
     results: List[SearchResult] = []
     cands: List[_Candidates] = []
     evaluated = 0
