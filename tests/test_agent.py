@@ -297,6 +297,7 @@ def test_ctrl_c_while_a_pinned_timing_runs_waits_for_it_then_passes_on(tmp_path)
     script = tmp_path / "interrupt.py"
     script.write_text(
         "import signal, threading, time\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"  # a background job starts with SIGINT ignored
         "from ppexec.timing import run_pinned\n"
         "done, sent = [], threading.Event()\n"
         "def work():\n"

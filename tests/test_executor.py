@@ -243,7 +243,17 @@ def test_queue_depth_must_be_positive():
         PipelineExecutor(plan, queue_depth=0)
 
 
-def test_ctrl_c_while_the_caller_waits_on_outputs():
+@pytest.fixture
+def default_sigint():
+    """SIGINT raises KeyboardInterrupt during the test: ``interrupt_main()`` does nothing while SIGINT is ignored,
+    as it is in a job started in the background by a non-interactive shell."""
+    import signal
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_while_the_caller_waits_on_outputs(default_sigint):
     import _thread
     import collections
     import itertools

@@ -120,6 +120,7 @@ def test_ctrl_c_after_a_cpsat_solve_is_still_a_keyboard_interrupt(tmp_path):
     script = tmp_path / "sigint.py"
     script.write_text(
         "import os, signal, time\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"  # a background job starts with SIGINT ignored
         "import numpy as np\n"
         "from parapipe.cost.problem import MappingProblem\n"
         "from parapipe.search.cpsat import solve_stage\n"
