@@ -43,7 +43,7 @@ import numpy as np
 from ..cost.problem import MappingProblem
 from .budget import RELAX_WORK_PER_S, Budget
 
-__all__ = ["PROOF_RTOL", "REPLICATED_RELAXATION_MAX_CELLS", "Bounds", "lp_period_bound", "fastest_problem",
+__all__ = ["PROOF_RTOL", "CERTIFIED_GAP", "PROOF_ONLY_WORK", "REPLICATED_RELAXATION_MAX_CELLS", "Bounds", "lp_period_bound", "fastest_problem",
            "optimistic_problem",
            "latency_lower_bound", "block_period_bound", "lower_bounds"]
 
@@ -51,6 +51,17 @@ PROOF_RTOL = 1e-9
 """Relative tolerance of "proved optimal": the bound is at least ``(1 - PROOF_RTOL) ×`` the best period found
 (the same sums taken in another order differ in the last bits)."""
 
+
+CERTIFIED_GAP = 0.10
+"""Gap (best period / bound - 1) the project's target certifies. Once the cheap bounds (block, LP, Lagrangian,
+stage DP) certify it, the min-max relaxed DP, which may still prove the best period optimal, gets only
+:data:`PROOF_ONLY_WORK` of the budget."""
+
+PROOF_ONLY_WORK = 0.05 * RELAX_WORK_PER_S
+"""Work (units of :data:`parapipe.search.budget.RELAX_WORK_PER_S`: 0.05 deterministic s) of a proof attempt when
+the gap is already certified (:data:`CERTIFIED_GAP`). Measured on the zoo × A311D/A1000 (``python
+benchmarks/search_bench.py``): with the whole budget the DP took 0.4-1 s of CPU to prove DenseNet-121 optimal on the
+A1000, where the Lagrangian bound already certified a 1.7 % gap."""
 
 REPLICATED_RELAXATION_MAX_CELLS = 32
 """Largest problem (blocks × PUs) on which the relaxation with replicated-stage modes runs. Measured on the zoo
@@ -262,12 +273,17 @@ def _space_bound(problem: MappingProblem, best_period_s: Optional[float], budget
     floor = max(candidates.values())
     if relax and best_period_s is not None and floor < min(stop_s, best_period_s) and budget.over() is None:
         top = min(best_period_s, stop_s)
+        limit = budget.limit
+        if limit is not None and min(floor, stop_s) * (1 + CERTIFIED_GAP) >= best_period_s:
+            budget.limit = min(limit, budget.used + PROOF_ONLY_WORK)  # the gap is certified: a short proof attempt
         try:
             candidates["relaxed-dp"], proved = relaxed_period_bound(
                 problem, top, floor, budget=budget, rtol=PROOF_RTOL, relaxed=relaxed, replicated=replicated)
             proved = proved and top >= best_period_s
         except ValueError as exc:
             note = str(exc)
+        finally:
+            budget.limit = limit
     method = max(candidates, key=lambda m: candidates[m])
     return method, candidates[method], proved, note
 

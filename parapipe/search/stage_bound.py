@@ -20,8 +20,9 @@ bounds the period of every such mapping (an exact DP over (block, PUs used): ``(
   alpha[p, q] + nbytes(u, v) / beta[p, q]`` over the edges ``u -> v`` that carry bytes.
 * ``run`` on one PU ``p``: ``Σ_v t[v, p]`` (the blocks run one after the other; ``inf`` where ``p`` cannot run
   one). On a group ``S`` (list-scheduled, :mod:`.listsched`), the makespan is at least each of: the chain of
-  the stage's blocks on the problem's spine (:func:`parapipe.search.relaxation.spine`, a path of the DAG), each
-  on its fastest PU of ``S``; the work spread over ``S``, ``Σ_v min_{q ∈ S} t[v, q] / |S|``; and, per PU ``q``,
+  a critical path that knows the PUs: ``L[v][q]``, the least finish time of ``v`` on
+  ``q`` given its in-stage predecessors' least finish times on any PU plus the transfer to ``q``
+  (:func:`_chain_bounds`), its largest least value over ``q``; the work spread over ``S``, ``Σ_v min_{q ∈ S} t[v, q] / |S|``; and, per PU ``q``,
   the blocks only ``q`` of ``S`` runs.
 
 Transfers inside a stage, every other pipeline term and operating-point switches only add time, and the
@@ -75,6 +76,34 @@ def _range_sums(x: np.ndarray) -> np.ndarray:
     return s
 
 
+def _chain_bounds(problem: MappingProblem, t: np.ndarray, pus: Tuple[int, ...]) -> np.ndarray:
+    """(n + 1, n + 1): ``c[a, b]``, a lower bound on the makespan of blocks ``a..b-1`` list-scheduled on ``pus``
+    (any assignment; ``inf`` where a block runs on none of them), 0 for ``b <= a``.
+
+    ``L[v][q] = t[v, q] + max over predecessors u in the stage of min over q' of (L[u][q'] + comm(q', q))`` is
+    at most the finish time of ``v`` when it runs on ``q`` (by induction: ``v`` starts after each in-stage
+    predecessor's output arrived), so the makespan is at least ``max_v min_q L[v][q]``."""
+    n = t.shape[0]
+    r = len(pus)
+    starts = np.arange(n)
+    times = t[:, list(pus)]  # (n, r)
+    finish = np.zeros((n, n, r))  # [a, v, i]: L[v][pus[i]] in the stage starting at block a (v >= a)
+    for v in range(n):
+        ready = np.zeros((n, r))
+        for u in problem.preds[v]:
+            nb = problem.edge_nbytes.get((u, v), 0.0)
+            hop = np.array([[problem.comm_s(p, q, nb) for q in pus] for p in pus])  # (r from, r to)
+            arrive = (finish[:, u, :, None] + hop[None]).min(axis=1)  # (n, r to)
+            ready = np.maximum(ready, np.where((starts <= u)[:, None], arrive, 0.0))
+        finish[:, v, :] = ready + times[v][None, :]
+    least = finish.min(axis=2)  # (a, v)
+    least[starts[:, None] > starts[None, :]] = 0.0
+    out = np.zeros((n + 1, n + 1))
+    out[:n, 1:] = np.maximum.accumulate(least, axis=1)
+    out[np.arange(n + 1)[:, None] >= np.arange(n + 1)[None, :]] = 0.0
+    return out
+
+
 def _input_bounds(problem: MappingProblem, t: np.ndarray, pus: Tuple[int, ...]) -> np.ndarray:
     """(n + 1, n + 1): ``in(a, b, S)`` of the module docstring for ``S = pus``."""
     n, k = t.shape
@@ -102,11 +131,8 @@ def _input_bounds(problem: MappingProblem, t: np.ndarray, pus: Tuple[int, ...]) 
 
 def stage_time_bounds(problem: MappingProblem) -> Dict[int, np.ndarray]:
     """``lb(a, b, S)`` of the module docstring: per PU-set bit mask, an (n + 1, n + 1) array, seconds."""
-    from .relaxation import spine
-
     t = problem.time_s
     n, k = t.shape
-    on_spine, _ = spine(problem)
     out: Dict[int, np.ndarray] = {}
     for r in range(1, k + 1):
         for pus in combinations(range(k), r):
@@ -115,7 +141,7 @@ def stage_time_bounds(problem: MappingProblem) -> Dict[int, np.ndarray]:
                 run = _range_sums(sub[:, 0])
             else:
                 fastest = sub.min(axis=1)
-                run = np.maximum(_range_sums(np.where(on_spine, fastest, 0.0)), _range_sums(fastest) / r)
+                run = np.maximum(_chain_bounds(problem, t, pus), _range_sums(fastest) / r)
                 able = np.isfinite(sub)
                 only = able.sum(axis=1) == 1
                 for i in range(r):
@@ -161,3 +187,4 @@ def stage_period_bound(problem: MappingProblem) -> float:
             if val < f[b, u]:
                 f[b, u] = val
     return float(f[n].min())
+
