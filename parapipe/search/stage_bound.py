@@ -11,6 +11,7 @@ or ``1 / Σ_r 1/T_r`` (replicas on a partition of ``G``, :mod:`parapipe.cost.rep
     ``c(a, b, G) = min over partitions π of G of 1 / Σ_{S ∈ π} 1 / lb(a, b, S)``,
 
 bounds the period of every such mapping (an exact DP over (block, PUs used): ``(n + 1) × 2^k`` states).
+Transfers inside a stage that the bounds below leave out, and every pipeline term, only add time.
 
 ``lb(a, b, S) = in(a, b, S) + run(a, b, S)``:
 
@@ -19,11 +20,14 @@ bounds the period of every such mapping (an exact DP over (block, PUs used): ``(
   the stage receives each producer's tensor at least once: ``Σ_u min_v min_{p ∉ S runs u, q ∈ S runs v}
   alpha[p, q] + nbytes(u, v) / beta[p, q]`` over the edges ``u -> v`` that carry bytes.
 * ``run`` on one PU ``p``: ``Σ_v t[v, p]`` (the blocks run one after the other; ``inf`` where ``p`` cannot run
-  one). On a group ``S`` (list-scheduled, :mod:`.listsched`), the makespan is at least each of: the chain of
-  a critical path that knows the PUs: ``L[v][q]``, the least finish time of ``v`` on
+  one). On a group ``S`` (list-scheduled, :mod:`.listsched`), the makespan is at least each of: a critical
+  path that knows the PUs: ``L[v][q]``, the least finish time of ``v`` on
   ``q`` given its in-stage predecessors' least finish times on any PU plus the transfer to ``q``
-  (:func:`_chain_bounds`), its largest least value over ``q``; the work spread over ``S``, ``Σ_v min_{q ∈ S} t[v, q] / |S|``; and, per PU ``q``,
-  the blocks only ``q`` of ``S`` runs.
+  (:func:`_chain_bounds`), its largest least value over ``q``; the weighted work ``Σ_v min_{q ∈ S} λ_q t[v, q]``
+  for weights ``λ`` on the simplex (the makespan is at least every PU's load, so at least ``Σ_q λ_q load_q``),
+  with ``λ`` uniform and ``λ_q ∝ (1 / Σ_v t[v, q])^γ`` for each γ of :data:`WEIGHT_EXPONENTS` (PUs of unequal
+  speeds); and, per PU ``q``, the blocks only
+  ``q`` of ``S`` runs.
 
 Transfers inside a stage, every other pipeline term and operating-point switches only add time, and the
 problem's times are taken at each block's fastest point (:func:`parapipe.search.bounds.fastest_problem`), so
@@ -41,7 +45,11 @@ import numpy as np
 
 from ..cost.problem import MappingProblem
 
-__all__ = ["MAX_PUS", "stage_time_bounds", "stage_period_bound"]
+__all__ = ["MAX_PUS", "WEIGHT_EXPONENTS", "stage_time_bounds", "stage_period_bound"]
+
+WEIGHT_EXPONENTS = (0.5, 1.0, 1.5, 2.0, 3.0)
+"""Exponents γ of the weighted-work bound's PU weights (any weights give a valid bound; these spread from near
+uniform to the fastest PU's; measured on the zoo × A311D/A1000, ``python benchmarks/search_bench.py``)."""
 
 MAX_PUS = 6
 """Largest PU count the bound is built for (the DP steps grow as 3^k; 6 PUs: 729 per block)."""
@@ -142,6 +150,12 @@ def stage_time_bounds(problem: MappingProblem) -> Dict[int, np.ndarray]:
             else:
                 fastest = sub.min(axis=1)
                 run = np.maximum(_chain_bounds(problem, t, pus), _range_sums(fastest) / r)
+                work = np.where(np.isfinite(sub), sub, 0.0).sum(axis=0)
+                if (work > 0).all():  # λ ∝ (1 / each PU's work over the model)^γ: weights of unequal speeds
+                    for gamma in WEIGHT_EXPONENTS:
+                        lam = work ** -gamma
+                        lam /= lam.sum()
+                        run = np.maximum(run, _range_sums((lam[None, :] * sub).min(axis=1)))
                 able = np.isfinite(sub)
                 only = able.sum(axis=1) == 1
                 for i in range(r):
