@@ -221,7 +221,7 @@ def test_bounds_hold_over_operating_points(n, k, ops, shape, seed):
                                  exhaustive(pr, reuse=True, replicate=False),
                                  exhaustive(pr, reuse=False, replicate=True)])
     best = float(everything[:, 0].min())
-    for given in (None, best):
+    for given in (None, best, best * 1.3):
         b = lower_bounds(pr, best_period_s=given, time_limit_s=None)
         assert (everything[:, 0] >= b.period_lb_s * (1 - 1e-9)).all(), (given, b, best)
         assert set(b.spaces) == {"reuse", "replicated"}

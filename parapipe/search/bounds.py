@@ -243,7 +243,8 @@ def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
             method, lb, proved, note = rep
             note = note or "a mapping with replicated stages may be faster than the PU-reuse space's bound"
             return _finish(problem, best_period_s, f"{method} (replicated)", lb, proved, note, spaces)
-    return _finish(problem, best_period_s, *plain, spaces=spaces)
+    method, lb, proved, note = plain
+    return _finish(problem, best_period_s, method, lb, proved, note, spaces)
 
 
 def _space_info(bound) -> Dict[str, Any]:
