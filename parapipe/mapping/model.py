@@ -26,7 +26,10 @@ Schema (``schema_version`` 2)::
                                                        "frequency_hz"?}] (optional)}]}}]}
 
 ``*_gap`` is ``value / lower_bound - 1`` (None when the bound is 0; 0 for a period proved optimal:
-``search.bound.period_proved_optimal``). ``search.exact`` is true when the front is exact for every space
+``search.bound.period_proved_optimal``). ``search.bound`` says which bound certified what
+(:meth:`parapipe.search.bounds.Bounds.info`): ``period_method``, ``period_lb_s``, ``period_proved_optimal``,
+``note`` and ``spaces`` (per space bounded, ``reuse`` and ``replicated``: ``method``, ``period_lb_s``,
+``proved``); older documents carry only the first and third. ``search.exact`` is true when the front is exact for every space
 searched; ``search.spaces`` says, per space, what bounded it otherwise
 (:class:`parapipe.search.passes.SpaceReport`); ``search.cpsat.time_unit_s`` is CP-SAT's time tick;
 ``search.stage_timing`` (``--soc host``) what :func:`parapipe.app.optimize.search_prepared` timed as sub-models. Times are seconds, energies joules. Documents

@@ -263,7 +263,8 @@ def _bounds_with_terms(plain: Bounds, terms, best_period_s: float) -> Bounds:
     lb = plain.period_lb_s * kappa
     proved = lb >= best_period_s * (1 - PROOF_RTOL)
     note = "; ".join(filter(None, [plain.note, f"the plain model's bounds x the terms' slowdown {kappa:.4g}"]))
-    return Bounds(lb, plain.latency_lb_s * kappa, plain.period_method, proved, note)
+    spaces = {name: {**sp, "period_lb_s": sp["period_lb_s"] * kappa} for name, sp in plain.spaces.items()}
+    return Bounds(lb, plain.latency_lb_s * kappa, plain.period_method, proved, note, spaces)
 
 
 def _own_front(points: List[SearchPoint], objectives: Sequence[str]) -> List[SearchPoint]:

@@ -9,15 +9,24 @@
     unsupported ops force, and what a multi-PU stage costs every PU of its group (longest spine path or
     balanced work); exact for chains mapped one PU per stage.
 
-  With replicated stages in the model (``replicated=True``, the default) the bound is the lesser of that one
-  and the bound of mappings with a replicated stage, the largest of: the slowest block replicated over every
-  PU that runs it, ``max_v 1 / Σ_p 1/t[v, p]`` (a fraction ``x_p`` of the frames runs ``v`` on ``p``,
-  ``Σ x_p = 1``, and ``x_p t[v, p] <= busy_p <= P``); the LP (valid for them too: ``x_bp`` is then the share
-  of frames that run ``b`` on ``p``); and, on small problems, the relaxation with replicated-stage modes
-  (:mod:`.relaxation`).
+  - the Lagrangian bound of that relaxation (``max_λ min over mode sequences of λ · busy``; the relaxation the
+    search builds to guide its least-period pass, :class:`.relaxation.Relaxed`).
+
+  With replicated stages in the space (``replicated=True``, the default) the bound is the lesser of that one
+  (the **reuse** space: no replicated stage, PUs may serve several stages) and the bound of the **replicated**
+  space (each PU serves one stage, a stage may be replicated: :mod:`.replicate`, and the disjoint-group space
+  too), the largest of: the slowest block replicated over every PU that runs it, ``max_v 1 / Σ_p 1/t[v, p]``
+  (a fraction ``x_p`` of the frames runs ``v`` on ``p``, ``Σ x_p = 1``, and ``x_p t[v, p] <= busy_p <= P``);
+  the LP (valid for them too: ``x_bp`` is then the share of frames that run ``b`` on ``p``); the stage DP of
+  :mod:`.stage_bound` (an exact DP over stage cuts and disjoint PU sets, each stage's contribution bounded from
+  its replicas' hand-offs and work); and, on small problems, the relaxation with replicated-stage modes
+  (:mod:`.relaxation`, which holds even where PUs repeat across replicated stages).
 
   When it reaches the best period a search found (within :data:`PROOF_RTOL`), that period is **proved optimal**:
-  no mapping of the cost model is faster.
+  no mapping of the searched spaces is faster. :meth:`Bounds.info` records which bound certified what.
+
+  Operating points: every bound is taken on :func:`fastest_problem` (each block at its fastest point; switching
+  costs only add time), so it holds for every point.
 * **Latency**: critical path with every block on its fastest PU and free transfers.
 
 Stage-level measurements (``MappingProblem.submodel_time_s``) may make a stage faster than its blocks' sum; every
@@ -26,7 +35,7 @@ sub-model that contains them (a measured sub-model's blocks take ``t[v, p] · me
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -34,13 +43,25 @@ import numpy as np
 from ..cost.problem import MappingProblem
 from .budget import RELAX_WORK_PER_S, Budget
 
-__all__ = ["PROOF_RTOL", "REPLICATED_RELAXATION_MAX_CELLS", "Bounds", "lp_period_bound", "optimistic_problem",
+__all__ = ["PROOF_RTOL", "CERTIFIED_GAP", "PROOF_ONLY_WORK", "REPLICATED_RELAXATION_MAX_CELLS", "Bounds", "lp_period_bound", "fastest_problem",
+           "optimistic_problem",
            "latency_lower_bound", "block_period_bound", "lower_bounds"]
 
 PROOF_RTOL = 1e-9
 """Relative tolerance of "proved optimal": the bound is at least ``(1 - PROOF_RTOL) ×`` the best period found
 (the same sums taken in another order differ in the last bits)."""
 
+
+CERTIFIED_GAP = 0.10
+"""Gap (best period / bound - 1) the project's target certifies. Once the cheap bounds (block, LP, Lagrangian,
+stage DP) certify it, the min-max relaxed DP, which may still prove the best period optimal, gets only
+:data:`PROOF_ONLY_WORK` of the budget."""
+
+PROOF_ONLY_WORK = 0.05 * RELAX_WORK_PER_S
+"""Work (units of :data:`parapipe.search.budget.RELAX_WORK_PER_S`: 0.05 deterministic s) of a proof attempt when
+the gap is already certified (:data:`CERTIFIED_GAP`). Measured on the zoo × A311D/A1000 (``python
+benchmarks/search_bench.py``): with the whole budget the DP took 0.4-1 s of CPU to prove DenseNet-121 optimal on the
+A1000, where the Lagrangian bound already certified a 1.7 % gap."""
 
 REPLICATED_RELAXATION_MAX_CELLS = 32
 """Largest problem (blocks × PUs) on which the relaxation with replicated-stage modes runs. Measured on the zoo
@@ -63,13 +84,20 @@ class Bounds:
     period_method: str = "lp"
     period_proved_optimal: bool = False
     note: str = ""
+    spaces: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
     def info(self) -> Dict[str, Any]:
-        """The bound's provenance for pareto.json ``search.bound``."""
-        out: Dict[str, Any] = {"period_method": self.period_method,
+        """The bound's provenance for pareto.json ``search.bound``: ``period_method`` (the bound that certifies
+        ``period_lb_s``), ``period_lb_s``, ``period_proved_optimal``, ``note`` (when there is one) and ``spaces``:
+        per space bounded (``reuse``: mappings without replicated stages; ``replicated``: mappings in which each
+        PU serves one stage, replicated stages included), its ``method``, ``period_lb_s`` and whether its own
+        min-max DP ``proved`` the best period optimal; the period bound is the least of them."""
+        out: Dict[str, Any] = {"period_method": self.period_method, "period_lb_s": float(self.period_lb_s),
                                "period_proved_optimal": self.period_proved_optimal}
         if self.note:
             out["note"] = self.note
+        if self.spaces:
+            out["spaces"] = {k: dict(v) for k, v in self.spaces.items()}
         return out
 
 
@@ -92,6 +120,37 @@ def lp_period_bound(problem: MappingProblem) -> float:
     status = solver.Solve()
     balance = period.solution_value() if status == pywraplp.Solver.OPTIMAL else 0.0
     return float(balance) * (1 - 1e-9)  # GLOP's tolerance must not lift it above the true optimum
+
+
+def fastest_problem(problem: MappingProblem) -> MappingProblem:
+    """``problem`` with each block's time on each PU at its fastest operating point (the least over the PU's
+    table; the problem itself when that is the highest point everywhere, as the frequency models of
+    :mod:`parapipe.soc.operating_points` give). Every stage runs its PUs at some point and a switch between points
+    only adds time, so bounds on it hold for every operating point; it has no operating points of its own."""
+    if problem.operating_points is None:
+        return problem
+    fastest = problem.time_s.copy()
+    for p, table in enumerate(problem.operating_points):
+        if table is not None:
+            times = np.where(np.isnan(table.time_s), np.inf, table.time_s)  # NaN: a point without a time
+            fastest[:, p] = np.minimum(fastest[:, p], np.min(times, axis=1))
+    if (fastest >= problem.time_s).all():
+        return problem
+    import copy
+
+    out = copy.copy(problem)
+    out.time_s = fastest
+    out.operating_points = None
+    out._rows = None
+    out._at_ops = {}
+    if problem.submodel_time_s:  # a measured sub-model scales with its blocks' sum, as at_operating_points does
+        sub = {}
+        for (p, blocks), t in problem.submodel_time_s.items():
+            rows = list(blocks)
+            base = float(problem.time_s[rows, p].sum())
+            sub[(p, blocks)] = t * (float(fastest[rows, p].sum()) / base if base > 0 else 1.0)
+        out.submodel_time_s = sub
+    return out
 
 
 def optimistic_problem(problem: MappingProblem) -> MappingProblem:
@@ -141,11 +200,12 @@ def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
                  budget: Optional[Budget] = None) -> Bounds:
     """Both bounds (module docstring).
 
-    With ``replicated`` the period bound is the lesser of two: the bound of mappings without replicated stages
-    (block, LP and the plain relaxation — the tight one) and the bound of mappings with at least one replicated
-    stage (``max_v 1 / Σ_p 1/t[v, p]``, LP, and the relaxation with replicated-stage modes, built only when the
-    first two leave it below the plain bound and the problem has at most :data:`REPLICATED_RELAXATION_MAX_CELLS`
-    blocks × PUs, within what remains of ``time_limit_s``).
+    With ``replicated`` the period bound is the lesser of two: the bound of the PU-reuse space (mappings without
+    replicated stages: block, LP, the plain relaxation's Lagrangian and min-max DP) and the bound of the spaces
+    in which each PU serves one stage, replicated stages included (``max_v 1 / Σ_p 1/t[v, p]``, LP, the stage DP
+    of :mod:`.stage_bound` and, on problems of at most :data:`REPLICATED_RELAXATION_MAX_CELLS` blocks × PUs, the
+    relaxation with replicated-stage modes). The second is computed first: the min-max DP of the first runs only
+    up to it, within what remains of ``time_limit_s``.
 
     Parameters
     ----------
@@ -161,52 +221,77 @@ def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
         The plain relaxation already built by the search on this ``problem`` (its Lagrangian bound is reused;
         dropped when stage-level times make the bounds take :func:`optimistic_problem` of it).
     replicated : bool
-        Bound every mapping of the cost model including replicated stages (True), or only mappings without
-        them (False).
+        Bound the searched space including replicated stages (True), or only mappings without them (False).
     """
     if budget is None:
         budget = Budget.of_seconds(time_limit_s, RELAX_WORK_PER_S)
     if relaxed is not None and getattr(relaxed, "replicated", False):
         relaxed = None
-    optimistic = optimistic_problem(problem)
-    if optimistic is not problem:  # a relaxation built on ``problem`` itself would not bound the faster ranges
-        problem, relaxed = optimistic, None
-    plain = _space_bound(problem, best_period_s, budget, relaxed, replicated=False)
+    bound_problem = optimistic_problem(fastest_problem(problem))
+    if bound_problem is not problem:  # a relaxation built on ``problem`` itself would not bound faster times
+        problem, relaxed = bound_problem, None
+    rep = None
     if replicated:
         small = problem.n_blocks * problem.n_pus <= REPLICATED_RELAXATION_MAX_CELLS
-        rep = _space_bound(problem, best_period_s, budget, None, replicated=True, stop_s=plain[1], relax=small)
+        rep = _space_bound(problem, best_period_s, budget, None, replicated=True, relax=small)
+    plain = _space_bound(problem, best_period_s, budget, relaxed, replicated=False,
+                         stop_s=np.inf if rep is None else rep[1])
+    spaces = {"reuse": _space_info(plain)}
+    if rep is not None:
+        spaces["replicated"] = _space_info(rep)
         if rep[1] < plain[1]:
             method, lb, proved, note = rep
-            note = note or "a replicated stage may be faster than the plain bound"
-            return _finish(problem, best_period_s, f"{method} (replicated)", lb, proved, note)
-    return _finish(problem, best_period_s, *plain)
+            note = note or "a mapping with replicated stages may be faster than the PU-reuse space's bound"
+            return _finish(problem, best_period_s, f"{method} (replicated)", lb, proved, note, spaces)
+    method, lb, proved, note = plain
+    return _finish(problem, best_period_s, method, lb, proved, note, spaces)
+
+
+def _space_info(bound) -> Dict[str, Any]:
+    method, lb, proved, _ = bound
+    return {"method": method, "period_lb_s": float(lb), "proved": bool(proved)}
 
 
 def _space_bound(problem: MappingProblem, best_period_s: Optional[float], budget: Budget, relaxed,
                  replicated: bool, stop_s: float = np.inf, relax: bool = True):
-    """(method, bound_s, proved, note) over the mappings without (``replicated=False``) or with replicated
-    stages; the relaxation runs (if ``relax``) only while the closed-form bounds stay below ``stop_s`` (no need
-    beyond)."""
+    """(method, bound_s, proved, note) over the mappings without replicated stages (``replicated=False``: PUs
+    may serve several stages) or over those in which each PU serves one stage (``replicated=True``, replicated
+    stages included); the relaxed min-max DP runs (if ``relax``) only while the other bounds stay below
+    ``stop_s`` (no need beyond)."""
     from .relaxation import relaxed_period_bound
 
     candidates = {"block": block_period_bound(problem, replicated), "lp": lp_period_bound(problem)}
     note, proved = "", False
+    if replicated:
+        from .stage_bound import stage_period_bound
+
+        try:
+            candidates["stage-dp"] = stage_period_bound(problem)
+        except ValueError as exc:
+            note = str(exc)
+    elif relaxed is not None:
+        candidates["lagrangian"] = float(relaxed.bound_s)
     floor = max(candidates.values())
-    if relax and best_period_s is not None and floor < stop_s and budget.over() is None:
+    if relax and best_period_s is not None and floor < min(stop_s, best_period_s) and budget.over() is None:
         top = min(best_period_s, stop_s)
+        limit = budget.limit
+        if limit is not None and min(floor, stop_s) * (1 + CERTIFIED_GAP) >= best_period_s:
+            budget.limit = min(limit, budget.used + PROOF_ONLY_WORK)  # the gap is certified: a short proof attempt
         try:
             candidates["relaxed-dp"], proved = relaxed_period_bound(
                 problem, top, floor, budget=budget, rtol=PROOF_RTOL, relaxed=relaxed, replicated=replicated)
             proved = proved and top >= best_period_s
         except ValueError as exc:
             note = str(exc)
+        finally:
+            budget.limit = limit
     method = max(candidates, key=lambda m: candidates[m])
     return method, candidates[method], proved, note
 
 
 def _finish(problem: MappingProblem, best_period_s: Optional[float], method: str, lb: float, proved: bool,
-            note: str) -> Bounds:
+            note: str, spaces: Optional[Dict[str, Dict[str, Any]]] = None) -> Bounds:
     proved = proved or (best_period_s is not None and lb >= best_period_s * (1 - PROOF_RTOL))
     if proved and best_period_s is not None:
         lb = best_period_s
-    return Bounds(lb, latency_lower_bound(problem), method, proved, note)
+    return Bounds(lb, latency_lower_bound(problem), method, proved, note, dict(spaces or {}))

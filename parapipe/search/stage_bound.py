@@ -1,0 +1,204 @@
+"""A period lower bound over mappings whose PUs each serve one stage: the disjoint and the replicated spaces.
+
+In the replicated space (:mod:`.replicate`) and the disjoint-group space every PU belongs to at most one stage,
+so a PU's busy time is its stage's period contribution and the period is the largest stage contribution. A
+stage over blocks ``a..b-1`` on the PU set ``G`` contributes ``T`` (one replica, :mod:`parapipe.cost.evaluate`)
+or ``1 / Σ_r 1/T_r`` (replicas on a partition of ``G``, :mod:`parapipe.cost.replication`), increasing in every
+``T_r``; so with a lower bound ``lb(a, b, S)`` on the time ``T`` of one frame through the blocks on the PU set
+``S``, the least largest stage bound over every cut into stages and every assignment of disjoint PU sets,
+
+    ``f[b][U] = min over a < b, ∅ ≠ G ⊆ U of max(f[a][U \\ G], c(a, b, G))``,
+    ``c(a, b, G) = min over partitions π of G of 1 / Σ_{S ∈ π} 1 / lb(a, b, S)``,
+
+bounds the period of every such mapping (an exact DP over (block, PUs used): ``(n + 1) × 2^k`` states).
+Transfers inside a stage that the bounds below leave out, and every pipeline term, only add time.
+
+``lb(a, b, S) = in(a, b, S) + run(a, b, S)``:
+
+* ``in``: the input hand-off. Every producer ``u < a`` of a block ``v`` of the stage sits on a PU outside ``S``
+  (PUs are disjoint between stages; a replicated producer's mean over its replicas is at least its least), and
+  the stage receives each producer's tensor at least once: ``Σ_u min_v min_{p ∉ S runs u, q ∈ S runs v}
+  alpha[p, q] + nbytes(u, v) / beta[p, q]`` over the edges ``u -> v`` that carry bytes.
+* ``run`` on one PU ``p``: ``Σ_v t[v, p]`` (the blocks run one after the other; ``inf`` where ``p`` cannot run
+  one). On a group ``S`` (list-scheduled, :mod:`.listsched`), the makespan is at least each of: a critical
+  path that knows the PUs: ``L[v][q]``, the least finish time of ``v`` on
+  ``q`` given its in-stage predecessors' least finish times on any PU plus the transfer to ``q``
+  (:func:`_chain_bounds`), its largest least value over ``q``; the weighted work ``Σ_v min_{q ∈ S} λ_q t[v, q]``
+  for weights ``λ`` on the simplex (the makespan is at least every PU's load, so at least ``Σ_q λ_q load_q``),
+  with ``λ`` uniform and ``λ_q ∝ (1 / Σ_v t[v, q])^γ`` for each γ of :data:`WEIGHT_EXPONENTS` (PUs of unequal
+  speeds); and, per PU ``q``, the blocks only
+  ``q`` of ``S`` runs.
+
+Transfers inside a stage, every other pipeline term and operating-point switches only add time, and the
+problem's times are taken at each block's fastest point (:func:`parapipe.search.bounds.fastest_problem`), so
+the bound holds for every operating point.
+
+Cost: ``O(n² · 2^k)`` for the stage table and ``O(n · 3^k)`` vector steps for the DP (about 20 ms for 48
+blocks on 4 PUs); beyond :data:`MAX_PUS` PUs it is not built.
+"""
+from __future__ import annotations
+
+from itertools import combinations
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+from ..cost.problem import MappingProblem
+
+__all__ = ["MAX_PUS", "WEIGHT_EXPONENTS", "stage_time_bounds", "stage_period_bound"]
+
+WEIGHT_EXPONENTS = (0.5, 1.0, 1.5, 2.0, 3.0)
+"""Exponents γ of the weighted-work bound's PU weights (any weights give a valid bound; these spread from near
+uniform to the fastest PU's; measured on the zoo × A311D/A1000, ``python benchmarks/search_bench.py``)."""
+
+MAX_PUS = 6
+"""Largest PU count the bound is built for (the DP steps grow as 3^k; 6 PUs: 729 per block)."""
+
+
+def _partitions(items: Tuple[int, ...]):
+    """Every partition of ``items`` into non-empty blocks (lists of tuples)."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in _partitions(rest):
+        yield [(first,)] + part
+        for i in range(len(part)):
+            yield part[:i] + [(first,) + part[i]] + part[i + 1:]
+
+
+def _mask(pus) -> int:
+    return sum(1 << p for p in pus)
+
+
+def _range_sums(x: np.ndarray) -> np.ndarray:
+    """(n + 1, n + 1): ``s[a, b] = Σ_{a <= v < b} x[v]`` (``inf`` when one is), 0 for ``b <= a``."""
+    n = len(x)
+    finite = np.isfinite(x)
+    c = np.concatenate([[0.0], np.cumsum(np.where(finite, x, 0.0))])
+    bad = np.concatenate([[0], np.cumsum(~finite)])
+    s = c[None, :] - c[:, None]
+    s = np.where(bad[None, :] - bad[:, None] > 0, np.inf, s)
+    idx = np.arange(n + 1)
+    s[idx[:, None] >= idx[None, :]] = 0.0
+    return s
+
+
+def _chain_bounds(problem: MappingProblem, t: np.ndarray, pus: Tuple[int, ...]) -> np.ndarray:
+    """(n + 1, n + 1): ``c[a, b]``, a lower bound on the makespan of blocks ``a..b-1`` list-scheduled on ``pus``
+    (any assignment; ``inf`` where a block runs on none of them), 0 for ``b <= a``.
+
+    ``L[v][q] = t[v, q] + max over predecessors u in the stage of min over q' of (L[u][q'] + comm(q', q))`` is
+    at most the finish time of ``v`` when it runs on ``q`` (by induction: ``v`` starts after each in-stage
+    predecessor's output arrived), so the makespan is at least ``max_v min_q L[v][q]``."""
+    n = t.shape[0]
+    r = len(pus)
+    starts = np.arange(n)
+    times = t[:, list(pus)]  # (n, r)
+    finish = np.zeros((n, n, r))  # [a, v, i]: L[v][pus[i]] in the stage starting at block a (v >= a)
+    for v in range(n):
+        ready = np.zeros((n, r))
+        for u in problem.preds[v]:
+            nb = problem.edge_nbytes.get((u, v), 0.0)
+            hop = np.array([[problem.comm_s(p, q, nb) for q in pus] for p in pus])  # (r from, r to)
+            arrive = (finish[:, u, :, None] + hop[None]).min(axis=1)  # (n, r to)
+            ready = np.maximum(ready, np.where((starts <= u)[:, None], arrive, 0.0))
+        finish[:, v, :] = ready + times[v][None, :]
+    least = finish.min(axis=2)  # (a, v)
+    least[starts[:, None] > starts[None, :]] = 0.0
+    out = np.zeros((n + 1, n + 1))
+    out[:n, 1:] = np.maximum.accumulate(least, axis=1)
+    out[np.arange(n + 1)[:, None] >= np.arange(n + 1)[None, :]] = 0.0
+    return out
+
+
+def _input_bounds(problem: MappingProblem, t: np.ndarray, pus: Tuple[int, ...]) -> np.ndarray:
+    """(n + 1, n + 1): ``in(a, b, S)`` of the module docstring for ``S = pus``."""
+    n, k = t.shape
+    out = np.zeros((n + 1, n + 1))
+    inside = np.zeros(k, dtype=bool)
+    inside[list(pus)] = True
+    if inside.all() or not problem.edge_nbytes:
+        return out  # no PU outside S: no mapping of this kind has an earlier stage (the bound stays 0)
+    finite = np.isfinite(t)
+    cost = np.full((n, n), np.inf)
+    for (u, v), nb in problem.edge_nbytes.items():
+        if not nb > 0:
+            continue  # an empty tensor moves for free (MappingProblem.comm_s)
+        src = np.flatnonzero(~inside & finite[u])
+        dst = np.flatnonzero(inside & finite[v])
+        if len(src) and len(dst):
+            c = problem.alpha_s[np.ix_(src, dst)] + nb / problem.beta_bytes_per_s[np.ix_(src, dst)]
+            cost[u, v] = min(cost[u, v], float(c.min()))
+    for a in range(1, n):
+        block = cost[:a, a:]  # producers before the stage, consumers from its first block on
+        run = np.minimum.accumulate(block, axis=1)
+        out[a, a + 1:] = np.where(np.isfinite(run), run, 0.0).sum(axis=0)
+    return out
+
+
+def stage_time_bounds(problem: MappingProblem) -> Dict[int, np.ndarray]:
+    """``lb(a, b, S)`` of the module docstring: per PU-set bit mask, an (n + 1, n + 1) array, seconds."""
+    t = problem.time_s
+    n, k = t.shape
+    out: Dict[int, np.ndarray] = {}
+    for r in range(1, k + 1):
+        for pus in combinations(range(k), r):
+            sub = t[:, list(pus)]
+            if r == 1:
+                run = _range_sums(sub[:, 0])
+            else:
+                fastest = sub.min(axis=1)
+                run = np.maximum(_chain_bounds(problem, t, pus), _range_sums(fastest) / r)
+                work = np.where(np.isfinite(sub), sub, 0.0).sum(axis=0)
+                if (work > 0).all():  # λ ∝ (1 / each PU's work over the model)^γ: weights of unequal speeds
+                    for gamma in WEIGHT_EXPONENTS:
+                        lam = work ** -gamma
+                        lam /= lam.sum()
+                        run = np.maximum(run, _range_sums((lam[None, :] * sub).min(axis=1)))
+                able = np.isfinite(sub)
+                only = able.sum(axis=1) == 1
+                for i in range(r):
+                    run = np.maximum(run, _range_sums(np.where(only & able[:, i], sub[:, i], 0.0)))
+            out[_mask(pus)] = _input_bounds(problem, t, pus) + run
+    return out
+
+
+def stage_period_bound(problem: MappingProblem) -> float:
+    """The bound of the module docstring, seconds: no mapping in which each PU serves at most one stage
+    (replicated stages included) has a shorter period.
+
+    Raises
+    ------
+    ValueError
+        More than :data:`MAX_PUS` PUs.
+    """
+    n, k = problem.n_blocks, problem.n_pus
+    if k > MAX_PUS:
+        raise ValueError(f"{k} PUs: the stage bound handles at most {MAX_PUS}")
+    lb = stage_time_bounds(problem)
+    full = (1 << k) - 1
+    with np.errstate(divide="ignore"):
+        speed = {m: np.where(np.isfinite(x), 1.0 / x, 0.0) for m, x in lb.items()}
+    # c(a, b, G): one replica on G, or replicas on a partition of G (>= 2 parts)
+    contrib: Dict[int, np.ndarray] = {}
+    for g in range(1, full + 1):
+        pus = tuple(p for p in range(k) if g >> p & 1)
+        best = lb[g].copy()
+        for part in _partitions(pus):
+            if len(part) < 2:
+                continue
+            total = sum(speed[_mask(s)] for s in part)
+            with np.errstate(divide="ignore"):
+                best = np.minimum(best, np.where(total > 0, 1.0 / np.where(total > 0, total, 1.0), np.inf))
+        contrib[g] = best
+    pairs: List[Tuple[int, int]] = [(u, g) for u in range(1, full + 1) for g in range(1, full + 1) if g & u == g]
+    f = np.full((n + 1, full + 1), np.inf)
+    f[0, :] = 0.0  # PUs may stay unused
+    for b in range(1, n + 1):
+        for u, g in pairs:
+            val = float(np.maximum(f[:b, u ^ g], contrib[g][:b, b]).min())
+            if val < f[b, u]:
+                f[b, u] = val
+    return float(f[n].min())
+
