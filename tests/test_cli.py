@@ -480,6 +480,33 @@ def test_front_table_lists_each_mapping_once_and_explains_gap():
     assert "25%" in lines[2] and lines[-1].endswith("exact front")
 
 
+def test_a_long_front_table_shows_the_extremes_a_spread_and_every_baseline():
+    import numpy as np
+
+    from types import SimpleNamespace
+
+    from parapipe.cli.optimize import TABLE_PARETO_ROWS, omitted_line, shown_points
+
+    rng = np.random.default_rng(3)
+    front = [SimpleNamespace(id=f"p{i}", pareto=True, throughput_per_s=float(t), latency_s=float(lat),
+                             energy_j=float(e))
+             for i, (t, lat, e) in enumerate(zip(rng.uniform(1, 100, 40), rng.uniform(1, 9, 40),
+                                                 rng.uniform(1, 9, 40)))]
+    baselines = [SimpleNamespace(id=f"b{i}", pareto=False, throughput_per_s=1.0, latency_s=9.0, energy_j=9.0)
+                 for i in range(3)]
+    points = front[:20] + baselines + front[20:]
+    shown, omitted = shown_points(points)
+    listed = [p for p in shown if p.pareto]
+    assert len(listed) == TABLE_PARETO_ROWS and omitted == 40 - TABLE_PARETO_ROWS
+    assert all(b in shown for b in baselines)
+    for best in (max(front, key=lambda p: p.throughput_per_s), min(front, key=lambda p: p.latency_s),
+                 min(front, key=lambda p: p.energy_j)):
+        assert best in shown
+    assert [p.id for p in shown] == [p.id for p in points if p in shown]  # the document's order
+    assert shown_points(points, show_all=True) == (points, 0) and shown_points(front[:5]) == (front[:5], 0)
+    assert "28 more Pareto-optimal points" in omitted_line(omitted)[0] and omitted_line(0) == []
+
+
 def test_executor_errors_are_one_line_and_other_errors_keep_their_traceback(monkeypatch, capsys):
     """An executor error (ppexec.errors) is one line, exit 2; any other exception is our bug and propagates
     as itself (not as an AttributeError of the check)."""

@@ -7,7 +7,7 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from parapipe.cli.common import (
     StepBars, add_host_options, add_input_options, host_spec, parsed_input_shapes, print_measurement,
@@ -24,20 +24,60 @@ if TYPE_CHECKING:
 __all__ = ["add_parser", "handle", "front_table"]
 
 
-def front_table(doc: ParetoDoc) -> str:
+#: Pareto-optimal rows a front table shows without ``--all``: a front with operating points can hold dozens of
+#: points a few per cent apart, and a screenful is what a reader compares.
+TABLE_PARETO_ROWS = 12
+
+
+def shown_points(points: Sequence[Any], show_all: bool = False, limit: int = TABLE_PARETO_ROWS
+                 ) -> Tuple[List[Any], int]:
+    """The points a front table lists, in their order, and how many Pareto-optimal points it leaves out.
+
+    Every point that is not Pareto-optimal (the baselines) is listed. Of the Pareto-optimal ones, at most
+    ``limit``: the best throughput, the best latency, the best energy, and a spread over the rest by throughput
+    (halving the intervals between the positions taken); ``show_all`` lists every point.
+    """
+    front = [p for p in points if p.pareto]
+    if show_all or len(front) <= limit:
+        return list(points), 0
+    by_thr = sorted(front, key=lambda p: -p.throughput_per_s)
+    keep = {id(by_thr[0]), id(min(front, key=lambda p: p.latency_s)), id(min(front, key=lambda p: p.energy_j))}
+    n = len(by_thr) - 1
+    level = 1  # positions 0, 1, 1/2, 1/4, 3/4, 1/8 ... of the throughput order, until the table is full
+    fractions = [0.0, 1.0]
+    while len(keep) < limit:
+        for x in fractions:
+            keep.add(id(by_thr[round(x * n)]))
+            if len(keep) >= limit:
+                break
+        level *= 2
+        fractions = [k / level for k in range(1, level, 2)]
+    shown = [p for p in points if not p.pareto or id(p) in keep]
+    return shown, len(front) - sum(1 for p in shown if p.pareto)
+
+
+def omitted_line(omitted: int) -> List[str]:
+    """The table's note on left-out Pareto-optimal points (none when nothing was left out)."""
+    return [f"... {omitted} more Pareto-optimal points not listed (an even spread is shown): --all lists every "
+            "point; pareto.json holds them all"] if omitted else []
+
+
+def front_table(doc: ParetoDoc, show_all: bool = False) -> str:
     """The points of a :class:`parapipe.mapping.ParetoDoc` as a text table, one row per distinct mapping (a
     baseline that is also a front point is named in its ``same as`` column, not repeated)."""
     from parapipe.mapping import stages_text
 
     rows: List[Tuple[Any, List[str]]] = []
     same: Dict[str, List[str]] = {}
+    listed, omitted = shown_points(doc.points, show_all)
+    listed_ids = {id(p) for p in listed}
     for p in doc.points:
         key = json.dumps([[st.pus, st.blocks, st.assignment, st.order, st.frequency_hz,
                            [[r.pus, r.assignment, r.order, r.frequency_hz] for r in st.replicas or []]]
                           for st in p.stages])
         if key in same:
             same[key].append(p.id)
-        else:
+        elif id(p) in listed_ids:
             same[key] = []
             rows.append((p, same[key]))
     b = doc.bounds
@@ -58,6 +98,7 @@ def front_table(doc: ParetoDoc) -> str:
                      f"{p.throughput_per_s:>8.4g} {p.period_s * 1e3:>9.4g} "
                      f"{(f'{gap * 100:.0f}%' if gap is not None else '-'):>6} {p.latency_s * 1e3:>10.4g} "
                      f"{p.energy_j * 1e3:>9.4g}  {stages:<34} {also}".rstrip())
+    lines += omitted_line(omitted)
     exact = doc.search.get("exact")
     lines.append(f"lower bounds: period {b.period_lb_s * 1e3:.2f} ms, latency {b.latency_lb_s * 1e3:.2f} ms;"
                  f" search {doc.search.get('search_s', 0):.2f} s"
@@ -180,7 +221,7 @@ def handle(args: argparse.Namespace) -> int:
     else:
         print(f"{prep.loaded.name} on {prep.soc.name}: {prep.problem.n_blocks} blocks x {prep.problem.n_pus} PUs "
               f"({', '.join(prep.problem.pu_names)})")
-        print(front_table(doc))
+        print(front_table(doc, args.all))
         print_model_notes(prep.opgraph)
         timing = doc.search.get("stage_timing")
         if timing and timing["rounds"]:
@@ -222,7 +263,7 @@ def _optimize_refine(args: argparse.Namespace, prep: "Prepared", options: "Searc
     if args.json:
         print(json.dumps(res.doc.model_dump(mode="json")))
         return 0
-    print(front_table(res.doc))
+    print(front_table(res.doc, args.all))
     print(trajectory_table(res.steps))
     info = res.doc.search["refine"]
     print(f"stopped after round {info['rounds']} of {args.refine}: {info['stopped']}")
@@ -256,7 +297,7 @@ def _optimize_blocks(args: argparse.Namespace, problem: "MappingProblem", soc: "
         print(json.dumps(doc.model_dump(mode="json")))
     else:
         print(f"{problem.name} on {soc.name}: {problem.n_blocks} blocks x {problem.n_pus} PUs")
-        print(front_table(doc))
+        print(front_table(doc, args.all))
         print(f"wrote {out / 'pareto.json'}" + ("" if args.no_plot else f" and {out / 'pareto.png'}"))
     return 0
 
@@ -291,7 +332,7 @@ def workload_input_shapes(values: Optional[List[str]], models: List[str]
     return out
 
 
-def workload_table(doc: Any) -> str:
+def workload_table(doc: Any, show_all: bool = False) -> str:
     """The points of a :class:`parapipe.mapping.workload.WorkloadDoc` as a text table: the workload's figures
     and each model's latency and stages."""
     from parapipe.mapping import stages_text
@@ -303,17 +344,22 @@ def workload_table(doc: Any) -> str:
              + f"; latency = {axis}; energy per workload frame; * = Pareto-optimal among all points",
              f"{'id':<9} {'strategy':<9} {'pareto':<6} {'wl/s':>8} {'gap':>6} {'latency ms':>10} {'energy mJ':>9}  "
              + "  ".join(f"{n[:14] + ' ms':>17}" for n in names) + "  stages per model"]
-    for p in doc.points:
+    listed, omitted = shown_points(doc.points, show_all)
+    for p in listed:
         gap = f"{p.period_gap * 100:.0f}%" if p.period_gap is not None else "-"
         lines.append(f"{p.id:<9} {p.strategy:<9} {'*' if p.pareto else '':<6} {p.throughput_per_s:>8.4g} {gap:>6} "
                      f"{p.latency_s * 1e3:>10.4g} {p.energy_j * 1e3:>9.4g}  "
                      + "  ".join(f"{p.latency_s_per_model[n] * 1e3:>17.4g}" for n in names) + "  "
                      + " ; ".join(f"{n}: {stages_text(p.mappings[n].stages)}" for n in names))
+    lines += omitted_line(omitted)
     info = doc.search.get("workload", {})
+    bounded = info.get("bounded_by", [])
     lines.append(f"lower bounds: period {b.period_lb_s * 1e3:.3f} ms per workload frame "
                  f"({info.get('period_bound', {}).get('method', 'lp')}), latency {b.latency_lb_s * 1e3:.3f} ms; "
                  f"search {info.get('search_s', 0):.2f} s, "
-                 + ("exact front" if info.get("exact") else "front bounded: " + "; ".join(info.get("bounded_by", []))))
+                 + ("exact front" if info.get("exact") else "front approximate: " + "; ".join(bounded[:1])
+                    + (f" (+{len(bounded) - 1} more in pareto.json search.workload.bounded_by)"
+                       if len(bounded) > 1 else "")))
     return "\n".join(lines)
 
 
@@ -365,7 +411,7 @@ def _optimize_workload(args: argparse.Namespace, models: List[str]) -> int:
     pr = preps[0].problem
     print(" + ".join(f"{p.loaded.name} ({p.problem.n_blocks} blocks)" for p in preps)
           + f" on {preps[0].soc.name}: {pr.n_pus} PUs ({', '.join(pr.pu_names)})")
-    print(workload_table(doc))
+    print(workload_table(doc, args.all))
     print(f"wrote {Path(args.out) / 'pareto.json'}" + ("" if args.no_plot else f" and {Path(args.out) / 'pareto.png'}"))
     return 0
 
@@ -417,6 +463,8 @@ def add_parser(sub) -> None:
     s.add_argument("--pus", default=None, help="comma-separated PUs to use (default: all)")
     s.add_argument("--max-blocks", type=int, default=48, help="search granularity in blocks (default 48)")
     s.add_argument("--no-plot", action="store_true", help="write pareto.json only")
+    s.add_argument("--all", action="store_true", help="list every point of the front in the table (default: "
+                   "at most 12 Pareto-optimal points, the extremes and an even spread; pareto.json holds them all)")
     s.add_argument("--json", action="store_true", help="print the pareto.json document on stdout")
     s.add_argument("--db", default=None, help="profile database: measured times where they exist, the model "
                    "calibrated on it elsewhere (with --refine: its runs table keeps the runs; default profile.sqlite)")
