@@ -117,7 +117,9 @@ class DPResult:
 
     ``capped_states`` counts the states where ``max_labels`` dropped non-dominated labels, ``cut_limited``
     whether ``max_cut_tensors`` excluded a boundary; with ``epsilon == 0`` and both zero/false the front is
-    exact for the space.
+    exact for the space. ``kinds_used``: the stage kinds of the transitions recorded (a run with the same
+    options restricted to these kinds records the same transitions in the same order, so returns the same
+    result).
     """
 
     mappings: List[Mapping]
@@ -127,6 +129,7 @@ class DPResult:
     n_transitions: int = 0
     capped_states: int = 0
     cut_limited: bool = False
+    kinds_used: Tuple[str, ...] = ()
 
     def exact(self, epsilon: float) -> bool:
         """True if the run with grid ``epsilon`` returned the exact front of its space."""
@@ -206,6 +209,7 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
     pending: Dict[tuple, list] = {}
     by_pos: Dict[int, List[tuple]] = {}
     n_trans = spent = 0
+    kinds_used = set()
     for i in range(n):
         here = [store.start((0, 0, (), 0) + (((None,) * k,) if track else ()))] if i == 0 else [store.add(key, pending.pop(key))
                                                             for key in by_pos.pop(i, [])]
@@ -218,6 +222,7 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
             for run_id, ex in runs_here:
                 if not reuse and used_mask & ex.mask:
                     continue
+                recorded = n_trans
                 mask = 0 if reuse else used_mask | ex.mask
                 opkey: tuple = ()
                 sw = None
@@ -245,6 +250,8 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
                         by_pos.setdefault(j, []).append(nkey)
                     bucket.append((sid, t_s, dyn, run_id) if sw is None else (sid, t_s, dyn, run_id, sw))
                     n_trans += 1
+                if n_trans > recorded:
+                    kinds_used.add(ex.run.kind)
         if progress is not None:
             progress(i + 1)
         if opts.budget is not None:
@@ -283,7 +290,8 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
     sids, rows = np.concatenate(ref_sid)[mask], np.concatenate(ref_row)[mask]
     mappings = [rebuild(store, cat.runs, int(s), int(r)) for s, r in zip(sids, rows)]
     return DPResult(mappings=mappings, objectives=objs_a[mask], n_states=len(keys), n_labels=store.n_labels,
-                    n_transitions=n_trans, capped_states=store.capped_states, cut_limited=cut_limited)
+                    n_transitions=n_trans, capped_states=store.capped_states, cut_limited=cut_limited,
+                    kinds_used=tuple(k for k in opts.kinds if k in kinds_used))
 
 
 def rebuild(store: LabelStore, runs: List[StageRun], sid: int, row: int) -> Mapping:

@@ -122,10 +122,19 @@ def run_passes(problem: MappingProblem, opts, catalog: StageCatalog,
     out: Dict[str, List[Mapping]] = {}
     reports: Dict[str, SpaceReport] = {}
     states = 0
-    for name, o, prog in (("disjoint", dpo, progress), ("pipeline", replace(dpo, kinds=("single-pu",)), None)):
-        res, reports[name] = _run(problem, o, catalog, prog)
-        out[name] = res.mappings if res is not None else []
-        states += reports[name].states
+    res, reports["disjoint"] = _run(problem, dpo, catalog, progress)
+    out["disjoint"] = res.mappings if res is not None else []
+    states += reports["disjoint"].states
+    pipe = replace(dpo, kinds=("single-pu",))
+    if res is not None and res.kinds_used == pipe.kinds and dpo.budget is None:
+        # the disjoint pass recorded single-PU transitions only: the pipeline pass would record the same ones
+        # in the same order (dp.DPResult.kinds_used), so its result is the same
+        out["pipeline"] = list(res.mappings)
+        reports["pipeline"] = replace(reports["disjoint"], seconds=0.0)
+    else:
+        res, reports["pipeline"] = _run(problem, pipe, catalog, None)
+        out["pipeline"] = res.mappings if res is not None else []
+        states += reports["pipeline"].states
     out["replicated"], reports["replicated"] = _replicated(problem, opts, catalog, small)
     states += reports["replicated"].states
     out["reuse"] = []
