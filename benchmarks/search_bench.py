@@ -20,6 +20,9 @@
    budgeted pass: PU-reuse and least-period DP, replicated pass, bound relaxation), median over the zoo models ×
    the bundled profiles and a seeded 40-block table with parallel branches (tests/search_cases.py); CPU seconds
    (``time.process_time``) so a loaded machine measures the same rates.
+5. ``--period-curves``: the least-period pass's counted work per block, with the projection
+   (:meth:`parapipe.search.budget.Budget.over_projected`) off: whether each pass finished, and that the largest
+   projection of every finished pass stays below its budget.
 
 Wall seconds depend on the machine's load: compare the CPU column on a shared machine.
 
@@ -29,6 +32,7 @@ Run from the repository root::
     python benchmarks/search_bench.py --quality [--socs x,y]
     python benchmarks/search_bench.py --sizes 25,50,100,200
     python benchmarks/search_bench.py --rates
+    python benchmarks/search_bench.py --period-curves [--models a,b] [--process-socs x,y]
 """
 from __future__ import annotations
 
@@ -264,6 +268,43 @@ def rates(models, socs):
     del _bounds
 
 
+def period_curves(models, socs):
+    """The least-period pass's counted work after each block (projection off), per model × SoC: whether it
+    finished within its budget, the largest linear projection ``work × n / blocks done`` over its budget (below 1
+    for every pass that finished, or :meth:`parapipe.search.budget.Budget.over_projected` would have stopped it),
+    and for a pass that ran out, the block where the projection stops it now (of the block where it ran out)."""
+    from parapipe.search import budget as _budget
+
+    curve: list = []
+
+    def record(self, done, total):
+        curve.append((done, total, self.used, self.limit))
+        return self.over()
+
+    orig = _budget.Budget.over_projected
+    _budget.Budget.over_projected = record
+    print(f"{'model':<13} {'soc':<19} {'finished':>8} {'work':>9} {'limit':>9} {'max proj/limit':>14} "
+          f"{'stops at (was)':>15}")
+    try:
+        for soc in socs:
+            for m in models:
+                curve.clear()
+                prep = prepare(m, soc)
+                res = search(prep.problem, terms=prep.terms)
+                rep = res.info["spaces"].get("period")
+                if not rep or not curve:
+                    print(f"{m:<13} {soc:<19} {'not run':>8}")
+                    continue
+                ratios = [u * t / d / lim for d, t, u, lim in curve if lim]
+                stop = next((d for (d, t, u, lim), r in zip(curve, ratios) if r > 1), None)
+                finished = not rep.get("timed_out")
+                print(f"{m:<13} {soc:<19} {'yes' if finished else 'no':>8} {int(curve[-1][2]):>9} "
+                      f"{int(curve[-1][3] or 0):>9} {max(ratios):>14.2f} "
+                      f"{'' if finished else f'{stop} ({curve[-1][0]})':>15}", flush=True)
+    finally:
+        _budget.Budget.over_projected = orig
+
+
 def bundled_socs() -> list:
     from parapipe.soc import list_socs
 
@@ -280,7 +321,12 @@ def main():
     ap.add_argument("--runs", type=int, default=5, help="DenseNet process runs per checkout (median)")
     ap.add_argument("--quality", action="store_true", help="only the in-process quality and efficiency table")
     ap.add_argument("--rates", action="store_true", help="only measure the work rates of the search budgets")
+    ap.add_argument("--period-curves", action="store_true",
+                    help="only the least-period pass's work per block and its linear projection (every bundled SoC)")
     args = ap.parse_args()
+    if args.period_curves:
+        period_curves(args.models.split(","), args.process_socs.split(",") if args.process_socs else bundled_socs())
+        return
     if args.rates:
         rates(ZOO, ["amlogic_a311d", "black_sesame_a1000", "jetson_agx_orin"])
         return

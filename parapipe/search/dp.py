@@ -91,6 +91,9 @@ class DPOptions:
         ``(λ, togo)`` for ``period_below``: see :class:`parapipe.search.labels.LabelStore`.
     max_ops_only : bool
         Use only the catalogue's runs with every PU at its highest operating point.
+    project_budget : bool
+        Also give up once the work counted so far, extrapolated linearly over the block positions, passes the
+        budget (:meth:`parapipe.search.budget.Budget.over_projected`): for a pass of no use unless it finishes.
     """
 
     groups: Optional[List[Tuple[int, ...]]] = None
@@ -105,6 +108,7 @@ class DPOptions:
     period_below: Optional[float] = None
     guide: Optional[tuple] = None
     max_ops_only: bool = False
+    project_budget: bool = False
 
 
 class DPDeadline(BudgetExceeded):
@@ -257,10 +261,11 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
         if opts.budget is not None:
             opts.budget.spend(store.n_candidates + n_trans - spent)
             spent = store.n_candidates + n_trans
-            why = opts.budget.over()
+            why = opts.budget.over_projected(i + 1, n) if opts.project_budget else opts.budget.over()
             if why is not None:
                 opts.budget.stop_point = f"block {i + 1} of {n}"
-                raise DPDeadline(f"DP stopped at block {i + 1} of {n} ({why})", why)
+                projected = "" if opts.budget.projected is None else f", projected {opts.budget.projected:.3g} units"
+                raise DPDeadline(f"DP stopped at block {i + 1} of {n} ({why}{projected})", why)
     finals = by_pos.pop(n, [])
     if not finals and period_only:
         raise InfeasibleError(f"{problem.name}: no mapping with a period below {opts.period_below:.6g} s")
