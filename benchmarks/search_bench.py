@@ -318,7 +318,7 @@ def main():
     ap.add_argument("--socs", default="amlogic_a311d,black_sesame_a1000", help="profiles of --quality")
     ap.add_argument("--sizes", default="", help="synthetic table sizes of the scaling curve (e.g. 25,50,100)")
     ap.add_argument("--before", default=None, help="another checkout to time the DenseNet process in")
-    ap.add_argument("--runs", type=int, default=5, help="DenseNet process runs per checkout (median)")
+    ap.add_argument("--runs", type=int, default=5, help="DenseNet process runs per checkout (median; 0: no DenseNet line)")
     ap.add_argument("--quality", action="store_true", help="only the in-process quality and efficiency table")
     ap.add_argument("--rates", action="store_true", help="only measure the work rates of the search budgets")
     ap.add_argument("--period-curves", action="store_true",
@@ -338,7 +338,8 @@ def main():
         return
     socs = args.process_socs.split(",") if args.process_socs else bundled_socs()
     process_table(args.models.split(","), socs)
-    densenet_line(args.before, args.runs)
+    if args.runs > 0:
+        densenet_line(args.before, args.runs)
 
 
 if __name__ == "__main__":
