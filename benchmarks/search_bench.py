@@ -1,26 +1,45 @@
-"""Search benchmark: quality, bounds, energy efficiency and speed of the search with the CLI's defaults.
+"""Search benchmark: speed, bounds, quality and energy efficiency of ``parapipe optimize`` with the CLI's defaults.
 
-1. For the nine zoo models × the bundled A311D and A1000 profiles: search time, front size, whether the front is
-   exact, the best period next to its lower bound (gap, or ``proved optimal``) and the bound's method, and the
-   energy-efficiency gains of parapipe over the pure-pipeline and non-pipelined-parallel baselines, both
-   throughput-optimal against throughput-optimal (the Para-Pipe paper's comparison) and at equal throughput
-   (per baseline, the most efficient parapipe point at least as fast; :mod:`experiments.tables`).
-2. The whole ``parapipe optimize densenet121 --soc black_sesame_a1000 --no-plot`` process, median of runs, next to
-   the same command in another checkout (``--before DIR``), with the ratio; the goal is at most 2 s.
-3. A scaling curve on synthetic block tables (search time vs blocks, with time / n²).
+1. (default) Per zoo model × bundled SoC profile, each as a whole ``parapipe optimize MODEL --soc SOC --no-plot``
+   process (a subprocess, so start-up, model import, search and writing all count), with the default
+   ``--operating-points auto`` and with ``--operating-points max`` (highest points only): wall and CPU seconds of
+   the process, the search's seconds (pareto.json ``search.search_s``), the best period's gap to its lower bound
+   (pareto.json ``bounds.period_lb_s``) and whether it was proved optimal (``search.bound.period_proved_optimal``).
+   A profile with one operating point per PU searches the same space either way: its ``max`` columns repeat the
+   ``auto`` run (``=``). Then, per SoC, how many models were certified (period within 10 % of its bound, or
+   proved optimal; the project's goal is >= 7 of 9) and how many whole processes took at most 3 s; and the
+   DenseNet-121 / A1000 process (median of ``--runs``; goal at most 2 s, ``--before DIR`` times another
+   checkout's next to it).
+2. ``--quality``: in-process for the zoo × ``--socs``: search time, front size, exactness, the best period next
+   to its bound and the bound's method, and the energy-efficiency gains of parapipe over the pure-pipeline and
+   non-pipelined-parallel baselines, both throughput-optimal against throughput-optimal (the Para-Pipe paper's
+   comparison) and at equal throughput (per baseline, the most efficient parapipe point at least as fast;
+   :mod:`experiments.tables`).
+3. ``--sizes 25,50,...``: a scaling curve on synthetic block tables (search time vs blocks, with time / n²).
 4. ``--rates``: the work rates of :mod:`parapipe.search.budget` (units of counted work per CPU second of each
    budgeted pass: PU-reuse and least-period DP, replicated pass, bound relaxation), median over the zoo models ×
    the bundled profiles and a seeded 40-block table with parallel branches (tests/search_cases.py); CPU seconds
    (``time.process_time``) so a loaded machine measures the same rates.
+5. ``--period-curves``: the least-period pass's counted work per block, with the projection
+   (:meth:`parapipe.search.budget.Budget.over_projected`) off: whether each pass finished, and that the largest
+   projection of every finished pass stays below its budget.
+
+Wall seconds depend on the machine's load: compare the CPU column on a shared machine.
 
 Run from the repository root::
 
-    python benchmarks/search_bench.py [--models a,b] [--socs x,y] [--sizes 25,50,...] [--before DIR] [--runs N]
+    python benchmarks/search_bench.py [--models a,b] [--process-socs x,y] [--before DIR] [--runs N]
+    python benchmarks/search_bench.py --quality [--socs x,y]
+    python benchmarks/search_bench.py --sizes 25,50,100,200
     python benchmarks/search_bench.py --rates
+    python benchmarks/search_bench.py --period-curves [--models a,b] [--process-socs x,y]
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -28,6 +47,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Optional
 
 import numpy as np
 
@@ -44,7 +64,9 @@ from parapipe.app.resolve import soc_ref  # noqa: E402
 ZOO = ["alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet", "vgg19",
        "zfnet512"]
 GAP_TARGET = 0.10  # project target: period within 10 % of the bound (or proved optimal) on >= 7 of 9 models per SoC
+CERTIFIED_TARGET = 7  # of the 9 zoo models, per SoC
 PROCESS_TARGET_S = 2.0  # project target: DenseNet-121 on the A1000, whole process
+PAIR_TARGET_S = 3.0  # project target: every zoo model x bundled profile, whole process
 
 
 def _pct(x):
@@ -91,26 +113,86 @@ def zoo_table(models, socs):
           f"{_pct(avg['eqthr_gain_vs_parallel_pct'])} %")
 
 
-def process_time(checkout: Path, runs: int) -> float:
-    """Median wall time of the whole DenseNet-121 / A1000 optimize process run from ``checkout``, seconds."""
-    times = []
+def run_optimize(checkout: Path, model: str, soc: str, ops: str, out: str) -> dict:
+    """One whole ``parapipe optimize MODEL --soc SOC --no-plot --operating-points OPS`` process run from
+    ``checkout``: wall and CPU seconds (the child's user + system time) and what its pareto.json reports."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), str(checkout / "device_agents")]
+                                                       + [os.environ["PYTHONPATH"]] * bool(os.environ.get("PYTHONPATH")))}
+    proc = subprocess.run([sys.executable, "-m", "parapipe", "optimize", model, "--soc", soc, "--no-plot",
+                           "--operating-points", ops, "--out", out], cwd=checkout, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    if proc.returncode != 0:
+        return {"wall": wall, "cpu": cpu, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
+    doc = json.loads((Path(out) / "pareto.json").read_text())
+    search_info = doc.get("search", {})
+    best = min(p["period_s"] for p in doc["points"] if p["strategy"] == "parapipe")
+    lb = (doc.get("bounds") or {}).get("period_lb_s")
+    proved = bool((search_info.get("bound") or {}).get("period_proved_optimal"))
+    gap = best / lb - 1 if lb else None
+    return {"wall": wall, "cpu": cpu, "search": search_info.get("search_s"), "gap": gap, "proved": proved,
+            "certified": proved or (gap is not None and gap <= GAP_TARGET), "best_ms": best * 1e3,
+            "same_space": (search_info.get("operating_points") or {}).get("where") == "max"}
+
+
+def _cells(r: Optional[dict]) -> str:
+    if r is None:
+        return f"{'=':>6} {'':>6} {'':>6} {'':>9}"
+    if "error" in r:
+        return f"{r['wall']:>6.2f} {r['cpu']:>6.2f} {'failed: ' + r['error'][:40]}"
+    gap = "proved" if r["proved"] else "–" if r["gap"] is None else f"{r['gap'] * 100:.1f}%"
+    return f"{r['wall']:>6.2f} {r['cpu']:>6.2f} {r['search'] or 0:>6.2f} {gap:>9}"
+
+
+def process_table(models, socs, checkout: Path = ROOT) -> list:
+    """Item 1 of the module docstring: one row per model × SoC; returns the rows."""
+    head = f"{'wall s':>6} {'cpu s':>6} {'srch s':>6} {'gap':>9}"
+    print(f"whole 'parapipe optimize MODEL --soc SOC --no-plot' processes ({checkout}); gap: best period over its "
+          f"lower bound, less 1 ('proved': proved optimal); '=': the profile has one point per PU, same as auto")
+    print(f"{'model':<13} {'soc':<19} | {'--operating-points auto':^31} | {'--operating-points max':^31}")
+    print(f"{'':<13} {'':<19} | {head} | {head}")
+    rows = []
     with tempfile.TemporaryDirectory() as out:
-        for _ in range(runs):
-            t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "parapipe", "optimize", "densenet121", "--soc",
-                            "black_sesame_a1000", "--no-plot", "--out", out], cwd=checkout, check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for soc in socs:
+            for m in models:
+                auto = run_optimize(checkout, m, soc, "auto", out)
+                top = None if auto.get("same_space") else run_optimize(checkout, m, soc, "max", out)
+                rows.append({"soc": soc, "model": m, "auto": auto, "max": top or auto})
+                print(f"{m:<13} {soc:<19} | {_cells(auto)} | {_cells(top)}", flush=True)
+    print()
+    for soc in socs:
+        rs = [r for r in rows if r["soc"] == soc]
+        for ops in ("auto", "max"):
+            ok = [r[ops] for r in rs if "error" not in r[ops]]
+            print(f"{soc:<19} {ops:<4}: certified {sum(r['certified'] for r in ok)}/{len(rs)} (goal >= "
+                  f"{CERTIFIED_TARGET}); whole process <= {PAIR_TARGET_S:.0f} s wall {sum(r['wall'] <= PAIR_TARGET_S for r in ok)}"
+                  f"/{len(rs)}, CPU {sum(r['cpu'] <= PAIR_TARGET_S for r in ok)}/{len(rs)}; max wall "
+                  f"{max((r['wall'] for r in ok), default=0):.2f} s, max CPU {max((r['cpu'] for r in ok), default=0):.2f} s")
+    for ops in ("auto", "max"):
+        ok = [r[ops] for r in rows if "error" not in r[ops]]
+        print(f"all pairs {ops:<4}: whole process <= {PAIR_TARGET_S:.0f} s wall {sum(r['wall'] <= PAIR_TARGET_S for r in ok)}"
+              f"/{len(rows)}, CPU {sum(r['cpu'] <= PAIR_TARGET_S for r in ok)}/{len(rows)}")
+    return rows
 
 
-def process_table(before, runs):
-    now = process_time(ROOT, runs)
-    line = f"\nDenseNet-121 on black_sesame_a1000, whole 'parapipe optimize --no-plot' process (median of {runs}): " \
-           f"{now:.2f} s (goal <= {PROCESS_TARGET_S:.0f} s)"
+def densenet_line(before, runs):
+    """The DenseNet-121 / A1000 whole process, median of ``runs`` (wall and CPU), next to ``before``'s."""
+    def med(checkout: Path):
+        with tempfile.TemporaryDirectory() as out:
+            rs = [run_optimize(checkout, "densenet121", "black_sesame_a1000", "auto", out) for _ in range(runs)]
+        return statistics.median(r["wall"] for r in rs), statistics.median(r["cpu"] for r in rs)
+
+    wall, cpu = med(ROOT)
+    line = (f"\nDenseNet-121 on black_sesame_a1000, whole 'parapipe optimize --no-plot' process (median of {runs}): "
+            f"{wall:.2f} s wall, {cpu:.2f} s CPU (goal <= {PROCESS_TARGET_S:.0f} s: "
+            f"{'met' if wall <= PROCESS_TARGET_S else 'not met'} by wall, {'met' if cpu <= PROCESS_TARGET_S else 'not met'} by CPU)")
     if before:
-        then = process_time(Path(before), runs)
-        line += f"; before ({before}) {then:.2f} s; ratio before/now {then / now:.2f}x"
+        bw, bc = med(Path(before).resolve())
+        line += f"; before ({before}) {bw:.2f} s wall, {bc:.2f} s CPU; ratio before/now {bw / wall:.2f}x wall, {bc / cpu:.2f}x CPU"
     print(line)
 
 
@@ -186,22 +268,78 @@ def rates(models, socs):
     del _bounds
 
 
+def period_curves(models, socs):
+    """The least-period pass's counted work after each block (projection off), per model × SoC: whether it
+    finished within its budget, the largest linear projection ``work × n / blocks done`` over its budget (below 1
+    for every pass that finished, or :meth:`parapipe.search.budget.Budget.over_projected` would have stopped it),
+    and for a pass that ran out, the block where the projection stops it now (of the block where it ran out)."""
+    from parapipe.search import budget as _budget
+
+    curve: list = []
+
+    def record(self, done, total):
+        curve.append((done, total, self.used, self.limit))
+        return self.over()
+
+    orig = _budget.Budget.over_projected
+    _budget.Budget.over_projected = record
+    print(f"{'model':<13} {'soc':<19} {'finished':>8} {'work':>9} {'limit':>9} {'max proj/limit':>14} "
+          f"{'stops at (was)':>15}")
+    try:
+        for soc in socs:
+            for m in models:
+                curve.clear()
+                prep = prepare(m, soc)
+                res = search(prep.problem, terms=prep.terms)
+                rep = res.info["spaces"].get("period")
+                if not rep or not curve:
+                    print(f"{m:<13} {soc:<19} {'not run':>8}")
+                    continue
+                ratios = [u * t / d / lim for d, t, u, lim in curve if lim]
+                stop = next((d for (d, t, u, lim), r in zip(curve, ratios) if r > 1), None)
+                finished = not rep.get("timed_out")
+                print(f"{m:<13} {soc:<19} {'yes' if finished else 'no':>8} {int(curve[-1][2]):>9} "
+                      f"{int(curve[-1][3] or 0):>9} {max(ratios):>14.2f} "
+                      f"{'' if finished else f'{stop} ({curve[-1][0]})':>15}", flush=True)
+    finally:
+        _budget.Budget.over_projected = orig
+
+
+def bundled_socs() -> list:
+    from parapipe.soc import list_socs
+
+    return list(list_socs())
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(ZOO))
-    ap.add_argument("--socs", default="amlogic_a311d,black_sesame_a1000")
-    ap.add_argument("--sizes", default="25,50,100,200,300,500")
+    ap.add_argument("--process-socs", default=None, help="profiles of the process table (default: every bundled one)")
+    ap.add_argument("--socs", default="amlogic_a311d,black_sesame_a1000", help="profiles of --quality")
+    ap.add_argument("--sizes", default="", help="synthetic table sizes of the scaling curve (e.g. 25,50,100)")
     ap.add_argument("--before", default=None, help="another checkout to time the DenseNet process in")
-    ap.add_argument("--runs", type=int, default=5, help="process runs per checkout (median)")
+    ap.add_argument("--runs", type=int, default=5, help="DenseNet process runs per checkout (median; 0: no DenseNet line)")
+    ap.add_argument("--quality", action="store_true", help="only the in-process quality and efficiency table")
     ap.add_argument("--rates", action="store_true", help="only measure the work rates of the search budgets")
+    ap.add_argument("--period-curves", action="store_true",
+                    help="only the least-period pass's work per block and its linear projection (every bundled SoC)")
     args = ap.parse_args()
+    if args.period_curves:
+        period_curves(args.models.split(","), args.process_socs.split(",") if args.process_socs else bundled_socs())
+        return
     if args.rates:
         rates(ZOO, ["amlogic_a311d", "black_sesame_a1000", "jetson_agx_orin"])
         return
-    zoo_table(args.models.split(","), args.socs.split(","))
-    process_table(args.before, args.runs)
+    if args.quality:
+        zoo_table(args.models.split(","), args.socs.split(","))
+        return
     if args.sizes:
         scaling([int(s) for s in args.sizes.split(",")])
+        return
+    socs = args.process_socs.split(",") if args.process_socs else bundled_socs()
+    process_table(args.models.split(","), socs)
+    if args.runs > 0:
+        densenet_line(args.before, args.runs)
 
 
 if __name__ == "__main__":

@@ -243,6 +243,25 @@ def merge_same_pu_stages(mapping: Mapping) -> Mapping:
 
 
 
+class _Evaluations:
+    """:func:`parapipe.cost.evaluate.evaluate` of one problem, memoised per (mapping, terms): the passes, their
+    CP-SAT polish, the baselines and the re-timed variants offer the same mappings several times (evaluations
+    are never changed after they are made, so one object serves every point of a mapping)."""
+
+    def __init__(self, problem: MappingProblem):
+        self.problem = problem
+        self._memo: Dict[Tuple[Mapping, int], Evaluation] = {}
+
+    def __call__(self, problem: MappingProblem, mapping: Mapping, terms=None) -> Evaluation:
+        if problem is not self.problem:
+            return evaluate(problem, mapping, terms)
+        key = (mapping, id(terms))
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = evaluate(problem, mapping, terms)
+        return got
+
+
 def _relaxation(problem: MappingProblem, best_period_s: float, budget: Budget):
     """The plain relaxation (:class:`parapipe.search.relaxation.Relaxed`: mappings without replicated stages,
     which is the space the least-period pass searches), or None beyond its PU count. It guides that pass and
@@ -275,7 +294,7 @@ def _own_front(points: List[SearchPoint], objectives: Sequence[str]) -> List[Sea
 
 
 def _baselines_at_ops(problem: MappingProblem, points: List[SearchPoint], space: OpSpace, terms, cache: dict,
-                      objectives: Sequence[str]) -> List[SearchPoint]:
+                      objectives: Sequence[str], evaluate=evaluate) -> List[SearchPoint]:
     """Every baseline at its own best operating points: each baseline mapping with its re-timed variants
     (:func:`parapipe.search.dvfs.retime`), keeping per baseline family (a strategy, and the PU of a single-PU
     baseline) the points on that family's own front; ids get ``-f<i>`` for the variants."""
@@ -296,7 +315,7 @@ def _baselines_at_ops(problem: MappingProblem, points: List[SearchPoint], space:
 
 
 def _retimed(problem: MappingProblem, cands: List[SearchPoint], space: OpSpace, terms, cache: dict,
-             objectives: Sequence[str]) -> List[SearchPoint]:
+             objectives: Sequence[str], evaluate=evaluate) -> List[SearchPoint]:
     """Re-timed variants (:func:`parapipe.search.dvfs.retime`) of the candidates on the highest-point front (at most
     :data:`parapipe.search.dvfs.RETIME_MAX_MAPPINGS` of them, spread along the period axis)."""
     assert space.op_sets is not None
@@ -313,7 +332,7 @@ def _retimed(problem: MappingProblem, cands: List[SearchPoint], space: OpSpace, 
     return out
 
 
-def _governors(problem: MappingProblem, front: List[SearchPoint], terms) -> List[SearchPoint]:
+def _governors(problem: MappingProblem, front: List[SearchPoint], terms, evaluate=evaluate) -> List[SearchPoint]:
     """The governors users get by default on the best-throughput mapping of ``front`` that fits memory
     (:mod:`parapipe.search.dvfs`): ``performance`` (every PU at its highest point) and ``schedutil``."""
     if not front:
@@ -347,6 +366,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     """
     opts = options or SearchOptions()
     t0 = time.monotonic()
+    evaluate = _Evaluations(problem)
     small = problem.n_blocks * problem.n_pus <= opts.exact_max_cells
     op_space = resolve_operating_points(problem, opts.operating_points, small)
     catalog = StageCatalog(problem, op_space.op_sets if op_space.where == "dp" else None)
@@ -372,7 +392,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
         points.append(p)
     retime_cache: dict = {}
     if op_space.op_sets is not None:  # every baseline at its own best operating points
-        points = _baselines_at_ops(problem, points, op_space, terms, retime_cache, opts.objectives)
+        points = _baselines_at_ops(problem, points, op_space, terms, retime_cache, opts.objectives, evaluate)
     # Parapipe candidates: the DP fronts, their CP-SAT polished versions, and every baseline (all in the space).
     cand_points: List[SearchPoint] = []
     for origin in ("disjoint", "reuse", "replicated"):
@@ -408,12 +428,12 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
             m = merge_same_pu_stages(period_m)
             cand_points.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m), origin="period"))
     if op_space.op_sets is not None:  # the governors' points lie in the space too
-        govs = _governors(problem, cand_points, terms)
+        govs = _governors(problem, cand_points, terms, evaluate)
         points += govs
         cand_points += [SearchPoint("", "parapipe", g.mapping, g.evaluation, g.stage_schedules, origin="baseline")
                         for g in govs]
     if op_space.where == "retime":  # operating points per stage of the highest-point front (module dvfs)
-        cand_points += _retimed(problem, cand_points, op_space, terms, retime_cache, opts.objectives)
+        cand_points += _retimed(problem, cand_points, op_space, terms, retime_cache, opts.objectives, evaluate)
     fits = [p for p in cand_points if p.evaluation.fits_memory]
     if fits:
         cand_points = fits

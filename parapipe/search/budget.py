@@ -79,6 +79,7 @@ class Budget:
         self._t_end = None if wall_s is None else time.monotonic() + wall_s
         self.wall_stopped = False
         self.stop_point = ""
+        self.projected: Optional[float] = None
 
     @classmethod
     def of_seconds(cls, seconds: Optional[float], rate: float, safety_factor: float = SAFETY_FACTOR) -> "Budget":
@@ -100,10 +101,23 @@ class Budget:
             return WALL
         return None
 
+    def over_projected(self, done: int, total: int) -> Optional[str]:
+        """:meth:`over`, or :data:`WORK` when the work counted after ``done`` of a pass's ``total`` steps,
+        extrapolated linearly to ``total``, passes the limit (``projected`` is then set): for a pass that is of
+        no use unless it finishes, and whose work per step grows as it goes (a DP whose label sets fill up), so
+        that the projection stops early a pass that would run out anyway. Counted work only: deterministic."""
+        why = self.over()
+        if why is None and self.limit is not None and 0 < done < total and self.used * total / done > self.limit:
+            self.projected = self.used * total / done
+            return WORK
+        return why
+
     def to_json(self) -> dict:
         out = {"work": int(self.used)}
         if self.limit is not None:
             out["work_limit"] = int(self.limit)
+        if self.projected is not None:
+            out["projected_work"] = int(self.projected)
         return out
 
 

@@ -97,6 +97,9 @@ class DPOptions:
         objectives: the front for every subset of the PUs at once (the candidates of a multi-model workload, whose
         period depends on each PU's busy time), at most this many of them spread over the front
         (:func:`parapipe.search.pareto.spread_rows`; ``DPResult.thinned`` then says how many there were).
+    project_budget : bool
+        Also give up once the work counted so far, extrapolated linearly over the block positions, passes the
+        budget (:meth:`parapipe.search.budget.Budget.over_projected`): for a pass of no use unless it finishes.
     """
 
     groups: Optional[List[Tuple[int, ...]]] = None
@@ -112,6 +115,7 @@ class DPOptions:
     guide: Optional[tuple] = None
     max_ops_only: bool = False
     per_pu_front: int = 0
+    project_budget: bool = False
 
 
 class DPDeadline(BudgetExceeded):
@@ -124,7 +128,9 @@ class DPResult:
 
     ``capped_states`` counts the states where ``max_labels`` dropped non-dominated labels, ``cut_limited``
     whether ``max_cut_tensors`` excluded a boundary; with ``epsilon == 0`` and both zero/false the front is
-    exact for the space.
+    exact for the space. ``kinds_used``: the stage kinds of the transitions recorded (a run with the same
+    options restricted to these kinds records the same transitions in the same order, so returns the same
+    result).
     """
 
     mappings: List[Mapping]
@@ -135,6 +141,7 @@ class DPResult:
     capped_states: int = 0
     cut_limited: bool = False
     thinned: int = 0  # with DPOptions.per_pu_front: how many non-dominated labels were thinned to the mappings
+    kinds_used: Tuple[str, ...] = ()
 
     def exact(self, epsilon: float) -> bool:
         """True if the run with grid ``epsilon`` returned the exact front of its space."""
@@ -214,6 +221,7 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
     pending: Dict[tuple, list] = {}
     by_pos: Dict[int, List[tuple]] = {}
     n_trans = spent = 0
+    kinds_used = set()
     for i in range(n):
         here = [store.start((0, 0, (), 0) + (((None,) * k,) if track else ()))] if i == 0 else [store.add(key, pending.pop(key))
                                                             for key in by_pos.pop(i, [])]
@@ -226,6 +234,7 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
             for run_id, ex in runs_here:
                 if not reuse and used_mask & ex.mask:
                     continue
+                recorded = n_trans
                 mask = 0 if reuse else used_mask | ex.mask
                 opkey: tuple = ()
                 sw = None
@@ -253,15 +262,18 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
                         by_pos.setdefault(j, []).append(nkey)
                     bucket.append((sid, t_s, dyn, run_id) if sw is None else (sid, t_s, dyn, run_id, sw))
                     n_trans += 1
+                if n_trans > recorded:
+                    kinds_used.add(ex.run.kind)
         if progress is not None:
             progress(i + 1)
         if opts.budget is not None:
             opts.budget.spend(store.n_candidates + n_trans - spent)
             spent = store.n_candidates + n_trans
-            why = opts.budget.over()
+            why = opts.budget.over_projected(i + 1, n) if opts.project_budget else opts.budget.over()
             if why is not None:
                 opts.budget.stop_point = f"block {i + 1} of {n}"
-                raise DPDeadline(f"DP stopped at block {i + 1} of {n} ({why})", why)
+                projected = "" if opts.budget.projected is None else f", projected {opts.budget.projected:.3g} units"
+                raise DPDeadline(f"DP stopped at block {i + 1} of {n} ({why}{projected})", why)
     finals = by_pos.pop(n, [])
     if not finals and period_only:
         raise InfeasibleError(f"{problem.name}: no mapping with a period below {opts.period_below:.6g} s")
@@ -304,7 +316,8 @@ def dp_front(problem: MappingProblem, options: Optional[DPOptions] = None,
     mappings = [rebuild(store, cat.runs, int(s), int(r)) for s, r in zip(sids, rows)]
     return DPResult(mappings=mappings, objectives=objs_a[mask], n_states=len(keys), n_labels=store.n_labels,
                     n_transitions=n_trans, capped_states=store.capped_states, cut_limited=cut_limited,
-                    thinned=thinned)
+                    thinned=thinned,
+                    kinds_used=tuple(k for k in opts.kinds if k in kinds_used))
 
 
 def rebuild(store: LabelStore, runs: List[StageRun], sid: int, row: int) -> Mapping:

@@ -122,10 +122,19 @@ def run_passes(problem: MappingProblem, opts, catalog: StageCatalog,
     out: Dict[str, List[Mapping]] = {}
     reports: Dict[str, SpaceReport] = {}
     states = 0
-    for name, o, prog in (("disjoint", dpo, progress), ("pipeline", replace(dpo, kinds=("single-pu",)), None)):
-        res, reports[name] = _run(problem, o, catalog, prog)
-        out[name] = res.mappings if res is not None else []
-        states += reports[name].states
+    res, reports["disjoint"] = _run(problem, dpo, catalog, progress)
+    out["disjoint"] = res.mappings if res is not None else []
+    states += reports["disjoint"].states
+    pipe = replace(dpo, kinds=("single-pu",))
+    if res is not None and res.kinds_used == pipe.kinds and dpo.budget is None:
+        # the disjoint pass recorded single-PU transitions only: the pipeline pass would record the same ones
+        # in the same order (dp.DPResult.kinds_used), so its result is the same
+        out["pipeline"] = list(res.mappings)
+        reports["pipeline"] = replace(reports["disjoint"], seconds=0.0)
+    else:
+        res, reports["pipeline"] = _run(problem, pipe, catalog, None)
+        out["pipeline"] = res.mappings if res is not None else []
+        states += reports["pipeline"].states
     out["replicated"], reports["replicated"] = _replicated(problem, opts, catalog, small)
     states += reports["replicated"].states
     out["reuse"] = []
@@ -213,12 +222,16 @@ def period_pass(problem: MappingProblem, best_period_s: float, catalog: StageCat
         ``best_period_s`` is the least period of the space: ``report["exact"]``) or time ran out. With
         ``epsilon > 0`` labels are merged on that grid (a fraction of the total work): not exact then.
         ``time_limit_s`` is a work budget in deterministic seconds (:mod:`.budget`); ``report`` gives ``work``,
-        ``work_limit`` and, when the budget stopped the pass, ``timed_out`` and ``stopped_by``.
+        ``work_limit`` and, when the budget stopped the pass, ``timed_out`` and ``stopped_by``. The pass gives a
+        mapping only if it finishes, so it also stops once its work so far, extrapolated linearly over the
+        blocks, passes the budget (then ``projected_work``; :meth:`parapipe.search.budget.Budget.over_projected`):
+        on the zoo models × bundled profiles every pass that finished within its budget stayed below that
+        projection at every block (``python benchmarks/search_bench.py --period-curves`` prints the curves).
     """
     t0 = time.monotonic()
     budget = Budget.of_seconds(time_limit_s, PERIOD_WORK_PER_S, SAFETY_FACTOR if safety_factor is None else safety_factor)
     dpo = DPOptions(reuse_pus=True, period_below=best_period_s * (1 - 1e-9), guide=guide, epsilon=epsilon,
-                    budget=budget, max_ops_only=True)
+                    budget=budget, max_ops_only=True, project_budget=True)
     report: Dict[str, Any] = {"searched": True, "exact": False, "epsilon": epsilon, "time_limit_s": time_limit_s}
     mapping = None
     try:

@@ -229,6 +229,8 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
                 stops = sorted(j for j in common if cut_ok[j])
                 if stops:
                     combos.append((mask, tuple(rep_runs[c] for c in combo), stops))
+        plain_moves: Dict[tuple, list] = {}  # (run index, live tokens) -> moves: the same for every source state
+        combo_moves: Dict[tuple, list] = {}
         for sid in here:
             _, used, _, n_st = keys[sid]
             live = state_live.pop(keys[sid], keys[sid][2])
@@ -236,34 +238,47 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
                 continue
             rows = labels[sid]
             nst = n_st + 1 if staged else 0
-            for r in runs:
+            for ri, r in enumerate(runs):
                 if used & r.mask:
                     continue
-                for j, (mk, dyn, transfers, tmpl) in r.by_stop.items():
-                    if not cut_ok[j]:
-                        continue
-                    t_s = _input_s(problem, transfers, live) + mk
-                    new_live = tuple(live[x] if x >= 0 else -1 - x for x in tmpl)
-                    key = state_key(j, used | r.mask, new_live, nst)
-                    stage = (j, (r.run,))
+                moves = plain_moves.get((ri, live))
+                if moves is None:
+                    moves = []
+                    for j, (mk, dyn, transfers, tmpl) in r.by_stop.items():
+                        if not cut_ok[j]:
+                            continue
+                        new_live = tuple(live[x] if x >= 0 else -1 - x for x in tmpl)
+                        moves.append((j, _input_s(problem, transfers, live) + mk, dyn, new_live,
+                                      state_key(j, 0, new_live, 0)[2], (j, (r.run,))))
+                    plain_moves[(ri, live)] = moves
+                mask = used | r.mask
+                for j, t_s, dyn, new_live, klive, stage in moves:
+                    key = (j, mask, klive, nst)
                     for row, (p, lat, e) in enumerate(rows):
                         push(key, new_live, (p if p > t_s else t_s, lat + t_s, e + dyn), (sid, row, stage))
-            for mask, reps, stops in combos:
+            for ci, (mask, reps, stops) in enumerate(combos):
                 if used & mask:
                     continue
-                for j in stops:
-                    items = [r.by_stop[j] for r in reps]
-                    times = [_input_s(problem, it[2], live) + it[0] for it in items]
-                    shares = replica_shares(times)
-                    p_s = replicated_period_s(times)
-                    l_s = sum(w * t for w, t in zip(shares, times) if w > 0)
-                    e_s = replicated_energy_j([it[1] for it in items], shares)
-                    start = i
-                    new_live = tuple(
-                        live[x] if x >= 0 else tuple((r.run.assignment[u - start], w) for r, w in zip(reps, shares))
-                        for x, u in zip(items[0][3], live_sets[j]))
-                    key = state_key(j, used | mask, new_live, nst)
-                    stage = (j, tuple(r.run for r in reps))
+                moves = combo_moves.get((ci, live))
+                if moves is None:
+                    moves = []
+                    for j in stops:
+                        items = [r.by_stop[j] for r in reps]
+                        times = [_input_s(problem, it[2], live) + it[0] for it in items]
+                        shares = replica_shares(times)
+                        p_s = replicated_period_s(times)
+                        l_s = sum(w * t for w, t in zip(shares, times) if w > 0)
+                        e_s = replicated_energy_j([it[1] for it in items], shares)
+                        start = i
+                        new_live = tuple(
+                            live[x] if x >= 0 else tuple((r.run.assignment[u - start], w) for r, w in zip(reps, shares))
+                            for x, u in zip(items[0][3], live_sets[j]))
+                        moves.append((j, p_s, l_s, e_s, new_live, state_key(j, 0, new_live, 0)[2],
+                                      (j, tuple(r.run for r in reps))))
+                    combo_moves[(ci, live)] = moves
+                umask = used | mask
+                for j, p_s, l_s, e_s, new_live, klive, stage in moves:
+                    key = (j, umask, klive, nst)
                     for row, (p, lat, e) in enumerate(rows):
                         push(key, new_live, (p if p > p_s else p_s, lat + l_s, e + e_s), (sid, row, stage))
         if budget is not None:
