@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: Whole-process goal of the light commands, seconds (the start-up item of the search-speed issue).
+#: Whole-process goal of the light commands, seconds: the project's target for a command a user types to look around.
 LIGHT_TARGET_S = 0.3
 
 #: (label, arguments after ``parapipe``, whether it runs through the console script, whether it is light).
