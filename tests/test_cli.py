@@ -507,6 +507,38 @@ def test_a_long_front_table_shows_the_extremes_a_spread_and_every_baseline():
     assert "28 more Pareto-optimal points" in omitted_line(omitted)[0] and omitted_line(0) == []
 
 
+def test_a_thinned_front_table_keeps_a_baseline_with_its_twin_not_alone():
+    """A baseline whose mapping a front point also has is named in that point's row, listed or not: never a
+    row of its own that makes a baseline look Pareto-optimal beside parapipe."""
+    from parapipe.cli.optimize import TABLE_PARETO_ROWS, front_table
+    from parapipe.mapping import ParetoDoc
+
+    n = 3 * TABLE_PARETO_ROWS
+    blocks = {f"b{i}": [] for i in range(n)}
+
+    def pt(pid, strategy, cut, thr):  # two stages, cut after block ``cut``: a distinct mapping per cut
+        names = list(blocks)
+        return {"id": pid, "strategy": strategy, "pareto": True, "throughput_per_s": thr, "period_s": 1 / thr,
+                "latency_s": 0.1 + thr / 1e3, "energy_j": 1.0 / thr,
+                "mapping": {"stages": [{"pus": ["gpu"], "blocks": names[:cut], "time_s": 0.01},
+                                       {"pus": ["big"], "blocks": names[cut:], "time_s": 0.01}]}}
+
+    front = [pt(f"p{c}", "parapipe", c, 10.0 + c) for c in range(1, n)]
+    twins = [pt(f"pipeline-{c}", "pipeline", c, 10.0 + c) for c in range(1, n)]
+    doc = ParetoDoc.model_validate({
+        "model": {"name": "m", "sha256": "0" * 64},
+        "soc": {"name": "toy", "pus": {"gpu": {"kind": "gpu"}, "big": {"kind": "cpu"}}},
+        "blocks": blocks, "points": front + twins,
+        "bounds": {"period_lb_s": 0.01, "latency_lb_s": 0.1}, "search": {"search_s": 1.0}})
+    rows = [ln.split() for ln in front_table(doc).splitlines() if ln.startswith(("p", "pipeline-"))]
+    assert len(rows) == TABLE_PARETO_ROWS
+    for row in rows:
+        assert row[0].startswith("p") and not row[0].startswith("pipeline"), row
+        assert row[-1] == f"pipeline-{row[0][1:]}", row  # its twin named beside it
+    assert len(front_table(doc, show_all=True).splitlines()) == len(front_table(doc).splitlines()) + n - 1 \
+        - TABLE_PARETO_ROWS - 1
+
+
 def test_executor_errors_are_one_line_and_other_errors_keep_their_traceback(monkeypatch, capsys):
     """An executor error (ppexec.errors) is one line, exit 2; any other exception is our bug and propagates
     as itself (not as an AttributeError of the check)."""

@@ -69,17 +69,19 @@ def front_table(doc: ParetoDoc, show_all: bool = False) -> str:
 
     rows: List[Tuple[Any, List[str]]] = []
     same: Dict[str, List[str]] = {}
-    listed, omitted = shown_points(doc.points, show_all)
-    listed_ids = {id(p) for p in listed}
     for p in doc.points:
         key = json.dumps([[st.pus, st.blocks, st.assignment, st.order, st.frequency_hz,
                            [[r.pus, r.assignment, r.order, r.frequency_hz] for r in st.replicas or []]]
                           for st in p.stages])
         if key in same:
             same[key].append(p.id)
-        elif id(p) in listed_ids:
+        else:
             same[key] = []
             rows.append((p, same[key]))
+    # rows, not points, are thinned: a baseline equal to a front point stays in that point's "same as" column
+    listed, omitted = shown_points([p for p, _ in rows], show_all)
+    listed_ids = {id(p) for p in listed}
+    rows = [(p, others) for p, others in rows if id(p) in listed_ids]
     b = doc.bounds
     bound = doc.search.get("bound", {})
     how = "proved optimal" if bound.get("period_proved_optimal") else bound.get("period_method", "lp")
