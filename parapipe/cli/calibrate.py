@@ -71,10 +71,11 @@ def _calibrate_runs(args: argparse.Namespace) -> int:
                   f"{_err(e.latency_mape, e.latency_worst):>15} {_err(e.energy_mape, e.energy_worst):>15}")
     kinds = ("a single model's period per inference" if workloads < len(f.runs) else "",
              "a workload run's period per workload frame (one error per run)" if workloads else "")
+    of = " and ".join(k for k in kinds if k)
     print("errors: MAPE = mean |error| over the runs, worst = the largest error, signed; error = (predicted - "
-          "measured) / measured (+: predicted slower than measured, -: faster) of " + " and ".join(k for k in kinds if k)
-          + "; before: the profile's terms with the models costed now (not the prediction recorded with the run that "
-          "'parapipe runs' compares with, per model)")
+          f"measured) / measured (+: predicted slower than measured, -: faster) of {of}; before: the profile's "
+          "terms with the models costed now (not the prediction recorded with the run that 'parapipe runs' "
+          "compares with, per model)")
     if f.power is None:
         print("energy: no (or too few) measured energies in the runs; energies stay estimates")
     if res.out:
