@@ -108,3 +108,23 @@ def test_run_of_a_workload_mapping_prints_each_model_and_the_workload(tmp_path, 
     assert doc["kind"] == "workload" and doc["outputs_match"] and set(doc["models"]) == {"squeezenet", "shufflenet"}
     assert main(["run", "squeezenet", "--mapping", str(path)]) == 2  # one model for a workload of two
     assert "1 given for a workload of 2 (squeezenet, shufflenet)" in capsys.readouterr().err
+    # the models in another order than the workload's: matched by SHA-256, run as the workload's
+    assert main(["run", "shufflenet", "squeezenet", "--mapping", str(path), "--frames", "1", "--json"]) == 0
+    assert set(json.loads(capsys.readouterr().out)["models"]) == {"squeezenet", "shufflenet"}
+    assert main(["run", "squeezenet", "squeezenet", "--mapping", str(path)]) == 2
+    assert "model 'squeezenet' given twice for a workload of squeezenet, shufflenet" in capsys.readouterr().err
+
+
+def test_a_workload_run_counts_workload_frames_in_its_progress_and_chart_title():
+    """Progress lines and the chart title of a workload run say workload frames/s, not inf/s."""
+    from parapipe.app.deploy import describe_event
+    from parapipe.report.gantt import trace_title
+
+    event = {"event": "progress", "phase": "run", "frames_done": 3, "frames": 10, "throughput_per_s": 20.0}
+    assert describe_event(event, workload=True) == "run 3/10 workload frames, 20.0 workload frames/s"
+    assert describe_event(event) == "run 3/10 frames, 20.0 inf/s"
+    events = [{"frame": f, "start_s": f * 0.1, "end_s": f * 0.1 + 0.05, "pu": "cpu0", "stage": 0} for f in range(4)]
+    info = {"workload": ["a", "b"], "model": "a + b", "point": "w0", "throughput_per_s": 12.5,
+            "predicted": {"throughput_per_s": 20.0}}
+    assert trace_title(info, events, 0, 4).startswith("a + b: workload point w0 — 12.5 workload frames/s measured, "
+                                                      "20.0 predicted")

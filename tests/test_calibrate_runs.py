@@ -437,3 +437,76 @@ def test_workload_runs_identify_the_contention_single_model_runs_cannot(tmp_path
     out = capsys.readouterr().out
     assert "workload runs (6," in out and "contention (only they do)" in out
     assert "workload m0+m1 (6 runs)" in out
+
+
+def test_a_workload_run_reads_alike_in_runs_and_calibrate(tmp_path, capsys):
+    """One workload run (two models, m1 at rate 2): ``runs`` gives each model's error per inference against the
+    workload's predicted period / its rate, and one line with the workload's error per workload frame;
+    ``calibrate --runs`` fits the database and its CSV export alike, says "1 run", defines its errors, and the
+    profile it writes calls the in-sample error in-sample, not leave-one-out."""
+    from parapipe.cost.workload import evaluate_workload
+    from parapipe.profiledb.db import ProfileDB
+    from parapipe.profiledb.runs import append_run, list_runs, write_runs_csv
+
+    rng = np.random.default_rng(7)
+    tables = tmp_path / "tables"
+    write_tables(tables, rng, models=("m0", "m1"))
+    soc = load_soc(SOC)
+    problems = {m: read_block_table(tables / f"{m}.blocks.csv", soc, name=m) for m in ("m0", "m1")}
+    pus = {"m0": ["big"] * 8, "m1": ["gpu"] * 8}
+    mappings = [parse_pu_list(problems[m], ",".join(pus[m])) for m in ("m0", "m1")]
+    truth = PipelineTerms(memory_bandwidth_bytes_per_s=soc.memory_bandwidth_bytes_per_s, **WL_TRUE)
+    period = evaluate_workload([problems["m0"], problems["m1"]], mappings, [1.0, 2.0], truth).period_s
+    predicted = period / 1.25  # the recorded prediction: 20 % faster than measured
+    workload = {"id": "w0", "point": "p0", "rates": {"m0": 1.0, "m1": 2.0}, "models": ["m0", "m1"],
+                "throughput_per_s": 1 / period, "predicted_period_s": predicted, "energy_j": None, "pu_busy_s": {}}
+    db_path = tmp_path / "p.sqlite"
+    with ProfileDB(db_path) as db:
+        for m, rate in (("m0", 1.0), ("m1", 2.0)):
+            rec = run_record(m, "p0", pus[m], period / rate * 1.02, 0.01, workload)  # own period 2 % slower
+            rec.predicted_period_s = predicted
+            append_run(db, rec)
+        write_runs_csv(list_runs(db), tmp_path / "export.csv")
+    capsys.readouterr()
+    assert main(["runs", "--db", str(db_path)]) == 0
+    out, err = capsys.readouterr()
+    rows = {line.split()[2]: line.split() for line in out.splitlines()[1:3]}
+    for m in ("m0", "m1"):  # predicted per inference: the workload's period / the rate, 1 / 1.25 / 1.02 - 1
+        assert rows[m][7] == "-21.6", rows[m]
+    assert "workload run w0 (rows 1, 2: m0+m1, point p0)" in out and "err -20.0 % per workload frame" in out
+    assert "per workload frame / its rate" in err
+
+    fit = ("--fit", "slowdown", "--blocks", str(tables))
+    from_db = calibrate_json(capsys, "--runs", "--db", str(db_path), *fit)
+    from_csv = calibrate_json(capsys, "--runs", str(tmp_path / "export.csv"), *fit)
+    assert from_db["errors"] == from_csv["errors"] and from_db["params"] == from_csv["params"]
+    out_yaml = tmp_path / "cal.yaml"
+    capsys.readouterr()
+    assert main(["calibrate", "--soc", SOC, "--runs", "--db", str(db_path), *fit, "--out", str(out_yaml)]) == 0
+    out = capsys.readouterr().out
+    assert "calibrate --runs: 1 run of workload m0+m1" in out and "workload m0+m1 (1 run)" in out
+    assert "1 runs" not in out
+    assert "MAPE = mean |error|" in out and "(predicted - measured) / measured" in out
+    assert "period per workload frame" in out
+    citation = load_soc(str(out_yaml)).sources["runs"]
+    assert "1 measured run of" in citation and "in-sample period MAPE" in citation
+    assert "leave-one-out period" not in citation
+
+
+def test_host_models_are_costed_alike_on_one_database(tmp_path):
+    """On ``host`` with a database, the whole model's stage-level time is stored and reused as block times are:
+    two preparations of one model on one database give the same problem (``calibrate --runs`` from the database
+    or from its CSV export with ``--db`` cost its runs alike)."""
+    import onnx
+
+    from conftest import make_chain_model
+    from parapipe.app.prepare import prepare
+    from parapipe.measure.local import local_soc
+
+    model = tmp_path / "chain.onnx"
+    onnx.save(make_chain_model(), str(model))
+    soc = local_soc(n_cpus=1, transfer=(2e-5, 5e9))
+    db = str(tmp_path / "p.sqlite")
+    first = prepare(str(model), "host", db=db, host_soc=soc).problem
+    second = prepare(str(model), "host", db=db, host_soc=soc).problem
+    assert first.submodel_time_s and first.submodel_time_s == second.submodel_time_s

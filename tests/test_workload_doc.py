@@ -70,6 +70,8 @@ def test_the_two_kinds_are_told_apart_in_one_line(tmp_path):
     (tmp_path / "w.json").write_text(json.dumps(workload_dict()))
     with pytest.raises(InputError, match=r"w.json: kind: is a workload mapping of models a, b, not of one model"):
         read_pareto(str(tmp_path / "w.json"))
+    with pytest.raises(InputError, match=r"'parapipe run', 'parapipe deploy', 'parapipe plot --front' or '--gantt'"):
+        read_pareto(str(tmp_path / "w.json"))
     single = parse_workload(workload_dict(), "w.json").model_view("b").model_dump(mode="json")
     assert parse_mapping(single, "s.json").model.name == "b"
     refused(single, "w.json: kind: is the mapping of one model (b), not a workload")

@@ -442,8 +442,9 @@ def deploy(model: str, mapping_path: str, point: str, spec: HostSpec, out_dir: P
     return deploy_mapping(mapping, spec, out_dir, options, on_event)
 
 
-def describe_event(event: Dict[str, Any]) -> Optional[str]:
-    """One human line for a deploy event (see :func:`deploy`), or None for events not worth a line."""
+def describe_event(event: Dict[str, Any], workload: bool = False) -> Optional[str]:
+    """One human line for a deploy event (see :func:`deploy`), or None for events not worth a line.
+    ``workload``: the events of a workload run, whose frames and throughput count workload frames."""
     kind = event.get("event")
     if kind == "bundle":
         return f"bundle {event['bundle_id']}: {event['files']} files, {event['nbytes'] / 1e6:.1f} MB"
@@ -457,11 +458,12 @@ def describe_event(event: Dict[str, Any]) -> Optional[str]:
         return f"upload done: {event['uploaded']} file(s) sent, {event['skipped']} already there"
     if kind == "progress":
         phase = event.get("phase")
+        frames, rate = ("workload frames", "workload frames/s") if workload else ("frames", "inf/s")
         if phase == "run":
-            return (f"run {event['frames_done']}/{event['frames']} frames, "
-                    f"{event.get('throughput_per_s', 0.0):.1f} inf/s")
+            return (f"run {event['frames_done']}/{event['frames']} {frames}, "
+                    f"{event.get('throughput_per_s', 0.0):.1f} {rate}")
         if phase == "done":
-            return f"run done: {event['frames']} frames, {event.get('throughput_per_s', 0.0):.1f} inf/s"
+            return f"run done: {event['frames']} {frames}, {event.get('throughput_per_s', 0.0):.1f} {rate}"
         if phase is None:
             return None
         return {"verify": "checking the bundle's SHA-256 on the host",

@@ -94,7 +94,9 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
 
     ``soc`` is a bundled profile name, a YAML path, or ``"host"``: this machine, each core a PU, with every block
     measured for real with ONNX Runtime (:func:`parapipe.measure.submodels.measure_local`). ``db``, a profile database:
-    on ``host`` its block measurements are reused (and new ones stored); on another SoC the measured times replace
+    on ``host`` its block measurements and the whole model's stage-level time are reused (and new ones stored;
+    the whole model's is timed again with ``feeds``), so that every command costing the model on that database
+    costs it alike; on another SoC the measured times replace
     the model where they exist and the model calibrated on the database fills the rest
     (:func:`parapipe.calibration.predict.costs_from_db`). ``input_shapes`` (``--input-shape``) fix symbolic input
     dims (:func:`parapipe.graph.inputs.resolve_input_shapes`); ``feeds`` (an .npz, ``--feeds``) are the input
@@ -129,7 +131,7 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
 
     if is_host(soc):
         from parapipe.graph.feeds import load_feeds
-        from parapipe.measure.submodels import measure_local, measure_submodels
+        from parapipe.measure.submodels import measure_local
 
         check_declared(og.model, source, HOST_SOC, [])  # host PUs run ONNX Runtime's CPU operators only
         frame = load_feeds(feeds, og)[0] if feeds else None
@@ -147,9 +149,8 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
         # the whole model as one sub-model, as the single and replicated mappings run it; alone when the
         # profile's pipeline terms model co-running (the host's prior does), else with every other core running
         # it too, as a replicated mapping's replicas do (measured 1.00-1.06x slower than alone on two cores)
-        whole_s = measure_submodels(bg, [block_range(0, len(bg.blocks))], feeds=frame,
-                                    loaded=timed_loaded(terms_from_soc(soc_obj)), record=record,
-                                    progress=step("timing the whole model"))
+        whole_s = _whole_model_time(bg, soc_obj, frame, timed_loaded(terms_from_soc(soc_obj)), record,
+                                    step("timing the whole model"), None if feeds else db)
         timings["measure_s"] = time.perf_counter() - t1
     else:
         from parapipe.app.resolve import resolve_soc
@@ -169,6 +170,45 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
                                                     for p in range(problem.n_pus)})
     return Prepared(lm, og, bg, soc_obj, problem, max_blocks, timings, terms_from_soc(soc_obj), host=is_host(soc),
                     host_feeds=frame if is_host(soc) else None, measure_log=record)
+
+
+def _whole_model_time(bg: BlockGraph, soc: SoC, frame, loaded: bool, record, progress, db: Optional[str]
+                      ) -> Dict[Tuple[int, ...], float]:
+    """The stage-level time of the whole model on this machine (:func:`parapipe.measure.submodels.
+    measure_submodels`), keyed by its block indices; with ``db`` reused from (or stored in) that database as a
+    ``stage`` row of soc ``host`` (signature: the blocks' signatures and whether it was timed loaded), as block
+    times are, so that the same model is costed alike by every command given that database."""
+    import hashlib
+
+    import onnxruntime as ort
+
+    from parapipe.measure.submodels import measure_submodels
+    from parapipe.measure.timer import LOCAL_HOST
+    from parapipe.profiledb.catalog import block_signature
+    from parapipe.profiledb.db import ProfileDB
+    from parapipe.profiledb.records import Measurement, utc_now_iso
+
+    key = block_range(0, len(bg.blocks))
+    og = bg.opgraph
+    digest = hashlib.sha256("\n".join(block_signature(og, b) for b in bg.blocks).encode()).hexdigest()
+    signature = f"whole-model:{'loaded' if loaded else 'alone'}:{digest}"
+    batch = og.tensors[og.inputs[0]].shape[0] if og.inputs and og.tensors[og.inputs[0]].shape else 1
+    batch = batch if isinstance(batch, int) and batch >= 1 else 1
+    pu = soc.pu_names[0]
+    if db:
+        with ProfileDB(db) as profile_db:
+            row = profile_db.get(HOST_SOC, pu, signature, batch, "stage", ort.__version__)
+        if row is not None:
+            log.info("whole-model time of %s reused from %s: %.3f ms", og.name, db, row.median_s * 1e3)
+            return {tuple(key): row.median_s}
+    whole_s = measure_submodels(bg, [key], feeds=frame, loaded=loaded, record=record, progress=progress)
+    if db:
+        t = float(whole_s[tuple(key)])
+        nbytes = int(sum(b.in_nbytes + b.out_nbytes for b in bg.blocks))
+        with ProfileDB(db) as profile_db:
+            profile_db.put([Measurement(HOST_SOC, pu, signature, "whole model", batch, ort.__version__, t, t, 10,
+                                        utc_now_iso(), LOCAL_HOST, "stage", nbytes)])
+    return whole_s
 
 
 def model_notes(og: OpGraph) -> Dict[str, Any]:

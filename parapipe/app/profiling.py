@@ -346,7 +346,9 @@ def calibrate_runs_job(soc: str, runs_csv: Optional[str], db_path: Optional[str]
     A model the runs name without a block table in ``blocks_dir`` is prepared here (:func:`parapipe.app.prepare.
     prepare`, at ``max_blocks``; on ``host`` its blocks' measurements come from ``db_path``) and handed to the fit
     (:func:`parapipe.calibration.runs_calibrate.runs_calibration`) as a callable, so fitting never imports this
-    layer. ``board_power``: the block tables' watts are whole-board readings. Returns its
+    layer; on ``host`` this machine is measured once for every model, and the models' block and whole-model times
+    come from ``db_path`` where it holds them (a warning says so without it). ``board_power``: the block tables'
+    watts are whole-board readings. Returns its
     :class:`~parapipe.calibration.runs_calibrate.RunsCalibration`.
 
     Raises
@@ -358,10 +360,15 @@ def calibrate_runs_job(soc: str, runs_csv: Optional[str], db_path: Optional[str]
     from parapipe.calibration.runs_calibrate import runs_calibration
     from parapipe.soc.identity import is_host
 
-    db = db_path if is_host(soc) else None  # on host: the blocks' measurements come from the database
+    db = db_path if is_host(soc) else None  # on host: the models' measurements come from the database
+    if is_host(soc) and not db and not blocks_dir:
+        log.warning("the runs' models are measured again on this machine (no --db): the fit differs from one on "
+                    "the database the runs were recorded in by this machine's noise; give that database with --db "
+                    "to reuse its measurements")
+    resolved = resolve_soc(soc)
 
     def problem_of(model: str):
-        return prepare(model, soc, max_blocks=max_blocks, db=db).problem
+        return prepare(model, soc, max_blocks=max_blocks, db=db, host_soc=resolved if is_host(soc) else None).problem
 
-    return runs_calibration(resolve_soc(soc), runs_csv, db_path, blocks_dir, out, models, fit, problem_of,
+    return runs_calibration(resolved, runs_csv, db_path, blocks_dir, out, models, fit, problem_of,
                             board_power=board_power)

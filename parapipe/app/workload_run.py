@@ -206,24 +206,48 @@ def record_workload_run(db_path: Optional[str], members: Sequence[WorkloadMember
 def workload_members(doc, point, source: str, models: Optional[Sequence[str]] = None) -> List[WorkloadMember]:
     """The members of workload point ``point`` of a workload document ``doc``
     (:class:`parapipe.mapping.WorkloadDoc`): each model's view (``doc.model_view``), its part of the point
-    (``doc.point_view``) and its rate; each model loaded from ``models`` (registry names or .onnx paths, in the
-    workload's order) or, without them, from the registry by the name the document stores.
+    (``doc.point_view``) and its rate; each model loaded from ``models`` (registry names or .onnx paths, in any
+    order: each is matched to the workload's model of the same SHA-256, else of the same name) or, without them,
+    from the registry by the name the document stores.
 
     Raises
     ------
     InputError
-        ``models`` not one per model of the workload; a model that cannot be loaded.
+        ``models`` not one per model of the workload, or one that matches no model of the workload by SHA-256 or
+        name (naming the workload's models in its order); a model that cannot be loaded.
     """
     from parapipe.graph.zoo import load_model
 
     names = doc.model_names()
     if models and len(models) != len(names):
         raise input_error("models", None, f"{len(models)} given for a workload of {len(names)} "
-                          f"({', '.join(names)})", "give one model per workload model, in its order, or none")
+                          f"({', '.join(names)})", "give one model per workload model (in any order), or none")
     rates = doc.rates()
-    return [WorkloadMember(name, load_model(models[i] if models else name), doc.model_view(name),
-                           doc.point_view(point, name), float(rates[name]), source)
-            for i, name in enumerate(names)]
+    if not models:
+        loaded = {name: load_model(name) for name in names}
+    else:
+        given = [load_model(m) for m in models]
+        loaded = {}
+        free = list(range(len(given)))
+        for key in ("sha256", "name"):  # the same bytes first, then the same name (a model exported again)
+            for name in names:
+                want = doc.model_view(name).model.sha256 if key == "sha256" else name
+                match = next((i for i in free if name not in loaded and getattr(given[i], key) == want), None)
+                if match is not None:
+                    loaded[name] = given[match]
+                    free.remove(match)
+        if free:
+            lm = given[free[0]]
+            if any(lm.sha256 == doc.model_view(n).model.sha256 or lm.name == n for n in names):
+                raise input_error(source, "models", f"model {lm.name!r} given twice for a workload of "
+                                  f"{', '.join(names)}", "give each model of the workload once (in any order)")
+            raise input_error(source, "models", f"model {models[free[0]]!r} ({lm.name}, sha256 {lm.sha256[:12]}…) "
+                              f"is none of the workload's models ({', '.join(names)}) by SHA-256 or name",
+                              f"give the models the workload was optimized for ({', '.join(names)}, in any order), "
+                              "or run 'parapipe optimize' on these models first")
+    return [WorkloadMember(name, loaded[name], doc.model_view(name), doc.point_view(point, name),
+                           float(rates[name]), source)
+            for name in names]
 
 
 def point_predicted(point) -> Dict[str, Any]:

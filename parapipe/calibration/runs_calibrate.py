@@ -429,11 +429,15 @@ def runs_calibration(soc: SoC, runs_csv: Optional[str] = None, db_path: Optional
     if out is not None:
         from parapipe.soc.loader import save_soc
 
-        loo_err = result.overall.get("loo") or result.overall["after"]
+        loo_err = result.overall.get("loo")
         names = ", ".join(dict.fromkeys(r.model for r in runs))
-        citation = (f"parapipe calibrate --runs on {Path(runs_path).name}: {len(runs)} measured runs of "
-                    f"{names}, fitted {datetime.now(timezone.utc).date().isoformat()}; leave-one-out period MAPE "
-                    f"{loo_err.period_mape:.1f}%")
+        # never call an in-sample error leave-one-out: with one run there is no leave-one-out check
+        error = (f"leave-one-out period MAPE {loo_err.period_mape:.1f}%" if loo_err is not None else
+                 f"in-sample period MAPE {result.overall['after'].period_mape:.1f}% (the fit saw every run; no "
+                 "leave-one-out check)")
+        citation = (f"parapipe calibrate --runs on {Path(runs_path).name}: {len(runs)} measured "
+                    f"run{'' if len(runs) == 1 else 's'} of {names}, fitted "
+                    f"{datetime.now(timezone.utc).date().isoformat()}; {error}")
         path = Path(out)
         path.parent.mkdir(parents=True, exist_ok=True)
         save_soc(calibrated_profile(soc, result, citation), path)

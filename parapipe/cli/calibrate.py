@@ -17,6 +17,10 @@ def _err(mape: Optional[float], worst: Optional[float]) -> str:
     return "-" if mape is None else f"{mape:5.1f} / {worst:+6.1f}"
 
 
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
+
+
 def _calibrate_runs(args: argparse.Namespace) -> int:
     """``calibrate --runs``: fit the pipeline-level terms on measured runs; print parameters and errors."""
     from dataclasses import asdict
@@ -39,7 +43,7 @@ def _calibrate_runs(args: argparse.Namespace) -> int:
                           "warnings": f.warnings, "out": str(res.out) if res.out else None}))
         return 0
     models = list(f.per_model)
-    print(f"calibrate --runs: {len(f.runs)} runs of {', '.join(models)} on {res.soc.name}")
+    print(f"calibrate --runs: {_runs(len(f.runs))} of {', '.join(models)} on {res.soc.name}")
     for warning in f.warnings:
         print(f"warning: {warning}")
     print(f"{'parameter':<26} {'value':>12} {'bounds':>20} {'±1σ':>12}")
@@ -61,10 +65,17 @@ def _calibrate_runs(args: argparse.Namespace) -> int:
     for model in [None] + models:
         errs = f.overall if model is None else f.per_model[model]
         if model is not None:
-            print(f"{model} ({errs['after'].n} runs)")
+            print(f"{model} ({_runs(errs['after'].n)})")
         for key, e in errs.items():
             print(f"  {labels[key]:<24} {_err(e.period_mape, e.period_worst):>15} "
                   f"{_err(e.latency_mape, e.latency_worst):>15} {_err(e.energy_mape, e.energy_worst):>15}")
+    kinds = ("a single model's period per inference" if workloads < len(f.runs) else "",
+             "a workload run's period per workload frame (one error per run)" if workloads else "")
+    of = " and ".join(k for k in kinds if k)
+    print("errors: MAPE = mean |error| over the runs, worst = the largest error, signed; error = (predicted - "
+          f"measured) / measured (+: predicted slower than measured, -: faster) of {of}; before: the profile's "
+          "terms with the models costed now (not the prediction recorded with the run that 'parapipe runs' "
+          "compares with, per model)")
     if f.power is None:
         print("energy: no (or too few) measured energies in the runs; energies stay estimates")
     if res.out:

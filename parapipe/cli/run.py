@@ -22,8 +22,9 @@ class _RunProgress:
     """Progress of a run on stderr: a tqdm bar of frames with the current throughput on a terminal, else the
     frame lines ``deploy`` prints (at most two a second)."""
 
-    def __init__(self, frames: int):
+    def __init__(self, frames: int, workload: bool = False):
         self.frames: int = frames
+        self.workload = workload  # frames and throughput count workload frames
         self.bar: Optional["tqdm"] = None
         self.steps = StepBars()  # the set-up steps before the first frame (a status line on a terminal)
 
@@ -44,15 +45,16 @@ class _RunProgress:
             from parapipe.app.deploy import describe_event
 
             # frames and throughput only: set-up steps stay quiet, so a refused run is one error line
-            line = describe_event(event) if event.get("phase") in ("run", "done") else None
+            line = describe_event(event, self.workload) if event.get("phase") in ("run", "done") else None
             if line:
                 print(f"parapipe: {line}", file=sys.stderr, flush=True)
             return
         if event.get("phase") == "run":
             if self.bar is None:
-                self.bar = progress_bar(self.frames, "frames")
+                self.bar = progress_bar(self.frames, "workload frames" if self.workload else "frames")
             self.bar.n = int(event.get("frames_done", 0))
-            self.bar.set_postfix_str(f"{event.get('throughput_per_s', 0.0):.1f} inf/s", refresh=True)
+            rate = "workload frames/s" if self.workload else "inf/s"
+            self.bar.set_postfix_str(f"{event.get('throughput_per_s', 0.0):.1f} {rate}", refresh=True)
         elif event.get("phase") in ("idle", "done"):
             self.close()
 
@@ -117,7 +119,7 @@ def _handle_workload(args: argparse.Namespace, binds) -> int:
         raise input_error("--feeds" if args.feeds else "--input-shape", None, "not taken with a workload mapping "
                           "(each model runs with the input shapes its part of the mapping stores, on seeded frames)",
                           "leave it out")
-    progress = _RunProgress(args.frames)
+    progress = _RunProgress(args.frames, workload=True)
     progress.status("loading the models and cutting their stage sub-models")
     try:
         members, rep = run_workload_file(args.mapping, args.point, args.model, frames=args.frames, seed=args.seed,
@@ -146,7 +148,8 @@ def add_parser(sub) -> None:
     s = sub.add_parser("run", help="execute one mapping of a pareto.json on this machine, each PU bound as its "
                        "profile says (or substituted with --bind); check outputs; record the run")
     s.add_argument("model", nargs="*", help="the model the mapping was computed for (registry name or .onnx "
-                   "path); for a workload mapping, one per model in the workload's order, or none (each model "
+                   "path); for a workload mapping, one per model of the workload, in any order (matched by SHA-256, "
+                   "else name), or none (each model "
                    "loaded from the registry by the name the mapping stores)")
     s.add_argument("--mapping", required=True, help="pareto.json written by 'parapipe optimize'")
     s.add_argument("--point", default="best-throughput",

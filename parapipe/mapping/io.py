@@ -124,8 +124,8 @@ def parse_pareto(data: Any, source: str) -> ParetoDoc:
     _check_version(data, source)
     if data.get("kind") == WORKLOAD_KIND:
         raise input_error(source, "kind", f"is a workload mapping of {_model_names(data)}, not of one model",
-                          "pass it to a command that takes a workload (every model of it), or optimize the "
-                          "model alone")
+                          "pass it to a command that takes a workload ('parapipe run', 'parapipe deploy', "
+                          "'parapipe plot --front' or '--gantt'), or optimize the model alone")
     try:
         return ParetoDoc.model_validate(data)
     except ValidationError as exc:

@@ -410,13 +410,15 @@ def trace_title(info: Mapping, events: Sequence[Any], first: int, stop: int) -> 
     """Title of a measured run's chart: model, point, measured (and predicted) throughput, frames shown.
 
     ``info`` is the trace's ``otherData`` (:func:`ppexec.metrics.chrome_trace`: ``model``, ``point``,
-    ``throughput_per_s``, ``predicted``); without a throughput there, it is measured on the events themselves
+    ``throughput_per_s``, ``predicted``; with ``workload``, a workload run's, its throughput in workload frames
+    per second); without a throughput there, it is measured on the events themselves
     (frames / time from the first start to the last end, marked ``≈``).
     """
     frames = sorted({int(_attr(e, "frame", i)) for i, e in enumerate(events)})
     throughput = info.get("throughput_per_s")
+    workload = bool(info.get("workload"))  # a workload run's throughput counts workload frames
     if isinstance(throughput, (int, float)) and throughput > 0:
-        rate = f"{throughput:.1f} inf/s measured"
+        rate = f"{throughput:.1f} {'workload frames/s' if workload else 'inf/s'} measured"
     else:
         span = max(float(_attr(e, "end_s", i)) for i, e in enumerate(events)) - \
             min(float(_attr(e, "start_s", i)) for i, e in enumerate(events))
@@ -428,7 +430,7 @@ def trace_title(info: Mapping, events: Sequence[Any], first: int, stop: int) -> 
         if predicted.get("applies") is False:
             rate += " (PUs substituted)"
     shown = [f for f in frames if first <= f < stop]
-    head = f"{info.get('model') or '?'}: point {info.get('point') or '?'}"
+    head = f"{info.get('model') or '?'}: {'workload point' if workload else 'point'} {info.get('point') or '?'}"
     return f"{head} — {rate} — frames {shown[0]}–{shown[-1]} of {len(frames)}"
 
 
