@@ -146,3 +146,20 @@ def test_workload_option_and_app_file_errors_name_the_field(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "app.yaml: models[0].latency_bound_s: no mapping of squeezenet meets 1e-06 s" in err[0]
     assert "least latency it reaches on these PUs is" in err[0] and "raise the bound" in err[0]
+
+
+def test_workload_gantt_deals_a_replicated_stages_frames_to_its_replicas():
+    """Each frame of a replicated stage runs whole on one replica (dealt by share), for the replica's time."""
+    from parapipe.mapping import parse_workload
+    from parapipe.report.workload import _bars
+
+    d = workload_dict()
+    a = ["a0", "a1", "a2"]
+    reps = [{"pus": [pu], "assignment": {b: pu for b in a}, "order": a, "share": 0.5, "time_s": 0.06}
+            for pu in ("cpu0", "cpu1")]
+    d["points"][0]["mappings"]["a"] = {"stages": [dict(_stage("cpu0", a, 0.03), replicas=reps)]}
+    doc = parse_workload(d, "w.json")
+    bars = [b for b in _bars(doc, doc.points[0], 2) if b[3] == 0]
+    assert len(bars) == 6  # 3 frames of a per workload frame x 2 workload frames, one bar each
+    assert sorted(b[0] for b in bars) == ["cpu0"] * 3 + ["cpu1"] * 3
+    assert all(b[2] == pytest.approx(0.06) for b in bars)

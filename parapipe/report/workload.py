@@ -4,7 +4,8 @@
 (b) the latency axis against energy per workload frame (mJ); the best front points labelled with their ids, the baselines
 ``separate``, ``split`` and ``whole`` one marker each, the lower bounds dashed. ``plot_workload_gantt`` draws the
 predicted schedule of one point: per PU, each model's stages in the model's own colour, ``rate`` frames of each
-model per workload frame run back to back, over ``n_frames`` workload periods (a model's stage on a PU shared
+model per workload frame run back to back, over ``n_frames`` workload periods (a replicated stage's frames dealt
+to its replicas by their shares, each run whole on one replica, as on a single model's chart; a model's stage on a PU shared
 with other models waits for them: the chart shows each PU's busy time per workload frame, not when each frame
 enters).
 """
@@ -85,8 +86,15 @@ def plot_workload(doc: WorkloadDoc, path: Any, note: Optional[str] = None) -> No
 
 def _bars(doc: WorkloadDoc, point: WorkloadPoint, n_frames: int) -> List[Tuple[str, float, float, int, str]]:
     """(PU, start s, duration s, model index, label) of every stage run over ``n_frames`` workload periods."""
+    from ppexec.dispatch import SmoothWeightedRoundRobin
+
     bars = []
     free: Dict[str, float] = {}
+    # a replicated stage: each frame runs whole on the replica the dispatcher deals it to (smooth weighted round
+    # robin by share, as the executor deals and as the single-model chart draws), for that replica's time
+    dealers = {(m, s): SmoothWeightedRoundRobin([r.share for r in st.replicas])
+               for m, model in enumerate(doc.models)
+               for s, st in enumerate(point.mappings[model.name].stages) if st.replicas}
     for f in range(n_frames):
         t0 = f * point.period_s
         for pu in free:
@@ -96,10 +104,16 @@ def _bars(doc: WorkloadDoc, point: WorkloadPoint, n_frames: int) -> List[Tuple[s
             reps = model.rate if float(model.rate).is_integer() else 1.0
             for _ in range(int(reps)):
                 for s, st in enumerate(stages):
-                    dur = st.time_s * (model.rate / reps)
-                    for pu in st.all_pus():
+                    if st.replicas:
+                        r = dealers[(m, s)].pick()
+                        rep = st.replicas[r]
+                        runs = [(pu, rep.time_s, f"{model.name} s{s} r{r}") for pu in rep.pus]
+                    else:
+                        runs = [(pu, st.time_s, f"{model.name} s{s}") for pu in st.all_pus()]
+                    for pu, t_s, label in runs:
+                        dur = t_s * (model.rate / reps)
                         start = max(free.get(pu, t0), t0)
-                        bars.append((pu, start, dur, m, f"{model.name} s{s}"))
+                        bars.append((pu, start, dur, m, label))
                         free[pu] = start + dur
     return bars
 
