@@ -433,10 +433,10 @@ def _optimize_workload(args: argparse.Namespace, models: List[str]) -> int:
         doc, _ = optimize_workload(preps, spec, options, Path(args.out), plot=not args.no_plot)
     finally:
         steps.close()
-    measurement = doc.search.get("measurement")
+    measurement: Dict[str, Any] = doc.search.get("measurement") or {}
     if args.json:
         print(json.dumps(doc.model_dump(mode="json")))
-        if (measurement or {}).get("warning"):
+        if measurement.get("warning"):
             print(f"parapipe: {measurement['warning']}", file=sys.stderr)
         return 0
     pr = preps[0].problem
@@ -480,7 +480,8 @@ def add_parser(sub) -> None:
     s.add_argument("--rates", default=None, metavar="R1,R2,...", help="workload: frames of each model per "
                    "workload frame, in the models' order (default: 1 each)")
     s.add_argument("--workload", default=None, metavar="APP.yaml", help="workload: a YAML file listing the models "
-                   "(model, rate, input_shapes, latency_bound_s) and latency_axis, instead of MODEL arguments")
+                   "(model, rate, input_shapes, latency_bound_s in s) and latency_axis, instead of MODEL arguments "
+                   "(format: README, 'Workload app file')")
     s.add_argument("--latency-axis", default=None, choices=("max", "weighted-mean"), help="workload: the front's "
                    "latency axis, the largest model latency (default) or their rate-weighted mean")
     s.add_argument("--blocks", default=None, help="a block table CSV instead of a model (block,deps,out_bytes,t_<pu>…)")
@@ -516,4 +517,9 @@ def add_parser(sub) -> None:
     add_board_power_option(s)
     add_host_options(s)
     add_input_options(s, feeds=True)
+    for action in s._actions:  # a workload names the model of each shape
+        if action.dest == "input_shape":
+            action.metavar = "NAME:D0xD1x...|MODEL:NAME=D0xD1x..."
+            action.help = (f"{action.help}; for a workload of several models, MODEL:INPUT=D0xD1x..., e.g. "
+                           "squeezenet:data_0=1x3x224x224")
     s.set_defaults(func=handle)

@@ -656,8 +656,8 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
     for name, why in broken.items():
         log.info("workload: the %s baseline breaks %s: shown as a baseline, not on the front", name,
                  " and ".join(why))
-    for name, why in missing.items():
-        log.info("workload: no %s baseline: %s", name, why)
+    for name, reason in missing.items():
+        log.info("workload: no %s baseline: %s", name, reason)
     cand_points += [WorkloadPoint("", "parapipe", b.mappings, b.evaluation, origin="baseline") for b in baselines
                     if b.strategy not in broken]
 
