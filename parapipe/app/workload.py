@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 __all__ = ["WorkloadSpec", "read_app_file", "parse_rates", "check_models", "prepare_workload",
            "optimize_workload", "workload_result_doc", "latency_bound_error"]
 
+#: What a user can do when ``optimize A B --soc host``'s measurements were disturbed (a workload times no stages).
+WORKLOAD_REMEDY = "run it again at a quieter moment (stop other CPU-bound processes)"
+
 _APP_FIX = "see the README's 'Workload app file' section for the file's fields"
 
 
@@ -294,13 +297,12 @@ def optimize_workload(preps: Sequence[Prepared], spec: WorkloadSpec, options, ou
     doc = workload_result_doc(preps, spec, result, options.seed)
     logs = [p.measure_log for p in preps if p.measure_log is not None]
     if logs:  # --soc host: how far the measurements of every model can be trusted, as for one model
-        from parapipe.app.optimize import OPTIMIZE_REMEDY
         from parapipe.measure.trust import MeasureLog, front_gap, warning
 
         merged = MeasureLog([s for lg in logs for s in lg.spreads], [ld for lg in logs for ld in lg.loads])
         summary = merged.summary()
         gap = front_gap([p.evaluation.throughput_per_s for p in result.front()])
-        doc.search["measurement"] = {**summary, "gap": gap, "warning": warning(summary, gap, OPTIMIZE_REMEDY)}
+        doc.search["measurement"] = {**summary, "gap": gap, "warning": warning(summary, gap, WORKLOAD_REMEDY)}
     png = out_dir / "pareto.png"
     if plot:
         from parapipe.report.plots import power_note

@@ -38,8 +38,8 @@ def _best(points: List[WorkloadPoint], key: str) -> Any:
 def plot_workload(doc: WorkloadDoc, path: Any, note: Optional[str] = None) -> None:
     """Write the front of ``doc`` to ``path`` (PNG; module docstring): every front point a dot, each panel's
     non-dominated points joined as a staircase, the best-throughput, -latency and -energy points labelled.
-    ``note`` (:func:`parapipe.report.plots.power_note`: placeholder or low-confidence powers) goes under the
-    energy axis in the warning colour, as on a single model's chart."""
+    ``note`` (:func:`parapipe.report.plots.power_note`: placeholder or low-confidence powers) goes over the
+    energy panel in the warning colour, as on a single model's chart."""
     fig = Figure(figsize=(11, 4.8))
     axes = fig.subplots(1, 2)
     front = sorted((p for p in doc.points if p.strategy == "parapipe"), key=lambda p: p.latency_s)
@@ -67,10 +67,9 @@ def plot_workload(doc: WorkloadDoc, path: Any, note: Optional[str] = None) -> No
                 ax.plot([xs(p)], [ys(p)], _MARKERS[p.strategy], ms=8, fillstyle="none", label=p.strategy)
         ax.axvline(doc.bounds.latency_lb_s * 1e3, ls="--", color="grey", lw=0.8)
         ax.set_xlabel(xl)
-        if note and yl.startswith("energy"):
-            ax.set_ylabel(f"{yl}\n{note}", color=NOTE_COLOUR, fontsize=9)
-        else:
-            ax.set_ylabel(yl)
+        ax.set_ylabel(yl)
+        if note and yl.startswith("energy"):  # over the energy panel, in the warning colour
+            ax.set_title(note, color=NOTE_COLOUR, fontsize=9)
         ax.grid(alpha=0.3)
     axes[0].axhline(1.0 / doc.bounds.period_lb_s if doc.bounds.period_lb_s > 0 else 0, ls="--", color="grey",
                     lw=0.8, label="bounds")
