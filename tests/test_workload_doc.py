@@ -125,3 +125,43 @@ def test_plot_draws_a_workload_front_and_gantt_and_refuses_graph(tmp_path, capsy
     assert main(["plot", "--graph", "--mapping", str(path), "--out", str(tmp_path / "g.png")]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is a workload of a, b" in err[0]
+
+
+def test_workload_option_and_app_file_errors_name_the_field(tmp_path, capsys):
+    """--rates names the rate that is not positive; --objectives is refused for a workload; a bad input_shapes
+    and an infeasible latency bound name the app file's field (and the least latency), never the zoo's file."""
+    from parapipe.app.workload import parse_rates
+    from parapipe.cli import main
+
+    with pytest.raises(InputError, match=r"rate 2 \(-3\) is not a positive number"):
+        parse_rates("1,-3", 2)
+    out = ["--soc", "amlogic_a311d", "--max-blocks", "4", "--no-plot", "--out", str(tmp_path / "o")]
+    assert main(["optimize", "squeezenet", "shufflenet", "--objectives", "throughput", *out]) == 2
+    assert "--objectives" in capsys.readouterr().err
+    app = tmp_path / "app.yaml"
+    app.write_text("models:\n  - model: shufflenet\n  - model: squeezenet\n    input_shapes: {nope: [1, 3, 224, 224]}\n")
+    assert main(["optimize", "--workload", str(app), *out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "app.yaml: models[1].input_shapes: nope" in err and "site-packages" not in err and ".onnx" not in err
+    app.write_text("models:\n  - model: squeezenet\n    latency_bound_s: 0.000001\n  - model: shufflenet\n")
+    assert main(["optimize", "--workload", str(app), *out]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "app.yaml: models[0].latency_bound_s: no mapping of squeezenet meets 1e-06 s" in err[0]
+    assert "least latency it reaches on these PUs is" in err[0] and "raise the bound" in err[0]
+
+
+def test_workload_gantt_deals_a_replicated_stages_frames_to_its_replicas():
+    """Each frame of a replicated stage runs whole on one replica (dealt by share), for the replica's time."""
+    from parapipe.mapping import parse_workload
+    from parapipe.report.workload import _bars
+
+    d = workload_dict()
+    a = ["a0", "a1", "a2"]
+    reps = [{"pus": [pu], "assignment": {b: pu for b in a}, "order": a, "share": 0.5, "time_s": 0.06}
+            for pu in ("cpu0", "cpu1")]
+    d["points"][0]["mappings"]["a"] = {"stages": [dict(_stage("cpu0", a, 0.03), replicas=reps)]}
+    doc = parse_workload(d, "w.json")
+    bars = [b for b in _bars(doc, doc.points[0], 2) if b[3] == 0]
+    assert len(bars) == 6  # 3 frames of a per workload frame x 2 workload frames, one bar each
+    assert sorted(b[0] for b in bars) == ["cpu0"] * 3 + ["cpu1"] * 3
+    assert all(b[2] == pytest.approx(0.06) for b in bars)

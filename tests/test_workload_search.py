@@ -186,3 +186,44 @@ def test_front_with_operating_points_equals_the_exhaustive_front(seed, rates, ax
     np.testing.assert_allclose(sorted_rows(front), sorted_rows(expect), rtol=1e-9)
     # the front uses the lower points somewhere (else the test would not test them)
     assert any(mp.has_ops for p in res.front() for mp in p.mappings)
+
+
+def test_front_points_meet_the_latency_bounds_and_the_stage_limit():
+    """A baseline that breaks a model's latency bound stays a baseline (never Pareto-marked, never copied into
+    the front, recorded in ``baselines_breaking``); with ``max_stages`` every point of the front, and every
+    point of a single-model search, has at most that many stages."""
+    from parapipe.search.api import SearchOptions
+
+    problems = [random_problem(4, 3, 10, "chain"), random_problem(4, 3, 11, "dag")]
+    bounds = []
+    for pr in problems:  # halfway between the least latency and the best-throughput point's
+        r = search(pr)
+        bounds.append((r.best("throughput").evaluation.latency_s + r.best("latency").evaluation.latency_s) / 2)
+    res = workload_search(problems, [1.0, 1.0], latency_bounds_s=bounds)
+    sep = next(p for p in res.points if p.strategy == "separate")
+    assert any(lat > b for lat, b in zip(sep.evaluation.latency_s_per_model, bounds))
+    assert not sep.pareto and "separate" in res.info["baselines_breaking"]
+    assert all(lat <= b * (1 + 1e-9) for p in res.front() for lat, b in zip(p.evaluation.latency_s_per_model, bounds))
+    assert all(tuple(p.mappings) != tuple(sep.mappings) for p in res.front())
+    for p in res.points:
+        if p.strategy in res.info["baselines_breaking"]:
+            assert not p.pareto
+    res1 = workload_search(problems, [1.0, 1.0], SearchOptions(max_stages=1))
+    assert res1.front() and all(len(m.stages) == 1 for p in res1.front() for m in p.mappings)
+    assert all(len(m.stages) == 1 for p in res1.points if p.pareto for m in p.mappings)
+    assert all(len(p.mapping.stages) == 1 for p in search(problems[0], SearchOptions(max_stages=1)).points)
+
+
+def test_an_infeasible_latency_bound_gives_the_least_latency_and_a_missing_baseline_says_why():
+    from parapipe.search.workload import LatencyBoundError
+
+    problems = [random_problem(4, 3, 20, "chain"), random_problem(4, 3, 21, "dag")]
+    with pytest.raises(LatencyBoundError) as err:
+        workload_search(problems, [1.0, 1.0], latency_bounds_s=[None, 1e-6])
+    assert err.value.model_index == 1 and err.value.best_latency_s > 1e-6
+    assert "least latency it reaches is" in str(err.value)
+    for pr in problems:  # both models need p0 and p1: no split of the PUs runs them both
+        pr.time_s[0, 1:] = np.inf
+        pr.time_s[1, [0, 2]] = np.inf
+    res = workload_search(problems, [1.0, 1.0])
+    assert "split" in res.info["baselines_missing"] and "split" not in {p.strategy for p in res.points}

@@ -23,18 +23,21 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 from parapipe.app.prepare import Prepared, model_notes
-from parapipe.errors import InputError, ParapipeError, input_error
+from parapipe.errors import InfeasibleError, InputError, ParapipeError, input_error
 from parapipe.mapping.workload import WorkloadDoc
 
 log = logging.getLogger(__name__)
 
 __all__ = ["WorkloadSpec", "read_app_file", "parse_rates", "check_models", "prepare_workload",
-           "optimize_workload", "workload_result_doc"]
+           "optimize_workload", "workload_result_doc", "latency_bound_error"]
 
-_APP_FIX = "see 'parapipe optimize --help' (--workload) for the file's fields"
+#: What a user can do when ``optimize A B --soc host``'s measurements were disturbed (a workload times no stages).
+WORKLOAD_REMEDY = "run it again at a quieter moment (stop other CPU-bound processes)"
+
+_APP_FIX = "see the README's 'Workload app file' section for the file's fields"
 
 
 @dataclass
@@ -47,6 +50,8 @@ class WorkloadSpec:
     input_shapes: List[Optional[Dict[str, Tuple[int, ...]]]]
     latency_bounds_s: List[Optional[float]]
     latency_axis: str = "max"
+    source: Optional[str] = None  # the app file the models came from (None: the command line)
+    shapes_from_file: bool = False  # input_shapes came from the app file (not --input-shape)
 
 
 def parse_rates(text: Optional[str], n: int) -> List[float]:
@@ -63,9 +68,14 @@ def parse_rates(text: Optional[str], n: int) -> List[float]:
         rates = [float(x) for x in text.split(",")]
     except ValueError:
         raise input_error("--rates", None, f"not numbers: {text!r}", "give one number per model, e.g. 3,1") from None
-    if len(rates) != n or any(not (r > 0 and r < float("inf")) for r in rates):
-        raise input_error("--rates", None, f"got {text!r} for {n} model(s)",
-                          f"give {n} positive numbers, one per model in order, e.g. {','.join(['1'] * n)}")
+    example = ",".join(["1"] * n)
+    if len(rates) != n:
+        raise input_error("--rates", text, f"{len(rates)} rate(s) for {n} model(s)",
+                          f"give {n} positive numbers, one per model in order, e.g. {example}")
+    bad = [i for i, r in enumerate(rates) if not (r > 0 and r < float("inf"))]
+    if bad:
+        raise input_error("--rates", text, f"rate {bad[0] + 1} ({text.split(',')[bad[0]].strip()}) is not a "
+                          "positive number", f"give {n} positive numbers, one per model in order, e.g. {example}")
     return rates
 
 
@@ -98,7 +108,7 @@ def read_app_file(path: str) -> WorkloadSpec:
     entries = data.get("models")
     if not isinstance(entries, list) or len(entries) < 1:
         raise input_error(str(p), "models", "missing or not a list", "list the models, e.g. models: [{model: squeezenet}]")
-    spec = WorkloadSpec([], [], [], [], axis)
+    spec = WorkloadSpec([], [], [], [], axis, source=str(p), shapes_from_file=True)
     for i, e in enumerate(entries):
         where = f"models[{i}]"
         if isinstance(e, str):
@@ -127,7 +137,7 @@ def read_app_file(path: str) -> WorkloadSpec:
                     isinstance(v, list) and v and all(isinstance(d, int) and not isinstance(d, bool) and d > 0
                                                       for d in v) for v in shapes.values()):
                 raise input_error(str(p), f"{where}.input_shapes", "not a mapping of input name to positive dims",
-                                  "write e.g. input_shapes: {images: [1, 3, 640, 640]}")
+                                  "write e.g. input_shapes: {images: [1, 3, 640, 640]} (README: Workload app file)")
             parsed = {str(k): tuple(v) for k, v in shapes.items()}
         spec.models.append(model)
         spec.rates.append(float(rate))
@@ -157,17 +167,22 @@ def check_models(spec: WorkloadSpec, soc: str, pus: Optional[Sequence[str]] = No
         soc_obj = soc_obj.restrict(list(pus))
     loaded = []
     names: List[str] = []
-    for model, shapes in zip(spec.models, spec.input_shapes):
+    for i, (model, shapes) in enumerate(zip(spec.models, spec.input_shapes)):
         try:
             lm = load_model(model)
-            og = import_onnx(lm.model, name=lm.name, source=str(lm.path or model), input_shapes=shapes)
+            # errors name the model as the user gave it (a registry name, not the zoo's cached file)
+            source = model
+            og = import_onnx(lm.model, name=lm.name, source=source, input_shapes=shapes)
             if soc_obj is None:
-                check_declared(og.model, str(lm.path or model), HOST_SOC, [])
+                check_declared(og.model, source, HOST_SOC, [])
             else:
-                check_declared(og.model, str(lm.path or model), soc_obj.name,
-                               [p.supported_ops for p in soc_obj.pus.values()])
+                check_declared(og.model, source, soc_obj.name, [p.supported_ops for p in soc_obj.pus.values()])
         except ParapipeError as exc:
-            raise InputError(f"model {model}: cannot join the workload: {exc}") from None
+            text = str(exc)
+            if spec.source and spec.shapes_from_file and text.startswith("--input-shape: "):
+                text = f"{spec.source}: models[{i}].input_shapes: " + text[len("--input-shape: "):]
+                raise InputError(text) from None
+            raise InputError(f"model {model}: cannot join the workload: {text}") from None
         if lm.name in names:
             raise input_error(f"model {model}", None, "is listed twice",
                               "list each model once and give its frames per workload frame with --rates")
@@ -200,8 +215,20 @@ def prepare_workload(spec: WorkloadSpec, soc: str, pus: Optional[Sequence[str]] 
     for model, shapes, lm in zip(spec.models, spec.input_shapes, loaded):
         # on host the machine is measured once (with the first model), then each model's blocks on it
         machine = preps[0].soc if preps and is_host(soc) else None
-        preps.append(prepare(model, soc, pus=pus, max_blocks=max_blocks, db=db, input_shapes=shapes, loaded=lm,
-                             progress=progress, host_soc=machine))
+        try:
+            preps.append(prepare(model, soc, pus=pus, max_blocks=max_blocks, db=db, input_shapes=shapes, loaded=lm,
+                                 progress=progress, host_soc=machine))
+        except ParapipeError as exc:  # name the model as the user gave it, not the zoo's cached file
+            text = str(exc)
+            if lm.path is not None and str(lm.path) != model:
+                text = text.replace(str(lm.path), model)
+            if model not in text and lm.name not in text:
+                text = f"model {model}: {text}"
+            if isinstance(exc, InputError):
+                raise InputError(text) from None
+            if isinstance(exc, InfeasibleError):
+                raise InfeasibleError(text) from None
+            raise
     first = preps[0]
     out = [first]
     for prep in preps[1:]:
@@ -231,6 +258,20 @@ def workload_result_doc(preps: Sequence[Prepared], spec: WorkloadSpec, result, s
     return workload_doc_from_result(result, models, soc_ref(preps[0].soc), search={"seed": seed})
 
 
+def latency_bound_error(spec: WorkloadSpec, exc: Any, name: str, max_stages: Optional[int] = None) -> InputError:
+    """The one-line error for a latency bound no mapping meets (``exc``: a
+    :class:`parapipe.search.workload.LatencyBoundError`): the app file and field, the bound, the least latency the
+    model reaches and the fix."""
+    i = exc.model_index
+    best = exc.best_latency_s
+    within = f" within --max-stages {max_stages}" if max_stages is not None else ""
+    return input_error(spec.source or "--workload", f"models[{i}].latency_bound_s",
+                       f"no mapping of {name}{within} meets {exc.bound_s:g} s ({exc.bound_s * 1e3:.4g} ms); the "
+                       f"least latency it reaches on these PUs is {best * 1e3:.4g} ms",
+                       f"raise the bound to at least {best * 1.001:.3g} s, or remove it"
+                       + (", or allow more stages" if within else ""))
+
+
 def optimize_workload(preps: Sequence[Prepared], spec: WorkloadSpec, options, out_dir: Path,
                       plot: bool = True) -> Tuple[WorkloadDoc, Any]:
     """Search the workload (:func:`parapipe.search.workload.workload_search`) and write ``out_dir/pareto.json``
@@ -244,19 +285,31 @@ def optimize_workload(preps: Sequence[Prepared], spec: WorkloadSpec, options, ou
     from parapipe.app.optimize import check_out_dir
     from parapipe.files import atomic_path
     from parapipe.mapping import write_pareto
-    from parapipe.search.workload import workload_search
+    from parapipe.search.workload import LatencyBoundError, workload_search
 
     out_dir = Path(out_dir)
     check_out_dir(out_dir)
-    result = workload_search([p.problem for p in preps], spec.rates, options, terms=preps[0].terms,
-                             latency_axis=spec.latency_axis, latency_bounds_s=spec.latency_bounds_s)
+    try:
+        result = workload_search([p.problem for p in preps], spec.rates, options, terms=preps[0].terms,
+                                 latency_axis=spec.latency_axis, latency_bounds_s=spec.latency_bounds_s)
+    except LatencyBoundError as exc:
+        raise latency_bound_error(spec, exc, preps[exc.model_index].loaded.name, options.max_stages) from None
     doc = workload_result_doc(preps, spec, result, options.seed)
+    logs = [p.measure_log for p in preps if p.measure_log is not None]
+    if logs:  # --soc host: how far the measurements of every model can be trusted, as for one model
+        from parapipe.measure.trust import MeasureLog, front_gap, warning
+
+        merged = MeasureLog([s for lg in logs for s in lg.spreads], [ld for lg in logs for ld in lg.loads])
+        summary = merged.summary()
+        gap = front_gap([p.evaluation.throughput_per_s for p in result.front()])
+        doc.search["measurement"] = {**summary, "gap": gap, "warning": warning(summary, gap, WORKLOAD_REMEDY)}
     png = out_dir / "pareto.png"
     if plot:
+        from parapipe.report.plots import power_note
         from parapipe.report.workload import plot_workload
 
         with atomic_path(png, suffix=".png") as tmp:
-            plot_workload(doc, tmp)
+            plot_workload(doc, tmp, note=power_note(cast(Any, doc), preps[0].soc))
             write_pareto(doc, out_dir / "pareto.json")
     else:
         write_pareto(doc, out_dir / "pareto.json")

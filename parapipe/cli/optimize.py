@@ -232,15 +232,23 @@ def handle(args: argparse.Namespace) -> int:
         if measurement:
             print_measurement(measurement, measurement.get("gap"), "", "timed runs of each block and stage",
                               warn=measurement.get("warning") or "")
-        sensor = prep.soc.power_sensor
-        if prep.soc.name == "host" and sensor is None:
-            print("note: host energy uses placeholder powers (5 W active, 1 W idle per core, 10 W static): no power "
-                  "meter here; period and latency are predicted from times measured here")
-        elif prep.soc.name == "host" and sensor is not None:
-            print(f"note: host energy uses placeholder powers; 'run' measures energy with the {sensor.kind}"
-                  " sensor and 'calibrate --runs' fits the powers from it")
+        note = host_power_note(prep.soc)
+        if note:
+            print(note)
         print(f"wrote {Path(args.out) / 'pareto.json'}" + ("" if args.no_plot else f" and {Path(args.out) / 'pareto.png'}"))
     return 0
+
+
+def host_power_note(soc: Any) -> Optional[str]:
+    """The note on ``--soc host``'s placeholder powers (None on a profile)."""
+    if soc.name != "host":
+        return None
+    sensor = soc.power_sensor
+    if sensor is None:
+        return ("note: host energy uses placeholder powers (5 W active, 1 W idle per core, 10 W static): no power "
+                "meter here; period and latency are predicted from times measured here")
+    return (f"note: host energy uses placeholder powers; 'run' measures energy with the {sensor.kind}"
+            " sensor and 'calibrate --runs' fits the powers from it")
 
 
 def _optimize_refine(args: argparse.Namespace, prep: "Prepared", options: "SearchOptions",
@@ -355,6 +363,10 @@ def workload_table(doc: Any, show_all: bool = False) -> str:
                      + " ; ".join(f"{n}: {stages_text(p.mappings[n].stages)}" for n in names))
     lines += omitted_line(omitted)
     info = doc.search.get("workload", {})
+    for name, why in (info.get("baselines_breaking") or {}).items():
+        lines.append(f"note: {name} breaks {' and '.join(why)}: a baseline only, never Pareto-marked or on the front")
+    for name, why in (info.get("baselines_missing") or {}).items():
+        lines.append(f"note: no {name} baseline: {why}")
     bounded = info.get("bounded_by", [])
     lines.append(f"lower bounds: period {b.period_lb_s * 1e3:.3f} ms per workload frame "
                  f"({info.get('period_bound', {}).get('method', 'lp')}), latency {b.latency_lb_s * 1e3:.3f} ms; "
@@ -371,11 +383,22 @@ def _optimize_workload(args: argparse.Namespace, models: List[str]) -> int:
     from parapipe.errors import input_error
     from parapipe.search.api import SearchOptions
 
+    # the single-model options a workload does not use: refused, not silently ignored
     for flag, bad in (("--blocks", args.blocks), ("--refine", args.refine), ("--feeds", args.feeds),
-                      ("--board-power", args.board_power)):
+                      ("--board-power", args.board_power), ("--host", args.host),
+                      ("--identity", args.identity), ("--known-hosts", args.known_hosts),
+                      ("--trust-new-host", args.trust_new_host), ("--python", args.python),
+                      ("--ssh-timeout", args.ssh_timeout is not None),
+                      ("--refine-points", args.refine_points != 3), ("--frames", args.frames != 100)):
         if bad:
             raise input_error(flag, None, "is not supported for a workload of several models",
                               "drop it, or optimize one model")
+    objectives = tuple(o.strip() for o in args.objectives.split(",") if o.strip())
+    if set(objectives) != {"throughput", "latency", "energy"}:
+        raise input_error("--objectives", args.objectives, "a workload's front is always on workload throughput, "
+                          "the latency axis and energy per workload frame", "drop --objectives for a workload")
+    if args.time_stages is not None and args.time_stages < 0:
+        raise input_error("--time-stages", None, f"must be >= 0, got {args.time_stages}", "give 0 or drop it")
     if args.workload:
         if models:
             raise input_error("--workload", args.workload, "lists the models; MODEL arguments were given too",
@@ -383,20 +406,25 @@ def _optimize_workload(args: argparse.Namespace, models: List[str]) -> int:
         spec = read_app_file(args.workload)
         if args.rates:
             spec.rates = parse_rates(args.rates, len(spec.models))
+            print(f"parapipe: note: --rates {args.rates} overrides the rates of {args.workload}", file=sys.stderr)
         if args.input_shape:
             spec.input_shapes = workload_input_shapes(args.input_shape, spec.models)
+            spec.shapes_from_file = False
+            print(f"parapipe: note: --input-shape overrides the input_shapes of {args.workload}", file=sys.stderr)
+        if args.latency_axis and args.latency_axis != spec.latency_axis:
+            print(f"parapipe: note: --latency-axis {args.latency_axis} overrides the latency_axis "
+                  f"({spec.latency_axis}) of {args.workload}", file=sys.stderr)
     else:
         spec = WorkloadSpec(models, parse_rates(args.rates, len(models)),
                             workload_input_shapes(args.input_shape, models), [None] * len(models))
     if args.latency_axis:
         spec.latency_axis = args.latency_axis
-    objectives = tuple(o.strip() for o in args.objectives.split(",") if o.strip())
     options = SearchOptions(objectives=objectives, max_stages=args.max_stages, time_limit_s=args.time_limit,
                             seed=args.seed, operating_points=args.operating_points)
     pus = [p.strip() for p in args.pus.split(",")] if args.pus else None
     from parapipe.soc.identity import is_host
 
-    if is_host(args.soc) and args.time_stages != 0:
+    if args.time_stages:  # only when the user asked for it
         logging.getLogger(__name__).warning(
             "--time-stages: stage timing is skipped for a workload (the search uses each model's measured block "
             "and whole-model times)")
@@ -407,13 +435,22 @@ def _optimize_workload(args: argparse.Namespace, models: List[str]) -> int:
         doc, _ = optimize_workload(preps, spec, options, Path(args.out), plot=not args.no_plot)
     finally:
         steps.close()
+    measurement: Dict[str, Any] = doc.search.get("measurement") or {}
     if args.json:
         print(json.dumps(doc.model_dump(mode="json")))
+        if measurement.get("warning"):
+            print(f"parapipe: {measurement['warning']}", file=sys.stderr)
         return 0
     pr = preps[0].problem
     print(" + ".join(f"{p.loaded.name} ({p.problem.n_blocks} blocks)" for p in preps)
           + f" on {preps[0].soc.name}: {pr.n_pus} PUs ({', '.join(pr.pu_names)})")
     print(workload_table(doc, args.all))
+    if measurement:
+        print_measurement(measurement, measurement.get("gap"), "", "timed runs of each model's blocks",
+                          warn=measurement.get("warning") or "")
+    note = host_power_note(preps[0].soc)
+    if note:
+        print(note)
     print(f"wrote {Path(args.out) / 'pareto.json'}" + ("" if args.no_plot else f" and {Path(args.out) / 'pareto.png'}"))
     return 0
 
@@ -445,7 +482,8 @@ def add_parser(sub) -> None:
     s.add_argument("--rates", default=None, metavar="R1,R2,...", help="workload: frames of each model per "
                    "workload frame, in the models' order (default: 1 each)")
     s.add_argument("--workload", default=None, metavar="APP.yaml", help="workload: a YAML file listing the models "
-                   "(model, rate, input_shapes, latency_bound_s) and latency_axis, instead of MODEL arguments")
+                   "(model, rate, input_shapes, latency_bound_s in s) and latency_axis, instead of MODEL arguments "
+                   "(format: README, 'Workload app file')")
     s.add_argument("--latency-axis", default=None, choices=("max", "weighted-mean"), help="workload: the front's "
                    "latency axis, the largest model latency (default) or their rate-weighted mean")
     s.add_argument("--blocks", default=None, help="a block table CSV instead of a model (block,deps,out_bytes,t_<pu>…)")
@@ -481,4 +519,9 @@ def add_parser(sub) -> None:
     add_board_power_option(s)
     add_host_options(s)
     add_input_options(s, feeds=True)
+    for action in s._actions:  # a workload names the model of each shape
+        if action.dest == "input_shape":
+            action.metavar = "NAME:D0xD1x...|MODEL:NAME=D0xD1x..."
+            action.help = (f"{action.help}; for a workload of several models, MODEL:INPUT=D0xD1x..., e.g. "
+                           "squeezenet:data_0=1x3x224x224")
     s.set_defaults(func=handle)

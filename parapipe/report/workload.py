@@ -4,18 +4,20 @@
 (b) the latency axis against energy per workload frame (mJ); the best front points labelled with their ids, the baselines
 ``separate``, ``split`` and ``whole`` one marker each, the lower bounds dashed. ``plot_workload_gantt`` draws the
 predicted schedule of one point: per PU, each model's stages in the model's own colour, ``rate`` frames of each
-model per workload frame run back to back, over ``n_frames`` workload periods (a model's stage on a PU shared
+model per workload frame run back to back, over ``n_frames`` workload periods (a replicated stage's frames dealt
+to its replicas by their shares, each run whole on one replica, as on a single model's chart; a model's stage on a PU shared
 with other models waits for them: the chart shows each PU's busy time per workload frame, not when each frame
 enters).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from matplotlib.figure import Figure
 
 from ..mapping.workload import WorkloadDoc, WorkloadPoint
 from ._common import save_figure
+from .plots import NOTE_COLOUR
 
 __all__ = ["plot_workload", "plot_workload_gantt", "MODEL_COLOURS"]
 
@@ -33,9 +35,11 @@ def _best(points: List[WorkloadPoint], key: str) -> Any:
     return min(points, key=lambda p: (getattr(p, key), p.period_s, p.latency_s, p.energy_j), default=None)
 
 
-def plot_workload(doc: WorkloadDoc, path: Any) -> None:
+def plot_workload(doc: WorkloadDoc, path: Any, note: Optional[str] = None) -> None:
     """Write the front of ``doc`` to ``path`` (PNG; module docstring): every front point a dot, each panel's
-    non-dominated points joined as a staircase, the best-throughput, -latency and -energy points labelled."""
+    non-dominated points joined as a staircase, the best-throughput, -latency and -energy points labelled.
+    ``note`` (:func:`parapipe.report.plots.power_note`: placeholder or low-confidence powers) goes over the
+    energy panel in the warning colour, as on a single model's chart."""
     fig = Figure(figsize=(11, 4.8))
     axes = fig.subplots(1, 2)
     front = sorted((p for p in doc.points if p.strategy == "parapipe"), key=lambda p: p.latency_s)
@@ -64,6 +68,8 @@ def plot_workload(doc: WorkloadDoc, path: Any) -> None:
         ax.axvline(doc.bounds.latency_lb_s * 1e3, ls="--", color="grey", lw=0.8)
         ax.set_xlabel(xl)
         ax.set_ylabel(yl)
+        if note and yl.startswith("energy"):  # over the energy panel, in the warning colour
+            ax.set_title(note, color=NOTE_COLOUR, fontsize=9)
         ax.grid(alpha=0.3)
     axes[0].axhline(1.0 / doc.bounds.period_lb_s if doc.bounds.period_lb_s > 0 else 0, ls="--", color="grey",
                     lw=0.8, label="bounds")
@@ -79,8 +85,15 @@ def plot_workload(doc: WorkloadDoc, path: Any) -> None:
 
 def _bars(doc: WorkloadDoc, point: WorkloadPoint, n_frames: int) -> List[Tuple[str, float, float, int, str]]:
     """(PU, start s, duration s, model index, label) of every stage run over ``n_frames`` workload periods."""
+    from ppexec.dispatch import SmoothWeightedRoundRobin
+
     bars = []
     free: Dict[str, float] = {}
+    # a replicated stage: each frame runs whole on the replica the dispatcher deals it to (smooth weighted round
+    # robin by share, as the executor deals and as the single-model chart draws), for that replica's time
+    dealers = {(m, s): SmoothWeightedRoundRobin([r.share for r in st.replicas])
+               for m, model in enumerate(doc.models)
+               for s, st in enumerate(point.mappings[model.name].stages) if st.replicas}
     for f in range(n_frames):
         t0 = f * point.period_s
         for pu in free:
@@ -90,10 +103,16 @@ def _bars(doc: WorkloadDoc, point: WorkloadPoint, n_frames: int) -> List[Tuple[s
             reps = model.rate if float(model.rate).is_integer() else 1.0
             for _ in range(int(reps)):
                 for s, st in enumerate(stages):
-                    dur = st.time_s * (model.rate / reps)
-                    for pu in st.all_pus():
+                    if st.replicas:
+                        r = dealers[(m, s)].pick()
+                        rep = st.replicas[r]
+                        runs = [(pu, rep.time_s, f"{model.name} s{s} r{r}") for pu in rep.pus]
+                    else:
+                        runs = [(pu, st.time_s, f"{model.name} s{s}") for pu in st.all_pus()]
+                    for pu, t_s, label in runs:
+                        dur = t_s * (model.rate / reps)
                         start = max(free.get(pu, t0), t0)
-                        bars.append((pu, start, dur, m, f"{model.name} s{s}"))
+                        bars.append((pu, start, dur, m, label))
                         free[pu] = start + dur
     return bars
 

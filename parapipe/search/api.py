@@ -423,7 +423,8 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     if relaxed is not None and best_period > relaxed.bound_s * (1 + opts.period_gap):
         eps = 0.0 if problem.n_blocks * problem.n_pus <= opts.exact_max_cells else opts.period_epsilon
         period_m, period_report = period_pass(problem, best_period, catalog, relaxed.guide(),
-                                              opts.period_time_limit_s, eps, opts.wall_safety_factor)
+                                              opts.period_time_limit_s, eps, opts.wall_safety_factor,
+                                              max_stages=opts.max_stages)
         if period_m is not None:
             m = merge_same_pu_stages(period_m)
             cand_points.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m), origin="period"))

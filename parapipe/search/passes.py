@@ -209,10 +209,10 @@ def _replicated(problem: MappingProblem, opts, catalog: StageCatalog, small: boo
 
 
 def period_pass(problem: MappingProblem, best_period_s: float, catalog: StageCatalog, guide,
-                time_limit_s: float, epsilon: float = 0.0, safety_factor: Optional[float] = None
-                ) -> Tuple[Optional[Mapping], Dict[str, Any]]:
+                time_limit_s: float, epsilon: float = 0.0, safety_factor: Optional[float] = None,
+                max_stages: Optional[int] = None) -> Tuple[Optional[Mapping], Dict[str, Any]]:
     """The least period over the PU-reuse space (every hierarchical mapping the DP can build, PUs shared or
-    not; every PU at its highest operating point, where times are least), searched exactly with busy-time labels only, pruned at ``best_period_s`` and by ``guide`` (the
+    not; every PU at its highest operating point, where times are least; at most ``max_stages`` stages), searched exactly with busy-time labels only, pruned at ``best_period_s`` and by ``guide`` (the
     relaxation's Lagrangian cost-to-go, :mod:`.relaxation`).
 
     Returns
@@ -231,7 +231,7 @@ def period_pass(problem: MappingProblem, best_period_s: float, catalog: StageCat
     t0 = time.monotonic()
     budget = Budget.of_seconds(time_limit_s, PERIOD_WORK_PER_S, SAFETY_FACTOR if safety_factor is None else safety_factor)
     dpo = DPOptions(reuse_pus=True, period_below=best_period_s * (1 - 1e-9), guide=guide, epsilon=epsilon,
-                    budget=budget, max_ops_only=True, project_budget=True)
+                    budget=budget, max_ops_only=True, project_budget=True, max_stages=max_stages)
     report: Dict[str, Any] = {"searched": True, "exact": False, "epsilon": epsilon, "time_limit_s": time_limit_s}
     mapping = None
     try:

@@ -78,7 +78,7 @@ from .pareto import pareto_mask
 __all__ = ["EXACT_CANDIDATE_CELLS", "MAX_PARTIAL", "MAX_DP_CANDIDATES", "DP_CANDIDATE_S", "SPLIT_SEARCHED", "dp_candidates",
            "EXACT_OP_MAPPINGS", "RETIME_MAX_COMBINATIONS", "RETIME_ROUND_S", "RETIME_WORK_PER_S", "switch_pus",
            "count_op_mappings", "WorkloadPoint", "WorkloadResult", "workload_search",
-           "workload_period_lp", "remap_mapping", "enumerate_mappings"]
+           "workload_period_lp", "remap_mapping", "enumerate_mappings", "LatencyBoundError", "within_limits"]
 
 log = logging.getLogger(__name__)
 
@@ -234,17 +234,51 @@ class _Candidates:
     sig: np.ndarray  # (c, len(sw), 3): _signature
 
 
+class LatencyBoundError(InfeasibleError):
+    """No mapping of model ``model_index`` meets its latency bound ``bound_s`` (s); ``best_latency_s`` is the
+    least latency of its candidates within the stage limit (s; None when it has none)."""
+
+    def __init__(self, message: str, model_index: int, bound_s: float, best_latency_s: Optional[float]) -> None:
+        super().__init__(message)
+        self.model_index = model_index
+        self.bound_s = bound_s
+        self.best_latency_s = best_latency_s
+
+
+def within_limits(problems: Sequence[MappingProblem], maps: Sequence[Mapping], evaluation: WorkloadEvaluation,
+                  latency_bounds_s: Sequence[Optional[float]], max_stages: Optional[int]) -> List[str]:
+    """What a workload point breaks: one phrase per model latency bound it exceeds and per model with more than
+    ``max_stages`` stages (empty when it meets them all)."""
+    out: List[str] = []
+    for pr, mp, lat, bound in zip(problems, maps, evaluation.latency_s_per_model, latency_bounds_s):
+        if bound is not None and lat > bound * (1 + 1e-9):
+            out.append(f"{pr.name}'s latency bound ({lat * 1e3:.4g} ms > {bound * 1e3:.4g} ms)")
+        if max_stages is not None and len(mp.stages) > max_stages:
+            out.append(f"the stage limit for {pr.name} ({len(mp.stages)} stages > --max-stages {max_stages})")
+    return out
+
+
 def _candidates(problem: MappingProblem, maps: List[Mapping], terms: PipelineTerms,
                 latency_bound_s: Optional[float], sw: Sequence[int] = (),
-                prior: Optional[_Candidates] = None) -> Tuple[_Candidates, int]:
-    """Evaluate ``maps`` alone and keep the non-dominated ones (module docstring; among mappings of equal
-    :func:`_signature` on the switching PUs ``sw``), together with ``prior``'s (not re-evaluated); also returns
-    how many were evaluated."""
+                prior: Optional[_Candidates] = None, max_stages: Optional[int] = None,
+                model_index: int = 0) -> Tuple[_Candidates, int]:
+    """Evaluate ``maps`` alone and keep the non-dominated ones within ``max_stages`` stages and the latency
+    bound (module docstring; among mappings of equal :func:`_signature` on the switching PUs ``sw``), together
+    with ``prior``'s (not re-evaluated); also returns how many were evaluated.
+
+    Raises
+    ------
+    LatencyBoundError
+        No mapping within the stage limit meets ``latency_bound_s``.
+    InfeasibleError
+        No mapping within the stage limit.
+    """
     seen: Dict[Mapping, None] = {}
     known = set(prior.mappings) if prior is not None else set()
     for m in maps:
-        if m not in known:
+        if m not in known and (max_stages is None or len(m.stages) <= max_stages):
             seen.setdefault(m, None)
+    best_latency = float("inf")
     k = problem.n_pus
     rows, kept, sigs = [], [], []
     if prior is not None:
@@ -253,14 +287,20 @@ def _candidates(problem: MappingProblem, maps: List[Mapping], terms: PipelineTer
         sigs += list(prior.sig)
     for m in seen:
         ev = evaluate(problem, m, terms)
+        best_latency = min(best_latency, ev.latency_s)
         if latency_bound_s is not None and ev.latency_s > latency_bound_s:
             continue
         kept.append(m)
         rows.append(list(ev.busy_s) + [ev.latency_s, model_dyn_energy_j(problem, ev)])
         sigs.append(_signature(problem, m, sw))
     if not rows:
-        raise InfeasibleError(f"{problem.name}: no mapping meets its latency bound of {latency_bound_s * 1e3:.3g} ms"
-                              if latency_bound_s is not None else f"{problem.name}: no mapping")
+        stages = "" if max_stages is None else f" within {max_stages} stage(s)"
+        if latency_bound_s is not None and np.isfinite(best_latency):
+            raise LatencyBoundError(
+                f"{problem.name}: no mapping{stages} meets its latency bound of {latency_bound_s * 1e3:.4g} ms "
+                f"(the least latency it reaches is {best_latency * 1e3:.4g} ms)", model_index, latency_bound_s,
+                best_latency)
+        raise InfeasibleError(f"{problem.name}: no mapping{stages} on these PUs")
     arr = np.array(rows)
     sig = np.array(sigs, dtype=np.int64).reshape(len(rows), len(sw), 3)
     mask = _grouped_pareto(_canonical(arr), sig.reshape(len(rows), -1))
@@ -511,7 +551,8 @@ def _retime_round(problems: Sequence[MappingProblem], front: List[WorkloadPoint]
     for m, pr in enumerate(problems):
         before = len(cands[m].mappings)
         if new[m]:
-            c, n_eval = _candidates(pr, new[m], terms, bounds_s[m], sw, prior=cands[m])
+            c, n_eval = _candidates(pr, new[m], terms, bounds_s[m], sw, prior=cands[m], max_stages=opts.max_stages,
+                                    model_index=m)
             added += n_eval
             out.append(c)
         else:
@@ -582,7 +623,7 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
             bounded_by.append(f"{pr.name}: candidates from the single-model search and the per-PU DP fronts "
                               f"({pr.n_blocks} blocks x {pr.n_pus} PUs > {EXACT_CANDIDATE_CELLS} cells)")
             bounded_by += notes
-        c, n_eval = _candidates(pr, maps, terms, bounds_s[m], sw)
+        c, n_eval = _candidates(pr, maps, terms, bounds_s[m], sw, max_stages=opts.max_stages, model_index=m)
         evaluated += n_eval
         cands.append(c)
     cross = terms.contention > 0 or terms.sharing > 0 or any(terms.overlap.values())
@@ -603,16 +644,29 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
                               ev_of([cs[m].mappings[i] for m, i in enumerate(row)]), origin=origin)
                 for row in rows]
 
+    def breaks(p: WorkloadPoint) -> List[str]:
+        return within_limits(problems, p.mappings, p.evaluation, bounds_s, opts.max_stages)
+
     cand_points = points_of(rows, cands, "combination")
-    baselines = _baselines(problems, rates, results, cands, ev_of, opts, terms)
-    cand_points += [WorkloadPoint("", "parapipe", b.mappings, b.evaluation, origin="baseline") for b in baselines]
+    baselines, missing = _baselines(problems, rates, results, cands, ev_of, opts, terms,
+                                    lambda maps: not within_limits(problems, maps, ev_of(maps), bounds_s,
+                                                                   opts.max_stages))
+    broken = {b.strategy: breaks(b) for b in baselines}
+    broken = {k: v for k, v in broken.items() if v}
+    for name, why in broken.items():
+        log.info("workload: the %s baseline breaks %s: shown as a baseline, not on the front", name,
+                 " and ".join(why))
+    for name, reason in missing.items():
+        log.info("workload: no %s baseline: %s", name, reason)
+    cand_points += [WorkloadPoint("", "parapipe", b.mappings, b.evaluation, origin="baseline") for b in baselines
+                    if b.strategy not in broken]
 
     def fitting(pts: List[WorkloadPoint]) -> List[WorkloadPoint]:
         fits = [p for p in pts if p.evaluation.fits_memory]
         return fits or pts
 
     # final round: the front's combinations re-timed over the operating points, combined again
-    first = fitting(cand_points)
+    first = fitting([p for p in cand_points if not breaks(p)] or cand_points)
     mat0 = _canonical(np.array([p.objectives() for p in first]))
     front0 = [first[i] for i in np.flatnonzero(pareto_mask(mat0))]
     if all(enumerated_ops):
@@ -631,6 +685,12 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
                 bounded_by.append(f"at most {max_partial} partial combinations kept between models")
         if round_info.get("stopped"):
             bounded_by.append(f"operating-point round: {round_info['stopped']}")
+    # the cross-model terms can lengthen a model's latency past its bound: the front keeps the points within it
+    within = [p for p in cand_points if not breaks(p)]
+    if not within:
+        raise InfeasibleError("workload: no combination meets every model's latency bound and the stage limit "
+                              "once the models share the PUs")
+    cand_points = within
     fits = [p for p in cand_points if p.evaluation.fits_memory]
     if fits:
         cand_points = fits
@@ -643,9 +703,10 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
         p.id = f"w{i}"
     all_points = front + baselines
     objs = [tuple(r) for r in _canonical(np.array([p.objectives() for p in all_points]))]
-    on_front = {objs[j] for j in np.flatnonzero(pareto_mask(np.array(objs)))}
+    ok = [i for i, p in enumerate(all_points) if p.strategy not in broken]  # a broken baseline is never marked
+    on_front = {objs[ok[j]] for j in np.flatnonzero(pareto_mask(np.array([objs[i] for i in ok])))}
     for i, p in enumerate(all_points):
-        p.pareto = objs[i] in on_front
+        p.pareto = i in ok and objs[i] in on_front
     kappa = float(terms.slowdown) if not any(terms.overlap.values()) else 1.0
     lp = workload_period_lp(problems, rates) * kappa
     own = max(r * res.bounds.period_lb_s for r, res in zip(rates, results))
@@ -656,6 +717,7 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
         "candidates": [len(c.mappings) for c in cands], "candidates_evaluated": evaluated,
         "combinations_ranked": len(rows), "max_partial": max_partial, "operating_point_round": round_info,
         "period_bound": {"lp_s": lp, "models_s": own, "method": "lp" if lp >= own else "models"},
+        "baselines_breaking": {k: v for k, v in broken.items()}, "baselines_missing": dict(missing),
         "model_search_s": model_s, "search_s": time.monotonic() - t0}
     log.info("workload search: %d models, front %d points, %.2fs, exact %s", len(problems), len(front),
              info["search_s"], exact)
@@ -663,17 +725,24 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
 
 
 def _baselines(problems, rates, results: List[SearchResult], cands: List[_Candidates], ev_of,
-               opts: SearchOptions, terms: PipelineTerms) -> List[WorkloadPoint]:
-    """The ``separate``, ``split`` and ``whole`` baselines (module docstring)."""
+               opts: SearchOptions, terms: PipelineTerms, meets=lambda maps: True
+               ) -> Tuple[List[WorkloadPoint], Dict[str, str]]:
+    """The ``separate``, ``split`` and ``whole`` baselines (module docstring; of the ``split`` and ``whole``
+    choices, those where ``meets(mappings)`` first), and why each missing one could not be built."""
     k = problems[0].n_pus
     n_models = len(problems)
     out: List[WorkloadPoint] = []
+    missing: Dict[str, str] = {}
     sep = [res.best("throughput").mapping for res in results]
     out.append(WorkloadPoint("separate", "separate", sep, ev_of(sep), origin="baseline"))
 
+    def fastest(res: SearchResult) -> Mapping:  # of the points within the stage limit, if any
+        pts = [p for p in res.points if opts.max_stages is None or len(p.mapping.stages) <= opts.max_stages]
+        return min(pts or res.points, key=lambda p: (p.objectives()[0],) + p.objectives()).mapping
+
     def best_within(m: int, keep: Tuple[int, ...]) -> Optional[Mapping]:
         if len(keep) == k:
-            return results[m].best("throughput", None).mapping
+            return fastest(results[m])
         allowed = set(keep)
         c = cands[m]
         ok = [i for i, mp in enumerate(c.mappings)
@@ -704,35 +773,49 @@ def _baselines(problems, rates, results: List[SearchResult], cands: List[_Candid
     def searched(m: int, keep: Tuple[int, ...]) -> Optional[Mapping]:
         if (m, keep) not in memo:
             if len(keep) == k:
-                memo[(m, keep)] = results[m].best("throughput", None).mapping
+                memo[(m, keep)] = fastest(results[m])
             else:
                 try:
                     sub = search(problems[m].restrict_pus(keep), opts, terms=terms)
-                    memo[(m, keep)] = remap_mapping(sub.best("throughput", None).mapping, keep)
+                    memo[(m, keep)] = remap_mapping(fastest(sub), keep)
                 except InfeasibleError:
                     memo[(m, keep)] = None
         return memo[(m, keep)]
 
-    best_split: Optional[WorkloadPoint] = None
+    def rank(maps: List[Mapping], ev: WorkloadEvaluation) -> tuple:
+        return (not meets(maps),) + tuple(ev.objectives())
+
+    best_split: Optional[Tuple[tuple, WorkloadPoint]] = None
     for _, split in ranked[:SPLIT_SEARCHED]:
         found = [searched(m, g) for m, g in enumerate(split)]
         if any(mp is None for mp in found):
             continue
         maps = [mp for mp in found if mp is not None]
         ev = ev_of(maps)
-        if best_split is None or ev.objectives() < best_split.evaluation.objectives():
-            best_split = WorkloadPoint("split", "split", maps, ev, origin="baseline")
+        if best_split is None or rank(maps, ev) < best_split[0]:
+            best_split = (rank(maps, ev), WorkloadPoint("split", "split", maps, ev, origin="baseline"))
     if best_split is not None:
-        out.append(best_split)
-    best_whole = None
+        out.append(best_split[1])
+    elif k < n_models:
+        missing["split"] = f"fewer PUs ({k}) than models ({n_models}): no split gives each model its own PUs"
+    elif not ranked:
+        missing["split"] = ("every split of the PUs leaves some model on PUs that cannot run all its operators "
+                            "(or without a mapping on them)")
+    else:
+        missing["split"] = "the single-model search found no mapping on the PUs of the best splits"
+    best_whole: Optional[Tuple[tuple, WorkloadPoint]] = None
     for pus in itertools.product(range(k), repeat=n_models):
         if any(not np.isfinite(problems[m].time_s[:, p]).all() for m, p in enumerate(pus)):
             continue
         maps = [Mapping((StageMapping(0, problems[m].n_blocks, (p,), (p,) * problems[m].n_blocks),))
                 for m, p in enumerate(pus)]
         ev = ev_of(maps)
-        if best_whole is None or ev.objectives() < best_whole.evaluation.objectives():
-            best_whole = WorkloadPoint("whole", "whole", maps, ev, origin="baseline")
+        if best_whole is None or rank(maps, ev) < best_whole[0]:
+            best_whole = (rank(maps, ev), WorkloadPoint("whole", "whole", maps, ev, origin="baseline"))
     if best_whole is not None:
-        out.append(best_whole)
-    return out
+        out.append(best_whole[1])
+    else:
+        alone = [pr.name for pr in problems if not any(np.isfinite(pr.time_s[:, p]).all() for p in range(k))]
+        missing["whole"] = (f"no single PU runs every block of {', '.join(alone)}" if alone
+                            else "no PU assignment runs every model whole")
+    return out, missing
