@@ -60,7 +60,7 @@ def test_measured_gantt_of_a_trace_and_the_trace_reads_back(trace, tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["plot", "--out", "x.png"], "give exactly one of --gantt, --graph and --trace"),
+    (["plot", "--out", "x.png"], "give exactly one of --gantt, --graph, --front and --trace"),
     (["plot", "--gantt", "--out", "x.png"], "--mapping: is required with --gantt"),
     (["plot", "--gantt", "--mapping", "{pareto}", "--point", "nope", "--out", "x.png"], "no point 'nope'"),
     (["plot", "--trace", "{bad}", "--out", "x.png"], "not valid JSON"),

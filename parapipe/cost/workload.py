@@ -42,6 +42,8 @@ With one model at rate 1 the figures equal :func:`parapipe.cost.evaluate.evaluat
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
@@ -104,7 +106,10 @@ def workload_latency(axis: str, latencies_s: Sequence[float], rates: Sequence[fl
 
 def model_dyn_energy_j(problem: MappingProblem, ev: Evaluation) -> float:
     """Active (dynamic) energy per inference of a single-model evaluation, J: its energy less the board's idle
-    and static power over its period (:mod:`parapipe.cost.evaluate`: ``E = E_dyn + (Σ P_idle + P_static)·P``)."""
+    and static power over its period (:mod:`parapipe.cost.evaluate`: ``E = E_dyn + (Σ P_idle + P_static)·P``);
+    infinite for a mapping that cannot run (a block on a PU that lacks its operators: infinite period)."""
+    if not math.isfinite(ev.period_s):
+        return math.inf
     return float(ev.energy_j - (float(problem.idle_power_w.sum()) + problem.static_power_w) * ev.period_s)
 
 
