@@ -37,6 +37,8 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import shutil
+import atexit
 import json
 import os
 import resource
@@ -113,13 +115,37 @@ def zoo_table(models, socs):
           f"{_pct(avg['eqthr_gain_vs_parallel_pct'])} %")
 
 
+_PYCACHES: dict = {}
+
+
+def _pycache(checkout: Path) -> str:
+    """A bytecode cache folder of this run for ``checkout`` (as an installed package has one; the checkout stays
+    clean): without it a process where PYTHONDONTWRITEBYTECODE is set compiles every module on each run. The
+    first process of a checkout writes it: warm it with one untimed ``--help``."""
+    key = str(checkout)
+    if key not in _PYCACHES:
+        folder = tempfile.mkdtemp(prefix="parapipe-bench-pycache-")
+        atexit.register(shutil.rmtree, folder, True)
+        _PYCACHES[key] = folder
+        env = {**os.environ, "PYTHONPYCACHEPREFIX": folder,
+               "PYTHONPATH": os.pathsep.join([str(checkout), str(checkout / "device_agents")])}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        warm = ("import parapipe.app.optimize, parapipe.cli.optimize, parapipe.search.api, parapipe.report.plots, "
+                "parapipe.app.prepare")
+        subprocess.run([sys.executable, "-c", warm], cwd=checkout, env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+    return _PYCACHES[key]
+
+
 def run_optimize(checkout: Path, model: str, soc: str, ops: str, out: str) -> dict:
     """One whole ``parapipe optimize MODEL --soc SOC --no-plot --operating-points OPS`` process run from
     ``checkout``: wall and CPU seconds (the child's user + system time) and what its pareto.json reports."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), str(checkout / "device_agents")]
-                                                       + [os.environ["PYTHONPATH"]] * bool(os.environ.get("PYTHONPATH")))}
+                                                       + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+           "PYTHONPYCACHEPREFIX": _pycache(checkout)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     proc = subprocess.run([sys.executable, "-m", "parapipe", "optimize", model, "--soc", soc, "--no-plot",
                            "--operating-points", ops, "--out", out], cwd=checkout, env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
