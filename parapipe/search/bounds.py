@@ -43,7 +43,7 @@ import numpy as np
 from ..cost.problem import MappingProblem
 from .budget import RELAX_WORK_PER_S, Budget
 
-__all__ = ["PROOF_RTOL", "CERTIFIED_GAP", "PROOF_ONLY_WORK", "REPLICATED_RELAXATION_MAX_CELLS", "Bounds", "lp_period_bound", "fastest_problem",
+__all__ = ["BOUND_COVERS", "PROOF_RTOL", "CERTIFIED_GAP", "PROOF_ONLY_WORK", "REPLICATED_RELAXATION_MAX_CELLS", "Bounds", "lp_period_bound", "fastest_problem",
            "optimistic_problem",
            "latency_lower_bound", "block_period_bound", "lower_bounds"]
 
@@ -70,6 +70,12 @@ budget; on small problems it does (forced hand-offs) and is fast. Re-measure wit
 ``python benchmarks/search_bench.py``, which prints each model's bound, the bound's method and the search time."""
 
 
+#: What a period bound speaks for (pareto.json ``search.bound.covers``): the spaces the search covers.
+BOUND_COVERS = ("mappings without replicated stages, and mappings in which each PU serves one stage (replicated "
+                "stages included); a replicated mapping whose PUs also serve other stages is neither searched nor "
+                "bounded")
+
+
 @dataclass
 class Bounds:
     """``period_s >= period_lb_s`` and ``latency_s >= latency_lb_s`` for every mapping of the problem.
@@ -88,12 +94,13 @@ class Bounds:
 
     def info(self) -> Dict[str, Any]:
         """The bound's provenance for pareto.json ``search.bound``: ``period_method`` (the bound that certifies
-        ``period_lb_s``), ``period_lb_s``, ``period_proved_optimal``, ``note`` (when there is one) and ``spaces``:
+        ``period_lb_s``), ``period_lb_s``, ``period_proved_optimal``, ``covers`` (:data:`BOUND_COVERS`: the
+        mappings the bound, and so "proved optimal", speaks for), ``note`` (when there is one) and ``spaces``:
         per space bounded (``reuse``: mappings without replicated stages; ``replicated``: mappings in which each
         PU serves one stage, replicated stages included), its ``method``, ``period_lb_s`` and whether its own
         min-max DP ``proved`` the best period optimal; the period bound is the least of them."""
         out: Dict[str, Any] = {"period_method": self.period_method, "period_lb_s": float(self.period_lb_s),
-                               "period_proved_optimal": self.period_proved_optimal}
+                               "period_proved_optimal": self.period_proved_optimal, "covers": BOUND_COVERS}
         if self.note:
             out["note"] = self.note
         if self.spaces:
