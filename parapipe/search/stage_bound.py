@@ -44,6 +44,7 @@ from typing import Dict, List, Tuple
 import numpy as np
 
 from ..cost.problem import MappingProblem
+from .relaxation import _partitions
 
 __all__ = ["MAX_PUS", "WEIGHT_EXPONENTS", "stage_time_bounds", "stage_period_bound"]
 
@@ -53,18 +54,6 @@ uniform to the fastest PU's; measured on the zoo × A311D/A1000, ``python benchm
 
 MAX_PUS = 6
 """Largest PU count the bound is built for (the DP steps grow as 3^k; 6 PUs: 729 per block)."""
-
-
-def _partitions(items: Tuple[int, ...]):
-    """Every partition of ``items`` into non-empty blocks (lists of tuples)."""
-    if not items:
-        yield []
-        return
-    first, rest = items[0], items[1:]
-    for part in _partitions(rest):
-        yield [(first,)] + part
-        for i in range(len(part)):
-            yield part[:i] + [(first,) + part[i]] + part[i + 1:]
 
 
 def _mask(pus) -> int:
