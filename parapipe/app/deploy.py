@@ -237,21 +237,7 @@ def deploy_mapping(mapping, spec: HostSpec, out_dir: Path, options: Optional[Dep
     InputError, HostError, ExecutionError
         As :func:`deploy` (``--out`` not creatable, a host or connection that fails, a run that fails).
     """
-    options = options or DeployOptions()
-    _check_options(options)
-    out_dir = Path(out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise input_error("--out", str(out_dir), f"cannot create the output folder ({exc.strerror or exc})",
-                          "choose a writable folder") from None
-    emit = on_event or (lambda event: None)
-    with tempfile.TemporaryDirectory(prefix="parapipe-bundle-") as tmp:
-        bundle = build_bundle(mapping, Path(tmp) / "bundle")
-        emit({"event": "bundle", "bundle_id": bundle.bundle_id, "nbytes": bundle.nbytes,
-              "files": len(bundle.manifest["files"]) + 1})
-        with RemoteHost(spec, connect_timeout_s=options.connect_timeout_s) as host:
-            return deploy_bundle(host, bundle, out_dir, options, emit)
+    return _build_and_deploy(lambda folder: build_bundle(mapping, folder), spec, out_dir, options, on_event)
 
 
 def deploy_workload(mappings: Dict[str, Any], rates: Dict[str, float], point: str, predicted: Dict[str, Any],
@@ -264,6 +250,14 @@ def deploy_workload(mappings: Dict[str, Any], rates: Dict[str, float], point: st
     task."""
     from parapipe.deploy.bundle import build_workload_bundle
 
+    return _build_and_deploy(lambda folder: build_workload_bundle(mappings, rates, point, predicted, folder),
+                             spec, out_dir, options, on_event)
+
+
+def _build_and_deploy(build: Callable[[Path], Bundle], spec: HostSpec, out_dir: Path,
+                      options: Optional[DeployOptions], on_event: Progress) -> DeployReport:
+    """Create ``out_dir``, build the bundle with ``build(folder)`` in a temporary folder, connect to ``spec``
+    and :func:`deploy_bundle` it. Raises as :func:`deploy`."""
     options = options or DeployOptions()
     _check_options(options)
     out_dir = Path(out_dir)
@@ -274,7 +268,7 @@ def deploy_workload(mappings: Dict[str, Any], rates: Dict[str, float], point: st
                           "choose a writable folder") from None
     emit = on_event or (lambda event: None)
     with tempfile.TemporaryDirectory(prefix="parapipe-bundle-") as tmp:
-        bundle = build_workload_bundle(mappings, rates, point, predicted, Path(tmp) / "bundle")
+        bundle = build(Path(tmp) / "bundle")
         emit({"event": "bundle", "bundle_id": bundle.bundle_id, "nbytes": bundle.nbytes,
               "files": len(bundle.manifest["files"]) + 1})
         with RemoteHost(spec, connect_timeout_s=options.connect_timeout_s) as host:

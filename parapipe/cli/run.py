@@ -93,18 +93,23 @@ def handle(args: argparse.Namespace) -> int:
         progress.close()
     record_run(args.db, lm.doc, lm.point, rep, "local")
     if args.json:
-        doc = rep.to_json()
-        # paths of files this run wrote, absolute (a local run writes no report file; the trace only with --trace)
-        trace = Path(args.trace).resolve() if args.trace else None
-        doc["report_file"] = None
-        doc["trace_file"] = str(trace) if trace is not None and trace.is_file() else None
-        print(json.dumps(doc))
+        _print_json(rep, args)
     else:
         from parapipe.mapping import stages_text
 
         print_run_report(f"point {rep.point}: {rep.stages} stage(s) ({stages_text(lm.point.stages)}), "
                           f"{rep.frames} frames", rep)
     return 0 if rep.outputs_match else 1
+
+
+def _print_json(rep, args: argparse.Namespace) -> None:
+    """``--json``: the run report with the paths of the files this run wrote, absolute (a local run writes no
+    report file; the trace only with --trace)."""
+    doc = rep.to_json()
+    trace = Path(args.trace).resolve() if args.trace else None
+    doc["report_file"] = None
+    doc["trace_file"] = str(trace) if trace is not None and trace.is_file() else None
+    print(json.dumps(doc))
 
 
 def _handle_workload(args: argparse.Namespace, binds) -> int:
@@ -129,11 +134,7 @@ def _handle_workload(args: argparse.Namespace, binds) -> int:
         progress.close()
     record_workload_run(args.db, members, rep, "local")
     if args.json:
-        doc = rep.to_json()
-        trace = Path(args.trace).resolve() if args.trace else None
-        doc["report_file"] = None
-        doc["trace_file"] = str(trace) if trace is not None and trace.is_file() else None
-        print(json.dumps(doc))
+        _print_json(rep, args)
     else:
         from parapipe.mapping import stages_text
 

@@ -58,22 +58,24 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..cost.evaluate import evaluate
-from ..cost.mapping import Mapping, ReplicaMapping, StageMapping
+from ..cost.mapping import Mapping, StageMapping
 from ..cost.pipeline_terms import DEFAULT_TERMS, PipelineTerms
 from ..cost.problem import MappingProblem
-from ..cost.workload import WorkloadEvaluation, evaluate_workload, model_dyn_energy_j, workload_latency
+from ..cost.workload import WorkloadEvaluation, evaluate_workload, workload_latency
 from ..errors import InfeasibleError
-from .api import OBJECTIVE_DIGITS, SearchOptions, SearchResult, search
+from .api import SearchOptions, SearchResult, search
 from .bounds import optimistic_problem
 from .dvfs import resolve_operating_points
-from .listsched import schedule_ranges
 from .pareto import pareto_mask
+from .workload_candidates import (DP_CANDIDATE_S, EXACT_CANDIDATE_CELLS, MAX_DP_CANDIDATES, SPLIT_SEARCHED,
+                                  Candidates, LatencyBoundError, canonical_ops, count_op_mappings, dp_candidates,
+                                  enumerate_mappings, grouped_pareto, model_candidates, remap_mapping, switch_pus,
+                                  within_limits)
 
 __all__ = ["EXACT_CANDIDATE_CELLS", "MAX_PARTIAL", "MAX_DP_CANDIDATES", "DP_CANDIDATE_S", "SPLIT_SEARCHED", "dp_candidates",
            "EXACT_OP_MAPPINGS", "RETIME_MAX_COMBINATIONS", "RETIME_ROUND_S", "RETIME_WORK_PER_S", "switch_pus",
@@ -81,10 +83,6 @@ __all__ = ["EXACT_CANDIDATE_CELLS", "MAX_PARTIAL", "MAX_DP_CANDIDATES", "DP_CAND
            "workload_period_lp", "remap_mapping", "enumerate_mappings", "LatencyBoundError", "within_limits"]
 
 log = logging.getLogger(__name__)
-
-EXACT_CANDIDATE_CELLS = 12
-"""Blocks x PUs of a model's problem up to which every mapping of the DP's space is a candidate (3 blocks x 2
-PUs: 48 mappings; 4 x 3: 3,087; the count grows as (2^k)^n)."""
 
 MAX_PARTIAL = 4000
 """Most partial combinations kept between two models (each is a row of busy times; the filter is quadratic in
@@ -128,240 +126,6 @@ class WorkloadResult:
         return min(pts, key=lambda p: (p.objectives()[col],) + p.objectives())
 
 
-def remap_mapping(mapping: Mapping, keep: Sequence[int]) -> Mapping:
-    """A mapping over the PU indices of ``problem.restrict_pus(keep)`` as a mapping over the full problem's."""
-    def pus(t):
-        return tuple(keep[p] for p in t)
-    return Mapping(tuple(StageMapping(st.start, st.stop, pus(st.pus), pus(st.assignment), st.order,
-                                      tuple(ReplicaMapping(pus(r.pus), pus(r.assignment), r.order, r.ops)
-                                            for r in st.replicas), st.ops)
-                         for st in mapping.stages))
-
-
-def enumerate_mappings(problem: MappingProblem, op_sets: Optional[Sequence[Sequence[int]]] = None) -> List[Mapping]:
-    """Every mapping of the single-model DP's space with PUs reused (module docstring); with ``op_sets`` (point
-    indices per PU) also every operating point of ``op_sets`` per stage PU, each stage list-scheduled at its
-    points (highest points only without)."""
-    n, k = problem.n_blocks, problem.n_pus
-    groups = [tuple(p for p in range(k) if mask >> p & 1) for mask in range(1, 2 ** k)]
-    variants: List[Tuple[Tuple[int, ...], Optional[Tuple[int, ...]]]] = []
-    for g in groups:
-        sets = [tuple(op_sets[p]) if op_sets is not None else (problem.max_op(p),) for p in g]
-        for choice in itertools.product(*sets):
-            norm = None if all(o == problem.max_op(p) for p, o in zip(g, choice)) else tuple(choice)
-            variants.append((g, norm))
-
-    @lru_cache(maxsize=None)
-    def runs(a: int, vi: int):
-        g, ops = variants[vi]
-        pr = problem if ops is None else problem.at_operating_points(tuple(zip(g, ops)))
-        return schedule_ranges(pr, a, g)
-
-    out: List[Mapping] = []
-
-    def extend(a: int, stages: List[StageMapping]) -> None:
-        if a == n:
-            out.append(Mapping(tuple(stages)))
-            return
-        for vi, (g, ops) in enumerate(variants):
-            rs = runs(a, vi)
-            for i in range(len(rs.makespan_s)):
-                b = a + i + 1
-                if not np.isfinite(rs.makespan_s[i]):
-                    break
-                extend(b, stages + [StageMapping(a, b, g, tuple(rs.assignment[:i + 1]), ops=ops)])
-
-    extend(0, [])
-    return out
-
-
-def count_op_mappings(problem: MappingProblem, op_sets: Sequence[Sequence[int]]) -> int:
-    """Upper bound on how many mappings :func:`enumerate_mappings` gives with ``op_sets``: ``V (1 + V)^(n-1)``
-    with ``V`` the stage variants per block range (Σ over PU groups of Π points of its PUs)."""
-    k = problem.n_pus
-    v = sum(int(np.prod([len(op_sets[p]) for p in range(k) if mask >> p & 1])) for mask in range(1, 2 ** k))
-    return v * (1 + v) ** (problem.n_blocks - 1)
-
-
-def _canonical(x: np.ndarray) -> np.ndarray:
-    return np.array([[float(f"{v:.{OBJECTIVE_DIGITS}g}") for v in row] for row in np.atleast_2d(x)])
-
-
-def switch_pus(problems: Sequence[MappingProblem]) -> List[int]:
-    """PU indices whose operating-point switches cost time (a table with ``transition_s > 0``): where models at
-    different points on one PU pay the hand-over switches of :func:`parapipe.cost.workload.cross_switching_s`."""
-    for pr in problems:
-        if pr.operating_points is not None:
-            return [p for p, t in enumerate(pr.operating_points) if t is not None and t.transition_s > 0]
-    return []
-
-
-def _signature(problem: MappingProblem, mapping: Mapping, sw: Sequence[int]) -> np.ndarray:
-    """Per PU of ``sw``: (first point used, last point used, 1 if they differ) in pipeline order, -1s when the
-    mapping does not use the PU: all the cross-model switches depend on (module docstring)."""
-    out = np.full((len(sw), 3), -1, dtype=np.int64)
-    for i, p in enumerate(sw):
-        ops: List[int] = []
-        for st in mapping.stages:
-            for view in st.replica_stages():
-                if p in view.pus:
-                    op = view.op_of(p)
-                    ops.append(problem.max_op(p) if op is None else int(op))
-        if ops:
-            out[i] = (ops[0], ops[-1], int(ops[0] != ops[-1]))
-    return out
-
-
-def _grouped_pareto(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """Pareto mask of ``values`` (minimised) within each group of equal ``keys`` rows."""
-    if keys.shape[1] == 0 or len(values) == 0:
-        return pareto_mask(values)
-    _, inv = np.unique(keys, axis=0, return_inverse=True)
-    inv = np.asarray(inv).reshape(-1)
-    mask = np.zeros(len(values), dtype=bool)
-    for g in np.unique(inv):
-        sel = np.flatnonzero(inv == g)
-        mask[sel[pareto_mask(values[sel])]] = True
-    return mask
-
-
-@dataclass
-class _Candidates:
-    mappings: List[Mapping]
-    busy: np.ndarray  # (c, k) per inference
-    latency: np.ndarray
-    dyn: np.ndarray
-    sig: np.ndarray  # (c, len(sw), 3): _signature
-
-
-class LatencyBoundError(InfeasibleError):
-    """No mapping of model ``model_index`` meets its latency bound ``bound_s`` (s); ``best_latency_s`` is the
-    least latency of its candidates within the stage limit (s; None when it has none)."""
-
-    def __init__(self, message: str, model_index: int, bound_s: float, best_latency_s: Optional[float]) -> None:
-        super().__init__(message)
-        self.model_index = model_index
-        self.bound_s = bound_s
-        self.best_latency_s = best_latency_s
-
-
-def within_limits(problems: Sequence[MappingProblem], maps: Sequence[Mapping], evaluation: WorkloadEvaluation,
-                  latency_bounds_s: Sequence[Optional[float]], max_stages: Optional[int]) -> List[str]:
-    """What a workload point breaks: one phrase per model latency bound it exceeds and per model with more than
-    ``max_stages`` stages (empty when it meets them all)."""
-    out: List[str] = []
-    for pr, mp, lat, bound in zip(problems, maps, evaluation.latency_s_per_model, latency_bounds_s):
-        if bound is not None and lat > bound * (1 + 1e-9):
-            out.append(f"{pr.name}'s latency bound ({lat * 1e3:.4g} ms > {bound * 1e3:.4g} ms)")
-        if max_stages is not None and len(mp.stages) > max_stages:
-            out.append(f"the stage limit for {pr.name} ({len(mp.stages)} stages > --max-stages {max_stages})")
-    return out
-
-
-def _candidates(problem: MappingProblem, maps: List[Mapping], terms: PipelineTerms,
-                latency_bound_s: Optional[float], sw: Sequence[int] = (),
-                prior: Optional[_Candidates] = None, max_stages: Optional[int] = None,
-                model_index: int = 0) -> Tuple[_Candidates, int]:
-    """Evaluate ``maps`` alone and keep the non-dominated ones within ``max_stages`` stages and the latency
-    bound (module docstring; among mappings of equal :func:`_signature` on the switching PUs ``sw``), together
-    with ``prior``'s (not re-evaluated); also returns how many were evaluated.
-
-    Raises
-    ------
-    LatencyBoundError
-        No mapping within the stage limit meets ``latency_bound_s``.
-    InfeasibleError
-        No mapping within the stage limit.
-    """
-    seen: Dict[Mapping, None] = {}
-    known = set(prior.mappings) if prior is not None else set()
-    for m in maps:
-        if m not in known and (max_stages is None or len(m.stages) <= max_stages):
-            seen.setdefault(m, None)
-    best_latency = float("inf")
-    k = problem.n_pus
-    rows, kept, sigs = [], [], []
-    if prior is not None:
-        kept += prior.mappings
-        rows += [list(b) + [lt, d] for b, lt, d in zip(prior.busy, prior.latency, prior.dyn)]
-        sigs += list(prior.sig)
-    for m in seen:
-        ev = evaluate(problem, m, terms)
-        best_latency = min(best_latency, ev.latency_s)
-        if latency_bound_s is not None and ev.latency_s > latency_bound_s:
-            continue
-        kept.append(m)
-        rows.append(list(ev.busy_s) + [ev.latency_s, model_dyn_energy_j(problem, ev)])
-        sigs.append(_signature(problem, m, sw))
-    if not rows:
-        stages = "" if max_stages is None else f" within {max_stages} stage(s)"
-        if latency_bound_s is not None and np.isfinite(best_latency):
-            raise LatencyBoundError(
-                f"{problem.name}: no mapping{stages} meets its latency bound of {latency_bound_s * 1e3:.4g} ms "
-                f"(the least latency it reaches is {best_latency * 1e3:.4g} ms)", model_index, latency_bound_s,
-                best_latency)
-        raise InfeasibleError(f"{problem.name}: no mapping{stages} on these PUs")
-    arr = np.array(rows)
-    sig = np.array(sigs, dtype=np.int64).reshape(len(rows), len(sw), 3)
-    mask = _grouped_pareto(_canonical(arr), sig.reshape(len(rows), -1))
-    idx = np.flatnonzero(mask)
-    return _Candidates([kept[i] for i in idx], arr[idx, :k], arr[idx, k], arr[idx, k + 1], sig[idx]), len(seen)
-
-
-MAX_DP_CANDIDATES = 96
-"""Most mappings taken from each of a model's two per-PU DP fronts (disjoint groups, PUs reused) above
-:data:`EXACT_CANDIDATE_CELLS`: the fronts are thinned on a grid to this many (:func:`parapipe.search.pareto.spread_rows`)
-before they are evaluated (the PU-reuse front of a 48-block model on 4 PUs holds 1,000-15,000 mappings; evaluating one costs about
-0.6 ms, measured with ``python -m cProfile`` on the zoo models and the A311D profile)."""
-
-SPLIT_SEARCHED = 2
-"""The ``split`` baseline: how many of the best PU splits (ranked by the models' candidates) are then searched
-with the single-model search on each model's PUs."""
-
-DP_CANDIDATE_S = 1.0
-"""Work budget of each per-PU DP pass, in deterministic seconds (:mod:`parapipe.search.budget`)."""
-
-
-def dp_candidates(problem: MappingProblem, opts: SearchOptions, cap: int = MAX_DP_CANDIDATES
-                  ) -> Tuple[List[Mapping], List[str]]:
-    """A model's candidates for every subset of the PUs at once: the single-model DP's disjoint-group and
-    PU-reuse passes run with :attr:`parapipe.search.dp.DPOptions.per_pu_front` (final labels non-dominated per PU,
-    not on the period), highest operating points, with the single-model search's label grid, caps and cut rule
-    above its ``exact_max_cells`` and a work budget of :data:`DP_CANDIDATE_S` each; each front thinned to ``cap``
-    mappings (:func:`parapipe.search.pareto.spread_rows`). Returns the mappings and what bounded them (one line each, empty if nothing)."""
-    from dataclasses import replace
-
-    from .budget import DP_WORK_PER_S, Budget
-    from .dp import DPDeadline, DPOptions, dp_front
-    from .transitions import StageCatalog
-
-    small = problem.n_blocks * problem.n_pus <= opts.exact_max_cells
-    catalog = StageCatalog(problem, None)
-    base = DPOptions(max_stages=opts.max_stages, per_pu_front=cap)
-    if not small:
-        base = replace(base, epsilon=opts.epsilon, max_labels=opts.max_labels, max_cut_tensors=opts.max_cut_tensors)
-    reuse = replace(base, reuse_pus=True)
-    if not small:
-        reuse = replace(reuse, epsilon=max(opts.epsilon, opts.reuse_epsilon), max_labels=opts.reuse_max_labels)
-    out: List[Mapping] = []
-    notes: List[str] = []
-    for name, dpo in (("disjoint", base), ("reuse", reuse)):
-        dpo = replace(dpo, budget=Budget.of_seconds(DP_CANDIDATE_S, DP_WORK_PER_S, opts.wall_safety_factor))
-        try:
-            res = dp_front(problem, dpo, catalog=catalog)
-        except DPDeadline as exc:
-            notes.append(f"{problem.name}: per-PU {name} candidates skipped ({exc})")
-            continue
-        except InfeasibleError:
-            continue
-        out += res.mappings
-        if not res.exact(dpo.epsilon) or res.thinned:
-            notes.append(f"{problem.name}: per-PU {name} candidates {len(res.mappings)}"
-                         + (f" spread over {res.thinned} non-dominated" if res.thinned else "")
-                         + ("" if res.exact(dpo.epsilon) else " (label grid, cap or cut rule)"))
-    return out, notes
-
-
 def workload_period_lp(problems: Sequence[MappingProblem], rates: Sequence[float]) -> float:
     """LP bound on the workload period, s: every block of every model placed fractionally on the PUs that run
     it, at its (optimistic) time x its model's rate; the period is at least the most loaded PU's work."""
@@ -398,7 +162,7 @@ def _spread(n: int, keep: int, order: np.ndarray) -> np.ndarray:
     return np.unique(np.concatenate([head, pick]))
 
 
-def _combine(cands: List[_Candidates], rates: Sequence[float], axis: str, idle_w: float, max_partial: int,
+def _combine(cands: List[Candidates], rates: Sequence[float], axis: str, idle_w: float, max_partial: int,
              sw: Sequence[int] = (), transition_s: Sequence[float] = ()) -> Tuple[np.ndarray, bool]:
     """Index rows (one candidate per model) of the combinations on the front (module docstring) and whether
     a partial set was capped. ``sw``: the PUs whose switches cost ``transition_s`` each; the hand-over switches
@@ -430,8 +194,8 @@ def _combine(cands: List[_Candidates], rates: Sequence[float], axis: str, idle_w
             last = np.where(uses, lm, l0)
         if m < len(cands) - 1:
             # prefilter cheaply on (period, lat, dyn) order, then the exact filter in (busy, lat, dyn)
-            vals = _canonical(np.column_stack([busy, lat, dyn]))
-            mask = _grouped_pareto(vals, np.hstack([first, last, acc])) if s_n else pareto_mask(vals)
+            vals = canonical_ops(np.column_stack([busy, lat, dyn]))
+            mask = grouped_pareto(vals, np.hstack([first, last, acc])) if s_n else pareto_mask(vals)
             sel = np.flatnonzero(mask)
             if len(sel) > max_partial:
                 capped = True
@@ -446,7 +210,7 @@ def _combine(cands: List[_Candidates], rates: Sequence[float], axis: str, idle_w
     period = busy.max(axis=1)
     latency = lat if axis == "max" else lat / float(sum(rates))
     energy = dyn + idle_w * period
-    mask = pareto_mask(_canonical(np.column_stack([period, latency, energy])))
+    mask = pareto_mask(canonical_ops(np.column_stack([period, latency, energy])))
     return idx[np.flatnonzero(mask)], capped
 
 
@@ -470,9 +234,9 @@ included), ``python benchmarks/workload_bench.py --socs amlogic_a311d`` on resne
 about 2 s) and inception_v1 + squeezenet (15,274 units, about 0.7 s) on an x86-64 core of the development machine."""
 
 
-def _retime_round(problems: Sequence[MappingProblem], front: List[WorkloadPoint], cands: List[_Candidates],
+def _retime_round(problems: Sequence[MappingProblem], front: List[WorkloadPoint], cands: List[Candidates],
                   opts: SearchOptions, terms: PipelineTerms, sw: Sequence[int],
-                  bounds_s: Sequence[Optional[float]]) -> Tuple[List[_Candidates], Dict[str, Any]]:
+                  bounds_s: Sequence[Optional[float]]) -> Tuple[List[Candidates], Dict[str, Any]]:
     """The operating-point round: for up to :data:`RETIME_MAX_COMBINATIONS` combinations of the first front,
     each model's mapping re-timed (:func:`parapipe.search.dvfs.retime`, over the points
     :func:`parapipe.search.dvfs.resolve_operating_points` gives a re-timed search) once with each model's points
@@ -546,12 +310,12 @@ def _retime_round(problems: Sequence[MappingProblem], front: List[WorkloadPoint]
         if stopped:
             break
         done += 1
-    out: List[_Candidates] = []
+    out: List[Candidates] = []
     added = 0
     for m, pr in enumerate(problems):
         before = len(cands[m].mappings)
         if new[m]:
-            c, n_eval = _candidates(pr, new[m], terms, bounds_s[m], sw, prior=cands[m], max_stages=opts.max_stages,
+            c, n_eval = model_candidates(pr, new[m], terms, bounds_s[m], sw, prior=cands[m], max_stages=opts.max_stages,
                                     model_index=m)
             added += n_eval
             out.append(c)
@@ -590,7 +354,7 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
     tables0 = next((pr.operating_points for pr in problems if pr.operating_points is not None), None)
     tr = [float(getattr(tables0[p], "transition_s", 0.0)) for p in sw] if tables0 is not None else []
     results: List[SearchResult] = []
-    cands: List[_Candidates] = []
+    cands: List[Candidates] = []
     evaluated = 0
     exact = True
     bounded_by: List[str] = []
@@ -623,7 +387,7 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
             bounded_by.append(f"{pr.name}: candidates from the single-model search and the per-PU DP fronts "
                               f"({pr.n_blocks} blocks x {pr.n_pus} PUs > {EXACT_CANDIDATE_CELLS} cells)")
             bounded_by += notes
-        c, n_eval = _candidates(pr, maps, terms, bounds_s[m], sw, max_stages=opts.max_stages, model_index=m)
+        c, n_eval = model_candidates(pr, maps, terms, bounds_s[m], sw, max_stages=opts.max_stages, model_index=m)
         evaluated += n_eval
         cands.append(c)
     cross = terms.contention > 0 or terms.sharing > 0 or any(terms.overlap.values())
@@ -639,7 +403,7 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
     def ev_of(maps: Sequence[Mapping]) -> WorkloadEvaluation:
         return evaluate_workload(problems, maps, rates, terms, latency_axis)
 
-    def points_of(rows: np.ndarray, cs: List[_Candidates], origin: str) -> List[WorkloadPoint]:
+    def points_of(rows: np.ndarray, cs: List[Candidates], origin: str) -> List[WorkloadPoint]:
         return [WorkloadPoint("", "parapipe", [cs[m].mappings[i] for m, i in enumerate(row)],
                               ev_of([cs[m].mappings[i] for m, i in enumerate(row)]), origin=origin)
                 for row in rows]
@@ -667,7 +431,7 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
 
     # final round: the front's combinations re-timed over the operating points, combined again
     first = fitting([p for p in cand_points if not breaks(p)] or cand_points)
-    mat0 = _canonical(np.array([p.objectives() for p in first]))
+    mat0 = canonical_ops(np.array([p.objectives() for p in first]))
     front0 = [first[i] for i in np.flatnonzero(pareto_mask(mat0))]
     if all(enumerated_ops):
         round_info: Dict[str, Any] = {"done": False, "why": "every mapping x operating point was a candidate"}
@@ -696,13 +460,13 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
         cand_points = fits
     else:
         log.warning("workload: no combination found fits the PUs' memory limits; the front shows ones that do not")
-    mat = _canonical(np.array([p.objectives() for p in cand_points]))
+    mat = canonical_ops(np.array([p.objectives() for p in cand_points]))
     front = [cand_points[i] for i in np.flatnonzero(pareto_mask(mat))]
     front.sort(key=lambda p: p.objectives())
     for i, p in enumerate(front):
         p.id = f"w{i}"
     all_points = front + baselines
-    objs = [tuple(r) for r in _canonical(np.array([p.objectives() for p in all_points]))]
+    objs = [tuple(r) for r in canonical_ops(np.array([p.objectives() for p in all_points]))]
     ok = [i for i, p in enumerate(all_points) if p.strategy not in broken]  # a broken baseline is never marked
     on_front = {objs[ok[j]] for j in np.flatnonzero(pareto_mask(np.array([objs[i] for i in ok])))}
     for i, p in enumerate(all_points):
@@ -724,7 +488,7 @@ def workload_search(problems: Sequence[MappingProblem], rates: Sequence[float], 
     return WorkloadResult(list(problems), list(rates), latency_axis, all_points, period_lb, latency_lb, results, info)
 
 
-def _baselines(problems, rates, results: List[SearchResult], cands: List[_Candidates], ev_of,
+def _baselines(problems, rates, results: List[SearchResult], cands: List[Candidates], ev_of,
                opts: SearchOptions, terms: PipelineTerms, meets=lambda maps: True
                ) -> Tuple[List[WorkloadPoint], Dict[str, str]]:
     """The ``separate``, ``split`` and ``whole`` baselines (module docstring; of the ``split`` and ``whole``
