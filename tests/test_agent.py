@@ -137,7 +137,9 @@ def test_transfer_between_cpu_sets(agent):
     reply = agent.request("transfer", nbytes=nbytes, src_cpus=[cpus[0]], dst_cpus=[cpus[-1]], repeats=8)
     assert reply["nbytes"] == nbytes and reply["repeats"] == 8
     assert reply["src_cpus"] == [cpus[0]] and reply["dst_cpus"] == [cpus[-1]]
-    assert 0 < reply["min_s"] <= reply["median_s"] <= reply["p90_s"]
+    # a cost is clipped at 0 (ppexec.timing.handoff_costs) when the consumer's own cached re-read took longer than
+    # the hand-off, e.g. descheduled on a busy machine: a zero minimum is a measurement, the median is not
+    assert 0 <= reply["min_s"] <= reply["median_s"] <= reply["p90_s"] and reply["median_s"] > 0
     assert reply["bandwidth_bytes_per_s"] == pytest.approx(nbytes / reply["median_s"])
     with pytest.raises(AgentRequestError, match="nbytes"):
         agent.request("transfer", nbytes=0, src_cpus=[cpus[0]], dst_cpus=[cpus[0]])
