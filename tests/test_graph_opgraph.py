@@ -242,3 +242,77 @@ def test_shapes_onnx_cannot_infer_are_measured_with_onnxruntime(caplog):
     assert og.op("loop").inputs == ("trips", "one", "x")  # the body's outer-scope reads count
     assert og.graph.has_edge("relu", "loop")
     assert og.op("loop").param_nbytes == 8 + 16
+
+
+def _large_filled_weights_model() -> onnx.ModelProto:
+    """ConstantOfShape weights larger than the skeleton keeps: ``w`` read by a Conv, ``v`` reshaped by a target
+    that only the static-shape fold (round 1) makes constant, so ``v`` is folded in round 2."""
+    nodes = [
+        helper.make_node("ConstantOfShape", ["w_shape"], ["w"], name="fill_w",
+                         value=numpy_helper.from_array(np.array([0.02], np.float32))),
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("ConstantOfShape", ["v_shape"], ["v"], name="fill_v",
+                         value=numpy_helper.from_array(np.array([0.5], np.float32))),
+        helper.make_node("Shape", ["c"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "i1"], ["n"], name="gather", axis=0),
+        helper.make_node("Unsqueeze", ["n", "ax"], ["n1"], name="unsq"),
+        helper.make_node("Concat", ["n1", "minus1"], ["target"], name="cat", axis=0),
+        helper.make_node("Reshape", ["v", "target"], ["v2"], name="reshape_v"),
+        helper.make_node("ReduceSum", ["v2"], ["vs"], name="sum_v", keepdims=0),
+        helper.make_node("Add", ["c", "vs"], ["y"], name="add"),
+    ]
+    inits = [numpy_helper.from_array(np.array([64, 8, 3, 3], np.int64), "w_shape"),
+             numpy_helper.from_array(np.array([64, 8, 9], np.int64), "v_shape"),
+             numpy_helper.from_array(np.array(1, np.int64), "i1"),
+             numpy_helper.from_array(np.array([0], np.int64), "ax"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus1")]
+    graph = helper.make_graph(nodes, "filled", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_large_filled_weights_are_written_when_the_model_is_first_read():
+    """Costing reads the structure only: the large folded ConstantOfShape weights get their bytes on the first
+    read of ``OpGraph.model``, whose weights and nodes are then byte for byte those normalising without deferring
+    gives."""
+    from parapipe.graph.normalize import normalise
+
+    original = _large_filled_weights_model()
+    og = import_onnx(original, "filled", "filled.onnx")
+    hollow = {t.name: len(t.raw_data) for t in og.structure.graph.initializer}
+    assert hollow["w"] == 0 and "w" in og.constants and og.op("conv").param_nbytes == 64 * 8 * 9 * 4
+    assert "v" not in hollow and og.tensors["y"].shape == (1, 64, 6, 6)  # v folded in round 2, from its fill
+    m = og.model
+    assert m is og.structure and len(og.initializer("w").raw_data) == 64 * 8 * 9 * 4
+    plain = normalise(original, "filled.onnx")  # import_onnx then adds the inferred value_info only
+    assert [t.SerializeToString() for t in m.graph.initializer] == [t.SerializeToString()
+                                                                    for t in plain.graph.initializer]
+    assert [n.SerializeToString() for n in m.graph.node] == [n.SerializeToString() for n in plain.graph.node]
+    x = np.random.default_rng(0).standard_normal((1, 8, 6, 6)).astype(np.float32)
+    np.testing.assert_allclose(run(m, {"x": x})[0], run(original, {"x": x})[0], rtol=1e-5)
+
+
+def test_large_filled_weights_are_written_before_onnxruntime_measures_shapes():
+    """A model whose shapes ONNX Runtime must measure runs with its filled weights written (an empty
+    initializer would not load)."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["x", "one"], ["s"], name="body_add"),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_id")], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 8192])])
+    nodes = [helper.make_node("ConstantOfShape", ["w_shape"], ["w"], name="fill",
+                              value=numpy_helper.from_array(np.array([0.5], np.float32))),
+             helper.make_node("Add", ["x0", "w"], ["x"], name="add_w"),
+             helper.make_node("Loop", ["trips", ""], ["scan"], name="loop", body=body),
+             helper.make_node("Flatten", ["scan"], ["y"], name="flat")]
+    inits = [numpy_helper.from_array(np.array(3, np.int64), "trips"),
+             numpy_helper.from_array(np.array([1, 8192], np.int64), "w_shape"),
+             numpy_helper.from_array(np.ones((1, 8192), np.float32), "one")]
+    graph = helper.make_graph(nodes, "loop", [helper.make_tensor_value_info("x0", TensorProto.FLOAT, [1, 8192])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    og = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    assert og.tensors["y"].shape == (3, 8192)
+    filled = {t.name: t for t in og.structure.graph.initializer}["w"]
+    assert len(filled.raw_data) == 8192 * 4  # written for the run, before any read of og.model

@@ -133,7 +133,7 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
         from parapipe.graph.feeds import load_feeds
         from parapipe.measure.submodels import measure_local
 
-        check_declared(og.model, source, HOST_SOC, [])  # host PUs run ONNX Runtime's CPU operators only
+        check_declared(og.structure, source, HOST_SOC, [])  # host PUs run ONNX Runtime's CPU operators only
         frame = load_feeds(feeds, og)[0] if feeds else None
         t1 = time.perf_counter()
         if db:
@@ -156,7 +156,7 @@ def prepare(model: str, soc: str, pus: Optional[Sequence[str]] = None, max_block
         from parapipe.app.resolve import resolve_soc
 
         soc_obj = resolve_soc(soc)
-        check_declared(og.model, source, soc_obj.name, [p.supported_ops for p in soc_obj.pus.values()])
+        check_declared(og.structure, source, soc_obj.name, [p.supported_ops for p in soc_obj.pus.values()])
         if db:
             from parapipe.calibration.predict import block_times_at_frequencies, costs_from_db
 

@@ -174,9 +174,9 @@ def check_models(spec: WorkloadSpec, soc: str, pus: Optional[Sequence[str]] = No
             source = model
             og = import_onnx(lm.model, name=lm.name, source=source, input_shapes=shapes)
             if soc_obj is None:
-                check_declared(og.model, source, HOST_SOC, [])
+                check_declared(og.structure, source, HOST_SOC, [])
             else:
-                check_declared(og.model, source, soc_obj.name, [p.supported_ops for p in soc_obj.pus.values()])
+                check_declared(og.structure, source, soc_obj.name, [p.supported_ops for p in soc_obj.pus.values()])
         except ParapipeError as exc:
             text = str(exc)
             if spec.source and spec.shapes_from_file and text.startswith("--input-shape: "):

@@ -55,11 +55,21 @@ class _Filled:
     of ConstantOfShape weights that is a third of the import time.
     """
 
-    __slots__ = ("shape", "value")
+    __slots__ = ("shape", "value", "tensor")
 
     def __init__(self, shape: tuple[int, ...], value: np.ndarray) -> None:
         self.shape = shape
         self.value = value  # 0-d array carrying the dtype
+        #: its initializer in the graph, its bytes not yet written (:func:`normalise` with ``deferred``)
+        self.tensor: Optional[onnx.TensorProto] = None
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
 
     def array(self) -> np.ndarray:
         return np.full(self.shape, self.value, dtype=self.value.dtype)
@@ -215,7 +225,7 @@ def _fold_static_shapes(model: onnx.ModelProto, consts: dict[str, Const], source
     graph = model.graph
     if not any(n.op_type in ("Shape", "Size") and n.input[0] not in consts for n in graph.node):
         return 0
-    _sync_initializers(graph, consts)
+    _sync_initializers(graph, consts, defer=True)
     types = shapes.infer_activation_types(model, source, strict=False, measure=False)
     kept: list[onnx.NodeProto] = []
     replaced = 0
@@ -237,14 +247,29 @@ def _fold_static_shapes(model: onnx.ModelProto, consts: dict[str, Const], source
     return replaced
 
 
-def _sync_initializers(graph: onnx.GraphProto, consts: dict[str, Const]) -> None:
-    """Append numpy constants of ``consts`` to ``graph.initializer`` (as TensorProtos) and record them."""
+def _sync_initializers(graph: onnx.GraphProto, consts: dict[str, Const], defer: bool = False) -> None:
+    """Append numpy constants of ``consts`` to ``graph.initializer`` (as TensorProtos) and record them.
+
+    ``defer``: a filled constant of more than :data:`~parapipe.graph.shapes.SKELETON_MAX_INLINE_ELEMENTS`
+    elements (a weight, never a shape) gets its initializer without its bytes and stays in ``consts``, the
+    initializer in its ``tensor`` (:func:`fill_deferred` writes the bytes)."""
+    held: Optional[dict[str, onnx.TensorProto]] = None
     for name, value in list(consts.items()):
         if isinstance(value, _Filled) and value.value.dtype.kind in "biufb":
+            if value.tensor is not None:  # its initializer is in the graph already, without its bytes
+                if not defer:
+                    if held is None:
+                        held = {t.name: t for t in graph.initializer}
+                    held[name].raw_data = value.raw_bytes()
+                    consts[name] = held[name]
+                continue
             tensor = graph.initializer.add()
             tensor.name = name
             tensor.data_type = helper.np_dtype_to_tensor_dtype(value.value.dtype)
             tensor.dims.extend(value.shape)
+            if defer and value.size > shapes.SKELETON_MAX_INLINE_ELEMENTS:
+                value.tensor = tensor
+                continue
             tensor.raw_data = value.raw_bytes()
             consts[name] = tensor
             continue
@@ -306,8 +331,21 @@ def _strip_unused_optional_outputs(graph: onnx.GraphProto, opset: int) -> None:
             node.output.extend(outs)
 
 
+def fill_deferred(model: onnx.ModelProto, deferred: dict[str, Any]) -> onnx.ModelProto:
+    """Write the bytes of the initializers :func:`normalise` left empty into ``model`` (in place), and empty
+    ``deferred``; returns ``model``, then identical to what :func:`normalise` without ``deferred`` returns."""
+    if deferred:
+        for tensor in model.graph.initializer:
+            fill = deferred.get(tensor.name)
+            if fill is not None:
+                tensor.raw_data = fill.raw_bytes()
+        deferred.clear()
+    return model
+
+
 def normalise(model: onnx.ModelProto, source: str = "<memory>",
-              input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> onnx.ModelProto:
+              input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+              deferred: Optional[dict[str, Any]] = None) -> onnx.ModelProto:
     """Return the normalised copy of ``model`` described in the module docstring.
 
     Parameters
@@ -319,6 +357,13 @@ def normalise(model: onnx.ModelProto, source: str = "<memory>",
     input_shapes : mapping of str to sequence of int, optional
         Static shape of every data input (from :func:`parapipe.graph.inputs.resolve_input_shapes`); decided
         here with the default rules when None.
+    deferred : dict, optional
+        Given (empty): the initializers of folded ``ConstantOfShape`` weights (one repeated value, more than
+        :data:`~parapipe.graph.shapes.SKELETON_MAX_INLINE_ELEMENTS` elements) are left without their bytes and
+        recorded here, by name, until :func:`fill_deferred` writes them: writing them is most of the import
+        time of a light zoo model (AlexNet's 244 MB: 0.3 s), and costing a model reads only their dims. Until
+        then read only the model's structure, names, dims and types (:func:`parapipe.graph.shapes.skeleton`
+        drops exactly these initializers).
 
     Returns
     -------
@@ -352,8 +397,12 @@ def normalise(model: onnx.ModelProto, source: str = "<memory>",
         folded += _fold_static_shapes(m, consts, source)
         if not folded:
             break
-    _sync_initializers(graph, consts)
+    _sync_initializers(graph, consts, defer=deferred is not None)
     _drop_unused(graph)
+    if deferred is not None:
+        kept = {t.name for t in graph.initializer}
+        deferred.update((name, value) for name, value in consts.items()
+                        if isinstance(value, _Filled) and value.tensor is not None and name in kept)
     _strip_unused_optional_outputs(graph, opset)
     if m.ir_version < 4:
         m.ir_version = 4

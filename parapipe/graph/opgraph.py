@@ -86,7 +86,8 @@ class OpGraph:
     ----------
     model : onnx.ModelProto
         The normalised model (constants folded into initializers, unique node names, static shapes); runs in
-        ONNX Runtime with the original model's outputs.
+        ONNX Runtime with the original model's outputs. Its large filled weights are written on the first
+        read; :attr:`structure` reads the model without writing them.
     graph : networkx.DiGraph
         Nodes: operator names, node attribute ``op`` (:class:`Operator`). Edge (u, v) when v reads an
         activation tensor u produces; attributes ``nbytes`` (int, distinct tensors u -> v) and ``tensors``
@@ -108,8 +109,10 @@ class OpGraph:
     def __init__(self, model: onnx.ModelProto, graph: nx.DiGraph, tensors: dict[str, TensorInfo],
                  inputs: list[str], outputs: list[str], constants: set[str], topo_order: list[str],
                  name: str, elem_types: dict[str, int], input_notes: Sequence[str] = (),
-                 value_types: Optional[dict[str, onnx.TypeProto]] = None) -> None:
-        self.model = model
+                 value_types: Optional[dict[str, onnx.TypeProto]] = None,
+                 deferred: Optional[dict[str, object]] = None) -> None:
+        self._model = model
+        self._deferred = deferred if deferred else None
         self.graph = graph
         self.tensors = tensors
         self.inputs = inputs
@@ -123,6 +126,23 @@ class OpGraph:
         self._node_index = {n.name: i for i, n in enumerate(model.graph.node)}
         self._init_index: Optional[dict[str, int]] = None
         self.captured = captured_tensors(model.graph)
+
+    @property
+    def model(self) -> onnx.ModelProto:
+        """The normalised model, complete: the weights :func:`import_onnx` left unwritten (the folded
+        ``ConstantOfShape`` weights of light zoo models, :func:`parapipe.graph.normalize.normalise`) are written
+        on the first read."""
+        if self._deferred is not None:
+            normalize.fill_deferred(self._model, self._deferred)
+            self._deferred = None
+        return self._model
+
+    @property
+    def structure(self) -> onnx.ModelProto:
+        """The normalised model, possibly without the bytes of its large filled weights: for reading nodes,
+        names, opsets, dims and types (what costing and checking a model read), never weight values; cheaper
+        than :attr:`model` until something needs the weights."""
+        return self._model
 
     @property
     def flops(self) -> float:
@@ -151,7 +171,7 @@ class OpGraph:
 
     def node(self, name: str) -> onnx.NodeProto:
         """The NodeProto of operator ``name`` in :attr:`model` (KeyError if there is none)."""
-        return self.model.graph.node[self._node_index[name]]
+        return self._model.graph.node[self._node_index[name]]
 
     def node_index(self, name: str) -> int:
         """Position of operator ``name`` in ``model.graph.node``."""
@@ -272,12 +292,14 @@ def _import(model: onnx.ModelProto, name: str, source: str,
             given: Optional[Mapping[str, Sequence[int]]], feeds: Optional[Mapping[str, np.ndarray]] = None) -> OpGraph:
     support.check_runtime(model, source)
     resolved = input_shapes_mod.resolve_input_shapes(model, given, source)
-    norm = normalize.normalise(model, source, resolved.shapes)
+    deferred: dict[str, object] = {}  # weights written when OpGraph.model is first read
+    norm = normalize.normalise(model, source, resolved.shapes, deferred=deferred)
     g = norm.graph
     if len(g.node) == 0:
         raise input_error(source, "graph", "has no operators after folding constants",
                           "give a model that computes something from its inputs")
-    found = shapes.infer_tensor_types(norm, source, feeds=feeds)
+    found = shapes.infer_tensor_types(norm, source, feeds=feeds,
+                                      before_measure=lambda: normalize.fill_deferred(norm, deferred))
     constants = {t.name for t in g.initializer}
     const_types = {t.name: (tuple(int(d) for d in t.dims), np_dtype_name(t.data_type)) for t in g.initializer}
     const_nbytes = {t.name: elem_tensor_nbytes(t.dims, t.data_type) for t in g.initializer}
@@ -340,6 +362,6 @@ def _import(model: onnx.ModelProto, name: str, source: str,
     topo = list(nx.lexicographical_topological_sort(dg, key=index.__getitem__))
     data_inputs = [n for n in graph_inputs if n not in constants]
     og = OpGraph(norm, dg, tensors, data_inputs, graph_outputs, constants, topo, name, elem_types,
-                 resolved.notes, found.value_types)
+                 resolved.notes, found.value_types, deferred)
     logger.debug("imported %s: %d operators, %.3f GFLOPs", name, dg.number_of_nodes(), og.flops / 1e9)
     return og

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 import numpy as np
 import onnx
@@ -126,7 +126,8 @@ def _producers(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
 
 
 def infer_tensor_types(model: onnx.ModelProto, source: str, *, strict: bool = True,
-                       measure: bool = True, feeds: Optional[Mapping[str, np.ndarray]] = None) -> TensorTypes:
+                       measure: bool = True, feeds: Optional[Mapping[str, np.ndarray]] = None,
+                       before_measure: Optional[Callable[[], object]] = None) -> TensorTypes:
     """Shape and element type of every graph input and node output of ``model``, with the data-dependent dims.
 
     Parameters
@@ -144,6 +145,9 @@ def infer_tensor_types(model: onnx.ModelProto, source: str, *, strict: bool = Tr
         Values of data inputs for that run (the arrays of ``--feeds``: see :func:`_probe_feed`); the other
         inputs get fixed values. A model that branches on an input (an ``If`` on a sample rate) needs the
         real value there.
+    before_measure : callable, optional
+        Called before that run (to complete a model whose weights :func:`parapipe.graph.normalize.normalise`
+        left empty: static inference reads none of them).
 
     Returns
     -------
@@ -183,6 +187,8 @@ def infer_tensor_types(model: onnx.ModelProto, source: str, *, strict: bool = Tr
     if missing and measure:
         logger.info("%s: %d tensor shapes not inferable statically (first: %s); measuring with ONNX Runtime",
                     source, len(missing), missing[0])
+        if before_measure is not None:
+            before_measure()
         for name, (shape, elem) in _measure_with_ort(model, missing, source, _probe_values(model, found, feeds)).items():
             if name not in result.sequences:
                 axes = result.data_dependent.get(name)
