@@ -47,8 +47,31 @@ def show_progress() -> bool:
     return not _QUIET["quiet"] and sys.stderr.isatty()
 
 
+class _HiddenBar:
+    """What :func:`progress_bar` gives when progress is not drawn: the attributes and methods its callers use on
+    a tqdm bar, doing nothing (tqdm itself, 10-20 ms to import, is then not loaded)."""
+
+    def __init__(self, total: Optional[int], desc: str) -> None:
+        self.total, self.desc, self.n = total, desc, 0
+
+    def refresh(self) -> None:
+        """Nothing to draw."""
+
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
+        """Nothing to draw."""
+
+    def update(self, n: int = 1) -> None:
+        """Count ``n`` more done."""
+        self.n += n
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
 def progress_bar(total: Optional[int], desc: str) -> "tqdm":
     """A tqdm bar on stderr, hidden with ``--quiet`` or when stderr is not a terminal (:func:`show_progress`)."""
+    if not show_progress():
+        return _HiddenBar(total, desc)  # type: ignore[return-value]  # the part of tqdm's interface used
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, mininterval=0.5,
