@@ -174,6 +174,23 @@ def test_plot_pareto_writes_png(doc, tmp_path):
     assert os.listdir(tmp_path) == ["pareto.png"]  # no temp file left behind
 
 
+def test_plot_pareto_lays_out_once_and_renders_once(doc, tmp_path, monkeypatch):
+    """Two passes over the figure: the layout (nothing rasterised) and the one rendering written to the PNG (savefig
+    would lay the figure out again first), which holds the same pixels as ``Figure.savefig`` writes."""
+    from matplotlib.figure import Figure
+
+    from parapipe.report.plots import pareto_figure
+
+    passes = []
+    draw = Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda self, renderer: passes.append(1) or draw(self, renderer))
+    plot_pareto(doc, tmp_path / "pareto.png")
+    assert len(passes) == 2
+    monkeypatch.setattr(Figure, "draw", draw)
+    pareto_figure(doc).savefig(tmp_path / "saved.png", format="png", dpi=100)
+    assert (imread(tmp_path / "pareto.png") == imread(tmp_path / "saved.png")).all()
+
+
 def test_plot_pareto_replaces_existing_file(doc, tmp_path):
     out = tmp_path / "pareto.png"
     out.write_bytes(b"old")

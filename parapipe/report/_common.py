@@ -66,3 +66,30 @@ def save_figure(fig: Figure, path: Any, dpi: int = 100) -> None:
     with atomic_path(Path(path), suffix=".png") as tmp:  # the usual file mode, as pareto.json gets
         fig.savefig(str(tmp), format="png", dpi=dpi)
     log.debug("wrote %s", path)
+
+
+def save_rendered(fig: Figure, path: Any) -> None:
+    """Render ``fig``, laid out already (its layout engine none), once on its Agg canvas and write it as PNG as
+    :func:`save_figure` does, at the figure's own dpi.
+
+    ``Figure.savefig`` lays out a figure that has had a layout engine once more before rendering it (a draw
+    without rasterising: 0.3-0.5 s for the Pareto plot, ``python -m cProfile``); this writes the same pixels
+    and PNG metadata (``matplotlib.image.imsave`` of the canvas buffer, as ``FigureCanvasAgg.print_png``) from
+    one draw.
+
+    Raises
+    ------
+    OSError
+        The folder cannot be written (the temp file is removed).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.image import imsave
+
+    from ..files import atomic_path
+
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+    canvas.draw()
+    path = os.fspath(path)
+    with atomic_path(Path(path), suffix=".png") as tmp:
+        imsave(str(tmp), canvas.buffer_rgba(), format="png", origin="upper", dpi=fig.dpi)
+    log.debug("wrote %s", path)

@@ -25,7 +25,7 @@ from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 from ..errors import input_error
 from ..mapping.model import ParetoDoc
 from ..mapping.model import STRATEGIES
-from ._common import DEFAULT_SOURCE, STYLE, save_figure, title_of
+from ._common import DEFAULT_SOURCE, STYLE, save_figure, save_rendered, title_of
 
 log = logging.getLogger(__name__)
 
@@ -348,7 +348,7 @@ def pareto_figure(doc: ParetoDoc, *, source: Optional[str] = None, soc: Any = No
         vals = [p[key] for s in STRATEGIES for p in by_strategy[s]]
         if min(vals) > 0 and max(vals) > LOG_SCALE_RATIO * min(vals):
             log_keys.add(key)
-    fig = Figure(figsize=(16, 12.5), layout="constrained")
+    fig = Figure(figsize=(16, 12.5), dpi=100, layout="constrained")
     (ax_t, ax_e), (zx_t, zx_e) = fig.subplots(2, 2)
     focus = by_strategy["parapipe"] or [p for s in STRATEGIES for p in by_strategy[s] if p["pareto"]] or \
         [p for s in STRATEGIES for p in by_strategy[s]]
@@ -431,7 +431,7 @@ def pareto_figure(doc: ParetoDoc, *, source: Optional[str] = None, soc: Any = No
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     canvas = FigureCanvasAgg(fig)
-    canvas.draw()  # constrained layout and the log scales fix where everything lands
+    fig.draw_without_rendering()  # constrained layout and the log scales fix where everything lands
     fig.set_layout_engine("none")  # and there it stays: labels are placed in these pixels
     renderer = canvas.get_renderer()
     for ax, (labels, markers, title, full) in labels_of.items():
@@ -473,4 +473,4 @@ def plot_pareto(doc: ParetoDoc, path: Any, *, source: Optional[str] = None, soc:
     OSError
         The folder cannot be written.
     """
-    save_figure(pareto_figure(doc, source=source, soc=soc), path)
+    save_rendered(pareto_figure(doc, source=source, soc=soc), path)
