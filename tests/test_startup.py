@@ -75,3 +75,19 @@ def test_constants_kept_in_step_with_onnx():
     assert {onnx.defs.ONNX_DOMAIN, "ai.onnx", onnx.defs.ONNX_ML_DOMAIN} <= STANDARD_DOMAINS
     assert zoo.light_models_dir() == Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
     assert (zoo.light_models_dir() / "light_squeezenet.onnx").is_file()
+
+
+#: What ``optimize --no-plot`` on a bundled profile never uses: plotting, boards and SSH, the profile database,
+#: measuring runs, progress bars with stderr not a terminal.
+NOT_FOR_OPTIMIZE = ("matplotlib", "PIL", "paramiko", "tqdm", "scipy", "sqlite3", "parapipe.report",
+                    "parapipe.remote", "parapipe.deploy", "parapipe.profiledb", "parapipe.execution",
+                    "parapipe.calibration", "parapipe.measure.submodels")
+
+
+def test_optimize_without_plot_imports_only_what_it_uses(tmp_path):
+    """``optimize MODEL --soc PROFILE --no-plot`` (a whole process) loads none of the libraries and layers its
+    path does not run: each is imported inside the function that needs it."""
+    loaded = imported_modules(["optimize", "alexnet", "--soc", "jetson_orin_nano", "--no-plot", "--out",
+                               str(tmp_path / "out")], tmp_path)
+    assert "parapipe.app.optimize" in loaded and (tmp_path / "out" / "pareto.json").is_file()
+    assert [m for m in NOT_FOR_OPTIMIZE if m in loaded] == []
