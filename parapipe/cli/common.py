@@ -71,7 +71,7 @@ class _HiddenBar:
 def progress_bar(total: Optional[int], desc: str) -> "tqdm":
     """A tqdm bar on stderr, hidden with ``--quiet`` or when stderr is not a terminal (:func:`show_progress`)."""
     if not show_progress():
-        return _HiddenBar(total, desc)  # type: ignore[return-value]  # the part of tqdm's interface used
+        return _HiddenBar(total, desc)  # the part of tqdm's interface used
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, mininterval=0.5,

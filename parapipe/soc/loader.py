@@ -136,7 +136,7 @@ def _check_duplicate_keys(node: yaml.Node, display: str, path: tuple = (), seen:
 # a profile: `python -m cProfile -m parapipe optimize alexnet --soc jetson_orin_nano --no-plot`).
 _FastLoader: type = _Loader
 if hasattr(yaml, "CSafeLoader"):
-    class _CLoader(yaml.CSafeLoader):  # type: ignore[name-defined,misc]
+    class _CLoader(yaml.CSafeLoader):
         """:class:`_Loader` on libyaml's parser."""
 
     _CLoader.yaml_implicit_resolvers = _Loader.yaml_implicit_resolvers
