@@ -25,7 +25,7 @@ from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 from ..errors import input_error
 from ..mapping.model import ParetoDoc
 from ..mapping.model import STRATEGIES
-from ._common import DEFAULT_SOURCE, STYLE, save_figure, save_rendered, title_of
+from ._common import DEFAULT_SOURCE, STYLE, lay_out_grid, save_rendered, title_of
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def _place_panel_labels(fig: Figure, ax, renderer, labels: list, markers: Sequen
     where they cover no marker, other label or obstacle artist (:func:`place_labels`), with a leader line
     where they had to go farther out; labels of points outside the axes' view, and labels with no free
     position, are not drawn. ``markers``: (x, y, radius in points) of every point drawn; ``renderer``: of a
-    canvas drawn once the layout is final. Returns the number of labels of visible points left out."""
+    canvas the figure will be drawn on, with the layout final (no draw needed). Returns the number of labels of visible points left out."""
     if not labels:
         return 0
     ax.set_xlim(ax.get_xlim())  # leader lines and labels must not move the view they were placed in
@@ -348,7 +348,7 @@ def pareto_figure(doc: ParetoDoc, *, source: Optional[str] = None, soc: Any = No
         vals = [p[key] for s in STRATEGIES for p in by_strategy[s]]
         if min(vals) > 0 and max(vals) > LOG_SCALE_RATIO * min(vals):
             log_keys.add(key)
-    fig = Figure(figsize=(16, 12.5), dpi=100, layout="constrained")
+    fig = Figure(figsize=(16, 12.5), dpi=100)
     (ax_t, ax_e), (zx_t, zx_e) = fig.subplots(2, 2)
     focus = by_strategy["parapipe"] or [p for s in STRATEGIES for p in by_strategy[s] if p["pareto"]] or \
         [p for s in STRATEGIES for p in by_strategy[s]]
@@ -425,21 +425,18 @@ def pareto_figure(doc: ParetoDoc, *, source: Optional[str] = None, soc: Any = No
         obstacles_of.setdefault(ax, []).extend(obstacles)
         labels_of[ax] = (labels, markers, title, zoom_of is None)
     handles, names = ax_t.get_legend_handles_labels()
-    fig.legend(handles, names, loc="outside lower center", ncol=4, fontsize=10, frameon=False)
+    legend = fig.legend(handles, names, loc="lower center", ncol=4, fontsize=10, frameon=False)
     obj = f" (front on {', '.join(doc.objectives)})" if doc.objectives else ""
-    fig.suptitle(f"Pareto front: {title_of(doc)}{obj}", fontsize=15)
+    suptitle = fig.suptitle(f"Pareto front: {title_of(doc)}{obj}", fontsize=15)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    canvas = FigureCanvasAgg(fig)
-    fig.draw_without_rendering()  # constrained layout and the log scales fix where everything lands
-    fig.set_layout_engine("none")  # and there it stays: labels are placed in these pixels
-    renderer = canvas.get_renderer()
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    lay_out_grid(fig, [[ax_t, ax_e], [zx_t, zx_e]], renderer, legend, suptitle)
     for ax, (labels, markers, title, full) in labels_of.items():
         left_out = _place_panel_labels(fig, ax, renderer, labels, markers, obstacles_of.get(ax, []))
         said = [f"{'(c)' if ax is ax_t else '(d)'} labels the whole front"] if full and by_strategy["parapipe"] else []
         if left_out:
-            said.append(f"{left_out} label{'s' * (left_out != 1)} left out for want of room (ids in pareto.json "
-                        "and the front table)")
+            said.append(f"{left_out} label{'s' * (left_out != 1)} left out for want of room (ids in pareto.json)")
         ax.set_title(f"{title}\n" + ("; ".join(said) or "every parapipe point labelled"), fontsize=12)
     return fig
 
