@@ -144,8 +144,9 @@ def _place_panel_labels(fig: Figure, ax, renderer, labels: list, markers: Sequen
     """Place the labels ``[(text, x, y, colour, fontsize), ...]`` (most important first) next to their markers
     where they cover no marker, other label or obstacle artist (:func:`place_labels`), with a leader line
     where they had to go farther out; labels of points outside the axes' view, and labels with no free
-    position, are not drawn. ``markers``: (x, y, radius in points) of every point drawn; ``renderer``: of a
-    canvas the figure will be drawn on, with the layout final (no draw needed). Returns the number of labels of visible points left out."""
+    position, are not drawn. ``markers``: (x, y, radius in points) of every point drawn; ``renderer``: of the
+    canvas the figure will be drawn on, with the layout final (no draw needed). Returns the number of labels of
+    visible points left out."""
     if not labels:
         return 0
     ax.set_xlim(ax.get_xlim())  # leader lines and labels must not move the view they were placed in
