@@ -217,6 +217,71 @@ def test_pareto_layout_keeps_every_text_in_the_figure_and_off_the_other_panels(d
         assert e.width > 0.4 * fig.bbox.width and e.height > 0.3 * fig.bbox.height
 
 
+def test_plot_worker_draws_the_png_plot_pareto_draws_and_exits(doc, tmp_path):
+    """The second process (``python -m parapipe.report.serve``) writes the same pixels as drawing here, into the
+    path it is given (no temp file of its own), and has exited once :meth:`PlotWorker.draw` returns."""
+    from parapipe.app.plot_worker import PlotWorker
+
+    worker = PlotWorker()
+    assert worker.draw(doc, None, tmp_path / "worker.png")
+    assert worker.proc.returncode is not None
+    plot_pareto(doc, tmp_path / "here.png")
+    assert (imread(tmp_path / "worker.png") == imread(tmp_path / "here.png")).all()
+    assert sorted(os.listdir(tmp_path)) == ["here.png", "worker.png"]
+
+
+def test_plot_worker_exits_without_a_request():
+    from parapipe.app.plot_worker import PlotWorker
+
+    worker = PlotWorker()
+    worker.proc.stdin.close()  # the parent wants no plot after all, or is gone: end of input
+    assert worker.proc.wait(timeout=120) == 0
+    assert worker.proc.stdout.read() == b""
+    worker.close()
+
+
+def test_a_plot_the_worker_cannot_draw_is_drawn_here_and_its_error_raised_here(tmp_path):
+    """A document the plot rejects: the worker answers an error, the plot is drawn in this process, which raises
+    the one-line InputError; neither file is written."""
+    from parapipe.app.optimize import write_outputs
+    from parapipe.app.plot_worker import PlotWorker
+
+    worker = PlotWorker()
+    with pytest.raises(InputError, match="no points"):
+        write_outputs(_parse(dict(_doc(), points=[])), tmp_path, True, worker=worker)
+    assert worker.proc.returncode is not None
+    assert os.listdir(tmp_path) == []
+
+
+def test_ctrl_c_while_the_worker_draws_kills_it_and_leaves_no_file(doc, tmp_path):
+    """KeyboardInterrupt while waiting for the worker (once it has started writing the temp file): the worker
+    is killed and reaped before the temp file is removed, and neither pareto.json nor pareto.png appears."""
+    import time
+
+    from parapipe.app.optimize import write_outputs
+    from parapipe.app.plot_worker import PlotWorker
+
+    worker = PlotWorker()
+    real = worker.proc.stdout
+
+    class Interrupted:
+        def readline(self):
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not any(f.stat().st_size for f in tmp_path.iterdir()):
+                time.sleep(0.005)  # the worker draws, then writes the temp file
+            raise KeyboardInterrupt
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    worker.proc.stdout = Interrupted()
+    with pytest.raises(KeyboardInterrupt):
+        write_outputs(doc, tmp_path, True, worker=worker)
+    assert worker.proc.returncode is not None
+    time.sleep(0.2)
+    assert os.listdir(tmp_path) == []
+
+
 def test_plot_pareto_replaces_existing_file(doc, tmp_path):
     out = tmp_path / "pareto.png"
     out.write_bytes(b"old")

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Set, Tuple
 
+from parapipe.app.plot_worker import PlotWorker, start_plot_worker
 from parapipe.app.prepare import Prepared, model_notes, timed_loaded
 from parapipe.app.stage_timing import (
     STAGE_TIMING_POINTS, STAGE_TIMING_ROUNDS, Measure, leading_points, stage_timed_ids, submodel_counts,
@@ -125,6 +126,7 @@ def optimize(prep: Prepared, options: SearchOptions, out_dir: Path, progress: Op
     out_dir = Path(out_dir)
     created = [d for d in (out_dir, *out_dir.parents) if not d.exists()]  # deepest first
     check_out_dir(out_dir)
+    worker = start_plot_worker() if plot else None  # imports matplotlib on another core during the search
     try:
         result = search_prepared(prep, options, progress=progress, time_stages=time_stages, steps=steps)
         if result.problem is not prep.problem:
@@ -132,14 +134,19 @@ def optimize(prep: Prepared, options: SearchOptions, out_dir: Path, progress: Op
         doc = result_doc(prep, result, options.seed)
         if steps is not None and plot:
             steps("drawing pareto.png", 0, 1)
-        write_outputs(doc, out_dir, plot, soc=prep.soc)
+        write_outputs(doc, out_dir, plot, soc=prep.soc, worker=worker)
     except BaseException:  # Ctrl-C (KeyboardInterrupt) or an error: leave no empty folder of this run behind
+        if worker is not None:
+            worker.close()  # before the folders go: it writes nothing more
         for folder in created:
             try:
                 folder.rmdir()  # only if still empty: write_outputs writes both files or neither
             except OSError:
                 break
         raise
+    finally:
+        if worker is not None:
+            worker.close()
     return doc, prep
 
 
@@ -155,11 +162,13 @@ def result_doc(prep: Prepared, result: SearchResult, seed: int) -> ParetoDoc:
                            **model_notes(prep.opgraph))
 
 
-def write_outputs(doc: ParetoDoc, out_dir: Path, plot: bool = True, soc: Optional[SoC] = None) -> None:
+def write_outputs(doc: ParetoDoc, out_dir: Path, plot: bool = True, soc: Optional[SoC] = None,
+                  worker: Optional[PlotWorker] = None) -> None:
     """Write ``out_dir/pareto.json`` and, with ``plot``, ``out_dir/pareto.png`` (both or neither); without a
     plot, remove an earlier result's pareto.png so that no stale plot sits next to the new pareto.json.
     ``soc``: the profile the document was computed with (the plot notes placeholder powers from its
-    provenance; default: found from the document)."""
+    provenance; default: found from the document). ``worker``: a started plot process to draw the plot
+    (:mod:`parapipe.app.plot_worker`; drawn here when it cannot)."""
     from parapipe.files import atomic_path
     from parapipe.mapping import write_pareto
 
@@ -169,10 +178,11 @@ def write_outputs(doc: ParetoDoc, out_dir: Path, plot: bool = True, soc: Optiona
         if png.exists():
             png.unlink()
         return
-    from parapipe.report.plots import plot_pareto
-
     with atomic_path(png, suffix=".png") as tmp_png:
-        plot_pareto(doc, tmp_png, soc=soc)
+        if worker is None or not worker.draw(doc, soc, tmp_png):
+            from parapipe.report.plots import plot_pareto
+
+            plot_pareto(doc, tmp_png, soc=soc)
         write_pareto(doc, out_dir / "pareto.json")
 
 
