@@ -32,7 +32,6 @@ import numpy as np
 
 from .errors import PipelineError, PlanError
 from .queues import BoundedQueue
-from .session import pin_current_thread
 
 __all__ = ["TimingError", "stats", "cpu_sample", "load_between", "combine_loads", "window_spread", "RUN_WINDOWS", "allowed_cpus", "cpu_clusters", "memory_bytes", "machine_facts", "run_pinned",
            "time_model", "handoff_costs", "pin", "SYSFS_CPU", "HANDOFF_WARMUP", "HANDOFF_TIMEOUT_S"]
@@ -60,6 +59,8 @@ class TimingError(Exception):
 def pin(name, cpus):
     """Pin the calling thread to ``cpus`` (None: leave it) with :func:`.session.pin_current_thread`, as a stage
     worker pins itself; return the thread's CPUs (sorted). A CPU this process may not use is a ``PinError``."""
+    from .session import pin_current_thread  # imports onnxruntime, which costing without measuring never needs
+
     try:
         return sorted(pin_current_thread(name, cpus))
     except PipelineError as exc:
