@@ -61,6 +61,7 @@ class LabelStore:
         self.extra = with_latency_energy
         self.d = self.nb + (2 if with_latency_energy else 0)
         self.shares = shares
+        self._share_arr = np.zeros((0, n_pus))
         self.grid = grid
         self.grid_list = None if grid is None else [g if g > 0 else 1.0 for g in grid.tolist()]
         self.max_labels = max_labels
@@ -178,10 +179,25 @@ class LabelStore:
         g = self.grid_list
         keyvals = cands if g is None else [tuple(math.floor(x / gg) for x, gg in zip(c, g)) for c in cands]
         kept: list = []
-        for t in sorted(range(len(cands)), key=lambda r: (keyvals[r], r)):
-            row = keyvals[t]
-            if not any(all(a <= b for a, b in zip(keyvals[u], row)) for u in kept):
-                kept.append(t)
+        tails: list = []  # in lexicographic order a kept row's first column is <= the row's: compare the others
+        if keyvals and len(keyvals[0]) == 3:
+            for t in sorted(range(len(cands)), key=lambda r: (keyvals[r], r)):
+                _, b, c = keyvals[t]
+                for kb, kc in tails:
+                    if kb <= b and kc <= c:
+                        break
+                else:
+                    kept.append(t)
+                    tails.append((b, c))
+        else:
+            for t in sorted(range(len(cands)), key=lambda r: (keyvals[r], r)):
+                row = keyvals[t][1:]
+                for u in tails:
+                    if all(a <= b for a, b in zip(u, row)):
+                        break
+                else:
+                    kept.append(t)
+                    tails.append(row)
         kept.sort()
         cap = self.max_labels
         if cap and len(kept) > cap:
@@ -203,8 +219,9 @@ class LabelStore:
         run_id = arr[:, 2].astype(np.int64)
         nb = self.nb
         if self.per_pu:
-            shares = np.array([self.shares[int(r)] for r in run_id], dtype=float).reshape(-1, self.k)
-            new[:, :nb] += t_s[:, None] * shares[rep]
+            if len(self._share_arr) < len(self.shares):  # the caller appends runs as it builds them
+                self._share_arr = np.array(self.shares, dtype=float).reshape(-1, self.k)
+            new[:, :nb] += t_s[:, None] * self._share_arr[run_id[rep]]
             if any(len(r) > 4 for r in rec):  # switching time per PU (operating points, :mod:`.dp`)
                 zero = (0.0,) * self.k
                 sw = np.array([r[4] if len(r) > 4 else zero for r in rec], dtype=float).reshape(-1, self.k)
@@ -253,13 +270,15 @@ def prune_labels(vals: np.ndarray, grid: Optional[np.ndarray], max_labels: int, 
     if max_labels and len(vals) > 16 * max_labels:
         capped = True
         top = 4 * max_labels
-        span = keyvals.max(axis=0) - keyvals.min(axis=0)
-        norm = (keyvals - keyvals.min(axis=0)) / np.where(span > 0, span, 1.0)
-        cols = [keyvals[:, c] for c in range(keyvals.shape[1])] + [norm.sum(axis=1), norm[:, :nb].max(axis=1)]
-        pick: set = set()
-        for col in cols:
-            pick.update(np.argpartition(col, min(top, len(col) - 1))[:top].tolist())
-        cand = np.array(sorted(pick))
+        kt = np.ascontiguousarray(keyvals.T)  # one contiguous row per column: partitions without copies
+        lo = kt.min(axis=1)
+        span = kt.max(axis=1) - lo
+        norm = (kt - lo[:, None]) / np.where(span > 0, span, 1.0)[:, None]
+        kth = min(top, len(vals) - 1)
+        pick = np.zeros(len(vals), dtype=bool)
+        for col in (*kt, norm.sum(axis=0), norm[:nb].max(axis=0)):
+            pick[np.argpartition(col, kth)[:top]] = True
+        cand = np.flatnonzero(pick)
     idx = cand[pareto_mask(keyvals[cand])]
     if max_labels and len(idx) > max_labels:
         capped = True
