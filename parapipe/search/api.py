@@ -99,9 +99,10 @@ class SearchOptions:
         Largest stage (in blocks) handed to CP-SAT.
     cpsat_stage_limit_s : float
         CP-SAT deterministic time limit per stage (within ``time_limit_s`` overall).
-    polish_patience : int
-        Stop solving new stages after this many CP-SAT solves in a row that put no new point on the front
-        (candidates polished most promising first; :func:`_polish_candidates`); 0: no such limit.
+    polish_patience, polish_patience_s : int, float
+        Stop solving new stages after this many CP-SAT solves in a row, or once solves in a row took this many
+        deterministic seconds of ``time_limit_s``, that put no new point on the front (candidates polished
+        most promising first; :func:`_polish_candidates`); 0: no such limit.
     bound_time_limit_s : float
         Work budget (deterministic seconds) of the period lower bound's relaxation
         (:func:`parapipe.search.bounds.lower_bounds`), shared with the relaxation that guides the period pass.
@@ -147,6 +148,7 @@ class SearchOptions:
     cpsat_max_blocks: int = 40
     cpsat_stage_limit_s: float = 0.5
     polish_patience: int = 8
+    polish_patience_s: float = 1.0
     bound_time_limit_s: float = 0.5
     period_gap: float = 0.10
     period_epsilon: float = 0.01
@@ -353,7 +355,7 @@ def _governors(problem: MappingProblem, front: List[SearchPoint], terms, evaluat
 
 
 def _polish_candidates(polisher: Polisher, cands: List[SearchPoint], todo: List[int], objectives: Sequence[str],
-                       patience: int, evaluate: Callable[[Mapping], Evaluation],
+                       patience: int, patience_s: float, evaluate: Callable[[Mapping], Evaluation],
                        plain_period_s: Callable[[SearchPoint], float]) -> Dict[int, SearchPoint]:
     """CP-SAT-polished versions of the candidates at positions ``todo`` of ``cands``, by position.
 
@@ -361,14 +363,16 @@ def _polish_candidates(polisher: Polisher, cands: List[SearchPoint], todo: List[
     dominates them, the relative margin ``max_f min_k (1 - f_k / c_k)`` (0 for a candidate on that front), ties
     in their order. A polished mapping *helps* when no candidate so far weakly dominates it on ``objectives``
     (the full model's, as the front is judged) or its plain-model period is the least so far (the bound's
-    reference). After ``patience`` CP-SAT solves in a row that helped nothing, no further stage is solved: the
-    remaining candidates get the schedules already solved (:meth:`Polisher.polish` ``solve=False``); 0: no
-    such limit. Counted in solves, never in time: deterministic.
+    reference). After ``patience`` CP-SAT solves in a row that helped nothing (0: no such limit), or once such
+    solves in a row spent ``patience_s`` of the polish budget (deterministic seconds, :class:`Polisher`; 0: no
+    such limit), no further stage is solved: the remaining candidates get the schedules already solved
+    (:meth:`Polisher.polish` ``solve=False``). Counted in solves and deterministic time: deterministic.
 
     Measured on the zoo models x bundled profiles (``python benchmarks/search_bench.py``): the polished points
     that reach the front come from candidates on, or within 1 % of, the unpolished front, and their solves come
-    early in this order; the profiles whose pipeline terms penalise cross-PU hand-offs gain nothing from CP-SAT
-    (its makespan is the plain model's), which the patience cuts short.
+    early in this order (at most 6 solves, 0.62 deterministic s, in a row helped nothing before one that
+    helped: ResNet-50 on the A311D); the profiles whose pipeline terms penalise cross-PU hand-offs gain nothing
+    from CP-SAT (its makespan is the plain model's), which the patience cuts short.
     """
     known = [p for p in cands if p.evaluation.fits_memory] or cands
     mat = _objective_matrix(known, objectives)
@@ -378,11 +382,12 @@ def _polish_candidates(polisher: Polisher, cands: List[SearchPoint], todo: List[
     margins = [float(np.max(np.min(1.0 - front / np.maximum(r, tiny), axis=1))) for r in rows]
     best_plain = min(plain_period_s(p) for p in cands)
     out: Dict[int, SearchPoint] = {}
-    streak = 0
+    streak, streak_s = 0, 0.0
     for t in sorted(range(len(todo)), key=lambda t: (margins[t], t)):
         pos = todo[t]
-        before = polisher.n_solves
-        pm, pk = polisher.polish(cands[pos].mapping, solve=patience <= 0 or streak < patience)
+        before, spent = polisher.n_solves, polisher.spent_s
+        solve = (patience <= 0 or streak < patience) and (patience_s <= 0 or streak_s < patience_s)
+        pm, pk = polisher.polish(cands[pos].mapping, solve=solve)
         p = out[pos] = SearchPoint("", "parapipe", pm, evaluate(pm), pk, origin="cp-sat")
         plain = plain_period_s(p)
         row = _objective_matrix([p], objectives)[0]
@@ -393,9 +398,10 @@ def _polish_candidates(polisher: Polisher, cands: List[SearchPoint], todo: List[
             front = np.vstack([front[~np.all(row <= front, axis=1)], row[None, :]])
         if polisher.n_solves > before:
             streak = 0 if helps else streak + polisher.n_solves - before
-        log.debug("polish candidate %d (margin %.4f): %d solve(s), helps %s", pos, margins[t],
-                  polisher.n_solves - before, helps)
-    polisher.patience_stop = streak >= patience > 0
+            streak_s = 0.0 if helps else streak_s + polisher.spent_s - spent
+        log.debug("polish candidate %d (margin %.4f): %d solve(s), %.4f s, helps %s", pos, margins[t],
+                  polisher.n_solves - before, polisher.spent_s - spent, helps)
+    polisher.patience_stop = streak >= patience > 0 or streak_s >= patience_s > 0
     return out
 
 
@@ -464,6 +470,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
 
     if to_polish:  # each polished candidate right after its DP mapping (the order ties are broken in)
         polished = _polish_candidates(polisher, cand_points, to_polish, opts.objectives, opts.polish_patience,
+                                      opts.polish_patience_s,
                                       lambda m: evaluate(problem, m, terms),
                                       lambda p: (evaluate(problem, p.mapping) if full else p.evaluation).period_s)
         cand_points = [q for i, p in enumerate(cand_points[:n_dp])
@@ -527,6 +534,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
                       "stage_limit_s": opts.cpsat_stage_limit_s, "max_blocks": opts.cpsat_max_blocks,
                       "limits": "deterministic time", "deterministic_s": round(polisher.spent_s, 6),
                       "solves": polisher.n_solves, "patience": opts.polish_patience,
+                      "patience_s": opts.polish_patience_s,
                       "patience_stopped": polisher.patience_stop},
             "bound": {**bounds.info(), **bound_budget.to_json()}, "operating_points": op_space.to_json()}
     stopped = [{"space": name, "reason": WALL, "at": rep.skipped} for name, rep in spaces.items()
