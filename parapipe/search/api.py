@@ -469,12 +469,12 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
         return min((evaluate(problem, p.mapping) if full else p.evaluation).period_s for p in points)
 
     if to_polish:  # each polished candidate right after its DP mapping (the order ties are broken in)
-        polished = _polish_candidates(polisher, cand_points, to_polish, opts.objectives, opts.polish_patience,
+        polished_at = _polish_candidates(polisher, cand_points, to_polish, opts.objectives, opts.polish_patience,
                                       opts.polish_patience_s,
                                       lambda m: evaluate(problem, m, terms),
                                       lambda p: (evaluate(problem, p.mapping) if full else p.evaluation).period_s)
         cand_points = [q for i, p in enumerate(cand_points[:n_dp])
-                       for q in ((p, polished[i]) if i in polished else (p,))] + cand_points[n_dp:]
+                       for q in ((p, polished_at[i]) if i in polished_at else (p,))] + cand_points[n_dp:]
     # The least period of the PU-reuse space, exactly, guided by the bound's relaxation (which may already prove
     # the best period found optimal).
 
