@@ -15,7 +15,9 @@ PUs disjoint or shared between stages), hierarchical mappings with replicated st
 run whole by >= 2 replicas — PUs or list-scheduled PU groups — on disjoint PUs, frames dealt in proportion to
 speed; PUs disjoint between stages), plus CP-SAT-polished versions of their multi-PU stages. Above it the
 passes are bounded (label grid, label cap, stage boundaries at narrow cuts, work budgets) and
-``SearchResult.info["spaces"]`` says, per space, whether it was still exact and what bounded it.
+``SearchResult.info["spaces"]`` says, per space, whether it was still exact and what bounded it; the polish
+solves candidates most promising first and stops where it stops helping (``polish_patience``;
+``info["cpsat"]`` says whether it did).
 
 **Determinism.** Every budget is counted work (:mod:`.budget`: DP label candidates and transitions, relaxation
 label rows, CP-SAT deterministic time with one worker), set in deterministic seconds by the ``*_time_limit_s``
@@ -100,9 +102,9 @@ class SearchOptions:
     cpsat_stage_limit_s : float
         CP-SAT deterministic time limit per stage (within ``time_limit_s`` overall).
     polish_patience, polish_patience_s : int, float
-        Stop solving new stages after this many CP-SAT solves in a row, or once solves in a row took this many
-        deterministic seconds of ``time_limit_s``, that put no new point on the front (candidates polished
-        most promising first; :func:`_polish_candidates`); 0: no such limit.
+        Above ``exact_max_cells``: stop solving new stages after this many CP-SAT solves in a row, or once solves
+        in a row took this many deterministic seconds of ``time_limit_s``, that put no new point on the front
+        (candidates polished most promising first; :func:`_polish_candidates`); 0: no such limit.
     bound_time_limit_s : float
         Work budget (deterministic seconds) of the period lower bound's relaxation
         (:func:`parapipe.search.bounds.lower_bounds`), shared with the relaxation that guides the period pass.
@@ -433,6 +435,9 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
                               "cannot run on any of them; allow a PU that supports it (--pus)")
     t_dp = time.monotonic() - t0
     polisher = Polisher(problem, opts.cpsat_max_blocks, opts.cpsat_stage_limit_s, opts.time_limit_s, opts.seed)
+    # up to exact_max_cells every DP candidate is polished (module docstring); above, the polish stops where it
+    # stops helping
+    patience = (0, 0.0) if small else (opts.polish_patience, opts.polish_patience_s)
 
     points: List[SearchPoint] = []
     baseline = [("single", f"single-{name}", m) for name, m in single_pu_mappings(problem)]
@@ -469,8 +474,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
         return min((evaluate(problem, p.mapping) if full else p.evaluation).period_s for p in points)
 
     if to_polish:  # each polished candidate right after its DP mapping (the order ties are broken in)
-        polished_at = _polish_candidates(polisher, cand_points, to_polish, opts.objectives, opts.polish_patience,
-                                      opts.polish_patience_s,
+        polished_at = _polish_candidates(polisher, cand_points, to_polish, opts.objectives, *patience,
                                       lambda m: evaluate(problem, m, terms),
                                       lambda p: (evaluate(problem, p.mapping) if full else p.evaluation).period_s)
         cand_points = [q for i, p in enumerate(cand_points[:n_dp])
@@ -533,8 +537,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
             "cpsat": {"time_unit_s": TIME_UNIT_S, "rounding": "up", "time_limit_s": opts.time_limit_s,
                       "stage_limit_s": opts.cpsat_stage_limit_s, "max_blocks": opts.cpsat_max_blocks,
                       "limits": "deterministic time", "deterministic_s": round(polisher.spent_s, 6),
-                      "solves": polisher.n_solves, "patience": opts.polish_patience,
-                      "patience_s": opts.polish_patience_s,
+                      "solves": polisher.n_solves, "patience": patience[0], "patience_s": patience[1],
                       "patience_stopped": polisher.patience_stop},
             "bound": {**bounds.info(), **bound_budget.to_json()}, "operating_points": op_space.to_json()}
     stopped = [{"space": name, "reason": WALL, "at": rep.skipped} for name, rep in spaces.items()
