@@ -15,7 +15,9 @@ PUs disjoint or shared between stages), hierarchical mappings with replicated st
 run whole by >= 2 replicas — PUs or list-scheduled PU groups — on disjoint PUs, frames dealt in proportion to
 speed; PUs disjoint between stages), plus CP-SAT-polished versions of their multi-PU stages. Above it the
 passes are bounded (label grid, label cap, stage boundaries at narrow cuts, work budgets) and
-``SearchResult.info["spaces"]`` says, per space, whether it was still exact and what bounded it.
+``SearchResult.info["spaces"]`` says, per space, whether it was still exact and what bounded it; the polish
+solves candidates most promising first and stops where it stops helping (``polish_patience``;
+``info["cpsat"]`` says whether it did).
 
 **Determinism.** Every budget is counted work (:mod:`.budget`: DP label candidates and transitions, relaxation
 label rows, CP-SAT deterministic time with one worker), set in deterministic seconds by the ``*_time_limit_s``
@@ -99,6 +101,10 @@ class SearchOptions:
         Largest stage (in blocks) handed to CP-SAT.
     cpsat_stage_limit_s : float
         CP-SAT deterministic time limit per stage (within ``time_limit_s`` overall).
+    polish_patience, polish_patience_s : int, float
+        Above ``exact_max_cells``: stop solving new stages after this many CP-SAT solves in a row, or once solves
+        in a row took this many deterministic seconds of ``time_limit_s``, that put no new point on the front
+        (candidates polished most promising first; :func:`_polish_candidates`); 0: no such limit.
     bound_time_limit_s : float
         Work budget (deterministic seconds) of the period lower bound's relaxation
         (:func:`parapipe.search.bounds.lower_bounds`), shared with the relaxation that guides the period pass.
@@ -143,6 +149,8 @@ class SearchOptions:
     polish: bool = True
     cpsat_max_blocks: int = 40
     cpsat_stage_limit_s: float = 0.5
+    polish_patience: int = 8
+    polish_patience_s: float = 1.0
     bound_time_limit_s: float = 0.5
     period_gap: float = 0.10
     period_epsilon: float = 0.01
@@ -348,6 +356,57 @@ def _governors(problem: MappingProblem, front: List[SearchPoint], terms, evaluat
             SearchPoint("schedutil", "governor", sched, evaluate(problem, sched, terms), list(best.stage_schedules))]
 
 
+def _polish_candidates(polisher: Polisher, cands: List[SearchPoint], todo: List[int], objectives: Sequence[str],
+                       patience: int, patience_s: float, evaluate: Callable[[Mapping], Evaluation],
+                       plain_period_s: Callable[[SearchPoint], float]) -> Dict[int, SearchPoint]:
+    """CP-SAT-polished versions of the candidates at positions ``todo`` of ``cands``, by position.
+
+    The candidates are polished in order of promise: by how far the front of ``cands`` (those that fit memory)
+    dominates them, the relative margin ``max_f min_k (1 - f_k / c_k)`` (0 for a candidate on that front), ties
+    in their order. A polished mapping *helps* when no candidate so far weakly dominates it on ``objectives``
+    (the full model's, as the front is judged) or its plain-model period is the least so far (the bound's
+    reference). After ``patience`` CP-SAT solves in a row that helped nothing (0: no such limit), or once such
+    solves in a row spent ``patience_s`` of the polish budget (deterministic seconds, :class:`Polisher`; 0: no
+    such limit), no further stage is solved: the remaining candidates get the schedules already solved
+    (:meth:`Polisher.polish` ``solve=False``). Counted in solves and deterministic time: deterministic.
+
+    Measured on the zoo models x bundled profiles (``python benchmarks/search_bench.py``): the polished points
+    that reach the front come from candidates on, or within 1 % of, the unpolished front, and their solves come
+    early in this order (at most 6 solves, 0.62 deterministic s, in a row helped nothing before one that
+    helped: ResNet-50 on the A311D); the profiles whose pipeline terms penalise cross-PU hand-offs gain nothing
+    from CP-SAT (its makespan is the plain model's), which the patience cuts short.
+    """
+    known = [p for p in cands if p.evaluation.fits_memory] or cands
+    mat = _objective_matrix(known, objectives)
+    front = mat[pareto_mask(mat)]
+    rows = _objective_matrix([cands[i] for i in todo], objectives)
+    tiny = np.finfo(float).tiny
+    margins = [float(np.max(np.min(1.0 - front / np.maximum(r, tiny), axis=1))) for r in rows]
+    best_plain = min(plain_period_s(p) for p in cands)
+    out: Dict[int, SearchPoint] = {}
+    streak, streak_s = 0, 0.0
+    for t in sorted(range(len(todo)), key=lambda t: (margins[t], t)):
+        pos = todo[t]
+        before, spent = polisher.n_solves, polisher.spent_s
+        solve = (patience <= 0 or streak < patience) and (patience_s <= 0 or streak_s < patience_s)
+        pm, pk = polisher.polish(cands[pos].mapping, solve=solve)
+        p = out[pos] = SearchPoint("", "parapipe", pm, evaluate(pm), pk, origin="cp-sat")
+        plain = plain_period_s(p)
+        row = _objective_matrix([p], objectives)[0]
+        helps = plain < best_plain or ((p.evaluation.fits_memory or not known[0].evaluation.fits_memory)
+                                       and not bool(np.any(np.all(front <= row, axis=1))))
+        best_plain = min(best_plain, plain)
+        if helps:
+            front = np.vstack([front[~np.all(row <= front, axis=1)], row[None, :]])
+        if polisher.n_solves > before:
+            streak = 0 if helps else streak + polisher.n_solves - before
+            streak_s = 0.0 if helps else streak_s + polisher.spent_s - spent
+        log.debug("polish candidate %d (margin %.4f): %d solve(s), %.4f s, helps %s", pos, margins[t],
+                  polisher.n_solves - before, polisher.spent_s - spent, helps)
+    polisher.patience_stop = streak >= patience > 0 or streak_s >= patience_s > 0
+    return out
+
+
 def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
            progress: Optional[Callable[[int], None]] = None, terms=None) -> SearchResult:
     """Search hierarchical mappings of ``problem`` and return the front next to the baselines.
@@ -376,6 +435,9 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
                               "cannot run on any of them; allow a PU that supports it (--pus)")
     t_dp = time.monotonic() - t0
     polisher = Polisher(problem, opts.cpsat_max_blocks, opts.cpsat_stage_limit_s, opts.time_limit_s, opts.seed)
+    # up to exact_max_cells every DP candidate is polished (module docstring); above, the polish stops where it
+    # stops helping
+    patience = (0, 0.0) if small else (opts.polish_patience, opts.polish_patience_s)
 
     points: List[SearchPoint] = []
     baseline = [("single", f"single-{name}", m) for name, m in single_pu_mappings(problem)]
@@ -395,22 +457,30 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
         points = _baselines_at_ops(problem, points, op_space, terms, retime_cache, opts.objectives, evaluate)
     # Parapipe candidates: the DP fronts, their CP-SAT polished versions, and every baseline (all in the space).
     cand_points: List[SearchPoint] = []
+    to_polish: List[int] = []  # positions in cand_points of the DP candidates with stages to polish
     for origin in ("disjoint", "reuse", "replicated"):
         for m in found[origin]:
             m = merge_same_pu_stages(m)
             cand_points.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m), origin=origin))
             if opts.polish and polisher.wants(m):
-                pm, pk = polisher.polish(m)
-                cand_points.append(SearchPoint("", "parapipe", pm, evaluate(problem, pm, terms), pk, origin="cp-sat"))
+                to_polish.append(len(cand_points) - 1)
+    n_dp = len(cand_points)
     for b in points:  # baselines lie in the space (replicated ones only when replicated stages are searched)
         if b.strategy != "replicated" or opts.replicate:
             cand_points.append(SearchPoint("", "parapipe", b.mapping, b.evaluation, b.stage_schedules, origin="baseline"))
-    # The least period of the PU-reuse space, exactly, guided by the bound's relaxation (which may already prove
-    # the best period found optimal).
     full = terms is not None and not terms.is_default()
 
     def plain_period_s(points: Sequence[SearchPoint]) -> float:  # the bound and its proof are the plain model's
         return min((evaluate(problem, p.mapping) if full else p.evaluation).period_s for p in points)
+
+    if to_polish:  # each polished candidate right after its DP mapping (the order ties are broken in)
+        polished_at = _polish_candidates(polisher, cand_points, to_polish, opts.objectives, *patience,
+                                      lambda m: evaluate(problem, m, terms),
+                                      lambda p: (evaluate(problem, p.mapping) if full else p.evaluation).period_s)
+        cand_points = [q for i, p in enumerate(cand_points[:n_dp])
+                       for q in ((p, polished_at[i]) if i in polished_at else (p,))] + cand_points[n_dp:]
+    # The least period of the PU-reuse space, exactly, guided by the bound's relaxation (which may already prove
+    # the best period found optimal).
 
     best_period = plain_period_s(cand_points)
     t_b = time.monotonic()
@@ -466,7 +536,9 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
                                        **({"period": period_report} if period_report is not None else {})},
             "cpsat": {"time_unit_s": TIME_UNIT_S, "rounding": "up", "time_limit_s": opts.time_limit_s,
                       "stage_limit_s": opts.cpsat_stage_limit_s, "max_blocks": opts.cpsat_max_blocks,
-                      "limits": "deterministic time", "deterministic_s": round(polisher.spent_s, 6)},
+                      "limits": "deterministic time", "deterministic_s": round(polisher.spent_s, 6),
+                      "solves": polisher.n_solves, "patience": patience[0], "patience_s": patience[1],
+                      "patience_stopped": polisher.patience_stop},
             "bound": {**bounds.info(), **bound_budget.to_json()}, "operating_points": op_space.to_json()}
     stopped = [{"space": name, "reason": WALL, "at": rep.skipped} for name, rep in spaces.items()
                if rep.stopped_by == WALL]

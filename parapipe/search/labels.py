@@ -61,6 +61,11 @@ class LabelStore:
         self.extra = with_latency_energy
         self.d = self.nb + (2 if with_latency_energy else 0)
         self.shares = shares
+        self._share_arr = np.zeros((0, n_pus))
+        # every label of the states the numpy path read, one row each (``_pool_off[sid]``: the first, -1: none)
+        self._pool = np.empty((0, self.d))
+        self._pool_n = 0
+        self._pool_off = np.zeros(0, dtype=np.int64)
         self.grid = grid
         self.grid_list = None if grid is None else [g if g > 0 else 1.0 for g in grid.tolist()]
         self.max_labels = max_labels
@@ -178,10 +183,25 @@ class LabelStore:
         g = self.grid_list
         keyvals = cands if g is None else [tuple(math.floor(x / gg) for x, gg in zip(c, g)) for c in cands]
         kept: list = []
-        for t in sorted(range(len(cands)), key=lambda r: (keyvals[r], r)):
-            row = keyvals[t]
-            if not any(all(a <= b for a, b in zip(keyvals[u], row)) for u in kept):
-                kept.append(t)
+        tails: list = []  # in lexicographic order a kept row's first column is <= the row's: compare the others
+        if keyvals and len(keyvals[0]) == 3:
+            for t in sorted(range(len(cands)), key=lambda r: (keyvals[r], r)):
+                _, b, c = keyvals[t]
+                for kb, kc in tails:
+                    if kb <= b and kc <= c:
+                        break
+                else:
+                    kept.append(t)
+                    tails.append((b, c))
+        else:
+            for t in sorted(range(len(cands)), key=lambda r: (keyvals[r], r)):
+                row = keyvals[t][1:]
+                for u in tails:
+                    if all(a <= b for a, b in zip(u, row)):
+                        break
+                else:
+                    kept.append(t)
+                    tails.append(row)
         kept.sort()
         cap = self.max_labels
         if cap and len(kept) > cap:
@@ -192,30 +212,57 @@ class LabelStore:
             return sorted(order[pick].tolist()), True
         return kept, False
 
+    def _pooled(self, src: np.ndarray) -> np.ndarray:
+        """Offsets in the label pool of states ``src`` (the states not there yet are added)."""
+        n = len(self.keys)
+        if len(self._pool_off) < n:
+            grown = np.full(max(2 * len(self._pool_off), n, 64), -1, dtype=np.int64)
+            grown[:len(self._pool_off)] = self._pool_off
+            self._pool_off = grown
+        off = self._pool_off[src]
+        if (off < 0).any():
+            for sid in np.unique(src[off < 0]).tolist():
+                a = self.array(sid)
+                if self._pool_n + len(a) > len(self._pool):
+                    grown_pool = np.empty((max(2 * len(self._pool), self._pool_n + len(a), 1024), self.d))
+                    grown_pool[:self._pool_n] = self._pool[:self._pool_n]
+                    self._pool = grown_pool
+                self._pool[self._pool_n:self._pool_n + len(a)] = a
+                self._pool_off[sid] = self._pool_n
+                self._pool_n += len(a)
+            off = self._pool_off[src]
+        return off
+
     def _add_numpy(self, key: tuple, rec, prune: bool) -> int:
-        src = [r[0] for r in rec]
-        sizes = self.sizes
-        counts = np.array([sizes[s] for s in src], dtype=np.int64)
-        new = np.concatenate([self.array(s) for s in src]) if len(src) > 1 else self.array(src[0]).copy()
-        arr = np.array([(r[1], r[2], r[3]) for r in rec], dtype=float).reshape(-1, 3)
+        try:  # (source, T_s, dyn, run) records, one row each
+            arr = np.array(rec, dtype=float).reshape(-1, 4)
+            switch = None
+        except ValueError:  # some record carries a switching-time tuple (operating points, :mod:`.dp`)
+            arr = np.array([r[:4] for r in rec], dtype=float).reshape(-1, 4)
+            zero = (0.0,) * self.k
+            switch = np.array([r[4] if len(r) > 4 else zero for r in rec], dtype=float).reshape(-1, self.k)
+        src = arr[:, 0].astype(np.int64)
+        counts = np.array(self.sizes, dtype=np.int64)[src] if len(rec) > len(self.sizes) else np.array(
+            [self.sizes[s] for s in src.tolist()], dtype=np.int64)
         rep = np.repeat(np.arange(len(rec)), counts)
-        t_s = arr[rep, 0]
-        run_id = arr[:, 2].astype(np.int64)
+        rows = np.arange(len(rep)) - np.repeat(np.cumsum(counts) - counts, counts)
+        at = self._pooled(src)[rep] + rows  # (grows the pool: before reading it)
+        new = self._pool[at]  # every label of every source, in record order
+        t_s = arr[rep, 1]
+        run_id = arr[:, 3].astype(np.int64)
         nb = self.nb
         if self.per_pu:
-            shares = np.array([self.shares[int(r)] for r in run_id], dtype=float).reshape(-1, self.k)
-            new[:, :nb] += t_s[:, None] * shares[rep]
-            if any(len(r) > 4 for r in rec):  # switching time per PU (operating points, :mod:`.dp`)
-                zero = (0.0,) * self.k
-                sw = np.array([r[4] if len(r) > 4 else zero for r in rec], dtype=float).reshape(-1, self.k)
-                new[:, :nb] += sw[rep]
+            if len(self._share_arr) < len(self.shares):  # the caller appends runs as it builds them
+                self._share_arr = np.array(self.shares, dtype=float).reshape(-1, self.k)
+            new[:, :nb] += t_s[:, None] * self._share_arr[run_id[rep]]
+            if switch is not None:
+                new[:, :nb] += switch[rep]
         else:
             np.maximum(new[:, 0], t_s, out=new[:, 0])
         if self.extra:
             new[:, nb] += t_s
-            new[:, nb + 1] += arr[rep, 1]
-        rows = np.arange(len(new)) - np.repeat(np.cumsum(counts) - counts, counts)
-        back = (np.asarray(src, dtype=np.int64)[rep], rows, run_id[rep])
+            new[:, nb + 1] += arr[rep, 2]
+        back = (src[rep], rows, run_id[rep])
         if self.admit_below is not None:
             busy = new[:, :nb]
             ok = (busy.max(axis=1) < self.admit_below) & (busy.sum(axis=1)
@@ -253,13 +300,15 @@ def prune_labels(vals: np.ndarray, grid: Optional[np.ndarray], max_labels: int, 
     if max_labels and len(vals) > 16 * max_labels:
         capped = True
         top = 4 * max_labels
-        span = keyvals.max(axis=0) - keyvals.min(axis=0)
-        norm = (keyvals - keyvals.min(axis=0)) / np.where(span > 0, span, 1.0)
-        cols = [keyvals[:, c] for c in range(keyvals.shape[1])] + [norm.sum(axis=1), norm[:, :nb].max(axis=1)]
-        pick: set = set()
-        for col in cols:
-            pick.update(np.argpartition(col, min(top, len(col) - 1))[:top].tolist())
-        cand = np.array(sorted(pick))
+        kt = np.ascontiguousarray(keyvals.T)  # one contiguous row per column: partitions without copies
+        lo = kt.min(axis=1)
+        span = kt.max(axis=1) - lo
+        norm = (kt - lo[:, None]) / np.where(span > 0, span, 1.0)[:, None]
+        kth = min(top, len(vals) - 1)
+        pick = np.zeros(len(vals), dtype=bool)
+        for col in (*kt, norm.sum(axis=0), norm[:nb].max(axis=0)):
+            pick[np.argpartition(col, kth)[:top]] = True
+        cand = np.flatnonzero(pick)
     idx = cand[pareto_mask(keyvals[cand])]
     if max_labels and len(idx) > max_labels:
         capped = True

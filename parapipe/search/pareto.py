@@ -39,10 +39,15 @@ def pareto_mask(points: np.ndarray) -> np.ndarray:
     if m <= SMALL_SET:
         rows = pts.tolist()
         kept: list = []
+        tails: list = []  # in lexicographic order a kept row's first column is <= the row's: compare the others
         for i in sorted(range(m), key=lambda r: (rows[r], r)):
-            row = rows[i]
-            if not any(all(a <= b for a, b in zip(rows[j], row)) for j in kept):
+            row = rows[i][1:]
+            for u in tails:
+                if all(a <= b for a, b in zip(u, row)):
+                    break
+            else:
                 kept.append(i)
+                tails.append(row)
         mask[kept] = True
         return mask
     # Lexicographic order (stable, so the first of equal rows comes first): a row can only be weakly dominated

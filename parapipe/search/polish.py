@@ -55,6 +55,8 @@ class Polisher:
         self.wall_stops: List[str] = []
         self.seed = seed
         self.memo: Dict[tuple, Optional[StageSchedule]] = {}
+        self.n_solves = 0
+        self.patience_stop = False
 
     def wants(self, mapping: Mapping) -> bool:
         """True if some stage of ``mapping`` is multi-PU and small enough to polish."""
@@ -64,21 +66,26 @@ class Polisher:
         """Multi-PU, small enough, and not replicated (a replicated stage keeps its replicas' greedy schedules)."""
         return len(st.pus) > 1 and st.stop - st.start <= self.max_blocks and not st.replicas
 
-    def polish(self, mapping: Mapping) -> Tuple[Mapping, List[str]]:
+    def polish(self, mapping: Mapping, solve: bool = True) -> Tuple[Mapping, List[str]]:
         """``mapping`` with each polishable stage replaced by CP-SAT's schedule, and the schedule labels
-        (``cp-sat optimal`` | ``cp-sat feasible`` where CP-SAT answered, else as :func:`stage_kinds`)."""
+        (``cp-sat optimal`` | ``cp-sat feasible`` where CP-SAT answered, else as :func:`stage_kinds`).
+        ``solve=False``: only stages solved before are replaced (the others keep their list schedules), and
+        nothing is solved; ``n_solves`` counts the stages CP-SAT was run on."""
         stages, kinds = [], []
         for st, kind in zip(mapping.stages, stage_kinds(mapping)):
             new = st
             if self._polishable(st):
                 key = (st.start, st.stop, st.pus, st.ops)
                 at = self.problem.at_operating_points(st.op_choice())
-                if key not in self.memo:
+                if key not in self.memo and not solve:
+                    pass
+                elif key not in self.memo:
                     left = self.total_s - self.spent_s
                     if left <= 0.05:
                         self.memo[key] = None
                     else:
                         rep: Dict[str, Any] = {}
+                        self.n_solves += 1
                         det_s = min(left, self.stage_limit_s) * CPSAT_DET_PER_S
                         self.memo[key] = solve_stage(at, st.start, st.stop, st.pus, hint=st.assignment,
                                                      time_limit_s=det_s, seed=self.seed, report=rep)
@@ -86,7 +93,7 @@ class Polisher:
                         self.spent_s += rep["deterministic_s"] / CPSAT_DET_PER_S + CPSAT_MODEL_S_PER_CELL * cells
                         if rep["wall_stopped"]:
                             self.wall_stops.append(f"{st.start}-{st.stop}@{','.join(map(str, st.pus))}")
-                sol = self.memo[key]
+                sol = self.memo.get(key)
                 if sol is not None:
                     pus = tuple(sorted(set(sol.assignment)))
                     new = StageMapping(st.start, st.stop, pus, sol.assignment, sol.order,

@@ -163,43 +163,54 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
     cut_ok = [max_cut_tensors is None or j == n or len(live_sets[j]) <= max_cut_tensors for j in range(n + 1)]
     idle_static = float(problem.idle_power_w.sum()) + problem.static_power_w
     staged = max_stages is not None
-    # states: key -> sid; labels[sid] = list of (P, L, E); backs[sid] = list of (src sid, src row, stage)
+    # states: key -> sid; labels[sid]: array (m, 3) of (P, L, E); backs[sid]: (src sids, src rows, stage ids)
+    # with stages[stage id] = (stop, runs); a bucket of pending[key] holds one (src sid, period, latency, energy,
+    # stage id) per move: every label of the source, with the move's costs, is a candidate of the state
     keys: List[tuple] = []
-    labels: List[list] = []
-    backs: List[list] = []
+    labels: List[np.ndarray] = []
+    backs: List[Optional[tuple]] = []
+    stages: List[tuple] = []
     pending: Dict[tuple, list] = {}
     by_pos: Dict[int, List[tuple]] = {}
     capped = 0
 
-    def finish(key: tuple, cands: list) -> int:
+    def finish(key: tuple, moves: list) -> int:
         nonlocal capped
-        vals = np.array([c[0] for c in cands], dtype=float).reshape(-1, 3)
+        src = np.array([mv[0] for mv in moves], dtype=np.int64)
+        add = np.array([mv[1:4] for mv in moves], dtype=float).reshape(-1, 3)
+        counts = np.array([len(labels[s]) for s in src.tolist()], dtype=np.int64)
+        vals = np.concatenate([labels[s] for s in src.tolist()]) if len(moves) > 1 else labels[int(src[0])].copy()
+        rep = np.repeat(np.arange(len(moves)), counts)
+        np.maximum(vals[:, 0], add[rep, 0], out=vals[:, 0])
+        vals[:, 1] += add[rep, 1]
+        vals[:, 2] += add[rep, 2]
         keep = np.flatnonzero(pareto_mask(vals))
         if max_labels and len(keep) > max_labels:
             capped += 1
             order = keep[np.argsort(vals[keep, 0], kind="stable")]
             keep = np.sort(order[np.unique(np.linspace(0, len(order) - 1, max_labels).round().astype(int))])
+        rows = np.arange(len(vals)) - np.repeat(np.cumsum(counts) - counts, counts)
+        stage_ids = np.array([mv[4] for mv in moves], dtype=np.int64)
         keys.append(key)
-        labels.append([cands[t][0] for t in keep])
-        backs.append([cands[t][1] for t in keep])
+        labels.append(vals[keep])
+        backs.append((src[rep[keep]], rows[keep], stage_ids[rep[keep]]))
         return len(keys) - 1
 
     state_live: Dict[tuple, tuple] = {}
-    n_push = [0]  # labels pushed: the pass's counted work
+    n_push = 0  # labels pushed: the pass's counted work
     spent = 0
 
-    def push(key: tuple, live: tuple, label: tuple, back: tuple) -> None:
+    def push(key: tuple, live: tuple, move: tuple) -> None:
         bucket = pending.get(key)
         if bucket is None:
             bucket = pending[key] = []
             by_pos.setdefault(key[0], []).append(key)
             state_live[key] = live
-        bucket.append((label, back))
-        n_push[0] += 1
+        bucket.append(move)
 
     keys.append((0, 0, (), 0))
-    labels.append([(0.0, 0.0, 0.0)])
-    backs.append([None])
+    labels.append(np.zeros((1, 3)))
+    backs.append(None)
     here = [0]
     for i in range(n):
         if i > 0:
@@ -236,7 +247,7 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
             live = state_live.pop(keys[sid], keys[sid][2])
             if staged and n_st >= max_stages:
                 continue
-            rows = labels[sid]
+            n_rows = len(labels[sid])
             nst = n_st + 1 if staged else 0
             for ri, r in enumerate(runs):
                 if used & r.mask:
@@ -248,14 +259,15 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
                         if not cut_ok[j]:
                             continue
                         new_live = tuple(live[x] if x >= 0 else -1 - x for x in tmpl)
+                        stages.append((j, (r.run,)))
                         moves.append((j, _input_s(problem, transfers, live) + mk, dyn, new_live,
-                                      state_key(j, 0, new_live, 0)[2], (j, (r.run,))))
+                                      state_key(j, 0, new_live, 0)[2], len(stages) - 1))
                     plain_moves[(ri, live)] = moves
                 mask = used | r.mask
                 for j, t_s, dyn, new_live, klive, stage in moves:
                     key = (j, mask, klive, nst)
-                    for row, (p, lat, e) in enumerate(rows):
-                        push(key, new_live, (p if p > t_s else t_s, lat + t_s, e + dyn), (sid, row, stage))
+                    push(key, new_live, (sid, t_s, t_s, dyn, stage))
+                    n_push += n_rows
             for ci, (mask, reps, stops) in enumerate(combos):
                 if used & mask:
                     continue
@@ -273,17 +285,18 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
                         new_live = tuple(
                             live[x] if x >= 0 else tuple((r.run.assignment[u - start], w) for r, w in zip(reps, shares))
                             for x, u in zip(items[0][3], live_sets[j]))
+                        stages.append((j, tuple(r.run for r in reps)))
                         moves.append((j, p_s, l_s, e_s, new_live, state_key(j, 0, new_live, 0)[2],
-                                      (j, tuple(r.run for r in reps))))
+                                      len(stages) - 1))
                     combo_moves[(ci, live)] = moves
                 umask = used | mask
                 for j, p_s, l_s, e_s, new_live, klive, stage in moves:
                     key = (j, umask, klive, nst)
-                    for row, (p, lat, e) in enumerate(rows):
-                        push(key, new_live, (p if p > p_s else p_s, lat + l_s, e + e_s), (sid, row, stage))
+                    push(key, new_live, (sid, p_s, l_s, e_s, stage))
+                    n_push += n_rows
         if budget is not None:
-            budget.spend(n_push[0] - spent)
-            spent = n_push[0]
+            budget.spend(n_push - spent)
+            spent = n_push
             why = budget.over()
             if why is not None:
                 budget.stop_point = f"block {i + 1} of {n}"
@@ -294,20 +307,24 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
     objs, refs = [], []
     for key in finals:
         sid = finish(key, pending.pop(key))
-        for row, (p, lat, e) in enumerate(labels[sid]):
-            objs.append((p, lat, e + idle_static * p))
-            refs.append((sid, row))
-    objs_a = np.array(objs, dtype=float).reshape(-1, 3)
+        lab = labels[sid]
+        objs.append(np.column_stack([lab[:, 0], lab[:, 1], lab[:, 2] + idle_static * lab[:, 0]]))
+        refs += [(sid, row) for row in range(len(lab))]
+    objs_a = np.concatenate(objs).reshape(-1, 3)
     keep = np.flatnonzero(pareto_mask(objs_a))
-    mappings = [_rebuild(keys, backs, *refs[t]) for t in keep]
+    mappings = [_rebuild(backs, stages, *refs[t]) for t in keep]
     return ReplicatedResult(mappings, objs_a[keep], n_states=len(keys), capped_states=capped,
                             cut_limited=not all(cut_ok))
 
 
-def _rebuild(keys: List[tuple], backs: List[list], sid: int, row: int) -> Mapping:
+def _rebuild(backs: List[Optional[tuple]], stage_runs: List[tuple], sid: int, row: int) -> Mapping:
     stages: List[StageMapping] = []
-    while backs[sid][row] is not None:
-        src, src_row, (stop, runs) = backs[sid][row]
+    while True:
+        back = backs[sid]
+        if back is None:
+            break
+        src, src_row, stop_runs = int(back[0][row]), int(back[1][row]), int(back[2][row])
+        stop, runs = stage_runs[stop_runs]
         views = []
         for run in runs:
             assign = tuple(run.assignment[: stop - run.start])
