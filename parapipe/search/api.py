@@ -43,7 +43,7 @@ from ..cost.problem import MappingProblem
 from ..cost.replicated_baseline import replicated_mappings
 from ..errors import InfeasibleError, input_error
 from .baselines import parallel_mappings, single_pu_mappings
-from .bounds import PROOF_RTOL, Bounds, lower_bounds, optimistic_problem
+from .bounds import PROOF_RTOL, Bounds, dispatch_table, lower_bounds, optimistic_problem
 from .dvfs import RETIME_MAX_MAPPINGS, OpSpace, resolve_operating_points, retime, schedutil_mapping
 from .budget import RELAX_WORK_PER_S, SAFETY_FACTOR, WALL, Budget
 from .cpsat import TIME_UNIT_S
@@ -262,28 +262,37 @@ class _Evaluations:
         return got
 
 
-def _relaxation(problem: MappingProblem, best_period_s: float, budget: Budget):
-    """The plain relaxation (:class:`parapipe.search.relaxation.Relaxed`: mappings without replicated stages,
-    which is the space the least-period pass searches), or None beyond its PU count. It guides that pass and
-    gives the bound of its space; :func:`parapipe.search.bounds.lower_bounds` adds the replicated space's."""
+def _relaxation(problem: MappingProblem, best_period_s: float, budget: Budget, dispatch=None):
+    """The relaxation without replicated-stage modes (:class:`parapipe.search.relaxation.Relaxed`: mappings
+    without replicated stages, which is the space the least-period pass searches) with the pipeline terms'
+    ``dispatch`` table, or None beyond its PU count. It guides that pass and gives the bound of its space;
+    :func:`parapipe.search.bounds.lower_bounds` adds the replicated space's."""
     from .relaxation import MAX_PUS, Relaxed
 
     if problem.n_pus > MAX_PUS:
         return None
-    return Relaxed(problem, best_period_s * (1 - PROOF_RTOL), budget)
+    return Relaxed(problem, best_period_s * (1 - PROOF_RTOL), budget, dispatch=dispatch)
 
 
-def _bounds_with_terms(plain: Bounds, terms, best_period_s: float) -> Bounds:
-    """The plain model's bounds carried to the full model of ``terms`` without overlap: every stage's (and
-    replica's) work is × ``κ`` and the other terms only add time (hand-off, dispatch, invocation, sharing, contention), so
-    ``κ ×`` each plain bound holds for every mapping under ``terms`` (a replicated stage's ``1 / Σ 1/(κT_r + d)``
-    is at least ``κ / Σ 1/T_r``). Proved optimal only when the best period found under ``terms`` reaches it."""
-    kappa = float(terms.slowdown)
-    lb = plain.period_lb_s * kappa
+BOUND_MODEL_FULL = ("full: the pipeline terms' slowdown scales every time and every stage or replica pays its "
+                    "dispatch and invocation; hand-off, sharing and contention only add time")
+"""pareto.json ``search.bound.model`` of a search with pipeline terms (``plain`` without)."""
+
+
+def _overlap_factor(terms) -> float:
+    """``1 - max φ_p``: with overlap a PU's busy time is at least this share of the sum of its stage times
+    (:mod:`parapipe.cost.pipeline_terms`, step 3), so a bound on that sum times it bounds the period."""
+    return 1.0 - max((float(v) for v in terms.overlap.values()), default=0.0) if terms is not None else 1.0
+
+
+def _bounds_with_overlap(summed: Bounds, factor: float, best_period_s: float) -> Bounds:
+    """Bounds on the sum of each PU's stage times carried to the period with overlap (``factor`` = ``1 - max
+    φ``); proved optimal only when the best period found reaches the carried bound."""
+    lb = summed.period_lb_s * factor
     proved = lb >= best_period_s * (1 - PROOF_RTOL)
-    note = "; ".join(filter(None, [plain.note, f"the plain model's bounds x the terms' slowdown {kappa:.4g}"]))
-    spaces = {name: {**sp, "period_lb_s": sp["period_lb_s"] * kappa} for name, sp in plain.spaces.items()}
-    return Bounds(lb, plain.latency_lb_s * kappa, plain.period_method, proved, note, spaces)
+    note = "; ".join(filter(None, [summed.note, f"bounds x (1 - the largest overlap term) = {factor:.4g}"]))
+    spaces = {name: {**sp, "period_lb_s": sp["period_lb_s"] * factor} for name, sp in summed.spaces.items()}
+    return Bounds(best_period_s if proved else lb, summed.latency_lb_s, summed.period_method, proved, note, spaces)
 
 
 def _own_front(points: List[SearchPoint], objectives: Sequence[str]) -> List[SearchPoint]:
@@ -356,8 +365,10 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     or what ``calibrate --runs`` fitted) are the pipeline-level terms of the cost model. The DP passes rank
     candidates with the plain model; every candidate and baseline is then evaluated with the full model before
     the Pareto filter, so the front reported is the front of the full model among the candidates (exact for the
-    plain model only; ``info["cost_terms"]`` records the terms). The bounds are the plain model's, × the terms'
-    slowdown when no PU has an overlap term (which could shorten a period below it).
+    ``info["cost_terms"]`` records the terms). The DP passes rank candidates with the terms' slowdown, hand-off,
+    dispatch and invocation costs in their stage times (:class:`parapipe.search.transitions.StageCatalog`: the
+    full model exactly when sharing, contention and overlap are 0), and the bounds are of the full model (every
+    stage pays its dispatch; with overlap, × ``1 - max φ``).
 
     Raises
     ------
@@ -369,8 +380,9 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     evaluate = _Evaluations(problem)
     small = problem.n_blocks * problem.n_pus <= opts.exact_max_cells
     op_space = resolve_operating_points(problem, opts.operating_points, small)
-    catalog = StageCatalog(problem, op_space.op_sets if op_space.where == "dp" else None)
-    found, spaces, n_states = run_passes(problem, opts, catalog, progress)
+    catalog = StageCatalog(problem, op_space.op_sets if op_space.where == "dp" else None, terms)
+    labels_problem = catalog.problem  # the problem whose stage times are the full model's (κ-scaled)
+    found, spaces, n_states = run_passes(labels_problem, opts, catalog, progress)
     if not found["disjoint"] and not found["reuse"] and not found["replicated"]:
         raise InfeasibleError(f"{problem.name}: no mapping exists on PUs {', '.join(problem.pu_names)}: some block "
                               "cannot run on any of them; allow a PU that supports it (--pus)")
@@ -408,21 +420,26 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     # The least period of the PU-reuse space, exactly, guided by the bound's relaxation (which may already prove
     # the best period found optimal).
     full = terms is not None and not terms.is_default()
+    # the bounds are of the full model's period summed over each PU's stages; with overlap a period is at least
+    # ``overlap`` × that sum (_overlap_factor), so the sum of the best mapping found is at most best / overlap
+    overlap = _overlap_factor(terms)
 
-    def plain_period_s(points: Sequence[SearchPoint]) -> float:  # the bound and its proof are the plain model's
-        return min((evaluate(problem, p.mapping) if full else p.evaluation).period_s for p in points)
+    def best_period_s(points: Sequence[SearchPoint]) -> float:
+        best = min(p.evaluation.period_s for p in points)
+        return best / overlap if overlap > 0 else best
 
-    best_period = plain_period_s(cand_points)
+    best_period = best_period_s(cand_points)
     t_b = time.monotonic()
     # the bounds' problem: stage-level measurements may beat block sums, so bound (and guide the period pass,
     # which then never prunes a mapping the cost model could still reach) on the optimistic times
-    bound_problem = optimistic_problem(problem)
+    bound_problem = optimistic_problem(labels_problem)
+    dispatch = dispatch_table(problem.pu_names, terms)
     period_report: Optional[Dict[str, Any]] = None  # the period pass's report (pareto.json: search.spaces.period)
     bound_budget = Budget.of_seconds(opts.bound_time_limit_s, RELAX_WORK_PER_S, opts.wall_safety_factor)
-    relaxed = _relaxation(bound_problem, best_period, bound_budget)
+    relaxed = _relaxation(bound_problem, best_period, bound_budget, dispatch)
     if relaxed is not None and best_period > relaxed.bound_s * (1 + opts.period_gap):
         eps = 0.0 if problem.n_blocks * problem.n_pus <= opts.exact_max_cells else opts.period_epsilon
-        period_m, period_report = period_pass(problem, best_period, catalog, relaxed.guide(),
+        period_m, period_report = period_pass(labels_problem, best_period, catalog, relaxed.guide(),
                                               opts.period_time_limit_s, eps, opts.wall_safety_factor,
                                               max_stages=opts.max_stages)
         if period_m is not None:
@@ -452,10 +469,10 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     on_front = {objs[j] for j in np.flatnonzero(pareto_mask(np.array(objs)))}
     for i, p in enumerate(all_points):
         p.pareto = objs[i] in on_front
-    bounds = lower_bounds(bound_problem, best_period_s=plain_period_s(front), relaxed=relaxed,
-                          replicated=opts.replicate, budget=bound_budget)
-    if full and not any(terms.overlap.values()):
-        bounds = _bounds_with_terms(bounds, terms, min(p.evaluation.period_s for p in front))
+    bounds = lower_bounds(bound_problem, best_period_s=best_period_s(front), relaxed=relaxed,
+                          replicated=opts.replicate, budget=bound_budget, dispatch=dispatch)
+    if overlap < 1.0:
+        bounds = _bounds_with_overlap(bounds, overlap, min(p.evaluation.period_s for p in front))
     stats = {"search_s": time.monotonic() - t0, "dp_s": t_dp, "dp_states": n_states,
              "bound_s": time.monotonic() - t_b}
     cells = problem.n_blocks * problem.n_pus
@@ -467,7 +484,8 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
             "cpsat": {"time_unit_s": TIME_UNIT_S, "rounding": "up", "time_limit_s": opts.time_limit_s,
                       "stage_limit_s": opts.cpsat_stage_limit_s, "max_blocks": opts.cpsat_max_blocks,
                       "limits": "deterministic time", "deterministic_s": round(polisher.spent_s, 6)},
-            "bound": {**bounds.info(), **bound_budget.to_json()}, "operating_points": op_space.to_json()}
+            "bound": {**bounds.info(), **bound_budget.to_json(),
+                      "model": BOUND_MODEL_FULL if full else "plain"}, "operating_points": op_space.to_json()}
     stopped = [{"space": name, "reason": WALL, "at": rep.skipped} for name, rep in spaces.items()
                if rep.stopped_by == WALL]
     if period_report is not None and period_report.get("stopped_by") == WALL:

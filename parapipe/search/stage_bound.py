@@ -11,7 +11,9 @@ or ``1 / Σ_r 1/T_r`` (replicas on a partition of ``G``, :mod:`parapipe.cost.rep
     ``c(a, b, G) = min over partitions π of G of 1 / Σ_{S ∈ π} 1 / lb(a, b, S)``,
 
 bounds the period of every such mapping (an exact DP over (block, PUs used): ``(n + 1) × 2^k`` states).
-Transfers inside a stage that the bounds below leave out, and every pipeline term, only add time.
+Transfers inside a stage that the bounds below leave out, and the other pipeline terms, only add time; with the
+terms' ``dispatch`` table (:func:`parapipe.search.bounds.dispatch_table`) every stage and replica on the PU set
+``S`` also pays ``d_S``, added to ``lb(a, b, S)``.
 
 ``lb(a, b, S) = in(a, b, S) + run(a, b, S)``:
 
@@ -39,7 +41,7 @@ blocks on 4 PUs); beyond :data:`MAX_PUS` PUs it is not built.
 from __future__ import annotations
 
 from itertools import combinations
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -153,9 +155,10 @@ def stage_time_bounds(problem: MappingProblem) -> Dict[int, np.ndarray]:
     return out
 
 
-def stage_period_bound(problem: MappingProblem) -> float:
+def stage_period_bound(problem: MappingProblem, dispatch: Optional[np.ndarray] = None) -> float:
     """The bound of the module docstring, seconds: no mapping in which each PU serves at most one stage
-    (replicated stages included) has a shorter period.
+    (replicated stages included) has a shorter period. ``dispatch``: ``d_S`` per PU-set bit mask (module
+    docstring; None: 0).
 
     Raises
     ------
@@ -166,6 +169,8 @@ def stage_period_bound(problem: MappingProblem) -> float:
     if k > MAX_PUS:
         raise ValueError(f"{k} PUs: the stage bound handles at most {MAX_PUS}")
     lb = stage_time_bounds(problem)
+    if dispatch is not None:
+        lb = {m: x + float(dispatch[m]) for m, x in lb.items()}
     full = (1 << k) - 1
     with np.errstate(divide="ignore"):
         speed = {m: np.where(np.isfinite(x), 1.0 / x, 0.0) for m, x in lb.items()}
