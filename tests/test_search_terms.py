@@ -95,3 +95,22 @@ def test_bounds_hold_for_the_full_model(n, k, shape, seed, kappa):
     res = search(pr, SearchOptions(time_limit_s=1.0), terms=lapped)
     for ev in (evaluate(pr, p.mapping, lapped) for p in res.points):
         assert ev.period_s >= res.bounds.period_lb_s * (1 - 1e-9)
+
+
+def test_stage_bound_prices_a_replicas_input_from_outside_its_stage():
+    """A replica's producers sit outside its whole stage's PUs: a cheap hand-off between two replicas of one
+    stage does not lower the bound (stage DP: each replica's input is taken from PUs outside the stage)."""
+    from parapipe.cost.mapping import Mapping, ReplicaMapping, StageMapping
+    from parapipe.cost.problem import MappingProblem
+    from parapipe.search.stage_bound import stage_period_bound
+
+    inf = np.inf
+    alpha = np.array([[0.0, 1e-3, 1e-3], [1e-3, 0.0, 0.0], [1e-3, 0.0, 0.0]])  # p1 <-> p2 free, p0 -> them 1 ms
+    pr = MappingProblem(["b0", "b1"], [(), (0,)], {(0, 1): 1.0}, ["p0", "p1", "p2"],
+                        [[1e-4, 1e-2, 1e-2], [inf, 2e-3, 2e-3]], np.full((2, 3), 2.0), np.full(3, 0.1), 1.0,
+                        alpha, np.full((3, 3), 1e15))
+    best = Mapping((StageMapping(0, 1, (0,), (0,)),
+                    StageMapping(1, 2, (1,), (1,), None, (ReplicaMapping((2,), (2,)),))))
+    period = evaluate(pr, best).period_s
+    assert period == pytest.approx(1.5e-3, rel=1e-6)
+    assert stage_period_bound(pr) == pytest.approx(period, rel=1e-6)
