@@ -114,3 +114,27 @@ def test_stage_bound_prices_a_replicas_input_from_outside_its_stage():
     period = evaluate(pr, best).period_s
     assert period == pytest.approx(1.5e-3, rel=1e-6)
     assert stage_period_bound(pr) == pytest.approx(period, rel=1e-6)
+
+
+def test_search_offers_whole_model_replicas_on_pu_groups_above_the_exact_size():
+    """Above the exact size the replicated pass takes single-PU replicas only; the search still offers the whole
+    model replicated over PU groups: here {p0, p1} (each runs every other block) beside p2, with a dispatch cost
+    that makes many-stage pipelines pay, is the least period."""
+    from parapipe.cost.mapping import Mapping, ReplicaMapping, StageMapping
+    from parapipe.cost.problem import MappingProblem
+    from parapipe.search.api import SearchOptions, search
+
+    n, inf = 12, np.inf
+    t = np.array([[1e-3, inf, 1e-3] if v % 2 == 0 else [inf, 1e-3, 1e-3] for v in range(n)])
+    pr = MappingProblem([f"b{v}" for v in range(n)], [()] + [(v - 1,) for v in range(1, n)],
+                        {(v - 1, v): 1.0 for v in range(1, n)}, ["p0", "p1", "p2"], t, np.full((n, 3), 2.0),
+                        np.full(3, 0.1), 1.0, np.full((3, 3), 1e-6), np.full((3, 3), 1e12))
+    terms = PipelineTerms(dispatch_s=2e-3)
+    whole = Mapping((StageMapping(0, n, (0, 1), tuple(v % 2 for v in range(n)), None,
+                                  (ReplicaMapping((2,), (2,) * n),)),))
+    want = evaluate(pr, whole, terms).period_s
+    res = search(pr, SearchOptions(time_limit_s=1.0), terms=terms)
+    best = min(res.front(), key=lambda p: p.objectives())
+    assert best.evaluation.period_s <= want * (1 + 1e-9)
+    assert any(len(view.pus) > 1 for st in best.mapping.stages for view in st.replica_stages()) and \
+        best.mapping.replicated
