@@ -138,3 +138,20 @@ def test_search_offers_whole_model_replicas_on_pu_groups_above_the_exact_size():
     assert best.evaluation.period_s <= want * (1 + 1e-9)
     assert any(len(view.pus) > 1 for st in best.mapping.stages for view in st.replica_stages()) and \
         best.mapping.replicated
+
+
+def test_stage_bound_charges_a_single_pu_stage_its_largest_input_edge():
+    """Every consumer of a single-PU stage sits on its one PU, so each producer's tensor goes once with its largest
+    edge to the stage: the stage DP charges that edge, not the smallest."""
+    from parapipe.cost.mapping import Mapping, StageMapping
+    from parapipe.cost.problem import MappingProblem
+    from parapipe.search.stage_bound import stage_period_bound
+
+    inf = np.inf
+    pr = MappingProblem(["b0", "b1", "b2"], [(), (0,), (0,)], {(0, 1): 1.0, (0, 2): 1e6}, ["p0", "p1"],
+                        [[1e-4, inf], [inf, 1e-3], [inf, 1e-3]], np.full((3, 2), 2.0), np.full(2, 0.1), 1.0,
+                        np.full((2, 2), 1e-5), np.full((2, 2), 1e9))
+    only = Mapping((StageMapping(0, 1, (0,), (0,)), StageMapping(1, 3, (1,), (1, 1))))
+    period = evaluate(pr, only).period_s
+    assert period == pytest.approx(1e-5 + 1e-3 + 2e-3, rel=1e-6)
+    assert stage_period_bound(pr) == pytest.approx(period, rel=1e-6)

@@ -20,7 +20,9 @@ terms' ``dispatch`` table (:func:`parapipe.search.bounds.dispatch_table`) every 
 * ``in``: the input hand-off. Every producer ``u < a`` of a block ``v`` of the stage sits on a PU outside ``S``,
   and for a replica on ``S`` of a stage on ``G``, outside ``G`` (PUs are disjoint between stages; a replicated producer's mean over its replicas is at least its least), and
   the stage receives each producer's tensor at least once: ``Σ_u min_v min_{p ∉ S runs u, q ∈ S runs v}
-  alpha[p, q] + nbytes(u, v) / beta[p, q]`` over the edges ``u -> v`` that carry bytes.
+  alpha[p, q] + nbytes(u, v) / beta[p, q]`` over the edges ``u -> v`` that carry bytes (on one PU ``q``, every
+  consumer is on ``q`` and the one transfer per producer carries its largest edge: ``max_v`` instead of
+  ``min_v``).
 * ``run`` on one PU ``p``: ``Σ_v t[v, p]`` (the blocks run one after the other; ``inf`` where ``p`` cannot run
   one). On a group ``S`` (list-scheduled, :mod:`.listsched`), the makespan is at least each of: a critical
   path that knows the PUs: ``L[v][q]``, the least finish time of ``v`` on
@@ -125,9 +127,12 @@ def _input_bounds(problem: MappingProblem, t: np.ndarray, pus: Tuple[int, ...],
         if len(src) and len(dst):
             c = problem.alpha_s[np.ix_(src, dst)] + nb / problem.beta_bytes_per_s[np.ix_(src, dst)]
             cost[u, v] = min(cost[u, v], float(c.min()))
+    single = len(pus) == 1
+    if single:  # every consumer on the one PU: each producer's tensor goes once, with its largest edge
+        cost = np.where(np.isfinite(cost), cost, 0.0)
     for a in range(1, n):
         block = cost[:a, a:]  # producers before the stage, consumers from its first block on
-        run = np.minimum.accumulate(block, axis=1)
+        run = np.maximum.accumulate(block, axis=1) if single else np.minimum.accumulate(block, axis=1)
         out[a, a + 1:] = np.where(np.isfinite(run), run, 0.0).sum(axis=0)
     return out
 
