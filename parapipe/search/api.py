@@ -336,10 +336,10 @@ def _whole_replicated(catalog: StageCatalog, keep: int = WHOLE_REPLICATED_KEEP) 
             views = [run(g) for g in part]
             if any(v is None for v in views):
                 continue
-            used = [p for v in views for p in v[0]]  # type: ignore[index]
+            used = [p for v in views for p in v[0]]
             if len(used) != len(pus):
                 continue  # a group left a PU idle: the same replicas on fewer PUs come from another set
-            scored.append((1.0 / sum(1.0 / v[2] for v in views), views))  # type: ignore[index]
+            scored.append((1.0 / sum(1.0 / v[2] for v in views), views))
     scored.sort(key=lambda x: x[0])
     out = []
     for _, views in scored[:keep]:
