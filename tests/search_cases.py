@@ -93,28 +93,46 @@ def greedy_assignment(pr: MappingProblem, a: int, b: int, group: Tuple[int, ...]
     return tuple(where[v] for v in range(a, b))
 
 
-def all_mapping_objectives(pr: MappingProblem, reuse: bool, max_stages: Optional[int] = None) -> np.ndarray:
+def with_handoff(pr: MappingProblem, terms) -> MappingProblem:
+    """``pr`` as a multi-PU stage sees it under pipeline ``terms``: ``alpha + handoff_s`` between different PUs
+    (a shallow copy; :func:`greedy_assignment` reads ``alpha_s`` only). ``pr`` itself without terms."""
+    if terms is None or not terms.handoff_s:
+        return pr
+    import copy
+
+    out = copy.copy(pr)
+    out.alpha_s = pr.alpha_s + terms.handoff_s * (1.0 - np.eye(pr.n_pus))
+    return out
+
+
+def all_mapping_objectives(pr: MappingProblem, reuse: bool, max_stages: Optional[int] = None,
+                           terms=None) -> np.ndarray:
     """(period, latency, energy) of every mapping of the DP's space, by enumeration and :func:`evaluate`.
 
     Every composition of the blocks into contiguous stages, every PU group for every stage (pairwise disjoint
     unless ``reuse``); each stage's assignment is the greedy list schedule of exactly that range on that
-    group.
+    group (with pipeline ``terms``: with their hand-off cost between the group's PUs, :func:`with_handoff`;
+    evaluated with them; a group whose schedule leaves a PU idle is the stage on the PUs it uses, which pays
+    only their invocation costs, so it is left out).
     """
     n = pr.n_blocks
     groups = pu_groups(pr.n_pus)
+    sched = with_handoff(pr, terms)
 
     @lru_cache(maxsize=None)
     def stage(a: int, b: int, gi: int) -> Optional[StageMapping]:
-        assignment = greedy_assignment(pr, a, b, groups[gi])
+        assignment = greedy_assignment(sched, a, b, groups[gi])
         if assignment is None:
             return None  # some block of the range runs on no PU of the group
+        if terms is not None and set(assignment) != set(groups[gi]):
+            return None  # a PU left idle: the stage on the PUs it uses is the mapping (it pays their invocation)
         return StageMapping(a, b, groups[gi], assignment)
 
     out = []
 
     def extend(a: int, stages: list, used: frozenset) -> None:
         if a == n:
-            out.append(evaluate(pr, Mapping(tuple(stages))))
+            out.append(evaluate(pr, Mapping(tuple(stages)), terms))
             return
         if max_stages is not None and len(stages) == max_stages:
             return
@@ -134,7 +152,7 @@ def sorted_rows(a: np.ndarray) -> np.ndarray:
     return a[np.lexsort(a.T[::-1])]
 
 
-def all_pipeline_objectives(pr: MappingProblem) -> np.ndarray:
+def all_pipeline_objectives(pr: MappingProblem, terms=None) -> np.ndarray:
     """(period, latency, energy) of every pure pipeline with PU reuse: every PU per block, each run of blocks on
     one PU a single-PU stage, evaluated with :func:`evaluate`."""
     import itertools
@@ -147,7 +165,7 @@ def all_pipeline_objectives(pr: MappingProblem) -> np.ndarray:
             if b == len(pus) or pus[b] != pus[a]:
                 stages.append(StageMapping(a, b, (pus[a],), (pus[a],) * (b - a)))
                 a = b
-        ev = evaluate(pr, Mapping(tuple(stages)))
+        ev = evaluate(pr, Mapping(tuple(stages)), terms)
         out.append((ev.period_s, ev.latency_s, ev.energy_j))
     return np.array(out)
 
@@ -161,21 +179,25 @@ def uncovered(points: np.ndarray, front: np.ndarray, rtol: float = 1e-9) -> np.n
 
 
 def all_replicated_objectives(pr: MappingProblem, max_stages: Optional[int] = None,
-                              group_replicas: bool = True) -> np.ndarray:
+                              group_replicas: bool = True, terms=None) -> np.ndarray:
     """(period, latency, energy) of every mapping of the replicated space that fits memory, by enumeration and
     :func:`evaluate`: every composition into contiguous stages; per stage a PU group (list-scheduled as in
     :func:`all_mapping_objectives`) or a replicated stage over >= 2 pairwise disjoint groups (one PU each unless
-    ``group_replicas``), each replica list-scheduled on exactly that range; PUs disjoint across stages."""
+    ``group_replicas``), each replica list-scheduled on exactly that range (with ``terms``' hand-off, as in
+    :func:`all_mapping_objectives`); PUs disjoint across stages; evaluated with ``terms``."""
     from itertools import combinations
 
     from parapipe.cost.mapping import ReplicaMapping
 
     n = pr.n_blocks
     groups = pu_groups(pr.n_pus)
+    sched = with_handoff(pr, terms)
 
     @lru_cache(maxsize=None)
     def view(a: int, b: int, gi: int):
-        assignment = greedy_assignment(pr, a, b, groups[gi])
+        assignment = greedy_assignment(sched, a, b, groups[gi])
+        if assignment is not None and terms is not None and set(assignment) != set(groups[gi]):
+            return None  # a PU left idle (see all_mapping_objectives)
         return None if assignment is None else (groups[gi], assignment)
 
     options = []  # tuples of group indices: one = plain stage, several = replicated
@@ -190,7 +212,7 @@ def all_replicated_objectives(pr: MappingProblem, max_stages: Optional[int] = No
 
     def extend(a: int, stages: list, used: frozenset) -> None:
         if a == n:
-            ev = evaluate(pr, Mapping(tuple(stages)))
+            ev = evaluate(pr, Mapping(tuple(stages)), terms)
             if ev.fits_memory:
                 out.append((ev.period_s, ev.latency_s, ev.energy_j))
             return

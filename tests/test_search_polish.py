@@ -66,7 +66,7 @@ def test_polish_helpful_solve_resets_patience():
     pol, out, cands = _run(objs, {"d": (1.5, 0.5, 1.0)}, patience=2)
     assert pol.solved == ["c*", "d*", "b*", "a*"]
     assert out[3].mapping == "d*" and out[3].origin == "cp-sat"
-    # a solve that only lowers the plain period (the bound's reference) helps too
+    # a solve that only lowers the least period (the bound's reference) helps too
     pol, _, _ = _run(objs, {"c": (0.9, 5.0, 5.0)}, patience=1)
     assert pol.solved == ["c*", "d*"]
 

@@ -35,7 +35,8 @@ The model, stated once (every search, baseline and report uses it through :func:
   does not include it. Idle power is the same at every point. Without ``ops`` every PU runs at its highest point.
 * **Pipeline terms** (:mod:`parapipe.cost.pipeline_terms`, optional): a plain mapping gets all of them
   (:func:`parapipe.cost.pipeline_terms.apply_terms`); a mapping with replicated stages gets the slowdown ``κ``
-  (every block, range and task time × ``κ``) and the dispatch ``d`` (added to every stage's and every replica's
+  (every block, range, task and transfer time × ``κ``), the hand-off ``h`` between the PUs of a multi-PU stage
+  or replica, and the dispatch ``d`` with the invocation ``i_p`` (added to every stage's and every replica's
   time ``T_r``: each frame dealt to a replica hops into it as into any stage). Its stages' PUs are disjoint, so
   sharing and overlap do not arise; memory contention is not modelled for it.
 """
@@ -74,7 +75,8 @@ def evaluate(problem: MappingProblem, mapping: Mapping, terms: Optional[Pipeline
 
     ``terms`` adds the pipeline-level terms learnt from measured runs (:func:`parapipe.cost.pipeline_terms.apply_terms`):
     what every point must be evaluated with before it is reported. None or default terms give the plain model
-    exactly. A mapping with replicated stages takes the slowdown and the dispatch only (module docstring).
+    exactly. A mapping with replicated stages takes the slowdown, hand-off, dispatch and invocation only (module
+    docstring).
 
     Raises
     ------

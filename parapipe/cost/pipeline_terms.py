@@ -52,15 +52,20 @@ latency = ``Σ T_s``. :func:`apply_terms` turns that evaluation into the *full* 
 With the defaults (``h = 0``, ``κ = 1``, ``ψ = 0``, ``d = 0``, ``i = 0``, ``γ = 0``, ``φ = 0``) every step multiplies by 1.0, adds 0.0 or sums in
 the same order as the plain model: the numbers are bit-identical (tested on the zoo models).
 
-A mapping with replicated stages takes step 1's ``κ``, ``d`` and ``i`` only (:func:`parapipe.cost.evaluate.evaluate`:
-every replica's time ``κ·T_r + d_r``, ``d_r`` as ``d_s`` over the replica's PUs); ``calibrate --runs`` fits on its runs too (:class:`ReplicatedFacts`).
+A mapping with replicated stages takes steps 0 and 1 without sharing (:func:`parapipe.cost.evaluate.evaluate`:
+every stage's and replica's time ``κ·T_r + d_r``, ``T_r`` its input hand-off plus its makespan with ``alpha + h``
+between the PUs of a multi-PU replica or stage, ``d_r`` as ``d_s`` over the replica's PUs); ``calibrate --runs``
+fits on its runs too (:class:`ReplicatedFacts`).
 
-The search uses the plain model in its labels; every point it reports must be re-evaluated with the full model
-(:func:`parapipe.cost.evaluate.evaluate` with the terms) so that the front it shows is the front of the model the user calibrated.
+The search ranks its candidates with ``κ``, ``h``, ``d`` and ``i`` in its labels (:func:`search_problems`: its stage
+times are ``κ·T_s + d_s``, exactly the full model's when ``ψ = γ = φ = 0``), and bounds the same model; every point
+it reports is re-evaluated with the full model (:func:`parapipe.cost.evaluate.evaluate` with the terms) so that the
+front it shows is the front of the model the user calibrated.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Mapping as TMapping, Optional, Sequence, Tuple
@@ -72,7 +77,7 @@ from .problem import MappingProblem
 from .schedule import (Evaluation, StageResult, evaluate_plain, evaluate_stage, slowed, stage_input_transfers,
                        switching_s)
 
-__all__ = ["PipelineTerms", "DEFAULT_TERMS", "MappingFacts", "ReplicatedFacts", "mapping_facts", "apply_terms",
+__all__ = ["PipelineTerms", "DEFAULT_TERMS", "scaled_problem", "handoff_problem", "search_problems", "MappingFacts", "ReplicatedFacts", "mapping_facts", "apply_terms",
            "replicated_with_terms", "stage_traffic_nbytes", "terms_from_soc"]
 
 
@@ -185,6 +190,37 @@ def terms_from_soc(soc) -> PipelineTerms:
     return PipelineTerms(overlap=dict(spec.overlap), dispatch_s=spec.dispatch_s, contention=spec.contention,
                          slowdown=spec.slowdown, memory_bandwidth_bytes_per_s=bw, handoff_s=spec.handoff_s,
                          sharing=spec.sharing, invoke_s=dict(spec.invoke_s))
+
+
+def scaled_problem(problem: MappingProblem, kappa: float) -> MappingProblem:
+    """``problem`` with every block, sub-model and transfer time × ``kappa`` (``alpha × κ``, ``beta / κ``): its
+    stage times ``T_s`` are ``κ·T_s`` of ``problem`` (step 1); ``problem`` itself for ``κ = 1``."""
+    if kappa == 1.0:
+        return problem
+    out = slowed(problem, kappa)
+    return dataclasses.replace(out, alpha_s=out.alpha_s * kappa, beta_bytes_per_s=out.beta_bytes_per_s / kappa)
+
+
+def handoff_problem(problem: MappingProblem, handoff_s: float) -> MappingProblem:
+    """``problem`` with ``alpha + handoff_s`` between different PUs (step 0: the transfer costs inside a multi-PU
+    stage); ``problem`` itself for ``handoff_s = 0``."""
+    if handoff_s == 0.0:
+        return problem
+    k = problem.n_pus
+    return dataclasses.replace(problem, alpha_s=problem.alpha_s + handoff_s * (1.0 - np.eye(k)))
+
+
+def search_problems(problem: MappingProblem, terms: Optional[PipelineTerms]
+                    ) -> Tuple[MappingProblem, MappingProblem]:
+    """``(hand-off problem, schedule problem)`` on which a search computes full-model stage times: the input
+    hand-offs and block times of the first (``κ``-scaled, :func:`scaled_problem`), the schedule of a multi-PU
+    stage on the second (also ``alpha + h`` between PUs, :func:`handoff_problem`); ``d_s`` is added per stage
+    (:meth:`PipelineTerms.stage_dispatch_s`). Both are ``problem`` without terms."""
+    if terms is None:
+        return problem, problem
+    kappa = float(terms.slowdown)
+    return (scaled_problem(problem, kappa),
+            scaled_problem(handoff_problem(problem, float(terms.handoff_s)), kappa))
 
 
 def stage_traffic_nbytes(problem: MappingProblem, mapping) -> List[float]:
@@ -397,10 +433,12 @@ def apply_terms(problem: MappingProblem, mapping, evaluation, terms: PipelineTer
 
 
 def replicated_with_terms(problem: MappingProblem, mapping: Mapping, terms: PipelineTerms) -> Evaluation:
-    """The full-model evaluation of a mapping with replicated stages: the plain model with every block, range
-    and task time × ``κ`` and the dispatch ``d_s`` (``d`` + the largest ``i_p`` of its PUs) added to every stage's
-    and replica's time (the other terms do not arise or are not modelled for it). The mapping obeys
-    :mod:`parapipe.cost.rules` (not checked here)."""
+    """The full-model evaluation of a mapping with replicated stages: the plain model with every block, range,
+    task and transfer time × ``κ``, ``alpha + h`` between the PUs of a multi-PU stage or replica (step 0), and the
+    dispatch ``d_s`` (``d`` + the largest ``i_p`` of its PUs) added to every stage's and replica's time (the
+    other terms do not arise or are not modelled for it). The mapping obeys :mod:`parapipe.cost.rules` (not
+    checked here)."""
     names = problem.pu_names
-    return evaluate_plain(slowed(problem, float(terms.slowdown)), mapping, float(terms.dispatch_s),
-                          invoke_s=[float(terms.invoke_s.get(n, 0.0)) for n in names])
+    hand, sched = search_problems(problem, terms)
+    return evaluate_plain(hand, mapping, float(terms.dispatch_s),
+                          invoke_s=[float(terms.invoke_s.get(n, 0.0)) for n in names], stage_problem=sched)

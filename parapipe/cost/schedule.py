@@ -165,11 +165,12 @@ Producer = Tuple[int, Tuple[float, ...], Tuple[int, ...]]
 
 
 def _replica_result(problem: MappingProblem, stage: StageMapping, producers: Dict[int, Producer],
-                    dispatch_s: float = 0.0, invoke_s: Sequence[float] = ()) -> Tuple[StageResult, float]:
+                    dispatch_s: float = 0.0, invoke_s: Sequence[float] = (),
+                    stage_problem: Optional[MappingProblem] = None) -> Tuple[StageResult, float]:
     """One replica (a plain stage) whose producers may be replicated: its result with the mean input, and its
     worst-case time (:func:`parapipe.cost.replication.mean_and_worst_input_s`); ``dispatch_s`` plus the largest
     ``invoke_s`` (per PU index, s; empty: none) of the replica's PUs is added to the input hand-off (the hop into
-    the replica)."""
+    the replica); ``stage_problem`` (default ``problem``) gives the transfer costs inside the replica."""
     if invoke_s:
         dispatch_s = dispatch_s + max(float(invoke_s[p]) for p in stage.pus)
     active = np.zeros(problem.n_pus)
@@ -181,7 +182,8 @@ def _replica_result(problem: MappingProblem, stage: StageMapping, producers: Dic
         active[q] += sum(w * t for w, t in zip(shares, seconds))
     input_s, worst_input_s = mean_and_worst_input_s(terms)
     input_s, worst_input_s = input_s + dispatch_s, worst_input_s + dispatch_s
-    start, finish, makespan, dyn = _schedule(problem, stage, active)
+    inner = problem if stage_problem is None or len(stage.pus) < 2 else stage_problem
+    start, finish, makespan, dyn = _schedule(inner, stage, active)
     res = StageResult(time_s=input_s + makespan, input_s=input_s, makespan_s=makespan, start_s=start,
                       finish_s=finish, active_s=active, dyn_energy_j=dyn)
     return res, worst_input_s + makespan
@@ -189,7 +191,8 @@ def _replica_result(problem: MappingProblem, stage: StageMapping, producers: Dic
 
 def evaluate_replicated_stage(problem: MappingProblem, stage: StageMapping,
                               producers: Dict[int, Producer], dispatch_s: float = 0.0,
-                              invoke_s: Sequence[float] = ()) -> StageResult:
+                              invoke_s: Sequence[float] = (),
+                              stage_problem: Optional[MappingProblem] = None) -> StageResult:
     """A stage with or without replicas, whose producers may be replicated (model in :mod:`parapipe.cost.evaluate`).
 
     Parameters
@@ -203,6 +206,8 @@ def evaluate_replicated_stage(problem: MappingProblem, stage: StageMapping,
     invoke_s : sequence of float
         Per PU index, s: the invocation term ``i_p`` (:mod:`parapipe.cost.pipeline_terms`); each replica adds the
         largest of its PUs' (empty: none, the plain model).
+    stage_problem : MappingProblem, optional
+        ``problem`` with the transfer costs between the PUs of one replica (default: ``problem``'s).
 
     Returns
     -------
@@ -211,7 +216,8 @@ def evaluate_replicated_stage(problem: MappingProblem, stage: StageMapping,
         The stage obeys :mod:`parapipe.cost.rules` (not checked here).
     """
     views = stage.replica_stages()
-    results, worst = zip(*(_replica_result(problem, view, producers, dispatch_s, invoke_s) for view in views))
+    results, worst = zip(*(_replica_result(problem, view, producers, dispatch_s, invoke_s, stage_problem)
+                            for view in views))
     times = [r.time_s for r in results]
     shares = replica_shares(times)
     if len(views) == 1:
@@ -230,11 +236,12 @@ def evaluate_replicated_stage(problem: MappingProblem, stage: StageMapping,
 
 
 def evaluate_plain(problem: MappingProblem, mapping: Mapping, dispatch_s: Optional[float] = None,
-                   invoke_s: Sequence[float] = ()) -> Evaluation:
+                   invoke_s: Sequence[float] = (), stage_problem: Optional[MappingProblem] = None) -> Evaluation:
     """The plain model of :mod:`parapipe.cost.evaluate` on a mapping that obeys :mod:`parapipe.cost.rules` (not
     checked here) (``dispatch_s`` None), or, for a mapping with replicated stages, the plain model with
     ``dispatch_s`` plus the largest ``invoke_s`` (per PU index, s) of its PUs added to every stage's and
-    replica's time."""
+    replica's time, and the transfers between the PUs of a stage or replica priced by ``stage_problem`` (default
+    ``problem``)."""
     k = problem.n_pus
     producer_pu: Dict[int, int] = {}
     producers: Dict[int, Producer] = {}
@@ -252,7 +259,7 @@ def evaluate_plain(problem: MappingProblem, mapping: Mapping, dispatch_s: Option
             for p in st.pus:
                 busy[p] += res.time_s
         else:
-            res = evaluate_replicated_stage(problem, st, producers, dispatch_s or 0.0, invoke_s)
+            res = evaluate_replicated_stage(problem, st, producers, dispatch_s or 0.0, invoke_s, stage_problem)
             for view, w in zip(st.replica_stages(), res.shares):
                 for p in view.pus:
                     busy[p] += res.period_s if w > 0 else 0.0

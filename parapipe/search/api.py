@@ -45,7 +45,7 @@ from ..cost.problem import MappingProblem
 from ..cost.replicated_baseline import replicated_mappings
 from ..errors import InfeasibleError, input_error
 from .baselines import parallel_mappings, single_pu_mappings
-from .bounds import PROOF_RTOL, Bounds, lower_bounds, optimistic_problem
+from .bounds import PROOF_RTOL, Bounds, dispatch_table, lower_bounds, optimistic_problem
 from .dvfs import RETIME_MAX_MAPPINGS, OpSpace, resolve_operating_points, retime, schedutil_mapping
 from .budget import RELAX_WORK_PER_S, SAFETY_FACTOR, WALL, Budget
 from .cpsat import TIME_UNIT_S
@@ -270,28 +270,90 @@ class _Evaluations:
         return got
 
 
-def _relaxation(problem: MappingProblem, best_period_s: float, budget: Budget):
-    """The plain relaxation (:class:`parapipe.search.relaxation.Relaxed`: mappings without replicated stages,
-    which is the space the least-period pass searches), or None beyond its PU count. It guides that pass and
-    gives the bound of its space; :func:`parapipe.search.bounds.lower_bounds` adds the replicated space's."""
+def _relaxation(problem: MappingProblem, best_period_s: float, budget: Budget, dispatch=None):
+    """The relaxation without replicated-stage modes (:class:`parapipe.search.relaxation.Relaxed`: mappings
+    without replicated stages, which is the space the least-period pass searches) with the pipeline terms'
+    ``dispatch`` table, or None beyond its PU count. It guides that pass and gives the bound of its space;
+    :func:`parapipe.search.bounds.lower_bounds` adds the replicated space's."""
     from .relaxation import MAX_PUS, Relaxed
 
     if problem.n_pus > MAX_PUS:
         return None
-    return Relaxed(problem, best_period_s * (1 - PROOF_RTOL), budget)
+    return Relaxed(problem, best_period_s * (1 - PROOF_RTOL), budget, dispatch=dispatch)
 
 
-def _bounds_with_terms(plain: Bounds, terms, best_period_s: float) -> Bounds:
-    """The plain model's bounds carried to the full model of ``terms`` without overlap: every stage's (and
-    replica's) work is × ``κ`` and the other terms only add time (hand-off, dispatch, invocation, sharing, contention), so
-    ``κ ×`` each plain bound holds for every mapping under ``terms`` (a replicated stage's ``1 / Σ 1/(κT_r + d)``
-    is at least ``κ / Σ 1/T_r``). Proved optimal only when the best period found under ``terms`` reaches it."""
-    kappa = float(terms.slowdown)
-    lb = plain.period_lb_s * kappa
+BOUND_MODEL_FULL = ("full: the pipeline terms' slowdown scales every time and every stage or replica pays its "
+                    "dispatch and invocation; hand-off, sharing and contention only add time")
+"""pareto.json ``search.bound.model`` of a search with pipeline terms (``plain`` without)."""
+
+
+def _overlap_factor(terms) -> float:
+    """``1 - max φ_p``: with overlap a PU's busy time is at least this share of the sum of its stage times
+    (:mod:`parapipe.cost.pipeline_terms`, step 3), so a bound on that sum times it bounds the period."""
+    return 1.0 - max((float(v) for v in terms.overlap.values()), default=0.0) if terms is not None else 1.0
+
+
+def _bounds_with_overlap(summed: Bounds, factor: float, best_period_s: float) -> Bounds:
+    """Bounds on the sum of each PU's stage times carried to the period with overlap (``factor`` = ``1 - max
+    φ``); proved optimal only when the best period found reaches the carried bound."""
+    lb = summed.period_lb_s * factor
     proved = lb >= best_period_s * (1 - PROOF_RTOL)
-    note = "; ".join(filter(None, [plain.note, f"the plain model's bounds x the terms' slowdown {kappa:.4g}"]))
-    spaces = {name: {**sp, "period_lb_s": sp["period_lb_s"] * kappa} for name, sp in plain.spaces.items()}
-    return Bounds(lb, plain.latency_lb_s * kappa, plain.period_method, proved, note, spaces)
+    note = "; ".join(filter(None, [summed.note, f"bounds x (1 - the largest overlap term) = {factor:.4g}"]))
+    spaces = {name: {**sp, "period_lb_s": sp["period_lb_s"] * factor} for name, sp in summed.spaces.items()}
+    return Bounds(best_period_s if proved else lb, summed.latency_lb_s, summed.period_method, proved, note, spaces)
+
+
+WHOLE_REPLICATED_KEEP = 3
+"""How many whole-model replicated mappings with PU-group replicas (:func:`_whole_replicated`), the shortest
+estimated periods, are offered to the front."""
+
+
+def _whole_replicated(catalog: StageCatalog, keep: int = WHOLE_REPLICATED_KEEP) -> List[Mapping]:
+    """The whole model as one stage replicated over >= 2 replicas, at least one of them a list-scheduled PU group
+    (the replicated pass above the exact size takes single-PU replicas only; the ``replicated`` baselines are
+    those): for every set of disjoint PU groups that each run every block, the greedy schedule of each group
+    (:mod:`.listsched`, on the catalogue's problems: its pipeline terms included), ranked by the period
+    ``1 / Σ_r 1/(T_r + d_r)`` they estimate (no input hand-off into a first stage); the ``keep`` shortest."""
+    from .listsched import schedule_ranges
+    from .relaxation import MAX_PUS, _partitions
+
+    problem, sched = catalog.problem, catalog.stage_problem
+    n, k = problem.n_blocks, problem.n_pus
+    if k > MAX_PUS or k < 2:
+        return []
+    terms = catalog.terms
+    runs: Dict[Tuple[int, ...], Optional[Tuple[Tuple[int, ...], Tuple[int, ...], float]]] = {}
+
+    def run(g: Tuple[int, ...]):
+        if g not in runs:
+            rs = schedule_ranges(sched, 0, g)
+            if len(rs.assignment) < n:
+                runs[g] = None
+            else:
+                used = tuple(sorted(set(rs.assignment)))
+                d = 0.0 if terms is None else terms.stage_dispatch_s(problem.pu_names, used)
+                runs[g] = (used, tuple(rs.assignment), float(rs.makespan_s[-1]) + d)
+        return runs[g]
+
+    scored = []
+    for mask in range(3, 1 << k):
+        pus = tuple(p for p in range(k) if mask >> p & 1)
+        for part in _partitions(pus):
+            if len(part) < 2 or all(len(g) == 1 for g in part):
+                continue
+            views = [run(g) for g in part]
+            if any(v is None for v in views):
+                continue
+            used = [p for v in views for p in v[0]]
+            if len(used) != len(pus):
+                continue  # a group left a PU idle: the same replicas on fewer PUs come from another set
+            scored.append((1.0 / sum(1.0 / v[2] for v in views), views))
+    scored.sort(key=lambda x: x[0])
+    out = []
+    for _, views in scored[:keep]:
+        (g0, a0, _), rest = views[0], views[1:]
+        out.append(Mapping((StageMapping(0, n, g0, a0, None, tuple(ReplicaMapping(g, a) for g, a, _ in rest)),)))
+    return out
 
 
 def _own_front(points: List[SearchPoint], objectives: Sequence[str]) -> List[SearchPoint]:
@@ -358,14 +420,13 @@ def _governors(problem: MappingProblem, front: List[SearchPoint], terms, evaluat
 
 def _polish_candidates(polisher: Polisher, cands: List[SearchPoint], todo: List[int], objectives: Sequence[str],
                        patience: int, patience_s: float, evaluate: Callable[[Mapping], Evaluation],
-                       plain_period_s: Callable[[SearchPoint], float]) -> Dict[int, SearchPoint]:
+                       period_s: Callable[[SearchPoint], float]) -> Dict[int, SearchPoint]:
     """CP-SAT-polished versions of the candidates at positions ``todo`` of ``cands``, by position.
 
     The candidates are polished in order of promise: by how far the front of ``cands`` (those that fit memory)
     dominates them, the relative margin ``max_f min_k (1 - f_k / c_k)`` (0 for a candidate on that front), ties
     in their order. A polished mapping *helps* when no candidate so far weakly dominates it on ``objectives``
-    (the full model's, as the front is judged) or its plain-model period is the least so far (the bound's
-    reference). After ``patience`` CP-SAT solves in a row that helped nothing (0: no such limit), or once such
+    (the full model's, as the front is judged) or its period is the least so far (the bound's reference). After ``patience`` CP-SAT solves in a row that helped nothing (0: no such limit), or once such
     solves in a row spent ``patience_s`` of the polish budget (deterministic seconds, :class:`Polisher`; 0: no
     such limit), no further stage is solved: the remaining candidates get the schedules already solved
     (:meth:`Polisher.polish` ``solve=False``). Counted in solves and deterministic time: deterministic.
@@ -374,7 +435,7 @@ def _polish_candidates(polisher: Polisher, cands: List[SearchPoint], todo: List[
     that reach the front come from candidates on, or within 1 % of, the unpolished front, and their solves come
     early in this order (at most 6 solves, 0.62 deterministic s, in a row helped nothing before one that
     helped: ResNet-50 on the A311D); the profiles whose pipeline terms penalise cross-PU hand-offs gain nothing
-    from CP-SAT (its makespan is the plain model's), which the patience cuts short.
+    from CP-SAT (it schedules without the hand-off term), which the patience cuts short.
     """
     known = [p for p in cands if p.evaluation.fits_memory] or cands
     mat = _objective_matrix(known, objectives)
@@ -382,7 +443,7 @@ def _polish_candidates(polisher: Polisher, cands: List[SearchPoint], todo: List[
     rows = _objective_matrix([cands[i] for i in todo], objectives)
     tiny = np.finfo(float).tiny
     margins = [float(np.max(np.min(1.0 - front / np.maximum(r, tiny), axis=1))) for r in rows]
-    best_plain = min(plain_period_s(p) for p in cands)
+    best_period = min(period_s(p) for p in cands)
     out: Dict[int, SearchPoint] = {}
     streak, streak_s = 0, 0.0
     for t in sorted(range(len(todo)), key=lambda t: (margins[t], t)):
@@ -391,11 +452,11 @@ def _polish_candidates(polisher: Polisher, cands: List[SearchPoint], todo: List[
         solve = (patience <= 0 or streak < patience) and (patience_s <= 0 or streak_s < patience_s)
         pm, pk = polisher.polish(cands[pos].mapping, solve=solve)
         p = out[pos] = SearchPoint("", "parapipe", pm, evaluate(pm), pk, origin="cp-sat")
-        plain = plain_period_s(p)
+        period = period_s(p)
         row = _objective_matrix([p], objectives)[0]
-        helps = plain < best_plain or ((p.evaluation.fits_memory or not known[0].evaluation.fits_memory)
+        helps = period < best_period or ((p.evaluation.fits_memory or not known[0].evaluation.fits_memory)
                                        and not bool(np.any(np.all(front <= row, axis=1))))
-        best_plain = min(best_plain, plain)
+        best_period = min(best_period, period)
         if helps:
             front = np.vstack([front[~np.all(row <= front, axis=1)], row[None, :]])
         if polisher.n_solves > before:
@@ -412,11 +473,11 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     """Search hierarchical mappings of ``problem`` and return the front next to the baselines.
 
     ``terms`` (:class:`parapipe.cost.pipeline_terms.PipelineTerms`, optional: a profile's ``pipeline:`` section
-    or what ``calibrate --runs`` fitted) are the pipeline-level terms of the cost model. The DP passes rank
-    candidates with the plain model; every candidate and baseline is then evaluated with the full model before
-    the Pareto filter, so the front reported is the front of the full model among the candidates (exact for the
-    plain model only; ``info["cost_terms"]`` records the terms). The bounds are the plain model's, × the terms'
-    slowdown when no PU has an overlap term (which could shorten a period below it).
+    or what ``calibrate --runs`` fitted) are the pipeline-level terms of the cost model; ``info["cost_terms"]``
+    records them. Every candidate and baseline is evaluated with the full model before the Pareto filter. The DP
+    passes rank candidates with the terms' slowdown, hand-off, dispatch and invocation costs in their stage times (:class:`parapipe.search.transitions.StageCatalog`: the
+    full model exactly when sharing, contention and overlap are 0), and the bounds are of the full model (every
+    stage pays its dispatch; with overlap, × ``1 - max φ``).
 
     Raises
     ------
@@ -428,8 +489,9 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     evaluate = _Evaluations(problem)
     small = problem.n_blocks * problem.n_pus <= opts.exact_max_cells
     op_space = resolve_operating_points(problem, opts.operating_points, small)
-    catalog = StageCatalog(problem, op_space.op_sets if op_space.where == "dp" else None)
-    found, spaces, n_states = run_passes(problem, opts, catalog, progress)
+    catalog = StageCatalog(problem, op_space.op_sets if op_space.where == "dp" else None, terms)
+    labels_problem = catalog.problem  # the problem whose stage times are the full model's (κ-scaled)
+    found, spaces, n_states = run_passes(labels_problem, opts, catalog, progress)
     if not found["disjoint"] and not found["reuse"] and not found["replicated"]:
         raise InfeasibleError(f"{problem.name}: no mapping exists on PUs {', '.join(problem.pu_names)}: some block "
                               "cannot run on any of them; allow a PU that supports it (--pus)")
@@ -464,35 +526,42 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
             cand_points.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m), origin=origin))
             if opts.polish and polisher.wants(m):
                 to_polish.append(len(cand_points) - 1)
+    if opts.replicate and not small:  # group replicas: beyond the replicated pass's space above the exact size
+        for m in _whole_replicated(catalog):
+            cand_points.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m),
+                                           origin="replicated"))
     n_dp = len(cand_points)
     for b in points:  # baselines lie in the space (replicated ones only when replicated stages are searched)
         if b.strategy != "replicated" or opts.replicate:
             cand_points.append(SearchPoint("", "parapipe", b.mapping, b.evaluation, b.stage_schedules, origin="baseline"))
     full = terms is not None and not terms.is_default()
+    # the bounds are of the full model's period summed over each PU's stages; with overlap a period is at least
+    # ``overlap`` × that sum (_overlap_factor), so the sum of the best mapping found is at most best / overlap
+    overlap = _overlap_factor(terms)
 
-    def plain_period_s(points: Sequence[SearchPoint]) -> float:  # the bound and its proof are the plain model's
-        return min((evaluate(problem, p.mapping) if full else p.evaluation).period_s for p in points)
+    def best_period_s(points: Sequence[SearchPoint]) -> float:
+        best = min(p.evaluation.period_s for p in points)
+        return best / overlap if overlap > 0 else best
 
     if to_polish:  # each polished candidate right after its DP mapping (the order ties are broken in)
         polished_at = _polish_candidates(polisher, cand_points, to_polish, opts.objectives, *patience,
-                                      lambda m: evaluate(problem, m, terms),
-                                      lambda p: (evaluate(problem, p.mapping) if full else p.evaluation).period_s)
+                                         lambda m: evaluate(problem, m, terms), lambda p: p.evaluation.period_s)
         cand_points = [q for i, p in enumerate(cand_points[:n_dp])
                        for q in ((p, polished_at[i]) if i in polished_at else (p,))] + cand_points[n_dp:]
     # The least period of the PU-reuse space, exactly, guided by the bound's relaxation (which may already prove
     # the best period found optimal).
-
-    best_period = plain_period_s(cand_points)
+    best_period = best_period_s(cand_points)
     t_b = time.monotonic()
     # the bounds' problem: stage-level measurements may beat block sums, so bound (and guide the period pass,
     # which then never prunes a mapping the cost model could still reach) on the optimistic times
-    bound_problem = optimistic_problem(problem)
+    bound_problem = optimistic_problem(labels_problem)
+    dispatch = dispatch_table(problem.pu_names, terms)
     period_report: Optional[Dict[str, Any]] = None  # the period pass's report (pareto.json: search.spaces.period)
     bound_budget = Budget.of_seconds(opts.bound_time_limit_s, RELAX_WORK_PER_S, opts.wall_safety_factor)
-    relaxed = _relaxation(bound_problem, best_period, bound_budget)
+    relaxed = _relaxation(bound_problem, best_period, bound_budget, dispatch)
     if relaxed is not None and best_period > relaxed.bound_s * (1 + opts.period_gap):
         eps = 0.0 if problem.n_blocks * problem.n_pus <= opts.exact_max_cells else opts.period_epsilon
-        period_m, period_report = period_pass(problem, best_period, catalog, relaxed.guide(),
+        period_m, period_report = period_pass(labels_problem, best_period, catalog, relaxed.guide(),
                                               opts.period_time_limit_s, eps, opts.wall_safety_factor,
                                               max_stages=opts.max_stages)
         if period_m is not None:
@@ -522,10 +591,10 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     on_front = {objs[j] for j in np.flatnonzero(pareto_mask(np.array(objs)))}
     for i, p in enumerate(all_points):
         p.pareto = objs[i] in on_front
-    bounds = lower_bounds(bound_problem, best_period_s=plain_period_s(front), relaxed=relaxed,
-                          replicated=opts.replicate, budget=bound_budget)
-    if full and not any(terms.overlap.values()):
-        bounds = _bounds_with_terms(bounds, terms, min(p.evaluation.period_s for p in front))
+    bounds = lower_bounds(bound_problem, best_period_s=best_period_s(front), relaxed=relaxed,
+                          replicated=opts.replicate, budget=bound_budget, dispatch=dispatch)
+    if overlap < 1.0:
+        bounds = _bounds_with_overlap(bounds, overlap, min(p.evaluation.period_s for p in front))
     stats = {"search_s": time.monotonic() - t0, "dp_s": t_dp, "dp_states": n_states,
              "bound_s": time.monotonic() - t_b}
     cells = problem.n_blocks * problem.n_pus
@@ -539,7 +608,8 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
                       "limits": "deterministic time", "deterministic_s": round(polisher.spent_s, 6),
                       "solves": polisher.n_solves, "patience": patience[0], "patience_s": patience[1],
                       "patience_stopped": polisher.patience_stop},
-            "bound": {**bounds.info(), **bound_budget.to_json()}, "operating_points": op_space.to_json()}
+            "bound": {**bounds.info(), **bound_budget.to_json(),
+                      "model": BOUND_MODEL_FULL if full else "plain"}, "operating_points": op_space.to_json()}
     stopped = [{"space": name, "reason": WALL, "at": rep.skipped} for name, rep in spaces.items()
                if rep.stopped_by == WALL]
     if period_report is not None and period_report.get("stopped_by") == WALL:

@@ -29,6 +29,13 @@
   costs only add time), so it holds for every point.
 * **Latency**: critical path with every block on its fastest PU and free transfers.
 
+**Pipeline terms** (``dispatch``: per PU-set bit mask ``S``, the ``d_S`` = ``dispatch_s`` + the largest
+``invoke_s`` of ``S`` a stage on exactly the PUs ``S`` adds, :func:`dispatch_table`): every bound above adds what
+every stage pays (the block bound: ``d_{p}`` to ``t[v, p]``; the stage DP and the relaxations: ``d_S`` per stage,
+:mod:`.stage_bound`, :mod:`.relaxation`; the latency: the least ``d_{p}``). Taken on the ``κ``-scaled problem
+(:func:`parapipe.cost.pipeline_terms.search_problems`) they bound the full model of
+:mod:`parapipe.cost.pipeline_terms`: the hand-off ``h``, sharing ``ψ`` and contention ``γ`` only add time.
+
 Stage-level measurements (``MappingProblem.submodel_time_s``) may make a stage faster than its blocks' sum; every
 bound is then taken on :func:`optimistic_problem`, whose block times are scaled down as far as any measured
 sub-model that contains them (a measured sub-model's blocks take ``t[v, p] · measured / block sum``).
@@ -45,7 +52,7 @@ from .budget import RELAX_WORK_PER_S, Budget
 
 __all__ = ["BOUND_COVERS", "PROOF_RTOL", "CERTIFIED_GAP", "PROOF_ONLY_WORK", "REPLICATED_RELAXATION_MAX_CELLS", "Bounds", "lp_period_bound", "fastest_problem",
            "optimistic_problem",
-           "latency_lower_bound", "block_period_bound", "lower_bounds"]
+           "dispatch_table", "latency_lower_bound", "block_period_bound", "lower_bounds"]
 
 PROOF_RTOL = 1e-9
 """Relative tolerance of "proved optimal": the bound is at least ``(1 - PROOF_RTOL) ×`` the best period found
@@ -183,20 +190,41 @@ def optimistic_problem(problem: MappingProblem) -> MappingProblem:
     return out
 
 
-def latency_lower_bound(problem: MappingProblem) -> float:
-    """Critical path with every block on its fastest PU and free transfers, seconds."""
+def dispatch_table(pu_names, terms) -> Optional[np.ndarray]:
+    """Per PU-set bit mask ``S`` (index ``1 .. 2^k - 1``; 0 at index 0), the ``d_S`` a stage on exactly the PUs
+    ``S`` pays per inference (:meth:`parapipe.cost.pipeline_terms.PipelineTerms.stage_dispatch_s`), seconds;
+    None without terms or when every ``d_S`` is 0."""
+    if terms is None:
+        return None
+    k = len(pu_names)
+    out = np.zeros(1 << k)
+    for mask in range(1, 1 << k):
+        out[mask] = terms.stage_dispatch_s(pu_names, [p for p in range(k) if mask >> p & 1])
+    return out if out.any() else None
+
+
+def _per_pu(dispatch: Optional[np.ndarray], k: int) -> np.ndarray:
+    """``d_{p}`` per PU (zeros without ``dispatch``)."""
+    return np.zeros(k) if dispatch is None else np.array([dispatch[1 << p] for p in range(k)])
+
+
+def latency_lower_bound(problem: MappingProblem, dispatch: Optional[np.ndarray] = None) -> float:
+    """Critical path with every block on its fastest PU and free transfers, plus the least ``d_{p}`` (one stage
+    at least), seconds."""
     fastest = np.min(problem.time_s, axis=1)
     finish = np.zeros(problem.n_blocks)
     for v in range(problem.n_blocks):
         ready = max((finish[u] for u in problem.preds[v]), default=0.0)
         finish[v] = ready + fastest[v]
-    return float(finish.max()) if len(finish) else 0.0
+    return (float(finish.max()) if len(finish) else 0.0) + float(_per_pu(dispatch, problem.n_pus).min())
 
 
-def block_period_bound(problem: MappingProblem, replicated: bool = True) -> float:
-    """The block bound (module docstring), seconds: ``max_v min_p t[v, p]``, or ``max_v 1 / Σ_p 1/t[v, p]`` when
-    a block may be replicated."""
-    t = problem.time_s
+def block_period_bound(problem: MappingProblem, replicated: bool = True,
+                       dispatch: Optional[np.ndarray] = None) -> float:
+    """The block bound (module docstring), seconds: ``max_v min_p t[v, p] + d_{p}``, or ``max_v 1 / Σ_p 1/(t[v, p]
+    + d_{p})`` when a block may be replicated (the stage or replica that runs ``v`` on ``p`` pays at least
+    ``d_{p}``)."""
+    t = problem.time_s + _per_pu(dispatch, problem.n_pus)[None, :]
     if not replicated:
         return float(np.min(t, axis=1).max())
     return float((1.0 / np.sum(1.0 / t, axis=1)).max())
@@ -204,7 +232,7 @@ def block_period_bound(problem: MappingProblem, replicated: bool = True) -> floa
 
 def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
                  time_limit_s: Optional[float] = 5.0, relaxed=None, replicated: bool = True,
-                 budget: Optional[Budget] = None) -> Bounds:
+                 budget: Optional[Budget] = None, dispatch: Optional[np.ndarray] = None) -> Bounds:
     """Both bounds (module docstring).
 
     With ``replicated`` the period bound is the lesser of two: the bound of the PU-reuse space (mappings without
@@ -229,6 +257,9 @@ def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
         dropped when stage-level times make the bounds take :func:`optimistic_problem` of it).
     replicated : bool
         Bound the searched space including replicated stages (True), or only mappings without them (False).
+    dispatch : ndarray, optional
+        :func:`dispatch_table` of the pipeline terms (module docstring); None: the plain model. ``relaxed``
+        must have been built with the same table.
     """
     if budget is None:
         budget = Budget.of_seconds(time_limit_s, RELAX_WORK_PER_S)
@@ -240,18 +271,18 @@ def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
     rep = None
     if replicated:
         small = problem.n_blocks * problem.n_pus <= REPLICATED_RELAXATION_MAX_CELLS
-        rep = _space_bound(problem, best_period_s, budget, None, replicated=True, relax=small)
+        rep = _space_bound(problem, best_period_s, budget, None, replicated=True, relax=small, dispatch=dispatch)
     plain = _space_bound(problem, best_period_s, budget, relaxed, replicated=False,
-                         stop_s=np.inf if rep is None else rep[1])
+                         stop_s=np.inf if rep is None else rep[1], dispatch=dispatch)
     spaces = {"reuse": _space_info(plain)}
     if rep is not None:
         spaces["replicated"] = _space_info(rep)
         if rep[1] < plain[1]:
             method, lb, proved, note = rep
             note = note or "a mapping with replicated stages may be faster than the PU-reuse space's bound"
-            return _finish(problem, best_period_s, f"{method} (replicated)", lb, proved, note, spaces)
+            return _finish(problem, best_period_s, f"{method} (replicated)", lb, proved, note, spaces, dispatch)
     method, lb, proved, note = plain
-    return _finish(problem, best_period_s, method, lb, proved, note, spaces)
+    return _finish(problem, best_period_s, method, lb, proved, note, spaces, dispatch)
 
 
 def _space_info(bound) -> Dict[str, Any]:
@@ -260,20 +291,21 @@ def _space_info(bound) -> Dict[str, Any]:
 
 
 def _space_bound(problem: MappingProblem, best_period_s: Optional[float], budget: Budget, relaxed,
-                 replicated: bool, stop_s: float = np.inf, relax: bool = True):
+                 replicated: bool, stop_s: float = np.inf, relax: bool = True,
+                 dispatch: Optional[np.ndarray] = None):
     """(method, bound_s, proved, note) over the mappings without replicated stages (``replicated=False``: PUs
     may serve several stages) or over those in which each PU serves one stage (``replicated=True``, replicated
     stages included); the relaxed min-max DP runs (if ``relax``) only while the other bounds stay below
     ``stop_s`` (no need beyond)."""
     from .relaxation import relaxed_period_bound
 
-    candidates = {"block": block_period_bound(problem, replicated), "lp": lp_period_bound(problem)}
+    candidates = {"block": block_period_bound(problem, replicated, dispatch), "lp": lp_period_bound(problem)}
     note, proved = "", False
     if replicated:
         from .stage_bound import stage_period_bound
 
         try:
-            candidates["stage-dp"] = stage_period_bound(problem)
+            candidates["stage-dp"] = stage_period_bound(problem, dispatch)
         except ValueError as exc:
             note = str(exc)
     elif relaxed is not None:
@@ -286,7 +318,8 @@ def _space_bound(problem: MappingProblem, best_period_s: Optional[float], budget
             budget.limit = min(limit, budget.used + PROOF_ONLY_WORK)  # the gap is certified: a short proof attempt
         try:
             candidates["relaxed-dp"], proved = relaxed_period_bound(
-                problem, top, floor, budget=budget, rtol=PROOF_RTOL, relaxed=relaxed, replicated=replicated)
+                problem, top, floor, budget=budget, rtol=PROOF_RTOL, relaxed=relaxed, replicated=replicated,
+                dispatch=dispatch)
             proved = proved and top >= best_period_s
         except ValueError as exc:
             note = str(exc)
@@ -297,8 +330,9 @@ def _space_bound(problem: MappingProblem, best_period_s: Optional[float], budget
 
 
 def _finish(problem: MappingProblem, best_period_s: Optional[float], method: str, lb: float, proved: bool,
-            note: str, spaces: Optional[Dict[str, Dict[str, Any]]] = None) -> Bounds:
+            note: str, spaces: Optional[Dict[str, Dict[str, Any]]] = None,
+            dispatch: Optional[np.ndarray] = None) -> Bounds:
     proved = proved or (best_period_s is not None and lb >= best_period_s * (1 - PROOF_RTOL))
     if proved and best_period_s is not None:
         lb = best_period_s
-    return Bounds(lb, latency_lower_bound(problem), method, proved, note, dict(spaces or {}))
+    return Bounds(lb, latency_lower_bound(problem, dispatch), method, proved, note, dict(spaces or {}))

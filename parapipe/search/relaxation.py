@@ -33,6 +33,13 @@ frame's producer may sit on any replica). For single-PU replicas ``h_v`` is ``1 
 PUs whose speeds are proportional. The plain modes stay as above (a stage with one replica is a plain stage),
 so this relaxation bounds mappings with and without replicated stages.
 
+**Pipeline terms** (``dispatch``: ``d_S`` per PU-set bit mask, :func:`parapipe.search.bounds.dispatch_table`):
+every stage on the PUs ``S`` adds ``d_S`` to each of them, so a new stage (and the first) in a plain mode on
+group ``G`` adds ``d_G`` to every PU of ``G`` (a mode's group is the stage's PU set); in an ``R``-mode on ``G``
+the replicas' dispatches ``d_r >= d_{p}`` for a PU ``p`` of each replica add, by superadditivity,
+``f(d_·) >= 1 / Σ_{p ∈ G} 1/d_{p}`` to every PU of ``G``. Consecutive stages on the same mode are relaxed as one
+stage (one ``d``: a bound may leave costs out).
+
 So every mapping's busy vector is at least the label of its mode sequence, and the least largest busy time over
 all mode sequences bounds the period of every mapping. Labels are Pareto sets per (block, mode); with the best
 period ``U`` a search found, labels that reach ``U`` (largest busy time, or mean busy time once the remaining
@@ -141,7 +148,8 @@ class RelaxedDP:
         More than :data:`MAX_PUS` PUs.
     """
 
-    def __init__(self, problem: MappingProblem, theta: float = 1.0, replicated: bool = False):
+    def __init__(self, problem: MappingProblem, theta: float = 1.0, replicated: bool = False,
+                 dispatch: Optional[np.ndarray] = None):
         n, k = problem.n_blocks, problem.n_pus
         if k > MAX_PUS:
             raise ValueError(f"{k} PUs: the relaxed bound handles at most {MAX_PUS}")
@@ -182,6 +190,17 @@ class RelaxedDP:
             self.opened[:, repl] = np.isfinite(h)
             node[:, repl, :] = np.where(np.isfinite(h), h, 0.0)[:, :, None] * member[None, repl, :]
         self.node = node  # (n, nm, k)
+        # What opening a stage in mode m adds to each PU (module docstring: pipeline terms).
+        self.open = np.zeros((nm, k))
+        if dispatch is not None:
+            per_pu = np.array([float(dispatch[1 << p]) for p in range(k)])
+            for i, (g, _) in enumerate(modes):
+                if repl[i]:
+                    d = per_pu[list(g)]
+                    val = 0.0 if (d <= 0).any() else 1.0 / float(np.sum(1.0 / d))
+                else:
+                    val = float(dispatch[sum(1 << p for p in g)])
+                self.open[i, list(g)] = val
         # What a forced hand-off into a stage of mode m adds to each PU: the transfer on every PU of its group,
         # divided by |G| for an R-mode.
         self.charge = np.where(repl[:, None], member / size[:, None], member.astype(float))
@@ -230,8 +249,8 @@ class RelaxedDP:
             return x[pareto_mask(x)] if len(x) else x
 
         none = np.empty((0, self.node.shape[-1]))  # no label in a mode
-        labels: List[np.ndarray] = [admit(self.node[0, m][None], 0, m) if self.opened[0, m] else none
-                                    for m in range(nm)]
+        labels: List[np.ndarray] = [admit((self.node[0, m] + self.open[m])[None], 0, m) if self.opened[0, m]
+                                    else none for m in range(nm)]
         for v in range(1, n):
             _check(budget, v, n)
             srcs = [m for m in range(nm) if len(labels[m])]
@@ -246,7 +265,7 @@ class RelaxedDP:
                 inc = self.node[v, m2]
                 # (b) a new stage from every source (single p -> p is the same as (a)), with its forced hand-off
                 keep = src != m2 if single[m2] else np.ones(len(src), dtype=bool)
-                x = cl[keep] + inc
+                x = cl[keep] + (inc + self.open[m2])
                 if hand is not None:
                     x += hand[src[keep], m2][:, None] * self.charge[m2]
                 parts = [x]
@@ -274,9 +293,10 @@ class Relaxed:
     the cost-to-go table for pruning (:func:`cost_to_go`)."""
 
     def __init__(self, problem: MappingProblem, best_period_s: Optional[float] = None,
-                 budget: Optional[Budget] = None, replicated: bool = False):
+                 budget: Optional[Budget] = None, replicated: bool = False, dispatch: Optional[np.ndarray] = None):
         self.replicated = replicated
-        self.dp = RelaxedDP(problem, replicated=replicated)
+        self.dispatch = dispatch
+        self.dp = RelaxedDP(problem, replicated=replicated, dispatch=dispatch)
         self.bound_s, self.lam = lagrangian_period_bound(self.dp, best_period_s, budget=budget)
         self.h = cost_to_go(self.dp, self.lam)
 
@@ -290,12 +310,13 @@ class Relaxed:
 
 def relaxed_period_bound(problem: MappingProblem, best_period_s: float, floor_s: float = 0.0,
                          budget: Optional[Budget] = None, rtol: float = 1e-9, grid_rel: float = GRID_REL,
-                         relaxed: Optional[Relaxed] = None, replicated: bool = False) -> Tuple[float, bool]:
+                         relaxed: Optional[Relaxed] = None, replicated: bool = False,
+                         dispatch: Optional[np.ndarray] = None) -> Tuple[float, bool]:
     """The relaxation's bound on the period, and whether it proves ``best_period_s`` optimal.
 
     Bisection on the probe limit between ``floor_s`` (a known bound) and ``(1 - rtol) × best_period_s``: a low
     limit prunes hard and answers fast; the first probe that finds a mode sequence returns the relaxation's
-    optimum. Stops when ``budget`` (:mod:`.budget`) runs out, with the best limit proved so far. Labels are merged on a lattice of
+    optimum (``dispatch``: the pipeline terms' ``d_S``, module docstring). Stops when ``budget`` (:mod:`.budget`) runs out, with the best limit proved so far. Labels are merged on a lattice of
     ``grid_rel × limit / n_blocks`` seconds (at most ``grid_rel`` of the limit lost).
 
     Returns
@@ -307,7 +328,8 @@ def relaxed_period_bound(problem: MappingProblem, best_period_s: float, floor_s:
     ValueError
         More than :data:`MAX_PUS` PUs.
     """
-    rel = relaxed if relaxed is not None else Relaxed(problem, best_period_s * (1 - rtol), budget, replicated)
+    rel = relaxed if relaxed is not None else Relaxed(problem, best_period_s * (1 - rtol), budget, replicated,
+                                                      dispatch)
     dp, lag = rel.dp, rel.bound_s
     n = max(problem.n_blocks, 1)
     top = best_period_s * (1 - rtol)
@@ -341,8 +363,9 @@ def _step_costs(dp: RelaxedDP, lam: np.ndarray, v: int) -> Tuple[np.ndarray, np.
     nm = dp.nm
     lam_m = dp.member @ lam  # λ(G) per mode
     node = dp.node[v] @ lam
+    opening = dp.open @ lam
     diag = np.eye(nm, dtype=bool) & dp.single[:, None]
-    b = np.broadcast_to(node[None, :], (nm, nm)).copy()
+    b = np.broadcast_to((node + opening)[None, :], (nm, nm)).copy()
     if dp.hand[v] is not None:
         b += dp.hand[v] * (dp.charge @ lam)[None, :]
     b[diag] = np.inf  # single p -> p is (a)
@@ -362,7 +385,7 @@ def _step_costs(dp: RelaxedDP, lam: np.ndarray, v: int) -> Tuple[np.ndarray, np.
 def _lagrange_value(dp: RelaxedDP, lam: np.ndarray) -> Tuple[float, np.ndarray]:
     """``min over mode sequences of λ · busy`` and the busy vector of a minimiser (a cutting plane)."""
     n, nm = dp.n, dp.nm
-    val = np.where(dp.opened[0], dp.node[0] @ lam, np.inf)
+    val = np.where(dp.opened[0], (dp.node[0] + dp.open) @ lam, np.inf)
     choice = []
     for v in range(1, n):
         cost, use_a = _step_costs(dp, lam, v)
@@ -381,10 +404,12 @@ def _lagrange_value(dp: RelaxedDP, lam: np.ndarray) -> Tuple[float, np.ndarray]:
         if use_a[m]:
             if spine_comm is not None and not dp.single[m]:
                 busy += spine_comm[dp.pu[prev], dp.pu[m]] * dp.member[m]
-        elif hand is not None:
-            busy += hand[prev, m] * dp.charge[m]
+        else:
+            busy += dp.open[m]
+            if hand is not None:
+                busy += hand[prev, m] * dp.charge[m]
         m = prev
-    busy += dp.node[0, m]
+    busy += dp.node[0, m] + dp.open[m]
     return float(val[end]), busy
 
 

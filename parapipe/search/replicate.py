@@ -101,7 +101,7 @@ class _Stops:
                 measured = (at.submodel_time_s or {}).get((run.group[0], block_range(run.start, j)))
                 if measured is not None:
                     dyn, mk = dyn * float(measured) / mk, float(measured)
-            self.by_stop[j] = (mk, dyn, transfers, tmpl)
+            self.by_stop[j] = (mk + ex.dispatch_s, dyn, transfers, tmpl)  # d_s: the pipeline terms' hop
 
 
 def _input_s(problem: MappingProblem, transfers, live: tuple) -> float:

@@ -11,14 +11,18 @@ or ``1 / Σ_r 1/T_r`` (replicas on a partition of ``G``, :mod:`parapipe.cost.rep
     ``c(a, b, G) = min over partitions π of G of 1 / Σ_{S ∈ π} 1 / lb(a, b, S)``,
 
 bounds the period of every such mapping (an exact DP over (block, PUs used): ``(n + 1) × 2^k`` states).
-Transfers inside a stage that the bounds below leave out, and every pipeline term, only add time.
+Transfers inside a stage that the bounds below leave out, and the other pipeline terms, only add time; with the
+terms' ``dispatch`` table (:func:`parapipe.search.bounds.dispatch_table`) every stage and replica on the PU set
+``S`` also pays ``d_S``, added to ``lb(a, b, S)``.
 
 ``lb(a, b, S) = in(a, b, S) + run(a, b, S)``:
 
-* ``in``: the input hand-off. Every producer ``u < a`` of a block ``v`` of the stage sits on a PU outside ``S``
-  (PUs are disjoint between stages; a replicated producer's mean over its replicas is at least its least), and
+* ``in``: the input hand-off. Every producer ``u < a`` of a block ``v`` of the stage sits on a PU outside ``S``,
+  and for a replica on ``S`` of a stage on ``G``, outside ``G`` (PUs are disjoint between stages; a replicated producer's mean over its replicas is at least its least), and
   the stage receives each producer's tensor at least once: ``Σ_u min_v min_{p ∉ S runs u, q ∈ S runs v}
-  alpha[p, q] + nbytes(u, v) / beta[p, q]`` over the edges ``u -> v`` that carry bytes.
+  alpha[p, q] + nbytes(u, v) / beta[p, q]`` over the edges ``u -> v`` that carry bytes (on one PU ``q``, every
+  consumer is on ``q`` and the one transfer per producer carries its largest edge: ``max_v`` instead of
+  ``min_v``).
 * ``run`` on one PU ``p``: ``Σ_v t[v, p]`` (the blocks run one after the other; ``inf`` where ``p`` cannot run
   one). On a group ``S`` (list-scheduled, :mod:`.listsched`), the makespan is at least each of: a critical
   path that knows the PUs: ``L[v][q]``, the least finish time of ``v`` on
@@ -39,7 +43,7 @@ blocks on 4 PUs); beyond :data:`MAX_PUS` PUs it is not built.
 from __future__ import annotations
 
 from itertools import combinations
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -101,33 +105,42 @@ def _chain_bounds(problem: MappingProblem, t: np.ndarray, pus: Tuple[int, ...]) 
     return out
 
 
-def _input_bounds(problem: MappingProblem, t: np.ndarray, pus: Tuple[int, ...]) -> np.ndarray:
-    """(n + 1, n + 1): ``in(a, b, S)`` of the module docstring for ``S = pus``."""
+def _input_bounds(problem: MappingProblem, t: np.ndarray, pus: Tuple[int, ...],
+                  stage_pus: Optional[Tuple[int, ...]] = None) -> np.ndarray:
+    """(n + 1, n + 1): ``in(a, b, S)`` of the module docstring for ``S = pus``, the producers on PUs outside
+    ``stage_pus`` (default ``pus``: a replica's producers lie outside its whole stage's PUs)."""
     n, k = t.shape
     out = np.zeros((n + 1, n + 1))
     inside = np.zeros(k, dtype=bool)
     inside[list(pus)] = True
-    if inside.all() or not problem.edge_nbytes:
-        return out  # no PU outside S: no mapping of this kind has an earlier stage (the bound stays 0)
+    stage = np.zeros(k, dtype=bool)
+    stage[list(pus if stage_pus is None else stage_pus)] = True
+    if stage.all() or not problem.edge_nbytes:
+        return out  # no PU outside the stage: no mapping of this kind has an earlier stage (the bound stays 0)
     finite = np.isfinite(t)
     cost = np.full((n, n), np.inf)
     for (u, v), nb in problem.edge_nbytes.items():
         if not nb > 0:
             continue  # an empty tensor moves for free (MappingProblem.comm_s)
-        src = np.flatnonzero(~inside & finite[u])
+        src = np.flatnonzero(~stage & finite[u])
         dst = np.flatnonzero(inside & finite[v])
         if len(src) and len(dst):
             c = problem.alpha_s[np.ix_(src, dst)] + nb / problem.beta_bytes_per_s[np.ix_(src, dst)]
             cost[u, v] = min(cost[u, v], float(c.min()))
+    single = len(pus) == 1
+    if single:  # every consumer on the one PU: each producer's tensor goes once, with its largest edge
+        cost = np.where(np.isfinite(cost), cost, 0.0)
     for a in range(1, n):
         block = cost[:a, a:]  # producers before the stage, consumers from its first block on
-        run = np.minimum.accumulate(block, axis=1)
+        run = np.maximum.accumulate(block, axis=1) if single else np.minimum.accumulate(block, axis=1)
         out[a, a + 1:] = np.where(np.isfinite(run), run, 0.0).sum(axis=0)
     return out
 
 
-def stage_time_bounds(problem: MappingProblem) -> Dict[int, np.ndarray]:
-    """``lb(a, b, S)`` of the module docstring: per PU-set bit mask, an (n + 1, n + 1) array, seconds."""
+def stage_time_bounds(problem: MappingProblem, runs: Optional[Dict[int, np.ndarray]] = None
+                      ) -> Dict[int, np.ndarray]:
+    """``lb(a, b, S)`` of the module docstring: per PU-set bit mask, an (n + 1, n + 1) array, seconds
+    (``runs``, when given, receives ``run(a, b, S)`` per mask)."""
     t = problem.time_s
     n, k = t.shape
     out: Dict[int, np.ndarray] = {}
@@ -150,12 +163,15 @@ def stage_time_bounds(problem: MappingProblem) -> Dict[int, np.ndarray]:
                 for i in range(r):
                     run = np.maximum(run, _range_sums(np.where(only & able[:, i], sub[:, i], 0.0)))
             out[_mask(pus)] = _input_bounds(problem, t, pus) + run
+            if runs is not None:
+                runs[_mask(pus)] = run
     return out
 
 
-def stage_period_bound(problem: MappingProblem) -> float:
+def stage_period_bound(problem: MappingProblem, dispatch: Optional[np.ndarray] = None) -> float:
     """The bound of the module docstring, seconds: no mapping in which each PU serves at most one stage
-    (replicated stages included) has a shorter period.
+    (replicated stages included) has a shorter period. ``dispatch``: ``d_S`` per PU-set bit mask (module
+    docstring; None: 0).
 
     Raises
     ------
@@ -165,18 +181,28 @@ def stage_period_bound(problem: MappingProblem) -> float:
     n, k = problem.n_blocks, problem.n_pus
     if k > MAX_PUS:
         raise ValueError(f"{k} PUs: the stage bound handles at most {MAX_PUS}")
-    lb = stage_time_bounds(problem)
+    runs: Dict[int, np.ndarray] = {}
+    lb = stage_time_bounds(problem, runs)
+    if dispatch is not None:
+        lb = {m: x + float(dispatch[m]) for m, x in lb.items()}
     full = (1 << k) - 1
-    with np.errstate(divide="ignore"):
-        speed = {m: np.where(np.isfinite(x), 1.0 / x, 0.0) for m, x in lb.items()}
-    # c(a, b, G): one replica on G, or replicas on a partition of G (>= 2 parts)
+    # c(a, b, G): one replica on G, or replicas on a partition of G (>= 2 parts), each replica's producers on
+    # PUs outside G (its input bound taken so: PUs are disjoint between stages)
     contrib: Dict[int, np.ndarray] = {}
     for g in range(1, full + 1):
         pus = tuple(p for p in range(k) if g >> p & 1)
         best = lb[g].copy()
+        speed: Dict[int, np.ndarray] = {}
         for part in _partitions(pus):
             if len(part) < 2:
                 continue
+            for s in part:
+                m = _mask(s)
+                if m not in speed:
+                    x = _input_bounds(problem, problem.time_s, s, pus) + runs[m] + (
+                        0.0 if dispatch is None else float(dispatch[m]))
+                    with np.errstate(divide="ignore"):
+                        speed[m] = np.where(np.isfinite(x), 1.0 / x, 0.0)
             total = sum(speed[_mask(s)] for s in part)
             with np.errstate(divide="ignore"):
                 best = np.minimum(best, np.where(total > 0, 1.0 / np.where(total > 0, total, 1.0), np.inf))

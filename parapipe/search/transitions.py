@@ -16,12 +16,20 @@ wherever the stage's cost enters a label as a sum or a maximum of its time and e
 the stops that survive that filter (equal pairs: the first, i.e. the highest points, is kept). A replicated stage's
 energy weighs its replicas by their speed, and a PU that switches points pays per switch, so the replicated pass
 and a PU-reuse pass with switching costs read every stop.
+
+**Pipeline terms** (:mod:`parapipe.cost.pipeline_terms`): given ``terms``, a move costs what the full model
+charges a stage: ``κ·T_s + d_s`` (``d_s`` = ``dispatch_s`` + the largest ``invoke_s`` of the run's PUs), with the
+runs of multi-PU groups scheduled with ``alpha + handoff_s`` between their PUs
+(:func:`parapipe.cost.pipeline_terms.search_problems`); :attr:`StageCatalog.problem` is then the ``κ``-scaled
+problem the passes must be given. With ``sharing``, ``contention`` and ``overlap`` at 0 a mapping's labels are
+its full-model period, latency and energy.
 """
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
 
+from ..cost.pipeline_terms import search_problems
 from ..cost.problem import MappingProblem
 from .stages import StageRun, all_groups, stage_runs
 
@@ -50,13 +58,16 @@ class Exits:
     transfers ``(position of the producer in live[i], destination PU, nbytes)``; ``live_template`` gives, per
     block of ``live[j]``, its position in ``live[i]`` (``>= 0``) or ``-1 - PU`` for a block of the stage.
     ``plain[t]``: False when another operating-point variant of the same stage dominates stop ``t`` (module
-    docstring); all True without operating points.
+    docstring); all True without operating points. ``dispatch_s``: the ``d_s`` every stop adds to the stage time
+    (0 without pipeline terms), not included in ``items``' makespans.
     """
 
-    __slots__ = ("run", "mask", "items", "plain", "by_live", "alpha", "beta")
+    __slots__ = ("run", "mask", "items", "plain", "by_live", "alpha", "beta", "dispatch_s")
 
-    def __init__(self, problem: MappingProblem, run: StageRun, live: List[Tuple[int, ...]]):
+    def __init__(self, problem: MappingProblem, run: StageRun, live: List[Tuple[int, ...]],
+                 dispatch_s: float = 0.0):
         self.run = run
+        self.dispatch_s = dispatch_s
         self.mask = run.mask
         rows = problem.rows()
         self.alpha, self.beta = rows.alpha_s, rows.beta_bytes_per_s
@@ -86,7 +97,7 @@ class Exits:
         (only the :attr:`plain` stops unless ``every``)."""
         got = self.by_live.get((livepus, every))
         if got is None:
-            alpha, beta = self.alpha, self.beta
+            alpha, beta, d = self.alpha, self.beta, self.dispatch_s
             got = []
             for (j, mk, dyn, transfers, tmpl), keep in zip(self.items, self.plain):
                 if not (keep or every):
@@ -96,7 +107,7 @@ class Exits:
                     r = livepus[x]
                     if r != q:
                         t_in += alpha[r][q] + nb / beta[r][q]
-                got.append((j, t_in + mk, dyn, tuple(livepus[x] if x >= 0 else -1 - x for x in tmpl)))
+                got.append((j, (t_in + d) + mk, dyn, tuple(livepus[x] if x >= 0 else -1 - x for x in tmpl)))
             self.by_live[(livepus, every)] = got
         return got
 
@@ -114,10 +125,15 @@ class StageCatalog:
         ``busy_share`` of each run as a tuple.
     op_sets : list of list of int, or None
         Per PU, the operating points the runs may use (None: every PU at its highest point only).
+    problem : MappingProblem
+        The problem the passes run on: the one given, ``κ``-scaled with ``terms`` (module docstring).
+    terms : PipelineTerms or None
+        The pipeline terms the moves include (module docstring).
     """
 
-    def __init__(self, problem: MappingProblem, op_sets: Optional[Sequence[Sequence[int]]] = None):
-        self.problem = problem
+    def __init__(self, problem: MappingProblem, op_sets: Optional[Sequence[Sequence[int]]] = None, terms=None):
+        self.terms = None if terms is None or terms.is_default() else terms
+        self.problem, self.stage_problem = search_problems(problem, self.terms)
         self.op_sets = None if op_sets is None else [tuple(o) for o in op_sets]
         self.live = live_sets(problem)
         self.groups = all_groups(problem.n_pus)
@@ -136,8 +152,10 @@ class StageCatalog:
         got = self._exits.get((i, kind))
         if got is None:
             got = []
-            for run in stage_runs(self.problem, i, self.groups, (kind,), self.op_sets):
-                ex = Exits(self.problem, run, self.live)
+            names = self.problem.pu_names
+            for run in stage_runs(self.stage_problem, i, self.groups, (kind,), self.op_sets):
+                d = 0.0 if self.terms is None else self.terms.stage_dispatch_s(names, run.group)
+                ex = Exits(self.problem, run, self.live, d)
                 if ex.items:
                     self.runs.append(run)
                     self.shares.append(tuple(run.busy_share.tolist()))
