@@ -597,3 +597,42 @@ def test_runs_table_has_the_period_error_and_says_what_it_is(tmp_path, capsys):
     assert header.split()[column + 1] == "%"
     assert first.split()[column] == "+10.0" and second.split()[column] == "-"  # 11 ms predicted, 10 measured
     assert "err %: relative error of the predicted period, (predicted - measured) / measured" in err
+
+
+def test_ctrl_c_inside_an_extension_import_is_an_interrupt(monkeypatch, tmp_path, capsys):
+    # pybind11 modules (OR-Tools' pywraplp, imported lazily mid-search) turn a Ctrl-C during their initialisation
+    # into "ImportError: initialization failed" caused by the KeyboardInterrupt: an interrupt, not our bug
+    def interrupted_import(args):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise ImportError("initialization failed") from exc
+
+    parser_args = ["optimize", "squeezenet", "--soc", "amlogic_a311d", "--out", str(tmp_path / "out")]
+    import parapipe.cli as cli
+
+    real_build = cli.build_parser
+
+    def build():
+        parser = real_build()
+        for action in parser._subparsers._group_actions:  # route 'optimize' to the stand-in
+            action.choices["optimize"].set_defaults(func=interrupted_import)
+        return parser
+
+    monkeypatch.setattr(cli, "build_parser", build)
+    assert main(parser_args) == 130
+    assert "interrupted" in capsys.readouterr().err
+
+    # an ImportError of our own stays a traceback (our bug)
+    def broken(args):
+        raise ImportError("no module named x")
+
+    def build_broken():
+        parser = real_build()
+        for action in parser._subparsers._group_actions:
+            action.choices["optimize"].set_defaults(func=broken)
+        return parser
+
+    monkeypatch.setattr(cli, "build_parser", build_broken)
+    with pytest.raises(ImportError):
+        main(parser_args)

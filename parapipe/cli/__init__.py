@@ -61,6 +61,19 @@ def _executor_error(exc: BaseException) -> bool:
     return errors is not None and isinstance(exc, (errors.PlanError, errors.PipelineError))
 
 
+def _caused_by_interrupt(exc: BaseException) -> bool:
+    """True when ``exc`` was raised while handling a Ctrl-C: an extension module whose initialisation a
+    ``KeyboardInterrupt`` stopped re-raises it as ``ImportError: initialization failed`` with the interrupt as
+    its cause (pybind11's module-init wrapper; OR-Tools' ``pywraplp`` is one, imported lazily mid-search)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
+
+
 def _lower_level(record: logging.LogRecord) -> bool:
     """Logging filter: gives each record ``levelname_lower`` (``warning``) for the default format."""
     record.levelname_lower = record.levelname.lower()
@@ -89,6 +102,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("parapipe: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
+        if _caused_by_interrupt(exc):
+            print("parapipe: interrupted", file=sys.stderr)
+            return 130
         if not _executor_error(exc):
             raise
         print(f"parapipe: error: {' '.join(str(exc).split())}", file=sys.stderr)
