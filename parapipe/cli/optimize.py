@@ -87,22 +87,24 @@ def front_table(doc: ParetoDoc, show_all: bool = False) -> str:
     how = "proved optimal" if bound.get("period_proved_optimal") else bound.get("period_method", "lp")
     ops = doc.search.get("operating_points") or {}
     searched = ops.get("points_mhz") or {}
+    id_w = max([13] + [len(p.id) for p, _ in rows])  # replicated-0-f0 and the like
+    texts = [stages_text(p.stages) for p, _ in rows]
+    st_w = min(max([34] + [len(t) for t in texts]), 48)  # longer stage lists run on, two spaces before "same as"
     lines = [f"gap = period / period lower bound - 1 (bound {b.period_lb_s * 1e3:.3f} ms, {how}); "
              "* = Pareto-optimal among all points; stages: a+b operator-parallel, {a,b} replicated"
              + ("; pu@MHz: the PU's operating point (a PU without @ runs at its highest)" if searched else ""),
-             f"{'id':<13} {'strategy':<10} {'pareto':<6} {'thr/s':>8} {'period ms':>9} {'gap':>6} "
-             f"{'latency ms':>10} {'energy mJ':>9}  {'stages (PUs)':<34} same as"]
-    for p, others in rows:
-        stages = stages_text(p.stages)
+             f"{'id':<{id_w}} {'strategy':<10} {'pareto':<6} {'thr/s':>8} {'period ms':>9} {'gap':>6} "
+             f"{'latency ms':>10} {'energy mJ':>9}  {'stages (PUs)':<{st_w}}  same as"]
+    for (p, others), stages in zip(rows, texts):
         gap = p.period_gap
         also = ", ".join(others[:4]) + (f", +{len(others) - 4}" if len(others) > 4 else "")
-        lines.append(f"{p.id:<13} {p.strategy:<10} {'*' if p.pareto else '':<6} "
+        lines.append(f"{p.id:<{id_w}} {p.strategy:<10} {'*' if p.pareto else '':<6} "
                      f"{p.throughput_per_s:>8.4g} {p.period_s * 1e3:>9.4g} "
                      f"{(f'{gap * 100:.0f}%' if gap is not None else '-'):>6} {p.latency_s * 1e3:>10.4g} "
-                     f"{p.energy_j * 1e3:>9.4g}  {stages:<34} {also}".rstrip())
+                     f"{p.energy_j * 1e3:>9.4g}  {stages:<{st_w}}  {also}".rstrip())
     lines += omitted_line(omitted)
     exact = doc.search.get("exact")
-    lines.append(f"lower bounds: period {b.period_lb_s * 1e3:.2f} ms, latency {b.latency_lb_s * 1e3:.2f} ms;"
+    lines.append(f"lower bounds: period {b.period_lb_s * 1e3:.3f} ms, latency {b.latency_lb_s * 1e3:.3f} ms;"
                  f" search {doc.search.get('search_s', 0):.2f} s"
                  + ("" if exact is None else ", exact front" if exact else
                     ", front approximate above the exact size (pareto.json search.spaces)"))
