@@ -202,3 +202,20 @@ def test_solve_stage_infeasible_group_returns_none():
     pr = random_problem(4, 2, 3, "chain")
     pr.time_s[2, 1] = np.inf
     assert solve_stage(pr, 0, 4, (1,), time_limit_s=5.0) is None
+
+
+def test_missing_single_pu_baselines_are_named():
+    # a PU that cannot run some block has no single-PU baseline: pareto.json says which and why
+    from parapipe.search.api import search
+
+    pr = random_problem(6, 3, seed=3)
+    res = search(pr)
+    singles = {p.id for p in res.points if p.strategy == "single"}
+    missing = res.info.get("baselines_missing", {})
+    for p, name in enumerate(pr.pu_names):
+        bad = [pr.block_names[v] for v in range(pr.n_blocks) if not np.isfinite(pr.time_s[v, p])]
+        assert (f"single-{name}" in singles) == (not bad)
+        assert (f"single-{name}" in missing) == bool(bad)
+        if bad:
+            assert repr(bad[0]) in missing[f"single-{name}"]
+    assert missing  # seed 3 leaves at least one PU short of a block

@@ -103,6 +103,8 @@ def front_table(doc: ParetoDoc, show_all: bool = False) -> str:
                      f"{(f'{gap * 100:.0f}%' if gap is not None else '-'):>6} {p.latency_s * 1e3:>10.4g} "
                      f"{p.energy_j * 1e3:>9.4g}  {stages:<{st_w}}  {also}".rstrip())
     lines += omitted_line(omitted)
+    for name, why in (doc.search.get("baselines_missing") or {}).items():
+        lines.append(f"note: no {name} baseline: {why}")
     exact = doc.search.get("exact")
     lines.append(f"lower bounds: period {b.period_lb_s * 1e3:.3f} ms, latency {b.latency_lb_s * 1e3:.3f} ms;"
                  f" search {doc.search.get('search_s', 0):.2f} s"

@@ -44,7 +44,7 @@ from ..cost.schedule import Evaluation
 from ..cost.problem import MappingProblem
 from ..cost.replicated_baseline import replicated_mappings
 from ..errors import InfeasibleError, input_error
-from .baselines import parallel_mappings, single_pu_mappings
+from .baselines import missing_single_pu, parallel_mappings, single_pu_mappings
 from .bounds import PROOF_RTOL, Bounds, dispatch_table, lower_bounds, optimistic_problem
 from .dvfs import RETIME_MAX_MAPPINGS, OpSpace, resolve_operating_points, retime, schedutil_mapping
 from .budget import RELAX_WORK_PER_S, SAFETY_FACTOR, WALL, Budget
@@ -622,6 +622,9 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
         info["stopped_early"] = stopped
         log.warning("%s: a wall-clock safety limit stopped the search early (%s); the front may differ on a rerun",
                     problem.name, "; ".join(f"{s['space']}: {s['at']}" for s in stopped))
+    missing = missing_single_pu(problem)
+    if missing:
+        info["baselines_missing"] = missing
     if full:
         info["cost_terms"] = terms.to_json()
     log.info("search %s: %d blocks x %d PUs, front %d points, %.2fs (DP %.2fs, %d states), exact %s",

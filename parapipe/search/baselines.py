@@ -8,7 +8,7 @@
 """
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from ..cost.problem import MappingProblem
 from .stages import all_groups
 from .listsched import schedule_ranges
 
-__all__ = ["single_pu_mappings", "parallel_mappings"]
+__all__ = ["single_pu_mappings", "missing_single_pu", "parallel_mappings"]
 
 
 def single_pu_mappings(problem: MappingProblem) -> List[Tuple[str, Mapping]]:
@@ -27,6 +27,19 @@ def single_pu_mappings(problem: MappingProblem) -> List[Tuple[str, Mapping]]:
     for p, name in enumerate(problem.pu_names):
         if np.isfinite(problem.time_s[:, p]).all():
             out.append((name, Mapping((StageMapping(0, n, (p,), (p,) * n),))))
+    return out
+
+
+def missing_single_pu(problem: MappingProblem) -> Dict[str, str]:
+    """``{"single-<pu>": why}`` for every PU that cannot run all blocks alone (so has no single-PU baseline):
+    the first blocks it cannot run (op support, the profile's ``supported_ops``)."""
+    out = {}
+    for p, name in enumerate(problem.pu_names):
+        bad = [problem.block_names[v] for v in np.flatnonzero(~np.isfinite(problem.time_s[:, p]))]
+        if bad:
+            more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+            out[f"single-{name}"] = (f"{name} cannot run block{'s' if len(bad) > 1 else ''} "
+                                     f"{', '.join(repr(b) for b in bad[:3])}{more} (its supported_ops)")
     return out
 
 
