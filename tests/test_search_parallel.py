@@ -101,11 +101,17 @@ def test_the_wall_clock_safety_limit_stops_forked_passes_and_is_reported(monkeyp
            {n: (r["stopped_by"], r["timed_out"]) for n, r in one[1].items()}
 
 
-def test_automatic_workers_fork_only_large_problems_where_cpus_allow(monkeypatch):
-    big, tiny = random_problem(20, 4, seed=5), random_problem(5, 3, seed=1)
+def test_automatic_workers_fork_only_large_problems_where_cpus_are_idle(monkeypatch):
+    big, tiny = random_problem(24, 4, seed=5), random_problem(5, 3, seed=1)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.0, 0.0))
     assert pass_workers(big, SearchOptions()) == 3 and pass_workers(tiny, SearchOptions()) == 1
-    assert pass_workers(big, SearchOptions(workers=1)) == 1
+    assert pass_workers(big, SearchOptions(workers=1)) == 1 and pass_workers(tiny, SearchOptions(workers=2)) == 2
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.1, 0.0, 0.0))
+    assert pass_workers(big, SearchOptions()) == 2  # one CPU idle
+    monkeypatch.setattr(os, "getloadavg", lambda: (4.0, 0.0, 0.0))
+    assert pass_workers(big, SearchOptions()) == 1
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert pass_workers(big, SearchOptions()) == 1
 

@@ -151,16 +151,20 @@ def run_passes(problem: MappingProblem, opts, catalog: StageCatalog,
     return out, reports, states + reports["replicated"].states + reports["reuse"].states
 
 
-PARALLEL_MIN_CELLS = 64
-"""Blocks × PUs from which :func:`pass_workers` forks worker processes (below, the passes take less time than
-forking and collecting them would save)."""
+PARALLEL_MIN_CELLS = 96
+"""Blocks × PUs from which :func:`pass_workers` forks worker processes. Forking and collecting two workers takes
+10-20 ms and the workers repeat some memoised work (0.1-0.4 CPU s on DenseNet-121); the passes of the zoo models
+take 0.16 s (AlexNet, 13 blocks × 4 PUs) to 2 s (ResNet-50, 48 × 4) in one process, 0.7 s from VGG-19's 24 × 4 on
+(``python benchmarks/search_bench.py`` gives the passes' seconds)."""
 
 
 def pass_workers(problem: MappingProblem, opts) -> int:
-    """Processes the DP passes of ``problem`` run in: ``opts.workers`` (1: all in this process), or with
-    ``opts.workers == 0`` (automatic) up to 3 (this process + the replicated and reuse passes), at most the CPUs
-    this process may run on (``os.sched_getaffinity``), and 1 below :data:`PARALLEL_MIN_CELLS` blocks × PUs or
-    where the ``fork`` start method does not exist."""
+    """Processes the DP passes of ``problem`` run in: ``opts.workers`` (1: all in this process; at most 3), or
+    with ``opts.workers == 0`` (automatic) this process plus one per idle CPU, at most 3 (this process and the
+    replicated and reuse passes): idle CPUs are those this process may run on (``os.sched_getaffinity``) less
+    the 1-minute load average rounded (the workers would only take turns with other processes on busy CPUs); 1
+    below :data:`PARALLEL_MIN_CELLS` blocks × PUs or where the ``fork`` start method does not exist. Whatever
+    the count, the results are the same."""
     if opts.workers == 1 or not hasattr(os, "fork"):
         return 1
     if opts.workers > 1:
@@ -171,7 +175,11 @@ def pass_workers(problem: MappingProblem, opts) -> int:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    return max(1, min(cpus, 3))
+    try:
+        idle = cpus - int(round(os.getloadavg()[0]))
+    except (AttributeError, OSError):
+        idle = cpus - 1
+    return max(1, min(cpus, 3, 1 + idle))
 
 
 def _dp_options(problem: MappingProblem, opts, small: bool) -> DPOptions:
