@@ -104,16 +104,18 @@ def test_the_wall_clock_safety_limit_stops_forked_passes_and_is_reported(monkeyp
 def test_automatic_workers_fork_only_large_problems_where_cpus_are_idle(monkeypatch):
     big, tiny = random_problem(24, 4, seed=5), random_problem(5, 3, seed=1)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.0, 0.0))
+    monkeypatch.setattr(passes, "_other_runnable", lambda: 0)
     assert pass_workers(big, SearchOptions()) == 3 and pass_workers(tiny, SearchOptions()) == 1
     assert pass_workers(big, SearchOptions(workers=1)) == 1 and pass_workers(tiny, SearchOptions(workers=2)) == 2
-    monkeypatch.setattr(os, "getloadavg", lambda: (3.1, 0.0, 0.0))
+    monkeypatch.setattr(passes, "_other_runnable", lambda: 3)
     assert pass_workers(big, SearchOptions()) == 2  # one CPU idle
-    monkeypatch.setattr(os, "getloadavg", lambda: (4.0, 0.0, 0.0))
+    monkeypatch.setattr(passes, "_other_runnable", lambda: 4)
     assert pass_workers(big, SearchOptions()) == 1
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(passes, "_other_runnable", lambda: 0)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert pass_workers(big, SearchOptions()) == 1
+    monkeypatch.undo()
+    assert 0 <= passes._other_runnable() < 10_000
 
 
 def test_ctrl_c_during_parallel_passes_ends_parent_and_workers(tmp_path):

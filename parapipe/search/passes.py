@@ -162,7 +162,7 @@ def pass_workers(problem: MappingProblem, opts) -> int:
     """Processes the DP passes of ``problem`` run in: ``opts.workers`` (1: all in this process; at most 3), or
     with ``opts.workers == 0`` (automatic) this process plus one per idle CPU, at most 3 (this process and the
     replicated and reuse passes): idle CPUs are those this process may run on (``os.sched_getaffinity``) less
-    the 1-minute load average rounded (the workers would only take turns with other processes on busy CPUs); 1
+    the other processes runnable now (:func:`_other_runnable`; workers would only take turns with them); 1
     below :data:`PARALLEL_MIN_CELLS` blocks × PUs or where the ``fork`` start method does not exist. Whatever
     the count, the results are the same."""
     if opts.workers == 1 or not hasattr(os, "fork"):
@@ -175,11 +175,21 @@ def pass_workers(problem: MappingProblem, opts) -> int:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 3, 1 + cpus - _other_runnable()))
+
+
+def _other_runnable() -> int:
+    """Processes other than this one running or waiting for a CPU now (Linux ``/proc/loadavg``'s fourth field,
+    proc(5)); elsewhere the 1-minute load average less this process, rounded."""
     try:
-        idle = cpus - int(round(os.getloadavg()[0]))
+        with open("/proc/loadavg") as f:
+            return max(0, int(f.read().split()[3].split("/")[0]) - 1)
+    except (OSError, IndexError, ValueError):
+        pass
+    try:
+        return max(0, int(round(os.getloadavg()[0])) - 1)
     except (AttributeError, OSError):
-        idle = cpus - 1
-    return max(1, min(cpus, 3, 1 + idle))
+        return 0
 
 
 def _dp_options(problem: MappingProblem, opts, small: bool) -> DPOptions:
