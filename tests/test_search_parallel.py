@@ -5,6 +5,7 @@ with KeyboardInterrupt and leaves no worker process behind."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import asdict
@@ -118,39 +119,49 @@ def test_automatic_workers_fork_only_large_problems_where_cpus_are_idle(monkeypa
     assert 0 <= passes._other_runnable() < 10_000
 
 
-def test_ctrl_c_during_parallel_passes_ends_parent_and_workers(tmp_path):
-    """SIGINT to the process group (a terminal's Ctrl-C) while the workers run: the parent raises
-    KeyboardInterrupt as usual, no worker prints a traceback, and no worker process is left."""
+@pytest.mark.parametrize("to", ["group", "parent"])
+def test_ctrl_c_during_parallel_passes_ends_parent_and_workers(tmp_path, to):
+    """SIGINT to the process group (a terminal's Ctrl-C) or to the parent alone while the workers run (their
+    passes made slow): the parent raises KeyboardInterrupt as usual, no worker prints a traceback, the parent
+    terminates the workers rather than waiting for them, and no worker process is left."""
     script = tmp_path / "sigint.py"
     script.write_text(
-        "import os, signal, sys, multiprocessing\n"
+        "import os, signal, sys, time, multiprocessing\n"
         "signal.signal(signal.SIGINT, signal.default_int_handler)\n"  # a background job starts with SIGINT ignored
         "sys.path.insert(0, sys.argv[1])\n"
         "from search_cases import random_problem\n"
+        "import parapipe.search.passes as passes\n"
         "from parapipe.search.api import SearchOptions\n"
-        "from parapipe.search.passes import run_passes\n"
         "from parapipe.search.transitions import StageCatalog\n"
+        "parent = os.getpid()\n"
+        "def slow(real):\n"
+        "    def run(*args, **kw):\n"
+        "        if os.getpid() != parent:\n"
+        "            time.sleep(100)\n"
+        "        return real(*args, **kw)\n"
+        "    return run\n"
+        "passes._reuse, passes._replicated = slow(passes._reuse), slow(passes._replicated)\n"
         "pr = random_problem(24, 4, seed=5)\n"
         "seen = []\n"
         "def progress(i):\n"
         "    if i == 2:\n"
-        "        seen.extend(p.pid for p in multiprocessing.active_children())\n"
-        "        print('workers', *seen, flush=True)\n"
-        "        os.killpg(os.getpgid(0), signal.SIGINT)\n"
+        "        seen.extend(multiprocessing.active_children())\n"
+        "        print('workers', *[p.pid for p in seen], flush=True)\n"
+        f"        os.kill(-os.getpgid(0) if {to == 'group'} else os.getpid(), signal.SIGINT)\n"
         "try:\n"
-        "    run_passes(pr, SearchOptions(workers=3), StageCatalog(pr), progress)\n"
+        "    passes.run_passes(pr, SearchOptions(workers=3), StageCatalog(pr), progress)\n"
         "    print('finished')\n"
         "except KeyboardInterrupt:\n"
-        "    print('KeyboardInterrupt', multiprocessing.active_children())\n")
+        "    print('KeyboardInterrupt', multiprocessing.active_children(), *[p.exitcode for p in seen])\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     tests = os.path.dirname(os.path.abspath(__file__))
-    done = subprocess.run([sys.executable, str(script), tests], capture_output=True, text=True, timeout=300,
+    done = subprocess.run([sys.executable, str(script), tests], capture_output=True, text=True, timeout=60,
                           env=env, start_new_session=True)
     lines = done.stdout.splitlines()
-    assert done.returncode == 0 and lines[-1] == "KeyboardInterrupt []", (done.stdout, done.stderr[-2000:])
-    pids = [int(x) for x in lines[0].split()[1:]]
-    assert len(pids) == 2, lines
+    term = -int(signal.SIGTERM)
+    assert done.returncode == 0 and lines[-1] == f"KeyboardInterrupt [] {term} {term}", (done.stdout,
+                                                                                        done.stderr[-2000:])
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
-    for pid in pids:
+    for pid in [int(x) for x in lines[0].split()[1:]]:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
