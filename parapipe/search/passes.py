@@ -121,6 +121,7 @@ def run_passes(problem: MappingProblem, opts, catalog: StageCatalog,
     """
     small = problem.n_blocks * problem.n_pus <= opts.exact_max_cells
     workers = pass_workers(problem, opts)
+    log.debug("%s: DP passes in %d process(es)", problem.name, workers)
     if workers >= 2:
         from .parallel import run_in_workers
 
