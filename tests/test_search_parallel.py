@@ -113,6 +113,11 @@ def test_automatic_workers_fork_only_large_problems_where_cpus_are_idle(monkeypa
     monkeypatch.setattr(passes, "_other_runnable", lambda: 4)
     assert pass_workers(big, SearchOptions()) == 1
     monkeypatch.setattr(passes, "_other_runnable", lambda: 0)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert pass_workers(big, SearchOptions()) == 3  # three processes share two idle CPUs
+    monkeypatch.setattr(passes, "_other_runnable", lambda: 1)
+    assert pass_workers(big, SearchOptions()) == 2
+    monkeypatch.setattr(passes, "_other_runnable", lambda: 0)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert pass_workers(big, SearchOptions()) == 1
     monkeypatch.undo()

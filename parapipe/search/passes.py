@@ -156,14 +156,18 @@ PARALLEL_MIN_CELLS = 96
 """Blocks × PUs from which :func:`pass_workers` forks worker processes. Forking and collecting two workers takes
 10-20 ms and the workers repeat some memoised work (0.1-0.4 CPU s on DenseNet-121); the passes of the zoo models
 take 0.16 s (AlexNet, 13 blocks × 4 PUs) to 2 s (ResNet-50, 48 × 4) in one process, 0.7 s from VGG-19's 24 × 4 on
-(``python benchmarks/search_bench.py`` gives the passes' seconds)."""
+(the A311D and A1000 profiles; pareto.json ``search.spaces.<pass>.seconds`` of ``parapipe optimize``)."""
 
 
 def pass_workers(problem: MappingProblem, opts) -> int:
     """Processes the DP passes of ``problem`` run in: ``opts.workers`` (1: all in this process; at most 3), or
-    with ``opts.workers == 0`` (automatic) this process plus one per idle CPU, at most 3 (this process and the
-    replicated and reuse passes): idle CPUs are those this process may run on (``os.sched_getaffinity``) less
-    the other processes runnable now (:func:`_other_runnable`; workers would only take turns with them); 1
+    with ``opts.workers == 0`` (automatic) one process per idle CPU plus one, at most 3 (this process and the
+    replicated and reuse passes): idle CPUs are those this process may run on (``os.sched_getaffinity``, at least
+    2) less the other processes runnable now (:func:`_other_runnable`; workers would only take turns with them).
+    Three processes on two idle CPUs share them out better than two (the parent would run the disjoint and
+    replicated passes in turn): DenseNet-121 on the A1000 profile, passes 1.26 s in one process, 0.96 s in two,
+    0.78 s in three (best of 8 runs of :func:`run_passes` with ``SearchOptions.workers`` 1, 2, 3 on a 2-core
+    x86-64 VM); 1
     below :data:`PARALLEL_MIN_CELLS` blocks × PUs or where the ``fork`` start method does not exist. Whatever
     the count, the results are the same."""
     if opts.workers == 1 or not hasattr(os, "fork"):
@@ -176,7 +180,9 @@ def pass_workers(problem: MappingProblem, opts) -> int:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    return max(1, min(cpus, 3, 1 + cpus - _other_runnable()))
+    if cpus < 2:
+        return 1
+    return max(1, min(3, 1 + cpus - _other_runnable()))
 
 
 def _other_runnable() -> int:
