@@ -122,6 +122,10 @@ class SearchOptions:
         Operating points searched (:mod:`parapipe.search.dvfs`): ``auto`` (default: every point where the DP's
         catalogue stays small, exact up to ``exact_max_cells``), ``all``, ``max`` (highest points only: the fronts
         of a profile without tables) or a number of points per PU spread over each table (the highest included).
+    workers : int
+        Processes the DP passes run in (:func:`parapipe.search.passes.pass_workers`): 0 (default) automatic (up
+        to 3 where the CPUs allow and the problem is large enough to gain), 1 all in this process; 2 or 3 fork the
+        replicated and reuse passes whatever the size. The results are the same whatever the value.
     wall_safety_factor : float
         Wall-clock safety limit of every budget: this many times its deterministic seconds, plus
         :data:`parapipe.search.budget.SAFETY_FLOOR_S` (0: none). Only a runaway pass on a badly overloaded machine
@@ -157,6 +161,7 @@ class SearchOptions:
     period_time_limit_s: float = 2.0
     wall_safety_factor: float = SAFETY_FACTOR
     operating_points: str = "auto"
+    workers: int = 0
 
     def __post_init__(self) -> None:
         bad = [o for o in self.objectives if o not in OBJECTIVES]
@@ -167,6 +172,9 @@ class SearchOptions:
             raise input_error("--max-stages", None, f"must be >= 1, got {self.max_stages}", "give a positive count")
         if self.time_limit_s <= 0:
             raise input_error("--time-limit", None, f"must be > 0, got {self.time_limit_s}", "give seconds")
+        if self.workers < 0:
+            raise input_error("workers", None, f"must be >= 0, got {self.workers}",
+                              "give 0 (automatic), 1 (one process) or more")
         text = str(self.operating_points).strip().lower()
         if text not in ("auto", "all", "max") and not (text.isdigit() and int(text) >= 1):
             raise input_error("--operating-points", None, f"unknown value {self.operating_points!r}",

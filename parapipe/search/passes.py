@@ -23,6 +23,7 @@ which of them cut anything (pareto.json ``search.spaces``).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -32,10 +33,11 @@ from ..cost.problem import MappingProblem
 from ..errors import InfeasibleError
 from .budget import DP_WORK_PER_S, PERIOD_WORK_PER_S, REPLICATED_WORK_PER_S, SAFETY_FACTOR, Budget
 from .dp import DPDeadline, DPOptions, DPResult, dp_front
+from .stages import STAGE_KINDS
 from .replicate import ReplicatedDeadline, replicated_front
 from .transitions import StageCatalog
 
-__all__ = ["SpaceReport", "run_passes", "period_pass"]
+__all__ = ["SpaceReport", "run_passes", "pass_workers", "period_pass", "PARALLEL_MIN_CELLS"]
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +106,12 @@ def _run(problem: MappingProblem, dpo: DPOptions, catalog: StageCatalog, progres
 def run_passes(problem: MappingProblem, opts, catalog: StageCatalog,
                progress: Optional[Callable[[int], None]] = None
                ) -> Tuple[Dict[str, List[Mapping]], Dict[str, SpaceReport], int]:
-    """Run the disjoint, pipeline and reuse passes for ``opts`` (a ``SearchOptions``).
+    """Run the disjoint, pipeline, replicated and reuse passes for ``opts`` (a ``SearchOptions``).
+
+    With :func:`pass_workers` >= 2 the replicated and reuse passes run in forked worker processes
+    (:mod:`.parallel`) while this process runs the disjoint pass (which drives ``progress``); the results are
+    those of the passes run one after another here (the passes are deterministic and share nothing but the
+    memoised ``catalog``, whose run numbering does not reach a result).
 
     Returns
     -------
@@ -113,12 +120,97 @@ def run_passes(problem: MappingProblem, opts, catalog: StageCatalog,
         :class:`SpaceReport`; ``states``: DP states over all passes.
     """
     small = problem.n_blocks * problem.n_pus <= opts.exact_max_cells
-    exact_dpo = DPOptions(max_stages=opts.max_stages)
+    workers = pass_workers(problem, opts)
+    log.debug("%s: DP passes in %d process(es)", problem.name, workers)
+    if workers >= 2:
+        from .parallel import run_in_workers
+
+        # the reuse pass is forked with the budget it gets when the disjoint pass finds a mapping (nearly always);
+        # it is only needed otherwise beyond reuse_max_blocks, then run here after the disjoint pass
+        jobs: Dict[str, Tuple[Callable[..., Any], tuple]] = {}
+        if opts.reuse_pus and problem.n_blocks <= opts.reuse_max_blocks:
+            jobs["reuse"] = (_reuse, (problem, opts, catalog, small, True))
+        jobs["replicated"] = (_replicated, (problem, opts, catalog, small))
+        for kind in STAGE_KINDS:  # children inherit the catalogue: built here once, not once per process
+            for i in range(problem.n_blocks):
+                catalog.exits(i, kind)
+        out, reports, states, results = run_in_workers(
+            jobs, workers - 1, lambda: _disjoint(problem, opts, catalog, small, progress))
+        for name in ("replicated", "reuse"):
+            if name == "reuse" and not out["disjoint"]:
+                results.pop(name, None)  # its budget depends on the disjoint pass's (empty) result: run it again
+            got = results.get(name)
+            if got is None:
+                got = (_reuse(problem, opts, catalog, small, bool(out["disjoint"])) if name == "reuse"
+                       else _replicated(problem, opts, catalog, small))
+            out[name], reports[name] = got
+            states += reports[name].states
+        return out, reports, states
+    out, reports, states = _disjoint(problem, opts, catalog, small, progress)
+    out["replicated"], reports["replicated"] = _replicated(problem, opts, catalog, small)
+    out["reuse"], reports["reuse"] = _reuse(problem, opts, catalog, small, bool(out["disjoint"]))
+    return out, reports, states + reports["replicated"].states + reports["reuse"].states
+
+
+PARALLEL_MIN_CELLS = 96
+"""Blocks × PUs from which :func:`pass_workers` forks worker processes. Forking and collecting two workers takes
+10-20 ms and the workers repeat some memoised work (0.1-0.4 CPU s on DenseNet-121); the passes of the zoo models
+take 0.16 s (AlexNet, 13 blocks × 4 PUs) to 2 s (ResNet-50, 48 × 4) in one process, 0.7 s from VGG-19's 24 × 4 on
+(the A311D and A1000 profiles; pareto.json ``search.spaces.<pass>.seconds`` of ``parapipe optimize``)."""
+
+
+def pass_workers(problem: MappingProblem, opts) -> int:
+    """Processes the DP passes of ``problem`` run in: ``opts.workers`` (1: all in this process; at most 3), or
+    with ``opts.workers == 0`` (automatic) one process per idle CPU plus one, at most 3 (this process and the
+    replicated and reuse passes): idle CPUs are those this process may run on (``os.sched_getaffinity``, at least
+    2) less the other processes runnable now (:func:`_other_runnable`; workers would only take turns with them).
+    Three processes on two idle CPUs share them out better than two (the parent would run the disjoint and
+    replicated passes in turn): DenseNet-121 on the A1000 profile, passes 1.26 s in one process, 0.96 s in two,
+    0.78 s in three (best of 8 runs of :func:`run_passes` with ``SearchOptions.workers`` 1, 2, 3 on a 2-core
+    x86-64 VM); 1
+    below :data:`PARALLEL_MIN_CELLS` blocks × PUs or where the ``fork`` start method does not exist. Whatever
+    the count, the results are the same."""
+    if opts.workers == 1 or not hasattr(os, "fork"):
+        return 1
+    if opts.workers > 1:
+        return min(opts.workers, 3)
+    if problem.n_blocks * problem.n_pus < PARALLEL_MIN_CELLS:
+        return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    if cpus < 2:
+        return 1
+    return max(1, min(3, 1 + cpus - _other_runnable()))
+
+
+def _other_runnable() -> int:
+    """Processes other than this one running or waiting for a CPU now (Linux ``/proc/loadavg``'s fourth field,
+    proc(5)); elsewhere the 1-minute load average less this process, rounded."""
+    try:
+        with open("/proc/loadavg") as f:
+            return max(0, int(f.read().split()[3].split("/")[0]) - 1)
+    except (OSError, IndexError, ValueError):
+        pass
+    try:
+        return max(0, int(round(os.getloadavg()[0])) - 1)
+    except (AttributeError, OSError):
+        return 0
+
+
+def _dp_options(problem: MappingProblem, opts, small: bool) -> DPOptions:
     if small:
-        dpo = exact_dpo
-    else:
-        dpo = DPOptions(max_stages=opts.max_stages, epsilon=opts.epsilon, max_labels=opts.max_labels,
-                        max_cut_tensors=opts.max_cut_tensors)
+        return DPOptions(max_stages=opts.max_stages)
+    return DPOptions(max_stages=opts.max_stages, epsilon=opts.epsilon, max_labels=opts.max_labels,
+                     max_cut_tensors=opts.max_cut_tensors)
+
+
+def _disjoint(problem: MappingProblem, opts, catalog: StageCatalog, small: bool,
+              progress: Optional[Callable[[int], None]]
+              ) -> Tuple[Dict[str, List[Mapping]], Dict[str, SpaceReport], int]:
+    """The ``disjoint`` and ``pipeline`` passes (the latter taken from the former where it is the same)."""
+    dpo = _dp_options(problem, opts, small)
     out: Dict[str, List[Mapping]] = {}
     reports: Dict[str, SpaceReport] = {}
     states = 0
@@ -135,24 +227,27 @@ def run_passes(problem: MappingProblem, opts, catalog: StageCatalog,
         res, reports["pipeline"] = _run(problem, pipe, catalog, None)
         out["pipeline"] = res.mappings if res is not None else []
         states += reports["pipeline"].states
-    out["replicated"], reports["replicated"] = _replicated(problem, opts, catalog, small)
-    states += reports["replicated"].states
-    out["reuse"] = []
+    return out, reports, states
+
+
+def _reuse(problem: MappingProblem, opts, catalog: StageCatalog, small: bool, disjoint_found: bool
+           ) -> Tuple[List[Mapping], SpaceReport]:
+    """The ``reuse`` pass; its budget is ten times larger when the disjoint pass found no mapping
+    (``disjoint_found`` false), and it is skipped above ``reuse_max_blocks`` blocks unless so."""
     if not opts.reuse_pus:
-        reports["reuse"] = SpaceReport(searched=False, exact=False, skipped="reuse_pus is off")
-        return out, reports, states
-    if problem.n_blocks > opts.reuse_max_blocks and out["disjoint"]:
-        reports["reuse"] = SpaceReport(searched=False, exact=False,
-                                       skipped=f"more than reuse_max_blocks={opts.reuse_max_blocks} blocks")
-        return out, reports, states
-    limit = opts.reuse_time_limit_s if out["disjoint"] else 10 * opts.reuse_time_limit_s
+        return [], SpaceReport(searched=False, exact=False, skipped="reuse_pus is off")
+    if problem.n_blocks > opts.reuse_max_blocks and disjoint_found:
+        return [], SpaceReport(searched=False, exact=False,
+                               skipped=f"more than reuse_max_blocks={opts.reuse_max_blocks} blocks")
+    dpo = _dp_options(problem, opts, small)
+    limit = opts.reuse_time_limit_s if disjoint_found else 10 * opts.reuse_time_limit_s
     approx = DPOptions(max_stages=opts.max_stages, epsilon=max(dpo.epsilon, opts.reuse_epsilon),
                        max_labels=opts.reuse_max_labels, max_cut_tensors=opts.max_cut_tensors, reuse_pus=True)
     sf = opts.wall_safety_factor
     res = None
     if small:
-        res, rep = _run(problem, replace(exact_dpo, reuse_pus=True,
-                                         budget=Budget.of_seconds(limit, DP_WORK_PER_S, sf)), catalog, None, limit)
+        res, rep = _run(problem, replace(dpo, reuse_pus=True, budget=Budget.of_seconds(limit, DP_WORK_PER_S, sf)),
+                        catalog, None, limit)
         if res is None and rep.timed_out:
             log.info("%s: exact PU-reuse search used its budget (%s); searching it approximately", problem.name,
                      rep.skipped)
@@ -161,10 +256,7 @@ def run_passes(problem: MappingProblem, opts, catalog: StageCatalog,
                         None, limit)
         if rep.timed_out:
             log.info("%s: PU-reuse search skipped: %s", problem.name, rep.skipped)
-    reports["reuse"] = rep
-    out["reuse"] = res.mappings if res is not None else []
-    states += rep.states
-    return out, reports, states
+    return (res.mappings if res is not None else []), rep
 
 
 def _replicated(problem: MappingProblem, opts, catalog: StageCatalog, small: bool
