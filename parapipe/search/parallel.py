@@ -75,6 +75,8 @@ def run_in_workers(jobs: Dict[str, Tuple[Callable[..., Any], tuple]], n_workers:
     """
     import multiprocessing
 
+    import numpy.ma  # noqa: F401  numpy 2's np.unique imports it on first use (about 25 ms): once, before the fork
+
     ctx = multiprocessing.get_context("fork")
     procs: List[Tuple[str, Any, Any]] = []  # (name, process, read end)
     parent = os.getpid()
