@@ -495,7 +495,7 @@ def test_a_long_front_table_shows_the_extremes_a_spread_and_every_baseline():
     baselines = [SimpleNamespace(id=f"b{i}", pareto=False, throughput_per_s=1.0, latency_s=9.0, energy_j=9.0)
                  for i in range(3)]
     points = front[:20] + baselines + front[20:]
-    shown, omitted = shown_points(points)
+    shown, omitted, omitted_baselines = shown_points(points)
     listed = [p for p in shown if p.pareto]
     assert len(listed) == TABLE_PARETO_ROWS and omitted == 40 - TABLE_PARETO_ROWS
     assert all(b in shown for b in baselines)
@@ -503,8 +503,22 @@ def test_a_long_front_table_shows_the_extremes_a_spread_and_every_baseline():
                  min(front, key=lambda p: p.energy_j)):
         assert best in shown
     assert [p.id for p in shown] == [p.id for p in points if p in shown]  # the document's order
-    assert shown_points(points, show_all=True) == (points, 0) and shown_points(front[:5]) == (front[:5], 0)
+    assert omitted_baselines == 0
+    assert shown_points(points, show_all=True) == (points, 0, 0) and shown_points(front[:5]) == (front[:5], 0, 0)
     assert "28 more Pareto-optimal points" in omitted_line(omitted)[0] and omitted_line(0) == []
+    # many baselines of one strategy: its best throughput, latency and energy are listed, the rest counted
+    pipes = [SimpleNamespace(id=f"pipeline-{i}", strategy="pipeline", pareto=False, throughput_per_s=float(t),
+                             latency_s=float(lat), energy_j=float(e))
+             for i, (t, lat, e) in enumerate(zip(rng.uniform(1, 100, 10), rng.uniform(1, 9, 10),
+                                                 rng.uniform(1, 9, 10)))]
+    single = SimpleNamespace(id="single-cpu", strategy="single", pareto=False, throughput_per_s=1.0, latency_s=9.0,
+                             energy_j=9.0)
+    shown, omitted, omitted_baselines = shown_points(front[:5] + pipes + [single])
+    best = {max(pipes, key=lambda p: p.throughput_per_s).id, min(pipes, key=lambda p: p.latency_s).id,
+            min(pipes, key=lambda p: p.energy_j).id}
+    assert {p.id for p in shown} == {p.id for p in front[:5]} | best | {"single-cpu"}
+    assert omitted == 0 and omitted_baselines == 10 - len(best)
+    assert f"{10 - len(best)} more baselines" in omitted_line(0, omitted_baselines)[0]
 
 
 def test_a_thinned_front_table_keeps_a_baseline_with_its_twin_not_alone():

@@ -29,37 +29,62 @@ __all__ = ["add_parser", "handle", "front_table"]
 TABLE_PARETO_ROWS = 12
 
 
+#: Rows per baseline strategy that is not Pareto-optimal (its best throughput, latency and energy) without
+#: ``--all``: the pure-pipeline baseline alone can hold dozens of near-identical pipelines.
+TABLE_BASELINE_ROWS = 3
+
+
 def shown_points(points: Sequence[Any], show_all: bool = False, limit: int = TABLE_PARETO_ROWS
-                 ) -> Tuple[List[Any], int]:
-    """The points a front table lists, in their order, and how many Pareto-optimal points it leaves out.
+                 ) -> Tuple[List[Any], int, int]:
+    """The points a front table lists, in their order, and how many Pareto-optimal points and how many other
+    points (baselines) it leaves out.
 
-    Every point that is not Pareto-optimal (the baselines) is listed. Of the Pareto-optimal ones, at most
-    ``limit``: the best throughput, the best latency, the best energy, and a spread over the rest by throughput
-    (halving the intervals between the positions taken); ``show_all`` lists every point.
+    Of the Pareto-optimal points, at most ``limit``: the best throughput, the best latency, the best energy, and a
+    spread over the rest by throughput (halving the intervals between the positions taken). Of the others, per
+    ``strategy``, the best throughput, latency and energy (at most :data:`TABLE_BASELINE_ROWS`). ``show_all``
+    lists every point.
     """
+    if show_all:
+        return list(points), 0, 0
     front = [p for p in points if p.pareto]
-    if show_all or len(front) <= limit:
-        return list(points), 0
-    by_thr = sorted(front, key=lambda p: -p.throughput_per_s)
-    keep = {id(by_thr[0]), id(min(front, key=lambda p: p.latency_s)), id(min(front, key=lambda p: p.energy_j))}
-    n = len(by_thr) - 1
-    level = 1  # positions 0, 1, 1/2, 1/4, 3/4, 1/8 ... of the throughput order, until the table is full
-    fractions = [0.0, 1.0]
-    while len(keep) < limit:
-        for x in fractions:
-            keep.add(id(by_thr[round(x * n)]))
-            if len(keep) >= limit:
-                break
-        level *= 2
-        fractions = [k / level for k in range(1, level, 2)]
-    shown = [p for p in points if not p.pareto or id(p) in keep]
-    return shown, len(front) - sum(1 for p in shown if p.pareto)
+    keep = {id(p) for p in points if not p.pareto}
+    by_strategy: Dict[str, List[Any]] = {}
+    for p in points:
+        if not p.pareto:
+            by_strategy.setdefault(getattr(p, "strategy", ""), []).append(p)
+    for group in by_strategy.values():
+        if len(group) > TABLE_BASELINE_ROWS:
+            keep -= {id(p) for p in group}
+            keep |= {id(max(group, key=lambda p: p.throughput_per_s)), id(min(group, key=lambda p: p.latency_s)),
+                     id(min(group, key=lambda p: p.energy_j))}
+    if len(front) <= limit:
+        keep |= {id(p) for p in front}
+    else:
+        by_thr = sorted(front, key=lambda p: -p.throughput_per_s)
+        chosen = {id(by_thr[0]), id(min(front, key=lambda p: p.latency_s)), id(min(front, key=lambda p: p.energy_j))}
+        n = len(by_thr) - 1
+        level = 1  # positions 0, 1, 1/2, 1/4, 3/4, 1/8 ... of the throughput order, until the table is full
+        fractions = [0.0, 1.0]
+        while len(chosen) < limit:
+            for x in fractions:
+                chosen.add(id(by_thr[round(x * n)]))
+                if len(chosen) >= limit:
+                    break
+            level *= 2
+            fractions = [k / level for k in range(1, level, 2)]
+        keep |= chosen
+    shown = [p for p in points if id(p) in keep]
+    n_front = sum(1 for p in shown if p.pareto)
+    return shown, len(front) - n_front, len(points) - len(front) - (len(shown) - n_front)
 
 
-def omitted_line(omitted: int) -> List[str]:
-    """The table's note on left-out Pareto-optimal points (none when nothing was left out)."""
-    return [f"... {omitted} more Pareto-optimal points not listed (an even spread is shown): --all lists every "
-            "point; pareto.json holds them all"] if omitted else []
+def omitted_line(omitted: int, omitted_baselines: int = 0) -> List[str]:
+    """The table's note on left-out points (none when nothing was left out)."""
+    parts = ([f"{omitted} more Pareto-optimal points (an even spread is shown)"] if omitted else []) + (
+        [f"{omitted_baselines} more baselines (each strategy's best throughput, latency and energy are shown)"]
+        if omitted_baselines else [])
+    return [f"... {' and '.join(parts)} not listed: --all lists every point; pareto.json holds them all"
+            ] if parts else []
 
 
 def front_table(doc: ParetoDoc, show_all: bool = False) -> str:
@@ -79,7 +104,7 @@ def front_table(doc: ParetoDoc, show_all: bool = False) -> str:
             same[key] = []
             rows.append((p, same[key]))
     # rows, not points, are thinned: a baseline equal to a front point stays in that point's "same as" column
-    listed, omitted = shown_points([p for p, _ in rows], show_all)
+    listed, omitted, omitted_baselines = shown_points([p for p, _ in rows], show_all)
     listed_ids = {id(p) for p in listed}
     rows = [(p, others) for p, others in rows if id(p) in listed_ids]
     b = doc.bounds
@@ -102,7 +127,7 @@ def front_table(doc: ParetoDoc, show_all: bool = False) -> str:
                      f"{p.throughput_per_s:>8.4g} {p.period_s * 1e3:>9.4g} "
                      f"{(f'{gap * 100:.0f}%' if gap is not None else '-'):>6} {p.latency_s * 1e3:>10.4g} "
                      f"{p.energy_j * 1e3:>9.4g}  {stages:<{st_w}}  {also}".rstrip())
-    lines += omitted_line(omitted)
+    lines += omitted_line(omitted, omitted_baselines)
     for name, why in (doc.search.get("baselines_missing") or {}).items():
         lines.append(f"note: no {name} baseline: {why}")
     exact = doc.search.get("exact")
@@ -358,14 +383,14 @@ def workload_table(doc: Any, show_all: bool = False) -> str:
              + f"; latency = {axis}; energy per workload frame; * = Pareto-optimal among all points",
              f"{'id':<9} {'strategy':<9} {'pareto':<6} {'wl/s':>8} {'gap':>6} {'latency ms':>10} {'energy mJ':>9}  "
              + "  ".join(f"{n[:14] + ' ms':>17}" for n in names) + "  stages per model"]
-    listed, omitted = shown_points(doc.points, show_all)
+    listed, omitted, omitted_baselines = shown_points(doc.points, show_all)
     for p in listed:
         gap = f"{p.period_gap * 100:.0f}%" if p.period_gap is not None else "-"
         lines.append(f"{p.id:<9} {p.strategy:<9} {'*' if p.pareto else '':<6} {p.throughput_per_s:>8.4g} {gap:>6} "
                      f"{p.latency_s * 1e3:>10.4g} {p.energy_j * 1e3:>9.4g}  "
                      + "  ".join(f"{p.latency_s_per_model[n] * 1e3:>17.4g}" for n in names) + "  "
                      + " ; ".join(f"{n}: {stages_text(p.mappings[n].stages)}" for n in names))
-    lines += omitted_line(omitted)
+    lines += omitted_line(omitted, omitted_baselines)
     info = doc.search.get("workload", {})
     for name, why in (info.get("baselines_breaking") or {}).items():
         lines.append(f"note: {name} breaks {' and '.join(why)}: a baseline only, never Pareto-marked or on the front")
