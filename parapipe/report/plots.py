@@ -20,7 +20,7 @@ import logging
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from matplotlib.figure import Figure
-from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter, NullLocator, ScalarFormatter
 
 from ..errors import input_error
 from ..mapping.model import ParetoDoc
@@ -412,6 +412,10 @@ def pareto_figure(doc: ParetoDoc, *, source: Optional[str] = None, soc: Any = No
             ylim = _zoom_limits([p[yk] for p in focus], yk in log_keys)
             ax.set_xlim(*xlim)
             ax.set_ylim(*ylim)
+            for key, axis, (lo, hi) in ((xk, ax.xaxis, xlim), (yk, ax.yaxis, ylim)):
+                if key in log_keys and hi < 10 * lo:  # a zoom within a decade: the 1-2-3-5 ticks leave one label
+                    axis.set_major_locator(MaxNLocator(nbins=5))
+                    axis.set_minor_locator(NullLocator())
             zoom_of.add_patch(Rectangle((xlim[0], ylim[0]), xlim[1] - xlim[0], ylim[1] - ylim[0], fill=False,
                                         edgecolor="0.3", ls="-.", lw=1.0, zorder=1.5))
         obstacles: List[Any] = []
