@@ -136,6 +136,34 @@ def test_replicas_that_are_pu_groups(dispatch):
         assert all(rs[0] == str(f % 2) for f, rs in replica_of.items())
 
 
+def test_replicas_of_different_shapes():
+    # a single-PU replica beside a PU-group replica (the search offers the whole model so): only what later
+    # stages read must be the same; b and c stay inside replica 1, so they are not handed-over tensors to check
+    from ppexec.reference import handed_over_tensors
+
+    m = diamond_model()
+    bindings = {"cpu0": PUBinding(cpus=(0,)), "a0": PUBinding(cpus=(0,)), "b0": PUBinding(cpus=(1,)),
+                "b1": PUBinding(cpus=(0,))}
+    whole = task(m, "BCDE0", 1, "a0", ["a"], ["y"])
+    group = [task(m, "B1", 1, "b0", ["a"], ["b"]), task(m, "C1", 1, "b1", ["a"], ["c"]),
+             task(m, "DE1", 1, "b0", ["b", "c"], ["y"], deps=["B1", "C1"])]
+    for t in group:
+        t.replica = 1
+    plan = ExecutionPlan([[task(m, "A", 0, "cpu0", ["x"], ["a"])], [whole] + group], ["x"], ["y"], bindings,
+                         {1: [1.0, 2.0]})
+    validate_plan(plan)
+    assert handed_over_tensors(plan) == ["a"]
+    fs = frames(20, seed=2)
+    outs, metrics = run_pipeline(plan, fs, warmup=0)
+    assert max_abs_diff(outs, reference_outputs(m, fs)) <= 1e-5
+    assert {e.pu for e in metrics.trace if e.stage == 1} == {"a0", "b0", "b1"}  # both replicas took frames
+    # a replica that does not make what a later stage reads is still refused
+    bad = ExecutionPlan([[task(m, "A", 0, "cpu0", ["x"], ["a"])], [task(m, "B0", 1, "a0", ["a"], ["b"])] + group],
+                        ["x"], ["y"], bindings, {1: [1.0, 1.0]})
+    with pytest.raises(InputError, match="give every replica of a stage the same sub-models"):
+        validate_plan(bad)
+
+
 def _plan_with(m, **change):
     plan = _replicated_whole(m)
     for key, value in change.items():

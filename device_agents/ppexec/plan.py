@@ -306,8 +306,16 @@ def validate_plan(plan: ExecutionPlan) -> None:
             if task.pu not in plan.bindings:
                 raise plan_error(source, where, "PU %r has no binding" % task.pu, "add a PUBinding for it")
         produced = None
+        # what later stages read of this stage, or the model outputs: every replica must make exactly that; a
+        # tensor a replica hands between its own PUs stays inside it (replicas may be different PU groups)
+        later = set(plan.model_outputs)
+        for tasks in plan.stages[s + 1:]:
+            for task in tasks:
+                later.update(task.inputs)
         for r, replica in enumerate(plan.replicas(s)):
             made = _check_replica(s, replica, available, plan.model_inputs)
+            if plan.replica_count(s) > 1:
+                made = made & later
             if produced is not None and made != produced:
                 raise plan_error(source, "stages[%d]" % s, "replica %d produces %s, replica 0 %s"
                                    % (r, sorted(made), sorted(produced)),

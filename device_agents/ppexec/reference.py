@@ -103,13 +103,21 @@ def handed_over_tensors(plan) -> List[str]:
     These are the tensors a split can get wrong: comparing them checks every task, even when the model's own
     outputs hardly depend on the input (the onnx wheel's light zoo models have constant weights, so their
     softmax outputs are the same for every input).
+
+    Of a replicated stage, only the tensors every replica makes: a replica that is a PU group hands tensors
+    between its own PUs that a single-PU replica never makes (its frames then check the stage's outputs only).
     """
     seen = set(plan.model_outputs)
     names = []
-    for tasks in plan.stages:
+    for s, tasks in enumerate(plan.stages):
+        common = None
+        if plan.replica_count(s) > 1:
+            for replica in plan.replicas(s):
+                made = {t for task in replica for t in task.outputs}
+                common = made if common is None else common & made
         for task in tasks:
             for t in task.outputs:
-                if t not in seen:
+                if t not in seen and (common is None or t in common):
                     seen.add(t)
                     names.append(t)
     return names
