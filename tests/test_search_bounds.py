@@ -243,10 +243,38 @@ def test_stage_bound_holds_for_the_replicated_space(n, k, shape, seed):
     pr = random_problem(n, k, 9700 + 100 * n + 10 * k + seed, shape)
     space = all_replicated_objectives(pr)
     assert stage_period_bound(pr) <= space[:, 0].min() * (1 + 1e-9)
+    for target in (space[:, 0].min(), space[:, 0].min() * 1.3):  # with the hand-off-share refinement
+        assert stage_period_bound(pr, target_s=target) <= space[:, 0].min() * (1 + 1e-9)
     reuse = all_mapping_objectives(pr, reuse=k == 3 and n <= 5)
     best = float(min(space[:, 0].min(), reuse[:, 0].min()))
     b = lower_bounds(pr, best_period_s=best, time_limit_s=None)
     assert b.period_lb_s <= best * (1 + 1e-9)
+
+
+def test_stage_bound_weighs_the_second_stages_input_by_the_first_stages_frame_shares():
+    """b0 replicated over p0 (4 ms, free hand-off to p2) and p1 (2 ms, 3 ms hand-off to p2), then b1 on p2
+    (1 ms): p1 takes 2/3 of the frames, so p2's mean input is 2 ms and the period 3 ms. Taking the cheapest
+    replica's hand-off the stage DP said 4/3 ms; with shares at most target / T_r (3/4 on p0 at a 3 ms target) the
+    mean input is at least 0.75 ms: the bound is 1.75 ms."""
+    from parapipe.cost.mapping import Mapping, ReplicaMapping, StageMapping
+    from parapipe.cost.problem import MappingProblem
+    from parapipe.search.stage_bound import stage_period_bound
+
+    inf = np.inf
+    alpha = np.zeros((3, 3))
+    alpha[1, 2] = alpha[2, 1] = 3e-3
+    pr = MappingProblem(["b0", "b1"], [(), (0,)], {(0, 1): 1.0}, ["p0", "p1", "p2"],
+                        [[4e-3, 2e-3, inf], [inf, inf, 1e-3]], np.full((2, 3), 2.0), np.full(3, 0.1), 1.0,
+                        alpha, np.full((3, 3), 1e15))
+    best = Mapping((StageMapping(0, 1, (0,), (0,), None, (ReplicaMapping((1,), (1,)),)),
+                    StageMapping(1, 2, (2,), (2,))))
+    period = evaluate(pr, best).period_s
+    assert period == pytest.approx(3e-3, rel=1e-6)
+    assert stage_period_bound(pr) == pytest.approx(4e-3 / 3, rel=1e-6)
+    assert stage_period_bound(pr, target_s=period) == pytest.approx(1.75e-3, rel=1e-6)
+    space = all_replicated_objectives(pr)
+    assert space[:, 0].min() == pytest.approx(period, rel=1e-6)
+    assert lower_bounds(pr, best_period_s=period, time_limit_s=None).spaces["replicated"]["period_lb_s"] >= 1.75e-3 * (1 - 1e-9)
 
 
 def test_stage_bound_is_tight_where_replicas_pay_forced_handoffs():

@@ -19,7 +19,8 @@
   (a fraction ``x_p`` of the frames runs ``v`` on ``p``, ``Σ x_p = 1``, and ``x_p t[v, p] <= busy_p <= P``);
   the LP (valid for them too: ``x_bp`` is then the share of frames that run ``b`` on ``p``); the stage DP of
   :mod:`.stage_bound` (an exact DP over stage cuts and disjoint PU sets, each stage's contribution bounded from
-  its replicas' hand-offs and work); and, on small problems, the relaxation with replicated-stage modes
+  its replicas' hand-offs and work; given the best period found, the second stage's input weighed by the first
+  stage's frame shares); and, on small problems, the relaxation with replicated-stage modes
   (:mod:`.relaxation`, which holds even where PUs repeat across replicated stages).
 
   When it reaches the best period a search found (within :data:`PROOF_RTOL`), that period is **proved optimal**:
@@ -305,7 +306,7 @@ def _space_bound(problem: MappingProblem, best_period_s: Optional[float], budget
         from .stage_bound import stage_period_bound
 
         try:
-            candidates["stage-dp"] = stage_period_bound(problem, dispatch)
+            candidates["stage-dp"] = stage_period_bound(problem, dispatch, best_period_s)
         except ValueError as exc:
             note = str(exc)
     elif relaxed is not None:

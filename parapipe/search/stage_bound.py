@@ -33,12 +33,28 @@ terms' ``dispatch`` table (:func:`parapipe.search.bounds.dispatch_table`) every 
   speeds); and, per PU ``q``, the blocks only
   ``q`` of ``S`` runs.
 
+**Hand-off shares** (``target_s``, a period ``X``: the bound then speaks for "no mapping is faster than the
+least of ``X`` and the value"). Replicas are dealt frames in shares ``w_r = P' / T_r``
+(:mod:`parapipe.cost.replication`), and the next stage's mean input is the share-weighted mean of the hand-offs
+from its producers' replicas, so ``in`` above, which takes the cheapest replica, is weak when that replica is
+slow. For the first two stages, the first on blocks ``0..a-1`` over a partition ``π`` of ``G'`` (its replicas
+``T_r >= lb_r = run(0, a, r) + d_r``, no input) and the second, one replica, on ``g`` over ``a..b-1``: if the
+period is below ``X`` then ``P' < X``, so ``w_r <= X / lb_r``, and the second stage's time is at least
+``run(a, b, g) + d_g + E(X)``, ``E(X) = min Σ_r w_r c_r`` over shares summing to 1 within those caps (cheapest
+first), with ``c_r`` the least transfer of the boundary tensor ``a-1 -> a`` (when ``a`` reads it) from a PU of
+``r`` that runs ``a-1`` to a PU of ``g`` that runs ``a``. So the larger of the two contributions is at least
+``max(1 / Σ_r 1/lb_r, lb(a, b, g) + d_g, min(X, run(a, b, g) + d_g + E(X)))`` (``P' >= X`` or else ``E(X)``
+holds), or, for a replicated second stage, ``max(1 / Σ_r 1/lb_r, c(a, b, g))``; the DP keeps prefixes of one stage apart and charges this pair when a second stage
+follows (PU sets known: where the first stage holds every PU the second does not, it must start at block 0, the
+case the cheapest-replica bound misses). Later stages keep the bound above.
+
 Transfers inside a stage, every other pipeline term and operating-point switches only add time, and the
 problem's times are taken at each block's fastest point (:func:`parapipe.search.bounds.fastest_problem`), so
 the bound holds for every operating point.
 
 Cost: ``O(n² · 2^k)`` for the stage table and ``O(n · 3^k)`` vector steps for the DP (about 20 ms for 48
-blocks on 4 PUs); beyond :data:`MAX_PUS` PUs it is not built.
+blocks on 4 PUs); beyond :data:`MAX_PUS` PUs it is not built. The hand-off-share pairs add about 30 ms on 48
+blocks × 4 PUs (``python benchmarks/search_bench.py``) and run up to :data:`PAIR_MAX_PUS` PUs.
 """
 from __future__ import annotations
 
@@ -50,7 +66,7 @@ import numpy as np
 from ..cost.problem import MappingProblem
 from .relaxation import _partitions
 
-__all__ = ["MAX_PUS", "WEIGHT_EXPONENTS", "stage_time_bounds", "stage_period_bound"]
+__all__ = ["MAX_PUS", "PAIR_MAX_PUS", "WEIGHT_EXPONENTS", "stage_time_bounds", "stage_period_bound"]
 
 WEIGHT_EXPONENTS = (0.5, 1.0, 1.5, 2.0, 3.0)
 """Exponents γ of the weighted-work bound's PU weights (any weights give a valid bound; these spread from near
@@ -58,6 +74,11 @@ uniform to the fastest PU's; measured on the zoo × A311D/A1000, ``python benchm
 
 MAX_PUS = 6
 """Largest PU count the bound is built for (the DP steps grow as 3^k; 6 PUs: 729 per block)."""
+
+
+PAIR_MAX_PUS = 4
+"""Largest PU count the hand-off-share refinement runs for (it walks every first-stage partition next to every
+second-stage PU set: 135 pairs on 4 PUs, about 4000 on 6)."""
 
 
 def _mask(pus) -> int:
@@ -168,10 +189,13 @@ def stage_time_bounds(problem: MappingProblem, runs: Optional[Dict[int, np.ndarr
     return out
 
 
-def stage_period_bound(problem: MappingProblem, dispatch: Optional[np.ndarray] = None) -> float:
+def stage_period_bound(problem: MappingProblem, dispatch: Optional[np.ndarray] = None,
+                       target_s: Optional[float] = None) -> float:
     """The bound of the module docstring, seconds: no mapping in which each PU serves at most one stage
     (replicated stages included) has a shorter period. ``dispatch``: ``d_S`` per PU-set bit mask (module
-    docstring; None: 0).
+    docstring; None: 0). ``target_s`` (a period, e.g. the best one a search found): with at most
+    :data:`PAIR_MAX_PUS` PUs, the second stage after a first stage is bounded from the first stage's frame shares
+    (module docstring, "Hand-off shares"); the bound then never exceeds ``target_s``.
 
     Raises
     ------
@@ -189,9 +213,10 @@ def stage_period_bound(problem: MappingProblem, dispatch: Optional[np.ndarray] =
     # c(a, b, G): one replica on G, or replicas on a partition of G (>= 2 parts), each replica's producers on
     # PUs outside G (its input bound taken so: PUs are disjoint between stages)
     contrib: Dict[int, np.ndarray] = {}
+    repl: Dict[int, np.ndarray] = {}  # the replicated ways alone (>= 2 replicas)
     for g in range(1, full + 1):
         pus = tuple(p for p in range(k) if g >> p & 1)
-        best = lb[g].copy()
+        best = np.full_like(lb[g], np.inf)
         speed: Dict[int, np.ndarray] = {}
         for part in _partitions(pus):
             if len(part) < 2:
@@ -206,14 +231,111 @@ def stage_period_bound(problem: MappingProblem, dispatch: Optional[np.ndarray] =
             total = sum(speed[_mask(s)] for s in part)
             with np.errstate(divide="ignore"):
                 best = np.minimum(best, np.where(total > 0, 1.0 / np.where(total > 0, total, 1.0), np.inf))
-        contrib[g] = best
+        repl[g] = best
+        contrib[g] = np.minimum(lb[g], best)
     pairs: List[Tuple[int, int]] = [(u, g) for u in range(1, full + 1) for g in range(1, full + 1) if g & u == g]
-    f = np.full((n + 1, full + 1), np.inf)
-    f[0, :] = 0.0  # PUs may stay unused
+    first = None
+    if target_s is not None and k <= PAIR_MAX_PUS and n > 1:
+        first = _first_pairs(problem, lb, runs, repl, dispatch, float(target_s))
+    f = np.full((n + 1, full + 1), np.inf)  # with `first`: prefixes of >= 2 stages (one stage: `one`)
+    one = np.full((n + 1, full + 1), np.inf)  # prefixes of exactly one stage, on a subset of the mask
+    if first is None:
+        f[0, :] = 0.0  # PUs may stay unused
     for b in range(1, n + 1):
         for u, g in pairs:
             val = float(np.maximum(f[:b, u ^ g], contrib[g][:b, b]).min())
+            if first is not None:
+                one[b, u] = min(one[b, u], float(contrib[g][0, b]))
+                if u ^ g and b > 1:
+                    val = min(val, float(first[g][u ^ g][1:b, b].min()))
             if val < f[b, u]:
                 f[b, u] = val
-    return float(f[n].min())
+    return float(min(f[n].min(), one[n].min()))
+
+
+def _first_pairs(problem: MappingProblem, lb: Dict[int, np.ndarray], runs: Dict[int, np.ndarray],
+                 repl: Dict[int, np.ndarray], dispatch: Optional[np.ndarray], target_s: float
+                 ) -> Dict[int, Dict[int, np.ndarray]]:
+    """``out[g][W][a, b]``: a lower bound on the larger period contribution of the first two stages when the first
+    stage runs blocks ``0..a-1`` on a non-empty PU set inside ``W`` and the second blocks ``a..b-1`` on ``g``
+    (module docstring, "Hand-off shares"); ``inf`` for ``a = 0``."""
+    n, k = problem.n_blocks, problem.n_pus
+    t = problem.time_s
+    full = (1 << k) - 1
+    d = (lambda m: 0.0) if dispatch is None else (lambda m: float(dispatch[m]))
+    finite = np.isfinite(t)
+    # per a in 1..n-1: the boundary tensor a-1 -> a (0 bytes: no hand-off to count)
+    nb = np.array([problem.edge_nbytes.get((a - 1, a), 0.0) if (a - 1) in problem.preds[a] else 0.0
+                   for a in range(1, n)])
+
+    def hand(src: Tuple[int, ...], dst_mask: int) -> np.ndarray:
+        """(n + 1,): the least time of the boundary tensor from a PU of ``src`` that runs block a-1 to a PU of
+        ``dst_mask`` that runs block a (``inf`` where none; 0 without bytes), index a."""
+        out = np.full(n + 1, np.inf)
+        dst = [q for q in range(k) if dst_mask >> q & 1]
+        for i, a in enumerate(range(1, n)):
+            if not nb[i] > 0:
+                out[a] = 0.0
+                continue
+            for p in src:
+                if not finite[a - 1, p]:
+                    continue
+                for q in dst:
+                    if finite[a, q]:
+                        out[a] = min(out[a], problem.comm_s(p, q, float(nb[i])))
+        return out
+
+    plain = lb  # a plain stage on g: its bound with its own input and dispatch
+    out: Dict[int, Dict[int, np.ndarray]] = {}
+    hand_cache: Dict[Tuple[Tuple[int, ...], int], np.ndarray] = {}
+    for g in range(1, full + 1):
+        base = runs[g] + d(g)  # (a, b): the second stage's makespan and dispatch, without its input
+        per_first: Dict[int, np.ndarray] = {}
+        for h in range(1, full + 1):
+            if h & g:
+                continue
+            pus = tuple(p for p in range(k) if h >> p & 1)
+            best = np.full((n + 1, n + 1), np.inf)
+            for part in _partitions(pus):
+                lbs = np.stack([runs[_mask(r)][0] + d(_mask(r)) for r in part])  # (R, n + 1): T_r >= lb_r, index a
+                with np.errstate(divide="ignore"):
+                    p_lb = 1.0 / np.sum(1.0 / lbs, axis=0)  # the first stage's contribution, at least
+                costs = []
+                for r in part:
+                    key = (r, g)
+                    if key not in hand_cache:
+                        hand_cache[key] = hand(r, g)
+                    costs.append(hand_cache[key])
+                cost = np.stack(costs)  # (R, n + 1)
+                # E(target): the least share-weighted hand-off, shares w_r <= target / lb_r summing to 1
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    cap = np.where(lbs > 0, target_s / lbs, np.inf)
+                order = np.argsort(cost, axis=0, kind="stable")
+                left = np.ones(n + 1)
+                e = np.zeros(n + 1)
+                cols = np.arange(n + 1)
+                for j in range(len(part)):
+                    r = order[j]
+                    w = np.minimum(cap[r, cols], left)
+                    c = cost[r, cols]
+                    with np.errstate(invalid="ignore"):
+                        e = e + np.where(w > 0, w * c, 0.0)
+                    left = left - w
+                e = np.where(left > 1e-12, np.inf, e)  # the shares cannot reach 1: the first stage is slower
+                second = np.maximum(plain[g], np.minimum(target_s, base + e[:, None]))
+                val = np.maximum(p_lb[:, None], np.minimum(second, repl[g]))  # the second stage plain or replicated
+                best = np.minimum(best, val)
+            best[0, :] = np.inf
+            per_first[h] = best
+        # W: every superset of a first set h (PUs may stay unused)
+        out[g] = {}
+        for w_mask in range(1, full + 1):
+            if w_mask & g:
+                continue
+            acc = np.full((n + 1, n + 1), np.inf)
+            for h, arr in per_first.items():
+                if h & w_mask == h:
+                    acc = np.minimum(acc, arr)
+            out[g][w_mask] = acc
+    return out
 
