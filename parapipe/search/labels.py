@@ -15,7 +15,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .pareto import pareto_mask
+from .pareto import front_indices, pareto_mask
 
 __all__ = ["PY_MAX_CANDIDATES", "LabelStore", "prune_labels"]
 
@@ -194,14 +194,7 @@ class LabelStore:
                     kept.append(t)
                     tails.append((b, c))
         else:
-            for t in sorted(range(len(cands)), key=lambda r: (keyvals[r], r)):
-                row = keyvals[t][1:]
-                for u in tails:
-                    if all(a <= b for a, b in zip(u, row)):
-                        break
-                else:
-                    kept.append(t)
-                    tails.append(row)
+            kept = front_indices(keyvals)
         kept.sort()
         cap = self.max_labels
         if cap and len(kept) > cap:

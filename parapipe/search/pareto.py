@@ -6,13 +6,30 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["SMALL_SET", "SWEEPS", "CHUNK", "pareto_mask", "dominates", "spread_rows"]
+__all__ = ["SMALL_SET", "SWEEPS", "CHUNK", "pareto_mask", "front_indices", "dominates", "spread_rows"]
 
 SMALL_SET = 12
 """Up to this many rows the filter runs in plain Python (cheaper than numpy's per-call overhead; measured)."""
 SWEEPS = 8
 CHUNK = 256
 _TRI = np.tril(np.ones((CHUNK, CHUNK), dtype=bool), k=-1)  # _TRI[a, b]: row b comes before row a
+
+
+def front_indices(rows: list) -> list:
+    """Plain-Python Pareto filter of a few ``rows`` (sequences of equal length, minimised): the indices of the
+    rows no earlier row (in lexicographic order, ties by index) weakly dominates, in that order; equal rows keep
+    the first, as :func:`pareto_mask` does."""
+    kept: list = []
+    tails: list = []  # in lexicographic order a kept row's first column is <= the row's: compare the others
+    for i in sorted(range(len(rows)), key=lambda r: (rows[r], r)):
+        row = rows[i][1:]
+        for u in tails:
+            if all(a <= b for a, b in zip(u, row)):
+                break
+        else:
+            kept.append(i)
+            tails.append(row)
+    return kept
 
 
 def pareto_mask(points: np.ndarray) -> np.ndarray:
@@ -37,18 +54,7 @@ def pareto_mask(points: np.ndarray) -> np.ndarray:
     m = len(pts)
     mask = np.zeros(m, dtype=bool)
     if m <= SMALL_SET:
-        rows = pts.tolist()
-        kept: list = []
-        tails: list = []  # in lexicographic order a kept row's first column is <= the row's: compare the others
-        for i in sorted(range(m), key=lambda r: (rows[r], r)):
-            row = rows[i][1:]
-            for u in tails:
-                if all(a <= b for a, b in zip(u, row)):
-                    break
-            else:
-                kept.append(i)
-                tails.append(row)
-        mask[kept] = True
+        mask[front_indices(pts.tolist())] = True
         return mask
     # Lexicographic order (stable, so the first of equal rows comes first): a row can only be weakly dominated
     # by rows before it, and a row weakly dominated by an earlier removed row is weakly dominated by a kept one
