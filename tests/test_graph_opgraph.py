@@ -218,15 +218,21 @@ def test_cycle_is_an_input_error(chain_model):
         import_onnx(chain_model, source="cyc.onnx")
 
 
-def test_shapes_onnx_cannot_infer_are_measured_with_onnxruntime(caplog):
-    """A Loop's scan output has no static first dim for ONNX shape inference; ORT measures (3, 1, 4)."""
-    body = helper.make_graph(
+def _loop_body(width: int):
+    """The body of a Loop that adds ``one`` to its outer ``x`` each trip and scans the (1, ``width``) sum: ONNX
+    shape inference cannot give the scan output a static first dim."""
+    return helper.make_graph(
         [helper.make_node("Add", ["x", "one"], ["s"], name="body_add"),
          helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_id")], "body",
         [helper.make_tensor_value_info("i", TensorProto.INT64, []),
          helper.make_tensor_value_info("cond_in", TensorProto.BOOL, [])],
         [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 4])])
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, width])])
+
+
+def test_shapes_onnx_cannot_infer_are_measured_with_onnxruntime(caplog):
+    """A Loop's scan output has no static first dim for ONNX shape inference; ORT measures (3, 1, 4)."""
+    body = _loop_body(4)
     nodes = [helper.make_node("Relu", ["x0"], ["x"], name="relu"),
              helper.make_node("Loop", ["trips", ""], ["scan"], name="loop", body=body),
              helper.make_node("Flatten", ["scan"], ["y"], name="flat")]
@@ -295,13 +301,7 @@ def test_large_filled_weights_are_written_when_the_model_is_first_read():
 def test_large_filled_weights_are_written_before_onnxruntime_measures_shapes():
     """A model whose shapes ONNX Runtime must measure runs with its filled weights written (an empty
     initializer would not load)."""
-    body = helper.make_graph(
-        [helper.make_node("Add", ["x", "one"], ["s"], name="body_add"),
-         helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_id")], "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, [])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 8192])])
+    body = _loop_body(8192)
     nodes = [helper.make_node("ConstantOfShape", ["w_shape"], ["w"], name="fill",
                               value=numpy_helper.from_array(np.array([0.5], np.float32))),
              helper.make_node("Add", ["x0", "w"], ["x"], name="add_w"),
