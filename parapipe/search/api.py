@@ -52,6 +52,7 @@ from .cpsat import TIME_UNIT_S
 from .pareto import pareto_mask
 from .passes import period_pass, run_passes
 from .polish import Polisher, stage_kinds
+from .replicate import whole_model_group_replicas
 from .transitions import StageCatalog
 
 __all__ = ["OBJECTIVES", "EXACT_MAX_CELLS", "SearchOptions", "SearchPoint", "SearchResult",
@@ -311,59 +312,6 @@ def _bounds_with_overlap(summed: Bounds, factor: float, best_period_s: float) ->
     return Bounds(best_period_s if proved else lb, summed.latency_lb_s, summed.period_method, proved, note, spaces)
 
 
-WHOLE_REPLICATED_KEEP = 3
-"""How many whole-model replicated mappings with PU-group replicas (:func:`_whole_replicated`), the shortest
-estimated periods, are offered to the front."""
-
-
-def _whole_replicated(catalog: StageCatalog, keep: int = WHOLE_REPLICATED_KEEP) -> List[Mapping]:
-    """The whole model as one stage replicated over >= 2 replicas, at least one of them a list-scheduled PU group
-    (the replicated pass above the exact size takes single-PU replicas only; the ``replicated`` baselines are
-    those): for every set of disjoint PU groups that each run every block, the greedy schedule of each group
-    (:mod:`.listsched`, on the catalogue's problems: its pipeline terms included), ranked by the period
-    ``1 / Σ_r 1/(T_r + d_r)`` they estimate (no input hand-off into a first stage); the ``keep`` shortest."""
-    from .listsched import schedule_ranges
-    from .relaxation import MAX_PUS, _partitions
-
-    problem, sched = catalog.problem, catalog.stage_problem
-    n, k = problem.n_blocks, problem.n_pus
-    if k > MAX_PUS or k < 2:
-        return []
-    terms = catalog.terms
-    runs: Dict[Tuple[int, ...], Optional[Tuple[Tuple[int, ...], Tuple[int, ...], float]]] = {}
-
-    def run(g: Tuple[int, ...]):
-        if g not in runs:
-            rs = schedule_ranges(sched, 0, g)
-            if len(rs.assignment) < n:
-                runs[g] = None
-            else:
-                used = tuple(sorted(set(rs.assignment)))
-                d = 0.0 if terms is None else terms.stage_dispatch_s(problem.pu_names, used)
-                runs[g] = (used, tuple(rs.assignment), float(rs.makespan_s[-1]) + d)
-        return runs[g]
-
-    scored = []
-    for mask in range(3, 1 << k):
-        pus = tuple(p for p in range(k) if mask >> p & 1)
-        for part in _partitions(pus):
-            if len(part) < 2 or all(len(g) == 1 for g in part):
-                continue
-            views = [run(g) for g in part]
-            if any(v is None for v in views):
-                continue
-            used = [p for v in views for p in v[0]]
-            if len(used) != len(pus):
-                continue  # a group left a PU idle: the same replicas on fewer PUs come from another set
-            scored.append((1.0 / sum(1.0 / v[2] for v in views), views))
-    scored.sort(key=lambda x: x[0])
-    out = []
-    for _, views in scored[:keep]:
-        (g0, a0, _), rest = views[0], views[1:]
-        out.append(Mapping((StageMapping(0, n, g0, a0, None, tuple(ReplicaMapping(g, a) for g, a, _ in rest)),)))
-    return out
-
-
 def _own_front(points: List[SearchPoint], objectives: Sequence[str]) -> List[SearchPoint]:
     """The points no other of the list dominates (equal vectors: the first)."""
     if len(points) < 2:
@@ -535,7 +483,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
             if opts.polish and polisher.wants(m):
                 to_polish.append(len(cand_points) - 1)
     if opts.replicate and not small:  # group replicas: beyond the replicated pass's space above the exact size
-        for m in _whole_replicated(catalog):
+        for m in whole_model_group_replicas(catalog):
             cand_points.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m),
                                            origin="replicated"))
     n_dp = len(cand_points)

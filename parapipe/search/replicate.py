@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -41,11 +41,14 @@ from ..cost.mapping import Mapping, ReplicaMapping, StageMapping
 from ..cost.problem import MappingProblem, block_range
 from ..cost.replication import replica_shares, replicated_energy_j, replicated_period_s
 from .budget import Budget, BudgetExceeded
+from .listsched import schedule_ranges
 from .pareto import pareto_mask
+from .relaxation import MAX_PUS, _partitions
 from .stages import STAGE_KINDS
 from .transitions import StageCatalog
 
-__all__ = ["ReplicatedDeadline", "ReplicatedResult", "replicated_front"]
+__all__ = ["ReplicatedDeadline", "ReplicatedResult", "replicated_front", "whole_model_group_replicas",
+           "WHOLE_REPLICATED_KEEP"]
 
 log = logging.getLogger(__name__)
 
@@ -336,3 +339,53 @@ def _rebuild(backs: List[Optional[tuple]], stage_runs: List[tuple], sid: int, ro
                                    tuple(ReplicaMapping(p, a, ops=o) for p, a, o in others), ops=ops))
         sid, row = src, src_row
     return Mapping(tuple(reversed(stages)))
+
+
+WHOLE_REPLICATED_KEEP = 3
+"""How many whole-model replicated mappings with PU-group replicas (:func:`whole_model_group_replicas`), the shortest
+estimated periods, are offered to the front."""
+
+
+def whole_model_group_replicas(catalog: StageCatalog, keep: int = WHOLE_REPLICATED_KEEP) -> List[Mapping]:
+    """The whole model as one stage replicated over >= 2 replicas, at least one of them a list-scheduled PU group
+    (the replicated pass above the exact size takes single-PU replicas only; the ``replicated`` baselines are
+    those): for every set of disjoint PU groups that each run every block, the greedy schedule of each group
+    (:mod:`.listsched`, on the catalogue's problems: its pipeline terms included), ranked by the period
+    ``1 / Σ_r 1/(T_r + d_r)`` they estimate (no input hand-off into a first stage); the ``keep`` shortest."""
+    problem, sched = catalog.problem, catalog.stage_problem
+    n, k = problem.n_blocks, problem.n_pus
+    if k > MAX_PUS or k < 2:
+        return []
+    terms = catalog.terms
+    runs: Dict[Tuple[int, ...], Optional[Tuple[Tuple[int, ...], Tuple[int, ...], float]]] = {}
+
+    def run(g: Tuple[int, ...]):
+        if g not in runs:
+            rs = schedule_ranges(sched, 0, g)
+            if len(rs.assignment) < n:
+                runs[g] = None
+            else:
+                used = tuple(sorted(set(rs.assignment)))
+                d = 0.0 if terms is None else terms.stage_dispatch_s(problem.pu_names, used)
+                runs[g] = (used, tuple(rs.assignment), float(rs.makespan_s[-1]) + d)
+        return runs[g]
+
+    scored = []
+    for mask in range(3, 1 << k):
+        pus = tuple(p for p in range(k) if mask >> p & 1)
+        for part in _partitions(pus):
+            if len(part) < 2 or all(len(g) == 1 for g in part):
+                continue
+            views = [run(g) for g in part]
+            if any(v is None for v in views):
+                continue
+            used = [p for v in views for p in v[0]]
+            if len(used) != len(pus):
+                continue  # a group left a PU idle: the same replicas on fewer PUs come from another set
+            scored.append((1.0 / sum(1.0 / v[2] for v in views), views))
+    scored.sort(key=lambda x: x[0])
+    out = []
+    for _, views in scored[:keep]:
+        (g0, a0, _), rest = views[0], views[1:]
+        out.append(Mapping((StageMapping(0, n, g0, a0, None, tuple(ReplicaMapping(g, a) for g, a, _ in rest)),)))
+    return out
