@@ -320,7 +320,7 @@ def _space_bound(problem: MappingProblem, best_period_s: Optional[float], budget
         try:
             candidates["relaxed-dp"], proved = relaxed_period_bound(
                 problem, top, floor, budget=budget, rtol=PROOF_RTOL, relaxed=relaxed, replicated=replicated,
-                dispatch=dispatch)
+                dispatch=dispatch, certify_gap=CERTIFIED_GAP)
             proved = proved and top >= best_period_s
         except ValueError as exc:
             note = str(exc)
