@@ -310,7 +310,8 @@ def test_relaxation_lies_below_every_mapping(n, k, shape, seed):
     """The relaxation's own least largest busy time (its probe without a limit; its spine PU carried across
     stages, its group stages charged the larger of path and work) and its Lagrangian value, each alone, lie
     below every enumerated mapping (pipelines, PU reuse) and random ones (any group, assignment and order)."""
-    from parapipe.search.relaxation import RelaxedDP, lagrangian_period_bound
+    from parapipe.search.lagrangian import lagrangian_period_bound
+    from parapipe.search.relaxation import RelaxedDP
 
     pr = random_problem(n, k, 6600 + 100 * n + 10 * k + seed, shape)
     everything = np.concatenate([all_pipeline_objectives(pr)[:, 0],

@@ -49,7 +49,7 @@ class LabelStore:
         Per block position, a lower bound on the work still to place (seconds), for ``admit_below``.
     guide : (ndarray (k,), list of float) or None
         ``(λ, togo)``: also drop labels with ``λ · busy + togo[j] >= admit_below`` (``togo[j]`` a lower bound on
-        the ``λ``-weighted busy time blocks ``j..n-1`` add, :func:`parapipe.search.relaxation.cost_to_go`).
+        the ``λ``-weighted busy time blocks ``j..n-1`` add, :func:`parapipe.search.lagrangian.cost_to_go`).
     """
 
     def __init__(self, per_pu: bool, n_pus: int, with_latency_energy: bool, shares: List[Tuple[float, ...]],
