@@ -9,14 +9,14 @@ cost-to-go table of the best ``λ`` prunes the probes and the least-period pass 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
 from .budget import Budget
 
-if TYPE_CHECKING:
-    from .relaxation import RelaxedDP
+RelaxedDP = Any
+"""A :class:`parapipe.search.relaxation.RelaxedDP` (not imported: that module imports this one)."""
 
 __all__ = ["LAGRANGE_UNIT", "cost_to_go", "lagrangian_period_bound"]
 
@@ -26,7 +26,7 @@ evaluation (``blocks × NM²`` entries; ResNet-50 on the A311D profile, NM = 160
 1.2e6 entries, 8e4 units. Re-measure: ``time.process_time`` around ``_lagrange_value``)."""
 
 
-def _step_costs(dp: "RelaxedDP", lam: np.ndarray, v: int) -> Tuple[np.ndarray, np.ndarray]:
+def _step_costs(dp: RelaxedDP, lam: np.ndarray, v: int) -> Tuple[np.ndarray, np.ndarray]:
     """(NM, NM) λ-weighted cost of moving from expanded mode m (block v-1) to m2 (block v), and whether the
     cheaper way is the same stage (a) rather than a new stage (b)."""
     move_a, move_b = dp.moves(v)
@@ -41,7 +41,7 @@ def _step_costs(dp: "RelaxedDP", lam: np.ndarray, v: int) -> Tuple[np.ndarray, n
     return cost, a <= b
 
 
-def _lagrange_value(dp: "RelaxedDP", lam: np.ndarray) -> Tuple[float, np.ndarray]:
+def _lagrange_value(dp: RelaxedDP, lam: np.ndarray) -> Tuple[float, np.ndarray]:
     """``min over mode sequences of λ · busy`` and the busy vector of a minimiser (a cutting plane)."""
     n, nm = dp.n, dp.nm
     val = np.where(dp.opened[0], (dp.node[0] + dp.open) @ lam, np.inf)
@@ -69,7 +69,7 @@ def _lagrange_value(dp: "RelaxedDP", lam: np.ndarray) -> Tuple[float, np.ndarray
     return float(val[end]), busy
 
 
-def cost_to_go(dp: "RelaxedDP", lam: np.ndarray) -> np.ndarray:
+def cost_to_go(dp: RelaxedDP, lam: np.ndarray) -> np.ndarray:
     """(n, nm): least λ · busy the blocks after v add when block v is in mode m (for pruning probes)."""
     h = np.zeros((dp.n, dp.nm))
     for v in range(dp.n - 1, 0, -1):
@@ -78,7 +78,7 @@ def cost_to_go(dp: "RelaxedDP", lam: np.ndarray) -> np.ndarray:
     return h
 
 
-def lagrangian_period_bound(dp: "RelaxedDP", best_period_s: Optional[float] = None, iterations: int = 60,
+def lagrangian_period_bound(dp: RelaxedDP, best_period_s: Optional[float] = None, iterations: int = 60,
                             budget: Optional[Budget] = None) -> Tuple[float, np.ndarray]:
     """``max over λ on the simplex of min over mode sequences of λ · busy`` (each value is a bound on the
     period, since ``max_q busy_q >= λ · busy``), by Kelley's cutting planes (LPs solved with OR-Tools' GLOP).

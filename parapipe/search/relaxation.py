@@ -64,7 +64,7 @@ expanded ones.
 from __future__ import annotations
 
 from itertools import combinations
-from typing import List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -228,12 +228,12 @@ class RelaxedDP:
         is_group = ~single & ~repl
         path_inc = np.where(on_spine[:, None] & is_group[None, :], tq0, 0.0)  # (n, nm)
         work_inc = np.zeros((n, nm))
-        for i in np.flatnonzero(is_group):
-            g = list(modes[i][0])
-            common = np.all(finite[:, g], axis=1)
-            mu = 1.0 / np.maximum(t[common][:, g].sum(axis=0), 1e-30) if common.any() else np.ones(len(g))
+        for mi in np.flatnonzero(is_group).tolist():
+            gp = list(modes[mi][0])
+            common = np.all(finite[:, gp], axis=1)
+            mu = 1.0 / np.maximum(t[common][:, gp].sum(axis=0), 1e-30) if common.any() else np.ones(len(gp))
             mu = mu / mu.sum()
-            work_inc[:, i] = np.min(np.where(finite[:, g], t[:, g] * mu[None, :], np.inf), axis=1)
+            work_inc[:, mi] = np.min(np.where(finite[:, gp], t[:, gp] * mu[None, :], np.inf), axis=1)
         work_inc[~np.isfinite(work_inc)] = 0.0
         # What opening a stage in mode m adds to each PU (module docstring: pipeline terms).
         self.open = np.zeros((nm, k))
@@ -267,7 +267,7 @@ class RelaxedDP:
                 hand[v] = h
             if on_spine[v] and prev_spine[v] >= 0:
                 spine_comm[v] = _comm(problem, problem.edge_nbytes.get((prev_spine[v], v), 0.0))
-        self._base = dict(nm=nm, member=member, single=single, pu=pu, gid=gid, repl=repl, hand=hand,
+        self._base: Dict[str, Any] = dict(nm=nm, member=member, single=single, pu=pu, gid=gid, repl=repl, hand=hand,
                           spine_comm=spine_comm, prev_spine=prev_spine)
         # Expanded modes (module docstring, "spine PU"): base mode m and s, the PU of the latest spine block
         # (k: unknown, after an R-mode spine block), as index m * (k + 1) + s.
