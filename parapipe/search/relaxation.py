@@ -209,7 +209,6 @@ class RelaxedDP:
         on_spine, prev_spine = spine(problem)
         self.n, self.k, self.nm = n, k, nm
         self.rest = np.concatenate([np.cumsum(np.min(t, axis=1)[::-1])[::-1], [0.0]])
-        self.member, self.single, self.pu, self.gid = member, single, pu, gid
         # Busy added by block v in mode m without transfers: t on p, or, to every PU of G, t on q for a spine block
         # (the stage's path; the probes also charge its work).
         self.opened = np.where(single[None, :] | on_spine[:, None], np.isfinite(tq), np.isfinite(gmin))
@@ -275,11 +274,10 @@ class RelaxedDP:
         k1 = k + 1 if self.carry else 1
         self.unknown = k1 - 1  # the spine-PU index that says "unknown"
         rep = lambda a: np.repeat(a, k1, axis=0)  # noqa: E731 - per base mode -> per expanded mode
-        self.base = np.repeat(np.arange(nm), k1)
-        self.spu = np.tile(np.arange(k1), nm)
+        self.base = np.repeat(np.arange(nm), k1)  # each expanded mode's base mode
+        spu = np.tile(np.arange(k1), nm)  # and its spine PU
         self.nm = nm * k1
-        self.member, self.single, self.pu, self.gid, self.repl = (rep(member), rep(single), rep(pu), rep(gid),
-                                                                 rep(repl))
+        self.member = rep(member)
         self.node = np.repeat(node, k1, axis=1)  # (n, NM, k)
         self.is_group = rep(is_group)
         self.path_inc = np.repeat(path_inc, k1, axis=1)  # (n, NM)
@@ -288,7 +286,7 @@ class RelaxedDP:
         self.charge = rep(charge)
         entry = np.where(on_spine[0] & ~repl & self.carry, pu, self.unknown)  # block 0 sets the spine PU if it is on the spine
         self.opened = np.repeat(self.opened, k1, axis=1)
-        self.opened[0] &= self.spu == np.repeat(entry, k1)
+        self.opened[0] &= spu == np.repeat(entry, k1)
         self.on_spine = on_spine
         self._moves_cache: List[Optional[Tuple[np.ndarray, np.ndarray]]] = [None] * n
 
