@@ -134,3 +134,22 @@ def test_memory_limit_excludes_replicas():
     assert res.best("throughput").evaluation.period_s >= 4e-3 * (1 - 1e-9)
     ref = _exact_front(all_replicated_objectives(pr))
     assert _same_front(ref, np.array([p.objectives() for p in res.front()]))
+
+
+def test_last_stage_may_start_past_the_last_allowed_cut():
+    # A residual head: b2 (add + classifier) reads b0 and b1, so the cut before it holds two live tensors, and
+    # only p2 (a CPU, 10x slower on b0 and b1) runs it. The least period of the space replicates b0..b1 over
+    # the accelerators p0, p1 (8 ms each: 4 ms) and runs b2 alone on p2. With boundaries limited to one live
+    # tensor the last stage may still start at the two-tensor cut: the front reaches the brute-force optimum.
+    inf = np.inf
+    t = np.array([[6e-3, 6e-3, 60e-3], [2e-3, 2e-3, 20e-3], [inf, inf, 1e-3]])
+    pr = MappingProblem(["b0", "b1", "b2"], [(), (0,), (0, 1)], {(0, 1): 1e3, (0, 2): 1e3, (1, 2): 1e3},
+                        ["p0", "p1", "p2"], t, np.full((3, 3), 2.0), np.full(3, 0.1), 1.0,
+                        np.full((3, 3), 1e-5), np.full((3, 3), 1e9), name="head")
+    best = float(all_replicated_objectives(pr)[:, 0].min())
+    assert best < 5e-3  # the replicated body with a separate head; every other mapping takes 6 ms or more
+    res = replicated_front(pr, max_cut_tensors=1)
+    assert res.cut_limited  # the two-tensor boundary is outside the cut rule for every stage but the last
+    assert float(res.objectives[:, 0].min()) == pytest.approx(best, rel=1e-9)
+    for m in res.mappings:  # only the last stage starts at the two-tensor boundary
+        assert all(st.start != 2 for st in m.stages[:-1])

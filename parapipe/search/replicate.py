@@ -138,7 +138,9 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
     max_labels : int
         Labels kept per state (0: all; otherwise the kept ones are spread along the period axis: not exact).
     max_cut_tensors : int or None
-        Stage boundaries only where at most this many producers are live (None: anywhere).
+        Stage boundaries only where at most this many producers are live (None: anywhere); the last stage may
+        also start at any boundary after the last such one (a model's head, such as a residual add with the
+        classifier, often runs only on a PU the body does not use).
     budget : parapipe.search.budget.Budget or None
         Work budget (labels pushed, checked after each block position); past it (or its wall-clock safety
         limit) :class:`ReplicatedDeadline` is raised.
@@ -164,6 +166,10 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
         def state_key(j, used, live, nst):
             return (j, used, live, nst)
     cut_ok = [max_cut_tensors is None or j == n or len(live_sets[j]) <= max_cut_tensors for j in range(n + 1)]
+    # the last stage may also start at a boundary past the last one ``max_cut_tensors`` allows (a model's head
+    # often runs where its body cannot): a state there only moves on to the end
+    last_cut = max((j for j in range(n) if cut_ok[j]), default=0)
+    reach = [cut_ok[j] or j > last_cut for j in range(n + 1)]
     idle_static = float(problem.idle_power_w.sum()) + problem.static_power_w
     staged = max_stages is not None
     # states: key -> sid; labels[sid]: array (m, 3) of (P, L, E); backs[sid]: (src sids, src rows, stage ids)
@@ -240,7 +246,7 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
                 if not ok:
                     continue
                 common = set.intersection(*(set(rep_runs[c].by_stop) for c in combo))
-                stops = sorted(j for j in common if cut_ok[j])
+                stops = sorted(j for j in common if reach[j] and (cut_ok[i] or j == n))
                 if stops:
                     combos.append((mask, tuple(rep_runs[c] for c in combo), stops))
         plain_moves: Dict[tuple, list] = {}  # (run index, live tokens) -> moves: the same for every source state
@@ -259,7 +265,7 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
                 if moves is None:
                     moves = []
                     for j, (mk, dyn, transfers, tmpl) in r.by_stop.items():
-                        if not cut_ok[j]:
+                        if not reach[j] or not (cut_ok[i] or j == n):
                             continue
                         new_live = tuple(live[x] if x >= 0 else -1 - x for x in tmpl)
                         stages.append((j, (r.run,)))
