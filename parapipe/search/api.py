@@ -114,7 +114,8 @@ class SearchOptions:
         (deterministic seconds).
     replicate_large_time_limit_s, replicate_max_labels, replicate_max_cut_tensors : float, int, int
         Above ``exact_max_cells``: the replicated pass's work budget, label cap and stage boundaries (at most this
-        many live tensors), one PU per replica, states keyed on replica PUs (not exact).
+        many live tensors, except that the last stage may start at any boundary after the last such one), one PU
+        per replica, states keyed on replica PUs (not exact).
     period_gap, period_epsilon, period_time_limit_s : float, float, float
         The least-period pass (:func:`parapipe.search.passes.period_pass`) runs when the period found is more than
         ``period_gap`` above the relaxation's bound, with this label grid above ``exact_max_cells`` and this
