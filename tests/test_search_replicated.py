@@ -153,3 +153,16 @@ def test_last_stage_may_start_past_the_last_allowed_cut():
     assert float(res.objectives[:, 0].min()) == pytest.approx(best, rel=1e-9)
     for m in res.mappings:  # only the last stage starts at the two-tensor boundary
         assert all(st.start != 2 for st in m.stages[:-1])
+
+
+def test_set_partitions_are_every_partition_once():
+    # Bell numbers B_0..B_6 (OEIS A000110): the count of set partitions; each partition covers the items once
+    from parapipe.search.partitions import set_partitions
+
+    for k, bell in enumerate([1, 1, 2, 5, 15, 52, 203]):
+        items = tuple(range(k))
+        parts = list(set_partitions(items))
+        assert len(parts) == bell
+        assert len({frozenset(frozenset(b) for b in p) for p in parts}) == bell  # no partition twice
+        for p in parts:
+            assert all(b for b in p) and sorted(x for b in p for x in b) == list(items)

@@ -72,6 +72,7 @@ from ..cost.problem import MappingProblem
 from .budget import Budget, BudgetExceeded
 from .lagrangian import cost_to_go, lagrangian_period_bound
 from .pareto import pareto_mask
+from .partitions import set_partitions
 
 __all__ = ["MAX_PUS", "GRID_REL", "CARRY_MAX_PUS", "MOVES_CACHE_MODES", "STEP_UNITS", "PARETO_UNIT", "spine", "RelaxedDP", "Relaxed", "relaxed_period_bound"]
 
@@ -136,25 +137,13 @@ def _meet_on_grid(x: np.ndarray, grid: float) -> np.ndarray:
     return np.minimum.reduceat(x[order], starts, axis=0)
 
 
-def _partitions(items: Tuple[int, ...]):
-    """Every partition of ``items`` into non-empty blocks (lists of tuples)."""
-    if not items:
-        yield []
-        return
-    first, rest = items[0], items[1:]
-    for part in _partitions(rest):
-        yield [(first,)] + part
-        for i in range(len(part)):
-            yield part[:i] + [(first,) + part[i]] + part[i + 1:]
-
-
 def _replicated_charge(t: np.ndarray, groups: List[Tuple[int, ...]]) -> np.ndarray:
     """``h[v, g]``: the least busy time block ``v`` adds to every PU of ``groups[g]`` in a stage replicated over
     them (module docstring), ``inf`` where no partition into >= 2 replicas runs ``v``."""
     n = t.shape[0]
     h = np.full((n, len(groups)), np.inf)
     for gi, g in enumerate(groups):
-        parts = [p for p in _partitions(tuple(g)) if len(p) >= 2]
+        parts = [p for p in set_partitions(tuple(g)) if len(p) >= 2]
         for v in range(n):
             best = np.inf
             for part in parts:

@@ -43,7 +43,8 @@ from ..cost.replication import replica_shares, replicated_energy_j, replicated_p
 from .budget import Budget, BudgetExceeded
 from .listsched import schedule_ranges
 from .pareto import pareto_mask
-from .relaxation import MAX_PUS, _partitions
+from .partitions import set_partitions
+from .relaxation import MAX_PUS
 from .stages import STAGE_KINDS
 from .transitions import StageCatalog
 
@@ -379,7 +380,7 @@ def whole_model_group_replicas(catalog: StageCatalog, keep: int = WHOLE_REPLICAT
     scored = []
     for mask in range(3, 1 << k):
         pus = tuple(p for p in range(k) if mask >> p & 1)
-        for part in _partitions(pus):
+        for part in set_partitions(pus):
             if len(part) < 2 or all(len(g) == 1 for g in part):
                 continue
             views = [run(g) for g in part]

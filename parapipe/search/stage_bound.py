@@ -64,7 +64,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..cost.problem import MappingProblem
-from .relaxation import _partitions
+from .partitions import set_partitions
 
 __all__ = ["MAX_PUS", "PAIR_MAX_PUS", "WEIGHT_EXPONENTS", "stage_time_bounds", "stage_period_bound"]
 
@@ -218,7 +218,7 @@ def stage_period_bound(problem: MappingProblem, dispatch: Optional[np.ndarray] =
         pus = tuple(p for p in range(k) if g >> p & 1)
         best = np.full_like(lb[g], np.inf)
         speed: Dict[int, np.ndarray] = {}
-        for part in _partitions(pus):
+        for part in set_partitions(pus):
             if len(part) < 2:
                 continue
             for s in part:
@@ -296,7 +296,7 @@ def _first_pairs(problem: MappingProblem, lb: Dict[int, np.ndarray], runs: Dict[
                 continue
             pus = tuple(p for p in range(k) if h >> p & 1)
             best = np.full((n + 1, n + 1), np.inf)
-            for part in _partitions(pus):
+            for part in set_partitions(pus):
                 lbs = np.stack([runs[_mask(r)][0] + d(_mask(r)) for r in part])  # (R, n + 1): T_r >= lb_r, index a
                 with np.errstate(divide="ignore"):
                     p_lb = 1.0 / np.sum(1.0 / lbs, axis=0)  # the first stage's contribution, at least
