@@ -170,7 +170,8 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
     # the last stage may also start at a boundary past the last one ``max_cut_tensors`` allows (a model's head
     # often runs where its body cannot): a state there only moves on to the end
     last_cut = max((j for j in range(n) if cut_ok[j]), default=0)
-    reach = [cut_ok[j] or j > last_cut for j in range(n + 1)]
+    may_end = [cut_ok[j] or j > last_cut for j in range(n + 1)]
+    to_end = [j == n for j in range(n + 1)]
     idle_static = float(problem.idle_power_w.sum()) + problem.static_power_w
     staged = max_stages is not None
     # states: key -> sid; labels[sid]: array (m, 3) of (P, L, E); backs[sid]: (src sids, src rows, stage ids)
@@ -227,6 +228,7 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
             here = [finish(key, pending.pop(key)) for key in by_pos.pop(i, [])]
         if not here:
             continue
+        stop_ok = may_end if cut_ok[i] else to_end  # a stage starting at i may end at these boundaries
         kinds = STAGE_KINDS if group_replicas else ("single-pu",)
         all_runs = [_Stops(problem, cat.runs[rid], ex) for kind in kinds for rid, ex in cat.exits(i, kind)]
         all_runs = [r for r in all_runs if r.by_stop]
@@ -247,7 +249,7 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
                 if not ok:
                     continue
                 common = set.intersection(*(set(rep_runs[c].by_stop) for c in combo))
-                stops = sorted(j for j in common if reach[j] and (cut_ok[i] or j == n))
+                stops = sorted(j for j in common if stop_ok[j])
                 if stops:
                     combos.append((mask, tuple(rep_runs[c] for c in combo), stops))
         plain_moves: Dict[tuple, list] = {}  # (run index, live tokens) -> moves: the same for every source state
@@ -266,7 +268,7 @@ def replicated_front(problem: MappingProblem, catalog: Optional[StageCatalog] = 
                 if moves is None:
                     moves = []
                     for j, (mk, dyn, transfers, tmpl) in r.by_stop.items():
-                        if not reach[j] or not (cut_ok[i] or j == n):
+                        if not stop_ok[j]:
                             continue
                         new_live = tuple(live[x] if x >= 0 else -1 - x for x in tmpl)
                         stages.append((j, (r.run,)))
