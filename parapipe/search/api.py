@@ -33,25 +33,27 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..cost.evaluate import evaluate
-from ..cost.mapping import Mapping, ReplicaMapping, StageMapping
+from ..cost.mapping import Mapping, StageMapping
 from ..cost.schedule import Evaluation
 from ..cost.problem import MappingProblem
 from ..cost.replicated_baseline import replicated_mappings
 from ..errors import InfeasibleError, input_error
 from .baselines import missing_single_pu, parallel_mappings, single_pu_mappings
 from .bounds import PROOF_RTOL, Bounds, dispatch_table, lower_bounds, optimistic_problem
-from .dvfs import RETIME_MAX_MAPPINGS, OpSpace, resolve_operating_points, retime, schedutil_mapping
+from .dvfs import resolve_operating_points
 from .budget import RELAX_WORK_PER_S, SAFETY_FACTOR, WALL, Budget
 from .cpsat import TIME_UNIT_S
+from .op_variants import baselines_at_ops, governors, retimed
 from .pareto import pareto_mask
 from .passes import period_pass, run_passes
 from .polish import Polisher, stage_kinds
+from .points import OBJECTIVE_DIGITS, SearchPoint, SearchResult, objective_matrix
 from .replicate import whole_model_group_replicas
 from .transitions import StageCatalog
 
@@ -183,69 +185,6 @@ class SearchOptions:
                               "give auto, all, max or a number of points per PU (>= 1)")
 
 
-@dataclass
-class SearchPoint:
-    """One evaluated mapping. ``strategy`` is parapipe | pipeline | parallel | single | replicated | governor.
-
-    ``origin`` says where a parapipe point came from: the DP pass over ``disjoint`` groups, with PU ``reuse`` or
-    with ``replicated`` stages,
-    ``cp-sat`` (a DP mapping with CP-SAT-polished stages) or ``baseline`` (a baseline offered to the front);
-    baselines have origin ``baseline``.
-    """
-
-    id: str
-    strategy: str
-    mapping: Mapping
-    evaluation: Evaluation
-    stage_schedules: List[str]  # per stage: "single-pu" | "greedy" | "cp-sat optimal" | "cp-sat feasible"
-    pareto: bool = False
-    origin: str = "baseline"
-
-    def objectives(self) -> Tuple[float, float, float]:
-        ev = self.evaluation
-        return ev.period_s, ev.latency_s, ev.energy_j
-
-
-@dataclass
-class SearchResult:
-    """Every point (parapipe front first, then baselines), the lower bounds and search statistics.
-
-    ``stats``: numbers (seconds, state counts); ``info``: how the search was bounded, JSON-ready — ``exact``
-    (bool), ``exact_max_cells``, ``cells``, ``spaces`` (per space, :class:`parapipe.search.passes.SpaceReport`),
-    ``cpsat`` (``time_unit_s``, limits), ``bound`` (method of the period bound).
-    """
-
-    problem: MappingProblem
-    points: List[SearchPoint]
-    bounds: Bounds
-    objectives: Tuple[str, ...]
-    stats: Dict[str, float] = field(default_factory=dict)
-    info: Dict[str, Any] = field(default_factory=dict)
-
-    def front(self, strategy: str = "parapipe") -> List[SearchPoint]:
-        return [p for p in self.points if p.strategy == strategy]
-
-    def best(self, objective: str, strategy: Optional[str] = "parapipe") -> SearchPoint:
-        """SearchPoint with the best ``objective`` (throughput | latency | energy), ties broken by the others."""
-        col = {"throughput": 0, "latency": 1, "energy": 2}[objective]
-        pts = [p for p in self.points if strategy is None or p.strategy == strategy]
-        return min(pts, key=lambda p: (p.objectives()[col],) + p.objectives())
-
-
-OBJECTIVE_DIGITS = 10
-"""Significant digits objectives are compared on: values equal to 10 digits are ties, not a dominance (the same
-mapping reached along different summation orders differs in the last bits)."""
-
-
-def _canonical(x: float) -> float:
-    return float(f"{x:.{OBJECTIVE_DIGITS}g}")
-
-
-def _objective_matrix(points: Sequence[SearchPoint], objectives: Sequence[str]) -> np.ndarray:
-    cols = [{"throughput": 0, "latency": 1, "energy": 2}[o] for o in objectives]
-    return np.array([[_canonical(p.objectives()[c]) for c in cols] for p in points]).reshape(len(points), len(cols))
-
-
 def merge_same_pu_stages(mapping: Mapping) -> Mapping:
     """Merge consecutive single-PU stages on the same PU at the same operating point (never worse: no hand-off,
     same busy time, less latency); replicated stages are left as they are."""
@@ -313,68 +252,6 @@ def _bounds_with_overlap(summed: Bounds, factor: float, best_period_s: float) ->
     return Bounds(best_period_s if proved else lb, summed.latency_lb_s, summed.period_method, proved, note, spaces)
 
 
-def _own_front(points: List[SearchPoint], objectives: Sequence[str]) -> List[SearchPoint]:
-    """The points no other of the list dominates (equal vectors: the first)."""
-    if len(points) < 2:
-        return points
-    return [points[i] for i in np.flatnonzero(pareto_mask(_objective_matrix(points, objectives)))]
-
-
-def _baselines_at_ops(problem: MappingProblem, points: List[SearchPoint], space: OpSpace, terms, cache: dict,
-                      objectives: Sequence[str], evaluate=evaluate) -> List[SearchPoint]:
-    """Every baseline at its own best operating points: each baseline mapping with its re-timed variants
-    (:func:`parapipe.search.dvfs.retime`), keeping per baseline family (a strategy, and the PU of a single-PU
-    baseline) the points on that family's own front; ids get ``-f<i>`` for the variants."""
-    assert space.op_sets is not None
-    fams: Dict[str, List[SearchPoint]] = {}
-    for p in points:
-        fam = p.id if p.strategy == "single" else p.strategy
-        fams.setdefault(fam, []).append(p)
-        if p.strategy == "pipeline" and space.where == "dp":
-            continue  # the pipeline pass already searched the points
-        for i, m in enumerate(retime(problem, p.mapping, space.op_sets, cache)):
-            fams[fam].append(SearchPoint(f"{p.id}-f{i}", p.strategy, m, evaluate(problem, m, terms),
-                                         list(p.stage_schedules)))
-    out: List[SearchPoint] = []
-    for members in fams.values():
-        out += _own_front(members, objectives)
-    return out
-
-
-def _retimed(problem: MappingProblem, cands: List[SearchPoint], space: OpSpace, terms, cache: dict,
-             objectives: Sequence[str], evaluate=evaluate) -> List[SearchPoint]:
-    """Re-timed variants (:func:`parapipe.search.dvfs.retime`) of the candidates on the highest-point front (at most
-    :data:`parapipe.search.dvfs.RETIME_MAX_MAPPINGS` of them, spread along the period axis)."""
-    assert space.op_sets is not None
-    out: List[SearchPoint] = []
-    front = sorted(_own_front([c for c in cands if c.evaluation.fits_memory] or cands, objectives),
-                   key=lambda p: p.objectives())
-    if len(front) > RETIME_MAX_MAPPINGS:
-        front = [front[i] for i in sorted(set(np.linspace(0, len(front) - 1, RETIME_MAX_MAPPINGS).round()
-                                               .astype(int).tolist()))]
-    for p in front:
-        for m in retime(problem, p.mapping, space.op_sets, cache):
-            out.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), list(p.stage_schedules),
-                                   origin=p.origin))
-    return out
-
-
-def _governors(problem: MappingProblem, front: List[SearchPoint], terms, evaluate=evaluate) -> List[SearchPoint]:
-    """The governors users get by default on the best-throughput mapping of ``front`` that fits memory
-    (:mod:`parapipe.search.dvfs`): ``performance`` (every PU at its highest point) and ``schedutil``."""
-    if not front:
-        return []
-    best = min((p for p in front if p.evaluation.fits_memory), key=lambda p: p.objectives(), default=None)
-    if best is None:
-        return []
-    perf = Mapping(tuple(StageMapping(st.start, st.stop, st.pus, st.assignment, st.order,
-                                      tuple(ReplicaMapping(r.pus, r.assignment, r.order) for r in st.replicas))
-                         for st in best.mapping.stages))
-    sched, _ = schedutil_mapping(problem, perf)
-    return [SearchPoint("performance", "governor", perf, evaluate(problem, perf, terms), list(best.stage_schedules)),
-            SearchPoint("schedutil", "governor", sched, evaluate(problem, sched, terms), list(best.stage_schedules))]
-
-
 def _polish_candidates(polisher: Polisher, cands: List[SearchPoint], todo: List[int], objectives: Sequence[str],
                        patience: int, patience_s: float, evaluate: Callable[[Mapping], Evaluation],
                        period_s: Callable[[SearchPoint], float]) -> Dict[int, SearchPoint]:
@@ -395,9 +272,9 @@ def _polish_candidates(polisher: Polisher, cands: List[SearchPoint], todo: List[
     from CP-SAT (it schedules without the hand-off term), which the patience cuts short.
     """
     known = [p for p in cands if p.evaluation.fits_memory] or cands
-    mat = _objective_matrix(known, objectives)
+    mat = objective_matrix(known, objectives)
     front = mat[pareto_mask(mat)]
-    rows = _objective_matrix([cands[i] for i in todo], objectives)
+    rows = objective_matrix([cands[i] for i in todo], objectives)
     tiny = np.finfo(float).tiny
     margins = [float(np.max(np.min(1.0 - front / np.maximum(r, tiny), axis=1))) for r in rows]
     best_period = min(period_s(p) for p in cands)
@@ -410,7 +287,7 @@ def _polish_candidates(polisher: Polisher, cands: List[SearchPoint], todo: List[
         pm, pk = polisher.polish(cands[pos].mapping, solve=solve)
         p = out[pos] = SearchPoint("", "parapipe", pm, evaluate(pm), pk, origin="cp-sat")
         period = period_s(p)
-        row = _objective_matrix([p], objectives)[0]
+        row = objective_matrix([p], objectives)[0]
         helps = period < best_period or ((p.evaluation.fits_memory or not known[0].evaluation.fits_memory)
                                        and not bool(np.any(np.all(front <= row, axis=1))))
         best_period = min(best_period, period)
@@ -473,7 +350,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
         points.append(p)
     retime_cache: dict = {}
     if op_space.op_sets is not None:  # every baseline at its own best operating points
-        points = _baselines_at_ops(problem, points, op_space, terms, retime_cache, opts.objectives, evaluate)
+        points = baselines_at_ops(problem, points, op_space, terms, retime_cache, opts.objectives, evaluate)
     # Parapipe candidates: the DP fronts, their CP-SAT polished versions, and every baseline (all in the space).
     cand_points: List[SearchPoint] = []
     to_polish: List[int] = []  # positions in cand_points of the DP candidates with stages to polish
@@ -525,25 +402,25 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
             m = merge_same_pu_stages(period_m)
             cand_points.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m), origin="period"))
     if op_space.op_sets is not None:  # the governors' points lie in the space too
-        govs = _governors(problem, cand_points, terms, evaluate)
+        govs = governors(problem, cand_points, terms, evaluate)
         points += govs
         cand_points += [SearchPoint("", "parapipe", g.mapping, g.evaluation, g.stage_schedules, origin="baseline")
                         for g in govs]
     if op_space.where == "retime":  # operating points per stage of the highest-point front (module dvfs)
-        cand_points += _retimed(problem, cand_points, op_space, terms, retime_cache, opts.objectives, evaluate)
+        cand_points += retimed(problem, cand_points, op_space, terms, retime_cache, opts.objectives, evaluate)
     fits = [p for p in cand_points if p.evaluation.fits_memory]
     if fits:
         cand_points = fits
     else:
         log.warning("%s: no mapping found fits the PUs' memory limits; the front shows mappings that do not",
                     problem.name)
-    mat = _objective_matrix(cand_points, opts.objectives)
+    mat = objective_matrix(cand_points, opts.objectives)
     front = [cand_points[i] for i in np.flatnonzero(pareto_mask(mat))]  # equal vectors: the first is kept
     front.sort(key=lambda p: p.objectives())
     for i, p in enumerate(front):
         p.id = f"p{i}"
     all_points = front + points
-    objs = [tuple(row) for row in _objective_matrix(all_points, opts.objectives)]
+    objs = [tuple(row) for row in objective_matrix(all_points, opts.objectives)]
     # Equal objective vectors: pareto_mask keeps the first; a baseline equal to a front point is on the front too.
     on_front = {objs[j] for j in np.flatnonzero(pareto_mask(np.array(objs)))}
     for i, p in enumerate(all_points):
