@@ -120,6 +120,74 @@ def test_optimize_writes_pareto_json_and_png(capsys, tmp_path):
     assert "pareto.json" in out and "p0" in out
 
 
+@pytest.fixture
+def early_workers(monkeypatch):
+    """The plot processes ``parapipe optimize`` starts, and the order of their start and the model's reading;
+    ``optimize`` itself must not start one of its own (the command hands over the one it started)."""
+    import parapipe.app.optimize as app_optimize
+    import parapipe.app.plot_worker as plot_worker
+    import parapipe.app.prepare as app_prepare
+
+    events, workers = [], []
+    real_start, real_prepare = plot_worker.start_plot_worker, app_prepare.prepare
+
+    def start():
+        events.append("plot process")
+        worker = real_start()
+        workers.append(worker)
+        return worker
+
+    def prepare(*args, **kwargs):
+        events.append("read the model")
+        return real_prepare(*args, **kwargs)
+
+    monkeypatch.setattr(plot_worker, "start_plot_worker", start)
+    monkeypatch.setattr(app_prepare, "prepare", prepare)
+    monkeypatch.setattr(app_optimize, "start_plot_worker", lambda: pytest.fail("optimize started a second one"))
+    return events, workers
+
+
+def test_optimize_starts_the_plot_process_before_it_reads_the_model(capsys, tmp_path, early_workers, monkeypatch):
+    """matplotlib loads in the plot process while this one reads and coarsens the model (single-threaded),
+    not during the search; that process draws pareto.png and has exited when the command returns."""
+    import parapipe.report.plots as plots
+
+    events, workers = early_workers
+    real_plot = plots.plot_pareto
+
+    def drawn_here(*args, **kwargs):  # right only where no plot process started (one CPU)
+        assert workers[0] is None, "drawn in this process, not by the plot process"
+        return real_plot(*args, **kwargs)
+
+    monkeypatch.setattr(plots, "plot_pareto", drawn_here)
+    code, _, err = run_cli(capsys, "optimize", "squeezenet", "--soc", "black_sesame_a1000",
+                           "--out", tmp_path / "out", "--time-limit", "2")
+    assert code == 0, err
+    assert events == ["plot process", "read the model"]
+    if workers[0] is not None:
+        assert workers[0].proc.returncode is not None  # reaped
+    assert (tmp_path / "out" / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_model_that_cannot_be_read_ends_the_early_plot_process(capsys, tmp_path, early_workers):
+    events, workers = early_workers
+    code, out, err = run_cli(capsys, "optimize", tmp_path / "missing.onnx", "--soc", "black_sesame_a1000",
+                             "--out", tmp_path / "out")
+    assert code == 2 and "missing.onnx" in err and "Traceback" not in err
+    assert events == ["plot process", "read the model"]
+    if workers[0] is not None:
+        assert workers[0].proc.returncode is not None  # reaped: no process left behind
+    assert not (tmp_path / "out").exists()
+
+
+def test_no_plot_and_host_measurements_start_no_early_plot_process(capsys, tmp_path, early_workers):
+    events, _ = early_workers
+    code, _, err = run_cli(capsys, "optimize", "squeezenet", "--soc", "black_sesame_a1000",
+                           "--out", tmp_path / "out", "--time-limit", "2", "--no-plot")
+    assert code == 0, err
+    assert events == ["read the model"]
+
+
 # ------------------------------------------------------------------------------------------- bad inputs
 
 @pytest.fixture

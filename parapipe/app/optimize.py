@@ -109,9 +109,14 @@ OPTIMIZE_REMEDY = ("run it again at a quieter moment (stop other CPU-bound proce
 
 def optimize(prep: Prepared, options: SearchOptions, out_dir: Path, progress: Optional[Callable[[int], None]] = None,
              plot: bool = True, time_stages: int = STAGE_TIMING_POINTS,
-             steps: Optional[StepProgress] = None) -> Tuple[ParetoDoc, Prepared]:
+             steps: Optional[StepProgress] = None,
+             worker: Optional[PlotWorker] = None) -> Tuple[ParetoDoc, Prepared]:
     """Search ``prep`` (:func:`search_prepared`, which times the leading points' stages on ``--soc host``) and
     write ``out_dir/pareto.json`` and ``out_dir/pareto.png`` (both or neither).
+
+    ``worker``: a plot process the caller started earlier (:func:`start_plot_worker`, as soon as it knew it
+    would plot: matplotlib then loads while the model is read); this call ends it, drawn or not. Without one,
+    and with ``plot``, the call starts its own.
 
     Returns the document and ``prep`` with the problem searched last (the stage-level times measured
     installed; ``prep`` itself when none were).
@@ -125,8 +130,17 @@ def optimize(prep: Prepared, options: SearchOptions, out_dir: Path, progress: Op
     """
     out_dir = Path(out_dir)
     created = [d for d in (out_dir, *out_dir.parents) if not d.exists()]  # deepest first
-    check_out_dir(out_dir)
-    worker = start_plot_worker() if plot else None  # imports matplotlib on another core during the search
+    if worker is not None and not plot:
+        worker.close()
+        worker = None
+    try:
+        check_out_dir(out_dir)
+    except BaseException:
+        if worker is not None:
+            worker.close()
+        raise
+    if worker is None and plot:
+        worker = start_plot_worker()  # imports matplotlib on another core during the search
     try:
         result = search_prepared(prep, options, progress=progress, time_stages=time_stages, steps=steps)
         if result.problem is not prep.problem:

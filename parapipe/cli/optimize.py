@@ -151,7 +151,29 @@ def front_table(doc: ParetoDoc, show_all: bool = False) -> str:
 
 def handle(args: argparse.Namespace) -> int:
     """``parapipe optimize``: search, write OUT/pareto.json (and .png), print the front table. Returns the
-    exit status; raises :class:`~parapipe.errors.InputError` for bad options or inputs."""
+    exit status; raises :class:`~parapipe.errors.InputError` for bad options or inputs.
+
+    One model with a plot to draw, off ``--soc host``: the plot process starts first
+    (:func:`parapipe.app.plot_worker.start_plot_worker`), so that matplotlib loads on another core while this
+    process imports its modules and reads and coarsens the model, single-threaded, instead of during the
+    search, whose DP passes use every core. On ``--soc host`` it starts later, as before, after the
+    measurements of the model's blocks."""
+    from parapipe.soc.identity import is_host
+
+    worker = None
+    if (not args.no_plot and not args.workload and len(args.model or []) == 1 and not args.blocks
+            and not args.refine and not is_host(args.soc)):
+        from parapipe.app.plot_worker import start_plot_worker
+
+        worker = start_plot_worker()
+    try:
+        return _handle(args, worker)
+    finally:
+        if worker is not None:
+            worker.close()  # idempotent: optimize() ended it already where it got that far
+
+
+def _handle(args: argparse.Namespace, worker) -> int:
     from parapipe.app.optimize import optimize
     from parapipe.app.prepare import prepare
     from parapipe.app.stage_timing import STAGE_TIMING_POINTS
@@ -234,7 +256,7 @@ def handle(args: argparse.Namespace) -> int:
             return _optimize_refine(args, prep, options, progress, db, db_search is not None, between)
         doc, prep = optimize(prep, options, Path(args.out), progress=progress, plot=not args.no_plot,
                              time_stages=STAGE_TIMING_POINTS if args.time_stages is None else args.time_stages,
-                             steps=stage_steps)
+                             steps=stage_steps, worker=worker)
     except KeyboardInterrupt:
         if "search" in bars:
             bars.pop("search").close()
