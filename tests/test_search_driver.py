@@ -169,7 +169,8 @@ def test_pareto_json_records_exactness(tmp_path):
     assert doc["search"]["exact"] is False
     reuse = doc["search"]["spaces"]["reuse"]
     assert reuse["exact"] is False and reuse["epsilon"] > 0 and reuse["max_labels"] > 0
-    assert {p["origin"] for p in doc["points"]} <= {"disjoint", "reuse", "period", "cp-sat", "baseline"}
+    assert {p["origin"] for p in doc["points"]} <= {"disjoint", "reuse", "replicated", "period", "relaxation", "cp-sat",
+                                                   "baseline"}
 
 
 def test_search_is_deterministic_with_cpsat_polish():

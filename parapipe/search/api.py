@@ -54,6 +54,7 @@ from .pareto import pareto_mask
 from .passes import period_pass, run_passes
 from .polish import Polisher, stage_kinds
 from .points import OBJECTIVE_DIGITS, SearchPoint, SearchResult, objective_matrix
+from .relaxed_sequences import relaxed_sequence_mappings
 from .replicate import whole_model_group_replicas
 from .transitions import StageCatalog
 
@@ -393,6 +394,14 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     period_report: Optional[Dict[str, Any]] = None  # the period pass's report (pareto.json: search.spaces.period)
     bound_budget = Budget.of_seconds(opts.bound_time_limit_s, RELAX_WORK_PER_S, opts.wall_safety_factor)
     relaxed = _relaxation(bound_problem, best_period, bound_budget, dispatch)
+    if relaxed is not None and opts.reuse_pus and best_period > relaxed.bound_s * (1 + opts.period_gap):
+        # pipelines of single-PU stages read off the relaxation (a primal heuristic, module relaxed_sequences):
+        # a faster best period also tightens the least-period pass below
+        for _, m in relaxed_sequence_mappings(relaxed.dp, best_period, (relaxed.lam, relaxed.h_probe),
+                                              max_stages=opts.max_stages):
+            cand_points.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m),
+                                           origin="relaxation"))
+        best_period = best_period_s(cand_points)
     if relaxed is not None and best_period > relaxed.bound_s * (1 + opts.period_gap):
         eps = 0.0 if problem.n_blocks * problem.n_pus <= opts.exact_max_cells else opts.period_epsilon
         period_m, period_report = period_pass(labels_problem, best_period, catalog, relaxed.guide(),

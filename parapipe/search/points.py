@@ -21,9 +21,9 @@ class SearchPoint:
     """One evaluated mapping. ``strategy`` is parapipe | pipeline | parallel | single | replicated | governor.
 
     ``origin`` says where a parapipe point came from: the DP pass over ``disjoint`` groups, with PU ``reuse`` or
-    with ``replicated`` stages,
-    ``cp-sat`` (a DP mapping with CP-SAT-polished stages) or ``baseline`` (a baseline offered to the front);
-    baselines have origin ``baseline``.
+    with ``replicated`` stages, the least-``period`` pass, the period bound's ``relaxation``
+    (:mod:`parapipe.search.relaxed_sequences`), ``cp-sat`` (a DP mapping with CP-SAT-polished stages) or
+    ``baseline`` (a baseline offered to the front); baselines have origin ``baseline``.
     """
 
     id: str

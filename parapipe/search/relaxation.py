@@ -264,6 +264,8 @@ class RelaxedDP:
         self.unknown = k1 - 1  # the spine-PU index that says "unknown"
         rep = lambda a: np.repeat(a, k1, axis=0)  # noqa: E731 - per base mode -> per expanded mode
         self.base = np.repeat(np.arange(nm), k1)  # each expanded mode's base mode
+        self.single = rep(single)  # each expanded mode: a stage on one PU ...
+        self.pu = rep(pu)  # ... that PU (a group mode: its latest spine block's)
         spu = np.tile(np.arange(k1), nm)  # and its spine PU
         self.nm = nm * k1
         self.member = rep(member)
