@@ -22,7 +22,10 @@
    budgeted pass: PU-reuse and least-period DP, replicated pass, bound relaxation), median over the zoo models ×
    the bundled profiles and a seeded 40-block table with parallel branches (tests/search_cases.py); CPU seconds
    (``time.process_time``) so a loaded machine measures the same rates.
-5. ``--period-curves``: the least-period pass's counted work per block, with the projection
+5. ``--sequence-beams MODEL/SOC,...``: the best evaluated period and CPU seconds of the mappings read off the
+   relaxation (:mod:`parapipe.search.relaxed_sequences`) per beam and count, limited at the best period the
+   search finds without them.
+6. ``--period-curves``: the least-period pass's counted work per block, with the projection
    (:meth:`parapipe.search.budget.Budget.over_projected`) off: whether each pass finished, and that the largest
    projection of every finished pass stays below its budget.
 
@@ -34,6 +37,7 @@ Run from the repository root::
     python benchmarks/search_bench.py --quality [--socs x,y]
     python benchmarks/search_bench.py --sizes 25,50,100,200
     python benchmarks/search_bench.py --rates
+    python benchmarks/search_bench.py --sequence-beams resnet50/amlogic_a311d,resnet50/rockchip_rk3588
     python benchmarks/search_bench.py --period-curves [--models a,b] [--process-socs x,y]
 """
 from __future__ import annotations
@@ -344,6 +348,38 @@ def period_curves(models, socs):
         _budget.Budget.over_projected = orig
 
 
+def sequence_beams(pairs, beams=(8, 16, 32, 64, 128, 256), counts=(16, 64, 256)):
+    """The relaxation's sequences (:mod:`parapipe.search.relaxed_sequences`) per beam and count, on each
+    ``model/soc`` of ``pairs`` as the search builds them (the relaxation of the optimistic problem with the
+    profile's dispatch terms, limited at the best period the search finds without them): the best evaluated
+    period of the mappings returned and the CPU seconds of the call and their evaluations."""
+    from parapipe.cost.evaluate import evaluate
+    from parapipe.search.api import SearchOptions
+    from parapipe.search.bounds import dispatch_table, fastest_problem, optimistic_problem
+    from parapipe.search.relaxation import Relaxed
+    from parapipe.search.relaxed_sequences import relaxed_sequence_mappings
+    from parapipe.search.transitions import StageCatalog
+    from unittest import mock
+
+    print(f"{'model':<13} {'soc':<19} {'without':>8} | per beam b and count c: best evaluated period ms / CPU s")
+    for pair in pairs:
+        model, soc = pair.split("/")
+        prep = prepare(model, soc)
+        with mock.patch("parapipe.search.api.relaxed_sequence_mappings", lambda *a, **k: []):
+            res = search(prep.problem, SearchOptions(workers=1), terms=prep.terms)
+        limit = min(p.evaluation.period_s for p in res.points if p.strategy == "parapipe")
+        bound_problem = optimistic_problem(fastest_problem(StageCatalog(prep.problem, None, prep.terms).problem))
+        rel = Relaxed(bound_problem, limit, dispatch=dispatch_table(prep.problem.pu_names, prep.terms))
+        cells = []
+        for beam in beams:
+            for count in counts:
+                t0 = time.process_time()
+                got = relaxed_sequence_mappings(rel.dp, limit, (rel.lam, rel.h_probe), beam=beam, count=count)
+                best = min((evaluate(prep.problem, m, prep.terms).period_s for _, m in got), default=None)
+                cells.append(f"b{beam}/c{count} {'-' if best is None else f'{best * 1e3:.2f}'}/{time.process_time() - t0:.2f}")
+        print(f"{model:<13} {soc:<19} {limit * 1e3:>8.2f} | " + "  ".join(cells), flush=True)
+
+
 def bundled_socs() -> list:
     from parapipe.soc import list_socs
 
@@ -360,9 +396,14 @@ def main():
     ap.add_argument("--runs", type=int, default=5, help="DenseNet process runs per checkout (median; 0: no DenseNet line)")
     ap.add_argument("--quality", action="store_true", help="only the in-process quality and efficiency table")
     ap.add_argument("--rates", action="store_true", help="only measure the work rates of the search budgets")
+    ap.add_argument("--sequence-beams", default="",
+                    help="only the relaxation's sequences per beam and count on these MODEL/SOC pairs (comma-separated)")
     ap.add_argument("--period-curves", action="store_true",
                     help="only the least-period pass's work per block and its linear projection (every bundled SoC)")
     args = ap.parse_args()
+    if args.sequence_beams:
+        sequence_beams(args.sequence_beams.split(","))
+        return
     if args.period_curves:
         period_curves(args.models.split(","), args.process_socs.split(",") if args.process_socs else bundled_socs())
         return

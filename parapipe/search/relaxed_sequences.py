@@ -19,11 +19,11 @@ merged), for the caller to evaluate with the full cost model.
 
 Why: the PU-reuse DP pass keeps a few labels per state and the least-period pass stops at its work budget on
 48-block tables, and both miss the long pipelines that hop between an NPU and the CPUs around each operator the
-NPU cannot run. The relaxation's guide sees those hops' costs block by block. Measured with
-``python -c`` on :func:`parapipe.search.api.search` (``SearchOptions(workers=1)``, the zoo's 48-block tables),
-the best period before and after: ResNet-50 on the A311D profile 78.2 -> 66.5 ms, on the RK3588 profile 33.4 ->
-29.1 ms, Inception-v1 on the A1000 profile 4.67 -> 3.86 ms (and 3.62 ms from the least-period pass, which the
-tighter limit lets finish); 0.01-0.13 s each.
+NPU cannot run. The relaxation's guide sees those hops' costs block by block. The best period of
+``parapipe optimize MODEL --soc SOC`` (pareto.json; ``python benchmarks/search_bench.py`` prints its gap) before
+and after: ResNet-50 on the A311D profile 78.2 -> 66.5 ms, on the RK3588 profile 33.4 -> 29.1 ms, Inception-v1
+on the A1000 profile 4.67 -> 3.62 ms (3.86 ms read off the relaxation, then 3.62 ms from the least-period pass,
+which the tighter limit lets finish), ShuffleNet on the A311D profile 17.18 -> 16.96 ms; 0.01-0.14 CPU s each.
 """
 from __future__ import annotations
 
@@ -37,14 +37,16 @@ from .pareto import pareto_mask
 __all__ = ["BEAM", "COUNT", "relaxed_sequence_mappings"]
 
 BEAM = 64
-"""Labels kept per block and mode. ResNet-50 on the A311D profile: beams of 8, 16, 32, 64, 128 and 256 give 68.6,
-67.6, 67.8, 67.7, 66.2 and 66.6 ms in 0.06, 0.02, 0.03, 0.07, 0.13 and 0.33 s (on the RK3588: 30.8, 30.5, 29.9,
-29.4, 30.0 and 28.3 ms); Inception-v1 on the A1000 profile reaches 3.86 ms with every one."""
+"""Labels kept per block and mode. ``python benchmarks/search_bench.py --sequence-beams
+resnet50/amlogic_a311d,shufflenet/amlogic_a311d`` printed, at 64 sequences evaluated (ResNet-50 / A311D, best
+78.18 ms without them): beams of 8, 16, 32, 64, 128 and 256 give 68.63, 67.78, 67.78, 66.54, 65.61 and 66.16 ms
+in 0.05, 0.07, 0.12, 0.14, 0.21 and 0.38 CPU s (ShuffleNet / A311D, 17.18 ms without: 17.85, 17.85, 17.75, 16.96,
+17.63, 17.41 ms): a larger beam is not reliably better, and costs more."""
 COUNT = 64
 """Complete sequences turned into mappings (each costs one exact evaluation, about 1 ms on 48 blocks). The
-relaxation leaves out the transfers of the edges that skip a stage, so its order is not the evaluated one: at a
-beam of 64, evaluating 16, 64 and 256 sequences gives 67.7, 66.5 and 66.5 ms on ResNet-50 / A311D, 29.3, 29.1 and
-29.1 ms on ResNet-50 / RK3588, in 0.10, 0.13 and 0.18 s with the evaluations."""
+relaxation leaves out the transfers of edges that skip a stage, so its order is not the evaluated one: the same
+command printed, at a beam of 64, 67.68, 66.54 and 66.54 ms for 16, 64 and 256 sequences on ResNet-50 / A311D, in
+0.09, 0.14 and 0.20 CPU s."""
 
 
 def relaxed_sequence_mappings(dp, limit_s: float, guide: Optional[Tuple[np.ndarray, np.ndarray]] = None,
