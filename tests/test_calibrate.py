@@ -112,6 +112,19 @@ def test_transfer_fit():
     assert flat.beta_bytes_per_s == 1e10 and flat.alpha_s == pytest.approx(3e-5 - 1024 / 1e10)
 
 
+def test_transfer_fit_leaves_out_times_below_the_clock_resolution(caplog):
+    """A median hand-off time of 0 (a busy machine's clock ticks, or a hand-off faster than its resolution) or a
+    failed one (nan) once made the least-squares fit raise LinAlgError: it is left out, with a warning."""
+    sizes = [1024, 65536, 2**20, 2**22]
+    times = [0.0] + [3e-5 + n / 5e9 for n in sizes[1:-1]] + [float("nan")]
+    with caplog.at_level("WARNING"):
+        fit = fit_transfer(sizes, times, 1e10)
+    assert fit.alpha_s == pytest.approx(3e-5, rel=1e-6) and fit.beta_bytes_per_s == pytest.approx(5e9, rel=1e-6)
+    assert "2 of 4 hand-off times are zero or not finite" in caplog.text
+    none = fit_transfer(sizes, [0.0] * 4, 1e10)
+    assert none.alpha_s == 0.0 and none.beta_bytes_per_s == 1e10
+
+
 def test_calibrated_soc_keeps_predictions_when_efficiency_exceeds_one(tmp_path):
     soc = local_soc(transfer=(1e-5, 1e10))
     pu = soc.pus["cpu0"]

@@ -528,7 +528,9 @@ def fit_transfer(nbytes: Sequence[int], times_s: Sequence[float],
         Measured hand-offs (sizes in bytes, median times in s).
     fallback_beta_bytes_per_s : float
         Used when the sizes do not determine a positive slope (one size, or the larger sizes were not slower:
-        cores that share a cache); alpha is then the smallest size's time less its bytes over this beta.
+        cores that share a cache); alpha is then the smallest size's time less its bytes over this beta. Times
+        of 0 (below the clock's resolution) or not finite are left out, with a warning; when none is left the
+        fit is ``alpha = 0`` at this beta.
 
     Returns
     -------
@@ -546,6 +548,14 @@ def fit_transfer(nbytes: Sequence[int], times_s: Sequence[float],
     t = np.asarray(times_s, float)
     if n.size == 0:
         raise ValueError("fit_transfer needs at least one measurement")
+    usable = np.isfinite(t) & (t > 0)  # a median of 0: the hand-off was below the clock's resolution
+    if not usable.all():
+        log.warning("transfer fit: %d of %d hand-off times are zero or not finite (below the clock's resolution, "
+                    "or the measurement failed); fitted without them", int((~usable).sum()), int(n.size))
+        if not usable.any():
+            return TransferFit(0.0, float(fallback_beta_bytes_per_s), int(n.size),
+                               tuple(sorted(set(int(v) for v in n))))
+        n, t = n[usable], t[usable]
     sizes = tuple(sorted(set(int(v) for v in n)))
     if len(sizes) >= 2:
         # Relative least squares: minimise sum((alpha + n·inv_beta - t) / t)^2, linear in (alpha, inv_beta).

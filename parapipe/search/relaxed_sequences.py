@@ -86,7 +86,7 @@ def relaxed_sequence_mappings(dp, limit_s: float, guide: Optional[Tuple[np.ndarr
         top = x.max(axis=1)
         ok = (top < limit_s) & (x.sum(axis=1) + dp.rest[v + 1] < limit_s * k)
         score = top
-        if lam is not None:
+        if lam is not None and togo is not None:
             est = x @ lam + togo[v, m]
             ok &= est < limit_s
             score = np.maximum(top, est)
