@@ -6,7 +6,10 @@ with replicated stages) over one shared stage catalogue, polishes the multi-PU s
 CP-SAT (:mod:`.polish`), adds the other baselines
 (:mod:`.baselines`; they lie in the search space, so they are also offered to the parapipe front), evaluates every
 mapping exactly with :func:`parapipe.cost.evaluate.evaluate`, flags the points that are non-dominated among all,
-and bounds the period (:mod:`.bounds`).
+and bounds the period (:mod:`.bounds`). Where the best period found is more than ``period_gap`` above the
+relaxation's Lagrangian bound, it adds the pipelines of single-PU stages read off that relaxation
+(:mod:`.relaxed_sequences`) and then runs the least-period pass (:func:`.passes.period_pass`) below the best
+period so far.
 
 **Exactness.** Up to :data:`EXACT_MAX_CELLS` blocks × PUs (e.g. 8 blocks on 4 PUs, 10 on 3, 16 on 2) the front
 is the exact Pareto front of the union of the spaces searched: pure pipelines in which PUs may repeat, and
@@ -122,7 +125,8 @@ class SearchOptions:
     period_gap, period_epsilon, period_time_limit_s : float, float, float
         The least-period pass (:func:`parapipe.search.passes.period_pass`) runs when the period found is more than
         ``period_gap`` above the relaxation's bound, with this label grid above ``exact_max_cells`` and this
-        work budget (deterministic seconds).
+        work budget (deterministic seconds); before it, under the same condition and with ``reuse_pus``, the
+        relaxation's sequences (:mod:`parapipe.search.relaxed_sequences`).
     operating_points : str
         Operating points searched (:mod:`parapipe.search.dvfs`): ``auto`` (default: every point where the DP's
         catalogue stays small, exact up to ``exact_max_cells``), ``all``, ``max`` (highest points only: the fronts
