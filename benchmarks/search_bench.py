@@ -355,7 +355,7 @@ def sequence_beams(pairs, beams=(8, 16, 32, 64, 128, 256), counts=(16, 64, 256))
     period of the mappings returned and the CPU seconds of the call and their evaluations."""
     from parapipe.cost.evaluate import evaluate
     from parapipe.search.api import SearchOptions
-    from parapipe.search.bounds import dispatch_table, fastest_problem, optimistic_problem
+    from parapipe.search.bounds import dispatch_table, optimistic_problem
     from parapipe.search.relaxation import Relaxed
     from parapipe.search.relaxed_sequences import relaxed_sequence_mappings
     from parapipe.search.transitions import StageCatalog
@@ -368,7 +368,7 @@ def sequence_beams(pairs, beams=(8, 16, 32, 64, 128, 256), counts=(16, 64, 256))
         with mock.patch("parapipe.search.api.relaxed_sequence_mappings", lambda *a, **k: []):
             res = search(prep.problem, SearchOptions(workers=1), terms=prep.terms)
         limit = min(p.evaluation.period_s for p in res.points if p.strategy == "parapipe")
-        bound_problem = optimistic_problem(fastest_problem(StageCatalog(prep.problem, None, prep.terms).problem))
+        bound_problem = optimistic_problem(StageCatalog(prep.problem, None, prep.terms).problem)  # as search()
         rel = Relaxed(bound_problem, limit, dispatch=dispatch_table(prep.problem.pu_names, prep.terms))
         cells = []
         for beam in beams:

@@ -18,7 +18,7 @@ from parapipe.cost.evaluate import evaluate
 from parapipe.cost.pipeline_terms import PipelineTerms
 from parapipe.search.bounds import dispatch_table, optimistic_problem
 from parapipe.search.relaxation import Relaxed, RelaxedDP
-from parapipe.search.relaxed_sequences import relaxed_sequence_mappings
+from parapipe.search.relaxed_sequences import BEAM, relaxed_sequence_mappings
 from search_cases import all_pipeline_objectives, random_problem
 
 
@@ -26,13 +26,15 @@ from search_cases import all_pipeline_objectives, random_problem
 def test_least_sequence_on_a_chain_is_the_fastest_pipeline(seed):
     pr = random_problem(6, 3, 9100 + seed, "chain")
     best = float(all_pipeline_objectives(pr)[:, 0].min())
-    got = relaxed_sequence_mappings(RelaxedDP(pr), np.inf, beam=None)
-    assert got
-    value, mapping = got[0]
-    assert value == pytest.approx(best, rel=1e-9)
-    assert evaluate(pr, mapping).period_s == pytest.approx(best, rel=1e-9)
-    values = [v for v, _ in got]
-    assert values == sorted(values) and len({m for _, m in got}) == len(got)
+    dp = RelaxedDP(pr)
+    for beam in (BEAM, None):  # the search's beam, and every Pareto-optimal label
+        got = relaxed_sequence_mappings(dp, np.inf, beam=beam)
+        assert got
+        value, mapping = got[0]
+        assert value == pytest.approx(best, rel=1e-9)
+        assert evaluate(pr, mapping).period_s == pytest.approx(best, rel=1e-9)
+        values = [v for v, _ in got]
+        assert values == sorted(values) and len({m for _, m in got}) == len(got)
 
 
 CASES = [(n, k, shape, seed) for n, k, shape in [(7, 3, "dag"), (7, 3, "diamond"), (8, 4, "dag")]
@@ -69,7 +71,7 @@ def test_the_search_takes_resnet50_on_the_a311d_from_the_relaxation():
     from parapipe.search.api import SearchOptions, search
 
     prep = prepare("resnet50", "amlogic_a311d", max_blocks=48)
-    result = search(prep.problem, SearchOptions(workers=1, operating_points="max"), terms=prep.terms)
+    result = search(prep.problem, SearchOptions(), terms=prep.terms)  # the CLI's defaults
     best = result.best("throughput")
     assert best.origin == "relaxation" and len(best.mapping.stages) > 10
     assert best.evaluation.period_s < 0.070

@@ -130,18 +130,10 @@ def optimize(prep: Prepared, options: SearchOptions, out_dir: Path, progress: Op
     """
     out_dir = Path(out_dir)
     created = [d for d in (out_dir, *out_dir.parents) if not d.exists()]  # deepest first
-    if worker is not None and not plot:
-        worker.close()
-        worker = None
     try:
         check_out_dir(out_dir)
-    except BaseException:
-        if worker is not None:
-            worker.close()
-        raise
-    if worker is None and plot:
-        worker = start_plot_worker()  # imports matplotlib on another core during the search
-    try:
+        if worker is None and plot:
+            worker = start_plot_worker()  # imports matplotlib on another core during the search
         result = search_prepared(prep, options, progress=progress, time_stages=time_stages, steps=steps)
         if result.problem is not prep.problem:
             prep = replace(prep, problem=result.problem)

@@ -196,6 +196,7 @@ class RelaxedDP:
         tq = t[:, pu]  # (n, nm): v on the mode's PU
         gmin = np.where(member[None], t[:, None, :], np.inf).min(axis=2)  # (n, nm): v on the group's fastest PU
         on_spine, prev_spine = spine(problem)
+        self.problem = problem
         self.n, self.k, self.nm = n, k, nm
         self.rest = np.concatenate([np.cumsum(np.min(t, axis=1)[::-1])[::-1], [0.0]])
         # Busy added by block v in mode m without transfers: t on p, or, to every PU of G, t on q for a spine block

@@ -31,7 +31,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from ..cost.mapping import Mapping, StageMapping
+from ..cost.mapping import Mapping, mapping_from_pu_list
 from .pareto import pareto_mask
 
 __all__ = ["BEAM", "COUNT", "relaxed_sequence_mappings"]
@@ -135,16 +135,9 @@ def relaxed_sequence_mappings(dp, limit_s: float, guide: Optional[Tuple[np.ndarr
         for v in range(n - 1, -1, -1):
             pus[v] = int(dp.pu[mode_of[v][r]])
             r = int(parent[v][r])
-        stages: List[Tuple[int, int, int]] = []  # (start, stop, PU)
-        for v in range(n):
-            if v and pus[v] == stages[-1][2]:
-                stages[-1] = (stages[-1][0], v + 1, pus[v])
-            else:
-                stages.append((v, v + 1, pus[v]))
-        if max_stages is not None and len(stages) > max_stages:
+        mapping = mapping_from_pu_list(dp.problem, pus)  # runs of one PU: a stage each
+        if max_stages is not None and len(mapping.stages) > max_stages:
             continue
-        mapping = Mapping(stages=tuple(StageMapping(start=a, stop=b, pus=(p,), assignment=(p,) * (b - a))
-                                       for a, b, p in stages))
         if mapping in seen:
             continue
         seen.add(mapping)
