@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -25,6 +26,13 @@ import pytest
 SSHD = os.environ.get("PARAPIPE_TEST_SSHD", "/usr/sbin/sshd")
 #: Seconds to wait for sshd to accept connections (it starts in well under a second on the CI machine).
 START_TIMEOUT_S = 20.0
+#: What the sessions' start-up file prints on stderr before every command (see :func:`start_sshd`).
+SHELL_NOISE = "parapipe-test: a warning from the login shell's start-up files (pyenv: cannot rehash: shims isn't writable)"
+
+
+def without_shell_noise(output: str) -> str:
+    """``output`` of a command run on a :func:`start_sshd` server, less the line its login shell printed."""
+    return "".join(line for line in output.splitlines(keepends=True) if line.rstrip("\n") != SHELL_NOISE)
 
 
 @dataclass
@@ -136,6 +144,12 @@ def start_sshd(extra_path: Optional[str] = None, sftp: bool = True, sftp_command
     if os.geteuid() == 0:
         # sshd refuses to start without its privilege-separation folder (Debian creates it at boot only).
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+    # The sessions' HOME: its .bashrc (which Debian's bash reads for every SSH command) warns on stderr each time,
+    # as a board's start-up files often do (pyenv on a read-only shims folder prints "cannot rehash"). So no test
+    # depends on the account's own start-up files, and every remote step must keep such noise out of what it parses.
+    home = workdir / "home"
+    home.mkdir(mode=0o700)
+    (home / ".bashrc").write_text(f"echo {shlex.quote(SHELL_NOISE)} >&2\n")
     port = free_port()
     path = os.pathsep.join(p for p in (extra_path, "/usr/local/bin", "/usr/bin", "/bin") if p)
     config = workdir / "sshd_config"
@@ -154,9 +168,9 @@ def start_sshd(extra_path: Optional[str] = None, sftp: bool = True, sftp_command
         f"AllowUsers {getpass.getuser()}",
         *([f"Subsystem sftp {sftp_command or 'internal-sftp'}"] if sftp else []),
         *([f"ForceCommand {force_command}"] if force_command else []),
-        # One SetEnv line (sshd keeps only the first): the sessions' caches (ONNX Runtime's device files,
-        # matplotlib's font list) go to this server's folder, not the account's ~/.cache.
-        f"SetEnv PATH={path} XDG_CACHE_HOME={workdir / 'cache'} MPLCONFIGDIR={workdir / 'matplotlib'}",
+        # One SetEnv line (sshd keeps only the first): the sessions' HOME and caches (ONNX Runtime's device files,
+        # matplotlib's font list) are this server's folders, not the account's ~ and ~/.cache.
+        f"SetEnv HOME={home} PATH={path} XDG_CACHE_HOME={workdir / 'cache'} MPLCONFIGDIR={workdir / 'matplotlib'}",
         "MaxSessions 20",
         "LogLevel VERBOSE",
         "",

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from parapipe.deploy.bundle import MANIFEST, Bundle
 from parapipe.remote.host import RemoteHost
+from parapipe.remote.ssh_channels import said
 from parapipe.errors import HostError
 from ppexec import bundle_run
 
@@ -73,7 +74,7 @@ def remote_files(host: RemoteHost, folder: str, python: str = "python3",
     for line in reversed(output.splitlines()):
         if rc == 0 and line.startswith("PARAPIPE-HASHES "):
             return json.loads(line[len("PARAPIPE-HASHES "):])
-    raise HostError(f"{host.spec}: cannot list {folder!r} ({output.strip()[-300:] or f'exit {rc}'}); check "
+    raise HostError(f"{host.spec}: cannot list {folder!r} ({said(output, rc)}); check "
                     "permissions on the host")
 
 

@@ -17,7 +17,7 @@ import paramiko
 from parapipe.errors import HostError
 from parapipe.remote.connection import SshConnection, settle_s
 from parapipe.remote.remote_fs import HASH_SH, ExecFiles, SftpFiles, parse_digest
-from parapipe.remote.ssh_channels import ExecChannels
+from parapipe.remote.ssh_channels import ExecChannels, said
 
 __all__ = ["HostFiles"]
 
@@ -185,7 +185,7 @@ class HostFiles:
                 raise ValueError(f"refusing to remove {path!r} on {self.connection.spec}")
             rc, output = self.channels.exec(["rm", "-rf", "--", path], timeout_s=timeout_s)
         if rc != 0:
-            raise HostError(f"{self.connection.spec}: cannot remove {path!r}: {output.strip()}; check permissions")
+            raise HostError(f"{self.connection.spec}: cannot remove {path!r}: {said(output, rc)}; check permissions")
 
     def sha256(self, remote_path: str, timeout_s: float = 60.0) -> Optional[str]:
         """SHA-256 hex digest of a remote file, or None if it does not exist.
@@ -199,13 +199,15 @@ class HostFiles:
         """
         with self.connection.in_step(f"the hashing of {remote_path}"):
             path = self.abs_path(remote_path)
-            rc, output = self.channels.exec(["sh", "-c", _SHA_SH, "sh", path], timeout_s=timeout_s)
-        if rc == 0 and output.strip() == "PARAPIPE-ABSENT":
+            # stdout alone: the login shell's start-up files may warn on stderr before the command runs.
+            rc, out, err = self.channels.run(["sh", "-c", _SHA_SH, "sh", path], timeout_s=timeout_s)
+        output = out.decode("utf-8", "replace")
+        if rc == 0 and output.split()[-1:] == ["PARAPIPE-ABSENT"]:
             return None
         digest = parse_digest(output)
         if rc != 0 or digest is None:
-            raise HostError(f"{self.connection.spec}: cannot hash {path!r}: {output.strip()[-300:]}; check "
-                            "permissions")
+            printed = output + err.decode("utf-8", "replace")
+            raise HostError(f"{self.connection.spec}: cannot hash {path!r}: {said(printed, rc)}; check permissions")
         return digest
 
 

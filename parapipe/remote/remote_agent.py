@@ -22,7 +22,7 @@ from parapipe.errors import HostError
 from parapipe.remote.agent_client import AgentClient, ChannelTransport, agent_path
 from parapipe.remote.connection import SETTLE_S, SshConnection
 from parapipe.remote.host_files import HostFiles
-from parapipe.remote.ssh_channels import ExecChannels
+from parapipe.remote.ssh_channels import ExecChannels, said
 
 __all__ = ["AgentLauncher", "MIN_PYTHON", "MIN_ONNXRUNTIME", "AGENT_CACHE_DIR", "HOST_CACHE_ENV", "AGENT_MANIFEST",
            "agent_files", "agent_digest", "host_cache_dir"]
@@ -116,7 +116,7 @@ class AgentLauncher:
         rc, output = run([python, "--version"], timeout_s=timeout_s)
         match = re.search(r"Python (\d+)\.(\d+)(?:\.(\d+))?", output)
         if rc != 0 or not match:
-            raise HostError(f"{spec}: {python} does not run ({output.strip()[-200:] or f'exit {rc}'}); "
+            raise HostError(f"{spec}: {python} does not run ({said(output, rc, 200)}); "
                             f"install Python >= {MIN_PYTHON[0]}.{MIN_PYTHON[1]} on {spec.address}")
         python_version = match[0][len("Python "):]
         if (int(match[1]), int(match[2])) < MIN_PYTHON:

@@ -26,7 +26,7 @@ import paramiko
 
 from parapipe.errors import HostError
 from parapipe.remote.connection import SshConnection
-from parapipe.remote.ssh_channels import ExecChannels
+from parapipe.remote.ssh_channels import ExecChannels, said
 
 __all__ = ["SftpFiles", "ExecFiles", "HASH_SH", "parse_digest", "POSIX_RENAME"]
 
@@ -59,9 +59,13 @@ chmod "$3" "$1" && mv -f "$1" "$2"
 '''
 
 def parse_digest(output: str) -> Optional[str]:
-    """The first 64-hex-digit word of ``output`` (what ``sha`` of :data:`HASH_SH` prints), or None."""
-    words = output.split()
-    return words[0] if words and re.fullmatch(r"[0-9a-f]{64}", words[0]) else None
+    """The digest ``sha`` of :data:`HASH_SH` printed: the first word of the last line of ``output`` that starts
+    with 64 hex digits (lines a chatty start-up file printed before it are skipped), or None."""
+    for line in reversed(output.splitlines()):
+        words = line.split()
+        if words and re.fullmatch(r"[0-9a-f]{64}", words[0]):
+            return words[0]
+    return None
 
 
 def _temp_name(remote: str, suffix: str = "part") -> str:
@@ -212,9 +216,10 @@ class SftpFiles:
             return False
         if self.kind(tmp) is None:
             return True
-        if rc != 0 and output.lstrip().startswith("mv:"):  # mv ran and refused
+        refusal = [line for line in output.splitlines() if line.startswith("mv:")]
+        if rc != 0 and refusal:  # mv ran and refused (other lines: the login shell's start-up files)
             raise HostError(f"{self._conn.spec}: cannot replace {remote!r} with mv -f, used as the SFTP server "
-                            f"lacks the {POSIX_RENAME} extension ({' '.join(output.split())[-300:]}); check "
+                            f"lacks the {POSIX_RENAME} extension ({said(chr(10).join(refusal), rc)}); check "
                             "permissions")
         return False  # a forced command ran instead (an SFTP-only account), or no mv: SFTP renames
 
@@ -252,14 +257,14 @@ class ExecFiles:
         rc, out, err = self._run(["pwd"])
         home = out.decode("utf-8", "replace").strip()
         if rc != 0 or not home.startswith("/"):
-            raise HostError(f"{self._conn.spec}: cannot find the home folder ({_tail(err, rc)}); check the host")
+            raise HostError(f"{self._conn.spec}: cannot find the home folder ({said(err, rc)}); check the host")
         return home
 
     def mkdir_p(self, path: str) -> None:
         """Create ``path`` (absolute) and its parents (``mkdir -p``)."""
         rc, _, err = self._run(["mkdir", "-p", "--", path])
         if rc != 0:
-            raise HostError(f"{self._conn.spec}: cannot create {path!r} ({_tail(err, rc)}); check permissions "
+            raise HostError(f"{self._conn.spec}: cannot create {path!r} ({said(err, rc)}); check permissions "
                             "and that no file is in the way")
 
     def put_stream(self, stream: Any, name: str, remote: str, mode: int, sha256: str) -> None:
@@ -274,24 +279,20 @@ class ExecFiles:
             raise HostError(f"{self._conn.spec}: {remote!r} arrived with SHA-256 {found[0][:16]}..., not "
                             f"{sha256[:16]}... (the copy of {name} was damaged on the way); upload again")
         if rc != 0:
-            raise HostError(f"{self._conn.spec}: cannot upload {name} to {remote!r} ({_tail(err, rc)}); check "
+            raise HostError(f"{self._conn.spec}: cannot upload {name} to {remote!r} ({said(err, rc)}); check "
                             "that the folder exists and is writable")
 
     def remove(self, path: str) -> None:
         """Remove one file (absent is fine)."""
         rc, _, err = self._run(["rm", "-f", "--", path])
         if rc != 0:
-            raise HostError(f"{self._conn.spec}: cannot remove {path!r} ({_tail(err, rc)}); check permissions")
+            raise HostError(f"{self._conn.spec}: cannot remove {path!r} ({said(err, rc)}); check permissions")
 
     def get(self, remote: str, local: Path) -> None:
         """Copy ``remote`` into the local file ``local`` (overwritten) with ``cat``."""
         rc, out, err = self._run(["cat", "--", remote], idle=True)
         if rc != 0:
-            raise HostError(f"{self._conn.spec}: cannot fetch {remote!r} ({_tail(err, rc)}); check that the "
+            raise HostError(f"{self._conn.spec}: cannot fetch {remote!r} ({said(err, rc)}); check that the "
                             "file exists")
         Path(local).write_bytes(out)
 
-
-def _tail(err: bytes, rc: int) -> str:
-    text = " ".join(err.decode("utf-8", "replace").split())
-    return text[-300:] if text else f"exit {rc}"

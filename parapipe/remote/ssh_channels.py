@@ -26,11 +26,21 @@ from parapipe.errors import HostError
 from parapipe.remote.connection import SETTLE_S, SshConnection, settle_s
 from parapipe.remote.liveness import call_with_deadline
 
-__all__ = ["ExecChannels"]
+__all__ = ["ExecChannels", "said"]
 
 log = logging.getLogger(__name__)
 
 _CHUNK_NBYTES = 1 << 16
+
+
+def said(output: Any, rc: int, limit: int = 300) -> str:
+    """What a remote command printed, for a one-line message: ``output`` (str or UTF-8 bytes) with every run of
+    whitespace, newlines included, made one space, cut to its last ``limit`` characters; ``"exit RC"`` if it
+    printed nothing. Start-up files of the login shell may have printed lines before the command's own (a
+    warning on stderr): they stay, so the reader sees them, but the command's last words are kept."""
+    text = output.decode("utf-8", "replace") if isinstance(output, bytes) else str(output)
+    text = " ".join(text.split())
+    return text[-limit:] if text else f"exit {rc}"
 
 
 class ExecChannels:
