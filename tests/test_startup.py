@@ -91,3 +91,30 @@ def test_optimize_without_plot_imports_only_what_it_uses(tmp_path):
                                str(tmp_path / "out")], tmp_path)
     assert "parapipe.app.optimize" in loaded and (tmp_path / "out" / "pareto.json").is_file()
     assert [m for m in NOT_FOR_OPTIMIZE if m in loaded] == []
+
+
+EXIT_SCRIPT = r"""
+import atexit, sys, threading, time
+from parapipe.cli import exit_without_teardown
+atexit.register(lambda: open(sys.argv[1], "w").write("atexit ran"))
+if sys.argv[2] == "thread":  # a thread still running: the usual exit, which waits for it
+    threading.Thread(target=lambda: (time.sleep(0.3), open(sys.argv[1] + ".thread", "w").write("done"))).start()
+sys.stdout.write("x" * 100000)  # buffered: a pipe is not a terminal
+sys.stderr.write("last words")
+exit_without_teardown(3)
+print("not reached")
+"""
+
+
+@pytest.mark.parametrize("threads", ["none", "thread"])
+def test_exit_without_teardown_keeps_every_effect_of_a_normal_exit(threads, tmp_path):
+    """The CLI's fast exit (no module teardown) still gives the exit status, runs the atexit handlers, flushes
+    buffered stdout and stderr, and, with another thread running, exits as usual (after that thread)."""
+    marker = tmp_path / "marker"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, str(marker), threads], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert proc.stdout == "x" * 100000 and proc.stderr == "last words"
+    assert marker.read_text() == "atexit ran"
+    assert (tmp_path / "marker.thread").exists() == (threads == "thread")
