@@ -3,7 +3,9 @@
 Use the session-scoped fixture :func:`sshd_server` (import it into a test module or ``conftest.py``:
 ``from sshd import sshd_server``), or :func:`start_sshd` directly. The server runs ``sshd -D -f CONFIG -e``
 with ``StrictModes no`` and ``UsePAM no``, listens on a free port of 127.0.0.1 only, accepts one generated
-ed25519 client key for the current user, and offers SFTP (unless ``start_sshd(sftp=False)``). It needs the
+ed25519 client key for the current user, and offers SFTP (unless ``start_sshd(sftp=False)``). Its sessions get
+a HOME of their own whose ``.bashrc`` prints :data:`SHELL_NOISE` on stderr before every command, as a board's
+start-up files often do; :func:`without_shell_noise` takes that line out of a command's output. It needs the
 Debian package ``openssh-server`` (``.ci/apt-packages.txt``); when ``/usr/sbin/sshd`` is missing the fixture
 FAILS with the install command instead of skipping.
 """

@@ -170,3 +170,60 @@ def test_ctrl_c_during_parallel_passes_ends_parent_and_workers(tmp_path, to):
     for pid in [int(x) for x in lines[0].split()[1:]]:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def _wait_for(path: str) -> bool:
+    """A job: wait (at most 60 s) until ``path`` exists; whether it did."""
+    import time
+
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return os.path.exists(path)
+
+
+def test_idle_work_runs_here_only_while_a_worker_is_still_busy(tmp_path):
+    """``idle()`` runs after ``here()`` when a child has not answered yet (the child here waits for the file that
+    idle() writes, so it would never see it otherwise), and not once every child has answered (here() returns
+    only after its child has exited, so its answer is in the pipe)."""
+    import multiprocessing
+
+    from parapipe.search.parallel import run_in_workers
+
+    flag = tmp_path / "idle-ran"
+    calls = []
+
+    def idle():
+        calls.append("idle")
+        flag.write_text("")
+
+    mine, results = run_in_workers({"wait": (_wait_for, (str(flag),))}, 1, lambda: ("here",), idle=idle)
+    assert (mine, results, calls) == ("here", {"wait": True}, ["idle"])
+
+    def here_after_the_child():
+        while multiprocessing.active_children():  # reaps the child once it has exited
+            pass
+        return ("here",)
+
+    calls.clear()
+    mine, results = run_in_workers({"pid": (os.getpid, ())}, 1, here_after_the_child, idle=idle)
+    assert mine == "here" and isinstance(results["pid"], int) and calls == []
+
+
+def test_the_search_imports_its_solvers_while_it_waits_for_the_workers(monkeypatch):
+    """With polishing on and forked passes, the passes hand :func:`passes.import_solvers` to the workers'
+    idle time; without polishing they hand nothing."""
+    import parapipe.search.parallel as parallel
+
+    seen = []
+    real = parallel.run_in_workers
+
+    def spy(jobs, n_workers, here, idle=None):
+        seen.append(idle)
+        return real(jobs, n_workers, here, idle=idle)
+
+    monkeypatch.setattr(parallel, "run_in_workers", spy)
+    pr = random_problem(24, 4, seed=3)
+    _passes(pr, 3)
+    _passes(pr, 3, polish=False)
+    assert seen == [passes.import_solvers, None]

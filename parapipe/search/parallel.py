@@ -2,8 +2,9 @@
 
 :func:`run_in_workers` forks one process per job (``multiprocessing``'s ``fork`` start method: a child starts
 with everything this process has imported and built, such as the memoised stage catalogue, in a few
-milliseconds, where ``spawn`` or ``forkserver`` would import the package again), runs the caller's own work here,
-and collects each job's return value over a pipe (pickled).
+milliseconds, where ``spawn`` or ``forkserver`` would import the package again), runs the caller's own work here
+(and then, while a child still works, what the caller needs next: ``idle``), and collects each job's return value
+over a pipe (pickled).
 
 Robustness:
 
@@ -20,7 +21,7 @@ import logging
 import os
 import signal
 import sys
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 __all__ = ["run_in_workers"]
 
@@ -58,9 +59,11 @@ def _child(conn: Any, parent: int, fn: Callable[..., Any], args: tuple) -> None:
 
 
 def run_in_workers(jobs: Dict[str, Tuple[Callable[..., Any], tuple]], n_workers: int,
-                   here: Callable[[], Any]) -> Any:
+                   here: Callable[[], Any], idle: Optional[Callable[[], None]] = None) -> Any:
     """Fork up to ``n_workers`` children, each running one of ``jobs`` (``name: (function, args)``, the first
     ``n_workers`` in order), run ``here()`` in this process meanwhile, and collect the children's answers.
+    ``idle()``, if given, runs here after ``here()`` when a child is still working (this process would only wait):
+    work the caller needs next whatever the answers, such as an import.
 
     Returns
     -------
@@ -97,6 +100,8 @@ def run_in_workers(jobs: Dict[str, Tuple[Callable[..., Any], tuple]], n_workers:
                 write.close()
             procs.append((name, proc, read))
         mine = here()
+        if idle is not None and not all(read.poll() for _, _, read in procs):
+            idle()
         results: Dict[str, Any] = {}
         for name, proc, read in procs:
             try:

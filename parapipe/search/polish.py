@@ -2,8 +2,9 @@
 operating points), within a budget of CP-SAT
 deterministic time (the same stages are solved, with the same results, whatever the machine's load).
 
-OR-Tools' CP-SAT module is imported on the first stage that needs it (the import costs ~0.3 s; mappings with
-single-PU stages only never pay it).
+OR-Tools' CP-SAT module is imported on the first stage that needs it (the import costs about 0.2 s; mappings with
+single-PU stages only never pay it), unless the forked DP passes left this process idle to import it
+(:func:`parapipe.search.passes.import_solvers`).
 """
 from __future__ import annotations
 
