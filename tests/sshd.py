@@ -29,7 +29,8 @@ SSHD = os.environ.get("PARAPIPE_TEST_SSHD", "/usr/sbin/sshd")
 #: Seconds to wait for sshd to accept connections (it starts in well under a second on the CI machine).
 START_TIMEOUT_S = 20.0
 #: What the sessions' start-up file prints on stderr before every command (see :func:`start_sshd`).
-SHELL_NOISE = "parapipe-test: a warning from the login shell's start-up files (pyenv: cannot rehash: shims isn't writable)"
+SHELL_NOISE = ("parapipe-test: a warning from the login shell's start-up files "
+               "(pyenv: cannot rehash: shims isn't writable)")
 
 
 def without_shell_noise(output: str) -> str:

@@ -71,7 +71,8 @@ def facts_from_probe(output: str, where: str) -> Dict[str, Any]:
 
     line = next((ln for ln in output.splitlines() if ln.startswith(PROBE_MARK)), None)
     if line is None:
-        raise input_error(where, None, f"the facts probe printed no facts ({' '.join(output.split())[-200:] or 'nothing'})",
+        printed = " ".join(output.split())[-200:] or "nothing"
+        raise input_error(where, None, f"the facts probe printed no facts ({printed})",
                           "check that the board's Python runs numpy and onnxruntime (--python)")
     facts = json.loads(line[len(PROBE_MARK):])
     modules = facts.pop("modules", {})
