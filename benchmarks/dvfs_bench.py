@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from parapipe.app.prepare import prepare  # noqa: E402
-from parapipe.search.api import SearchOptions, search  # noqa: E402
+from parapipe.search.options import SearchOptions  # noqa: E402
+from parapipe.search.api import search  # noqa: E402
 
 ZOO = ["alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet", "vgg19",
        "zfnet512"]

@@ -99,7 +99,7 @@ def host_mappings(model: str, time_limit_s: float, terms_from: Optional[str] = N
     from parapipe.mapping.index import mapping_from_point
     from parapipe.mapping import write_pareto
     from parapipe.app.run import load_mapping
-    from parapipe.search.api import SearchOptions
+    from parapipe.search.options import SearchOptions
     from parapipe.app.optimize import result_doc, search_prepared
     from parapipe.app.prepare import prepare
 

@@ -71,7 +71,8 @@ def hand_mappings(problem) -> List[Tuple[str, Mapping]]:
 
 def searched_mappings(problem) -> List[Tuple[str, Mapping]]:
     """The search's front and baselines (parallel baselines and front points bring multi-PU stages)."""
-    from parapipe.search.api import SearchOptions, search
+    from parapipe.search.options import SearchOptions
+    from parapipe.search.api import search
 
     res = search(problem, SearchOptions(time_limit_s=5.0, reuse_time_limit_s=5.0))
     return [(p.id, p.mapping) for p in res.points]

@@ -354,7 +354,7 @@ def sequence_beams(pairs, beams=(8, 16, 32, 64, 128, 256), counts=(16, 64, 256))
     profile's dispatch terms, limited at the best period the search finds without them): the best evaluated
     period of the mappings returned and the CPU seconds of the call and their evaluations."""
     from parapipe.cost.evaluate import evaluate
-    from parapipe.search.api import SearchOptions
+    from parapipe.search.options import SearchOptions
     from parapipe.search.bounds import dispatch_table, optimistic_problem
     from parapipe.search.relaxation import Relaxed
     from parapipe.search.relaxed_sequences import relaxed_sequence_mappings

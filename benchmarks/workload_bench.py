@@ -14,7 +14,7 @@ import sys
 import time
 
 from parapipe.app.workload import WorkloadSpec, prepare_workload
-from parapipe.search.api import SearchOptions
+from parapipe.search.options import SearchOptions
 from parapipe.search.workload import workload_search
 
 PAIRS = [("inception_v1", "squeezenet"), ("resnet50", "shufflenet"), ("densenet121", "alexnet")]

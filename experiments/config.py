@@ -7,7 +7,7 @@ A configuration is a YAML file (``experiments/configs/*.yaml``)::
     socs: [amlogic_a311d, black_sesame_a1000]             # bundled profile names or .yaml paths
     workers: 2                        # optional: local processes (default: os.cpu_count())
     figures: true                     # optional: per model x SoC figures (default true)
-    search:                           # optional: parapipe.search.api.SearchOptions fields, plus max_blocks
+    search:                           # optional: parapipe.search.options.SearchOptions fields, plus max_blocks
       max_blocks: 48
       seed: 0
       time_limit_s: 20
@@ -53,7 +53,7 @@ class SweepConfig:
     figures : bool
         Whether jobs render the per model x SoC figures.
     search : dict
-        ``parapipe.search.api.SearchOptions`` keyword arguments.
+        ``parapipe.search.options.SearchOptions`` keyword arguments.
     max_blocks : int or None
         Coarsening target handed to :func:`parapipe.app.prepare.prepare`.
     source : str
@@ -86,7 +86,7 @@ def _names(doc: Dict[str, Any], key: str, src: str) -> List[str]:
 
 
 def _search(doc: Dict[str, Any], src: str) -> tuple:
-    from parapipe.search.api import SearchOptions
+    from parapipe.search.options import SearchOptions
 
     raw = doc.get("search") or {}
     if not isinstance(raw, dict):

@@ -201,7 +201,7 @@ def write_workloads(folder: Path, cfg: SweepConfig) -> None:
     if not cfg.workloads:
         return
     from parapipe.app.workload import WorkloadSpec, optimize_workload, prepare_workload
-    from parapipe.search.api import SearchOptions
+    from parapipe.search.options import SearchOptions
 
     rows = []
     for models, rates in cfg.workloads:

@@ -228,7 +228,8 @@ def test_search_reports_every_point_under_the_full_model():
     """The search reports (and Pareto-filters) under the terms it is given."""
     from search_cases import random_problem
 
-    from parapipe.search.api import SearchOptions, search
+    from parapipe.search.options import SearchOptions
+    from parapipe.search.api import search
 
     pr = random_problem(6, 3, 5, "diamond")
     opts = SearchOptions(time_limit_s=10, polish=False)
@@ -252,7 +253,8 @@ def test_search_bounds_hold_under_the_terms(seed):
     """The reported bounds are of the full model: at least the plain model's × κ (every stage also pays its
     dispatch), and every point found (pipelines, replicated, baselines) under the terms lies above them; with an
     overlap term they are scaled down by (1 - φ) and still hold."""
-    from parapipe.search.api import SearchOptions, search
+    from parapipe.search.options import SearchOptions
+    from parapipe.search.api import search
     from search_cases import random_problem
 
     pr = random_problem(6, 3, 7300 + seed, "dag")

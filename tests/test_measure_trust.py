@@ -121,7 +121,7 @@ def test_pareto_json_keeps_the_measurement(tmp_path):
     from parapipe.app.prepare import Prepared
     from parapipe.mapping import doc_from_result, read_pareto, write_pareto
     from parapipe.mapping.model import SocRef
-    from parapipe.search.api import SearchOptions
+    from parapipe.search.options import SearchOptions
 
     record = MeasureLog()
     for _ in range(5):

@@ -17,7 +17,7 @@ from parapipe.cost.pipeline_terms import PipelineTerms
 def test_refine_converges_on_a_board_with_unknown_terms(tmp_path, monkeypatch):
     import parapipe.app.refine as refine_mod
     from parapipe.app.prepare import prepare
-    from parapipe.search.api import SearchOptions
+    from parapipe.search.options import SearchOptions
     from parapipe.soc import load_soc
 
     prep = prepare("squeezenet", "amlogic_a311d")
@@ -147,7 +147,7 @@ def test_refine_stops_when_the_search_proposes_only_measured_mappings(tmp_path, 
     per round the search keeps proposing the mapping already measured, and the loop stops saying so."""
     import parapipe.app.refine as refine_mod
     from parapipe.app.prepare import prepare
-    from parapipe.search.api import SearchOptions
+    from parapipe.search.options import SearchOptions
 
     prep = prepare("squeezenet", "amlogic_a311d")
     calls = []

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from parapipe.search.api import SearchOptions, search
+from parapipe.search.options import SearchOptions
+from parapipe.search.api import search
 from parapipe.search.budget import WALL
 
 from search_cases import random_problem

@@ -19,7 +19,8 @@ from parapipe.cost.evaluate import evaluate
 from parapipe.cost.mapping import StageMapping
 from parapipe.cost.schedule import evaluate_stage
 from parapipe.cost.problem import MappingProblem
-from parapipe.search.api import EXACT_MAX_CELLS, SearchOptions, search
+from parapipe.search.options import EXACT_MAX_CELLS, SearchOptions
+from parapipe.search.api import search
 from parapipe.search.cpsat import TIME_UNIT_S, solve_stage
 from parapipe.search.pareto import pareto_mask
 from search_cases import (all_mapping_objectives, all_pipeline_objectives, all_replicated_objectives, random_problem,

@@ -17,7 +17,8 @@ import pytest
 from parapipe.cost.evaluate import evaluate
 from parapipe.cost.mapping import Mapping, ReplicaMapping, StageMapping
 from parapipe.cost.problem import MappingProblem, PUOperatingPoints
-from parapipe.search.api import SearchOptions, search
+from parapipe.search.options import SearchOptions
+from parapipe.search.api import search
 from parapipe.search.dvfs import schedutil_mapping, thin_points
 from parapipe.search.pareto import pareto_mask
 from search_cases import greedy_assignment, pu_groups, random_problem, sorted_rows, uncovered

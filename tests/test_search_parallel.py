@@ -10,13 +10,13 @@ import subprocess
 import sys
 from dataclasses import asdict
 
-import numpy as np
 import pytest
 
 import parapipe.search.budget as budget
 import parapipe.search.passes as passes
 from parapipe.cost.problem import MappingProblem
-from parapipe.search.api import SearchOptions, search
+from parapipe.search.options import SearchOptions
+from parapipe.search.api import search
 from parapipe.search.budget import WALL
 from parapipe.search.dvfs import resolve_operating_points
 from parapipe.search.passes import pass_workers, run_passes
@@ -136,7 +136,7 @@ def test_ctrl_c_during_parallel_passes_ends_parent_and_workers(tmp_path, to):
         "sys.path.insert(0, sys.argv[1])\n"
         "from search_cases import random_problem\n"
         "import parapipe.search.passes as passes\n"
-        "from parapipe.search.api import SearchOptions\n"
+        "from parapipe.search.options import SearchOptions\n"
         "from parapipe.search.transitions import StageCatalog\n"
         "parent = os.getpid()\n"
         "def slow(real):\n"

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from parapipe.search.api import OBJECTIVES, SearchOptions, SearchPoint, _polish_candidates, search
+from parapipe.search.options import OBJECTIVES, SearchOptions
+from parapipe.search.api import SearchPoint, _polish_candidates, search
 from search_cases import random_problem
 
 

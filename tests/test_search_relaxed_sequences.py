@@ -68,7 +68,8 @@ def test_the_search_takes_resnet50_on_the_a311d_from_the_relaxation():
     pipelines that hop between the NPU and the CPUs at every residual Add the NPU cannot run); the relaxation's
     sequences give a pipeline of more than ten stages below 70 ms."""
     from parapipe.app.prepare import prepare
-    from parapipe.search.api import SearchOptions, search
+    from parapipe.search.options import SearchOptions
+    from parapipe.search.api import search
 
     prep = prepare("resnet50", "amlogic_a311d", max_blocks=48)
     result = search(prep.problem, SearchOptions(), terms=prep.terms)  # the CLI's defaults

@@ -14,7 +14,8 @@ import pytest
 
 from parapipe.cost.evaluate import evaluate
 from parapipe.cost.problem import MappingProblem
-from parapipe.search.api import SearchOptions, search
+from parapipe.search.options import SearchOptions
+from parapipe.search.api import search
 from parapipe.search.pareto import pareto_mask
 from parapipe.search.replicate import replicated_front
 from search_cases import all_replicated_objectives, random_problem, uncovered

@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 import parapipe.search.api as api
-from parapipe.search.api import SearchOptions, search
+from parapipe.search.options import SearchOptions
+from parapipe.search.api import search
 from parapipe.search.budget import WORK, Budget
 from parapipe.search.dp import DPOptions, dp_front
 from parapipe.search.passes import run_passes

@@ -63,7 +63,8 @@ def test_bounds_hold_for_the_full_model(n, k, shape, seed, kappa):
     """lower_bounds with the terms' dispatch table, on the κ-scaled problem, lies below every mapping of the
     searched spaces evaluated with the terms (pipelines with repeated PUs, PU reuse, replicated stages), and
     proves only the true best period optimal; the search's own bound too."""
-    from parapipe.search.api import SearchOptions, search
+    from parapipe.search.options import SearchOptions
+    from parapipe.search.api import search
 
     pr = random_problem(n, k, 5500 + seed, shape)
     pr.time_s = np.where(np.isfinite(pr.time_s), pr.time_s, 6e-3)  # every PU runs every block: replicas
@@ -122,7 +123,8 @@ def test_search_offers_whole_model_replicas_on_pu_groups_above_the_exact_size():
     that makes many-stage pipelines pay, is the least period."""
     from parapipe.cost.mapping import Mapping, ReplicaMapping, StageMapping
     from parapipe.cost.problem import MappingProblem
-    from parapipe.search.api import SearchOptions, search
+    from parapipe.search.options import SearchOptions
+    from parapipe.search.api import search
 
     n, inf = 12, np.inf
     t = np.array([[1e-3, inf, 1e-3] if v % 2 == 0 else [inf, 1e-3, 1e-3] for v in range(n)])

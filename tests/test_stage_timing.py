@@ -23,7 +23,7 @@ from parapipe.cost.pipeline_terms import PipelineTerms
 from parapipe.cost.problem import MappingProblem
 from parapipe.cost.tasks import stage_submodels, stage_tasks
 from parapipe.errors import InputError
-from parapipe.search.api import SearchOptions
+from parapipe.search.options import SearchOptions
 from parapipe.app.optimize import search_prepared
 from parapipe.app.prepare import Prepared
 from parapipe.app.stage_timing import STAGE_TIMING_ROUNDS

@@ -192,7 +192,7 @@ def test_front_points_meet_the_latency_bounds_and_the_stage_limit():
     """A baseline that breaks a model's latency bound stays a baseline (never Pareto-marked, never copied into
     the front, recorded in ``baselines_breaking``); with ``max_stages`` every point of the front, and every
     point of a single-model search, has at most that many stages."""
-    from parapipe.search.api import SearchOptions
+    from parapipe.search.options import SearchOptions
 
     problems = [random_problem(4, 3, 10, "chain"), random_problem(4, 3, 11, "dag")]
     bounds = []

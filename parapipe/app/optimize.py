@@ -22,7 +22,8 @@ from parapipe.cost.problem import SubmodelBlocks
 from parapipe.errors import input_error
 from parapipe.mapping.model import ParetoDoc
 from parapipe.measure.trust import MeasureLog, StepProgress, front_gap, warning
-from parapipe.search.api import SearchOptions, SearchResult
+from parapipe.search.options import SearchOptions
+from parapipe.search.api import SearchResult
 from parapipe.soc.profile import SoC
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from parapipe.cost.mapping import Mapping as CostMapping
 from parapipe.cost.pipeline_terms import PipelineTerms
 from parapipe.remote.hostspec import HostSpec
 from parapipe.mapping.model import ParetoDoc
-from parapipe.search.api import SearchOptions
+from parapipe.search.options import SearchOptions
 
 if TYPE_CHECKING:  # the executor's report type only: importing ppexec loads ONNX Runtime
     from ppexec.report import RunReport
@@ -116,7 +116,7 @@ def refine(prep: Prepared, options: SearchOptions, out_dir: Path, rounds: int, m
     ----------
     prep : parapipe.app.prepare.Prepared
         Its ``terms`` are the starting terms (``prep`` is not changed: the result's ``prepared`` has the last).
-    options : parapipe.search.api.SearchOptions
+    options : parapipe.search.options.SearchOptions
     out_dir : Path
     rounds : int
         Most rounds (>= 1).

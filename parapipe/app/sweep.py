@@ -106,7 +106,7 @@ def _render(doc: ParetoDoc, point: Point, key: str) -> Dict[str, bytes]:
 
 def result_seed(job: Job) -> int:
     """The search seed of ``job`` (SearchOptions' default when the configuration sets none)."""
-    from parapipe.search.api import SearchOptions
+    from parapipe.search.options import SearchOptions
 
     return int(job.search.get("seed", SearchOptions().seed))
 
@@ -122,7 +122,8 @@ def run_job(job: Job) -> JobResult:
     from parapipe.app.prepare import prepare
     from parapipe.app.resolve import soc_ref
     from parapipe.mapping import doc_from_result
-    from parapipe.search.api import SearchOptions, search
+    from parapipe.search.options import SearchOptions
+    from parapipe.search.api import search
 
     t0 = time.perf_counter()
     prep = prepare(job.model, job.soc, max_blocks=job.max_blocks)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from parapipe.app.refine import RefineStep
     from parapipe.cost.problem import MappingProblem
     from parapipe.mapping.model import ParetoDoc
-    from parapipe.search.api import SearchOptions
+    from parapipe.search.options import SearchOptions
     from parapipe.soc.profile import SoC
 
 __all__ = ["add_parser", "handle", "front_table"]
@@ -177,7 +177,7 @@ def _handle(args: argparse.Namespace, worker) -> int:
     from parapipe.app.optimize import optimize
     from parapipe.app.prepare import prepare
     from parapipe.app.stage_timing import STAGE_TIMING_POINTS
-    from parapipe.search.api import SearchOptions
+    from parapipe.search.options import SearchOptions
     from parapipe.soc.identity import is_host
 
     models = list(args.model or [])
@@ -432,7 +432,7 @@ def _optimize_workload(args: argparse.Namespace, models: List[str]) -> int:
     """optimize A B ... (or --workload FILE): prepare every model, search the workload, write and print."""
     from parapipe.app.workload import WorkloadSpec, optimize_workload, parse_rates, prepare_workload, read_app_file
     from parapipe.errors import input_error
-    from parapipe.search.api import SearchOptions
+    from parapipe.search.options import SearchOptions
 
     # the single-model options a workload does not use: refused, not silently ignored
     for flag, bad in (("--blocks", args.blocks), ("--refine", args.refine), ("--feeds", args.feeds),
@@ -473,8 +473,6 @@ def _optimize_workload(args: argparse.Namespace, models: List[str]) -> int:
     options = SearchOptions(objectives=objectives, max_stages=args.max_stages, time_limit_s=args.time_limit,
                             seed=args.seed, operating_points=args.operating_points)
     pus = [p.strip() for p in args.pus.split(",")] if args.pus else None
-    from parapipe.soc.identity import is_host
-
     if args.time_stages:  # only when the user asked for it
         logging.getLogger(__name__).warning(
             "--time-stages: stage timing is skipped for a workload (the search uses each model's measured block "

@@ -1,6 +1,6 @@
 """Operating points (DVFS) in the search: which points a search uses, re-timing mappings, governor baselines.
 
-**Which points.** ``--operating-points`` (:attr:`parapipe.search.api.SearchOptions.operating_points`):
+**Which points.** ``--operating-points`` (:attr:`parapipe.search.options.SearchOptions.operating_points`):
 
 * ``max``: every PU at its highest point only (the fronts of a profile without operating points);
 * ``all``: every point of every table;

@@ -17,7 +17,7 @@ anywhere; the reuse pass still has a work budget and, if it runs out, is re-run 
 Budgets are counted work (:mod:`.budget`), set in deterministic seconds by the options' ``*_time_limit_s``: where a
 pass stops depends on the inputs and options only, not on the machine's load. Each budget also has a wall-clock
 safety limit; a pass it stops is reported in ``SpaceReport.stopped_by`` (and by the search as ``stopped_early``). Above
-it, each pass runs with the bounds of :class:`parapipe.search.api.SearchOptions`, and :class:`SpaceReport` says
+it, each pass runs with the bounds of :class:`parapipe.search.options.SearchOptions`, and :class:`SpaceReport` says
 which of them cut anything (pareto.json ``search.spaces``).
 """
 from __future__ import annotations

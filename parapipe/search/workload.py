@@ -68,7 +68,8 @@ from ..cost.pipeline_terms import DEFAULT_TERMS, PipelineTerms
 from ..cost.problem import MappingProblem
 from ..cost.workload import WorkloadEvaluation, evaluate_workload, workload_latency
 from ..errors import InfeasibleError
-from .api import SearchOptions, SearchResult, search
+from .options import SearchOptions
+from .api import SearchResult, search
 from .bounds import optimistic_problem
 from .dvfs import resolve_operating_points
 from .pareto import pareto_mask

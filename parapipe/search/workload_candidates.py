@@ -14,7 +14,8 @@ from ..cost.pipeline_terms import PipelineTerms
 from ..cost.problem import MappingProblem
 from ..cost.workload import WorkloadEvaluation, model_dyn_energy_j
 from ..errors import InfeasibleError
-from .api import OBJECTIVE_DIGITS, SearchOptions
+from .options import SearchOptions
+from .api import OBJECTIVE_DIGITS
 from .listsched import schedule_ranges
 from .pareto import pareto_mask
 
