@@ -346,3 +346,102 @@ def test_relaxation_charges_the_spine_input_of_a_later_stage():
     assert best == pytest.approx(6.5e-3, rel=1e-6)
     relaxed = RelaxedDP(pr).probe(np.inf)
     assert 0.9 * best <= relaxed <= best * (1 + 1e-9), (relaxed, best)
+
+
+REUSE_DP_CASES = [(n, k, shape, seed) for n, k, shape in [(6, 3, "dag"), (6, 3, "diamond"), (7, 2, "dag"),
+                                                            (5, 3, "chain"), (5, 4, "dag")] for seed in range(3)]
+# (PU-reuse enumeration on 4 PUs: 15 groups per stage, ~10^6 mappings at 5 blocks; random mappings reuse PUs there)
+
+
+@pytest.mark.parametrize("n, k, shape, seed", REUSE_DP_CASES,
+                         ids=[f"{s}{n}x{k}-{seed}" for n, k, s, seed in REUSE_DP_CASES])
+def test_reuse_stage_dp_lies_below_every_mapping(n, k, shape, seed):
+    """The stage-cut DP of parapipe/search/reuse_bound.py at a limit just above the best period: its probe finds
+    a path (the best mapping's own stages must be one, with costs at most its stage times) whose largest busy
+    time is at most the best period, with and without the pruning guide of the per-block relaxation; its
+    Lagrangian value lies below the probe's; and reuse_period_bound stays below the best period, proving it
+    optimal only when given it."""
+    from parapipe.search.lagrangian import kelley
+    from parapipe.search.relaxation import Relaxed
+    from parapipe.search.reuse_bound import ReuseStageDP, reuse_period_bound
+
+    pr = random_problem(n, k, 7700 + 100 * n + 10 * k + seed, shape)
+    everything = np.concatenate([all_pipeline_objectives(pr)[:, 0],
+                                 all_mapping_objectives(pr, reuse=8 ** (n - 1) * k <= 40_000 and k <= 3)[:, 0]])
+    rng = np.random.default_rng(seed)
+    sampled = [evaluate(pr, random_mapping(pr, rng)).period_s for _ in range(400)]
+    best = float(min(everything.min(), min(sampled)))
+    limit = best * 1.001
+    for guide in (None, Relaxed(pr, best).guide()):
+        dp = ReuseStageDP(pr, limit, guide=guide)
+        found = dp.probe(0.0)
+        assert found is not None and found <= best * (1 + 1e-9), (found, best)
+        lag, _ = kelley(dp.lagrange_value, k)
+        assert lag <= found * (1 + 1e-9)
+    for given in (best, best * 1.3):
+        lb, proved, _ = reuse_period_bound(pr, given)
+        assert lb <= best * (1 + 1e-9)
+        assert not proved or given == best
+
+
+def test_reuse_stage_dp_counts_the_shortcut_of_a_residual():
+    # x -> a -> b -> add(x, b): the 'npu' runs x, a and b in 1 ms each but not the Add (2 ms on the cpu); every
+    # hand-off costs 3 ms and x -> a -> b -> add is the longest path, so x -> add is a shortcut that skips the
+    # stage of a and b. The best mapping runs x, a, b on the npu and the Add on the cpu, whose stage receives
+    # both b's and x's outputs: 2 + 3 + 3 = 8 ms. The per-block relaxation forgets where x ran and charges one
+    # hand-off (5 ms); the stage-cut DP keeps x's PU in its state and reaches the optimum.
+    from parapipe.cost.problem import MappingProblem
+    from parapipe.search.relaxation import RelaxedDP
+    from parapipe.search.reuse_bound import ReuseStageDP, reuse_period_bound
+
+    inf = np.inf
+    t = np.array([[20, 1], [20, 1], [20, 1], [2, inf]]) * 1e-3
+    pr = MappingProblem(["x", "a", "b", "add"], [(), (0,), (1,), (0, 2)],
+                        {(0, 1): 1.0, (1, 2): 1.0, (0, 3): 1.0, (2, 3): 1.0}, ["cpu", "npu"], t,
+                        np.full((4, 2), 2.0), [0.1, 0.1], 1.0, np.full((2, 2), 3e-3), np.full((2, 2), 1e12))
+    everything = np.concatenate([all_pipeline_objectives(pr)[:, 0], all_mapping_objectives(pr, reuse=True)[:, 0]])
+    rng = np.random.default_rng(0)
+    best = float(min(everything.min(), min(evaluate(pr, random_mapping(pr, rng)).period_s for _ in range(400))))
+    assert best == pytest.approx(8e-3, rel=1e-6)
+    assert RelaxedDP(pr).probe(np.inf) < 0.7 * best  # the per-block relaxation misses the shortcut
+    assert ReuseStageDP(pr, best * 1.001).probe(0.0) == pytest.approx(best, rel=1e-9)
+    assert reuse_period_bound(pr, best)[:2] == (best, True)
+    b = lower_bounds(pr, best_period_s=best, time_limit_s=None, replicated=False)
+    assert b.period_proved_optimal and b.period_method.startswith("reuse")
+    # the search with the CLI's defaults: proved optimal by this DP, so its least-period pass does not run
+    from parapipe.search.api import search
+
+    res = search(pr)
+    assert min(p.evaluation.period_s for p in res.front()) == pytest.approx(best, rel=1e-9)
+    assert res.bounds.period_proved_optimal and res.bounds.info()["spaces"]["reuse"]["method"].startswith("reuse")
+    assert "period" not in res.info["spaces"]
+
+
+@pytest.mark.parametrize("n, k, shape, seed", REUSE_DP_CASES,
+                         ids=[f"{s}{n}x{k}-{seed}" for n, k, s, seed in REUSE_DP_CASES])
+def test_reuse_stage_dp_charges_no_stage_more_than_it_costs(n, k, shape, seed):
+    """Walked along random mappings (random cuts, groups with PU reuse, assignments and orders): every stage is
+    a move of the stage-cut DP from the state its producers' PUs give, to the state its own blocks' PUs give
+    (ReuseStageDP.state_at: the PU of each live producer the state keeps), costing at most the stage's time under
+    the cost model (parapipe/cost/evaluate.py)."""
+    from parapipe.search.reuse_bound import ReuseStageDP
+
+    pr = random_problem(n, k, 7900 + 100 * n + 10 * k + seed, shape)
+    dp = ReuseStageDP(pr, np.inf)
+    rng = np.random.default_rng(seed)
+    groups_seen = 0
+    for _ in range(150):
+        m = random_mapping(pr, rng)
+        ev = evaluate(pr, m)
+        on = {}
+        state: tuple = ()
+        for st, res in zip(m.stages, ev.stage_results):
+            on.update({st.start + i: p for i, p in enumerate(st.assignment)})
+            nxt = dp.state_at(st.stop, on)
+            g = sum(1 << p for p in st.pus)
+            costs = [c for b, c, s2 in dp.moves(st.start, state, g) if b == st.stop and s2 == nxt]
+            assert costs, (m, st)
+            assert min(costs) <= res.time_s * (1 + 1e-9), (st, min(costs), res.time_s)
+            groups_seen += len(st.pus) > 1
+            state = nxt
+    assert groups_seen > 50

@@ -8,8 +8,9 @@ CP-SAT (:mod:`.polish`), adds the other baselines
 mapping exactly with :func:`parapipe.cost.evaluate.evaluate`, flags the points that are non-dominated among all,
 and bounds the period (:mod:`.bounds`). Where the best period found is more than ``period_gap`` above the
 relaxation's Lagrangian bound, it adds the pipelines of single-PU stages read off that relaxation
-(:mod:`.relaxed_sequences`) and then runs the least-period pass (:func:`.passes.period_pass`) below the best
-period so far.
+(:mod:`.relaxed_sequences`), takes the stage-cut DP's bound of the PU-reuse space
+(:func:`.bounds.reuse_space_bound`), and, where the best period is still more than ``period_gap`` above both,
+runs the least-period pass (:func:`.passes.period_pass`) below the best period so far.
 
 **Exactness.** Up to :data:`parapipe.search.options.EXACT_MAX_CELLS` blocks × PUs (e.g. 8 blocks on 4 PUs, 10 on
 3, 16 on 2) the front is the exact Pareto front of the union of the spaces searched: pure pipelines in which PUs
@@ -47,7 +48,7 @@ from ..cost.problem import MappingProblem
 from ..cost.replicated_baseline import replicated_mappings
 from ..errors import InfeasibleError
 from .baselines import missing_single_pu, parallel_mappings, single_pu_mappings
-from .bounds import PROOF_RTOL, Bounds, dispatch_table, lower_bounds, optimistic_problem
+from .bounds import PROOF_RTOL, Bounds, dispatch_table, lower_bounds, optimistic_problem, reuse_space_bound
 from .dvfs import resolve_operating_points
 from .budget import RELAX_WORK_PER_S, WALL, Budget
 from .cpsat import TIME_UNIT_S
@@ -281,7 +282,11 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
             cand_points.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m),
                                            origin="relaxation"))
         best_period = best_period_s(cand_points)
+    reuse = None  # the stage-cut DP's bound of the PU-reuse space: where it certifies the gap, no least-period pass
     if relaxed is not None and best_period > relaxed.bound_s * (1 + opts.period_gap):
+        reuse = reuse_space_bound(bound_problem, best_period, relaxed.bound_s, bound_budget, relaxed, dispatch)
+    floor = max(relaxed.bound_s, reuse[0] if reuse is not None else 0.0) if relaxed is not None else 0.0
+    if relaxed is not None and best_period > floor * (1 + opts.period_gap):
         eps = 0.0 if problem.n_blocks * problem.n_pus <= opts.exact_max_cells else opts.period_epsilon
         period_m, period_report = period_pass(labels_problem, best_period, catalog, relaxed.guide(),
                                               opts.period_time_limit_s, eps, opts.wall_safety_factor,
@@ -314,7 +319,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     for i, p in enumerate(all_points):
         p.pareto = objs[i] in on_front
     bounds = lower_bounds(bound_problem, best_period_s=best_period_s(front), relaxed=relaxed,
-                          replicated=opts.replicate, budget=bound_budget, dispatch=dispatch)
+                          replicated=opts.replicate, budget=bound_budget, dispatch=dispatch, reuse=reuse)
     if overlap < 1.0:
         bounds = _bounds_with_overlap(bounds, overlap, min(p.evaluation.period_s for p in front))
     stats = {"search_s": time.monotonic() - t0, "dp_s": t_dp, "dp_states": n_states,

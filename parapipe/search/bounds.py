@@ -10,7 +10,13 @@
     balanced work); exact for chains mapped one PU per stage.
 
   - the Lagrangian bound of that relaxation (``max_λ min over mode sequences of λ · busy``; the relaxation the
-    search builds to guide its least-period pass, :class:`.relaxation.Relaxed`).
+    search builds to guide its least-period pass, :class:`.relaxation.Relaxed`);
+  - the stage-cut DP of :mod:`.reuse_bound` (``reuse-lagrangian``, ``reuse-dp``): stages over block ranges
+    whose states keep the PUs each live tensor may sit on, so it charges the hand-offs of edges that skip a
+    stage (a residual's shortcut), which the per-block relaxation cannot see. It runs first, within
+    :data:`REUSE_SHARE` of the budget, where the bounds above leave the best period more than
+    :data:`CERTIFIED_GAP` above them and the other space's bound does not; then the per-block relaxation's
+    min-max DP gets what remains.
 
   With replicated stages in the space (``replicated=True``, the default) the bound is the lesser of that one
   (the **reuse** space: no replicated stage, PUs may serve several stages) and the bound of the **replicated**
@@ -44,16 +50,16 @@ sub-model that contains them (a measured sub-model's blocks take ``t[v, p] · me
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
 from ..cost.problem import MappingProblem
 from .budget import RELAX_WORK_PER_S, Budget
 
-__all__ = ["BOUND_COVERS", "PROOF_RTOL", "CERTIFIED_GAP", "PROOF_ONLY_WORK", "REPLICATED_RELAXATION_MAX_CELLS", "Bounds", "lp_period_bound", "fastest_problem",
-           "optimistic_problem",
-           "dispatch_table", "latency_lower_bound", "block_period_bound", "lower_bounds"]
+__all__ = ["BOUND_COVERS", "PROOF_RTOL", "CERTIFIED_GAP", "PROOF_ONLY_WORK", "REUSE_SHARE",
+           "REPLICATED_RELAXATION_MAX_CELLS", "Bounds", "lp_period_bound", "fastest_problem", "optimistic_problem",
+           "dispatch_table", "latency_lower_bound", "block_period_bound", "reuse_space_bound", "lower_bounds"]
 
 PROOF_RTOL = 1e-9
 """Relative tolerance of "proved optimal": the bound is at least ``(1 - PROOF_RTOL) ×`` the best period found
@@ -70,6 +76,14 @@ PROOF_ONLY_WORK = 0.05 * RELAX_WORK_PER_S
 the gap is already certified (:data:`CERTIFIED_GAP`). Measured on the zoo × A311D/A1000 (``python
 benchmarks/search_bench.py``): with the whole budget the DP took 0.4-1 s of CPU to prove DenseNet-121 optimal on the
 A1000, where the Lagrangian bound already certified a 1.7 % gap."""
+
+REUSE_SHARE = 0.8
+"""Share of what remains of the bound budget the stage-cut DP of :mod:`.reuse_bound` may spend on the PU-reuse
+space before the per-block relaxation's min-max DP gets the rest. Measured on the zoo × bundled profiles (``python
+benchmarks/search_bench.py``; the DP's work with ``time.process_time`` around it): where it certifies a 10 % gap
+the other bounds do not, it spent 0.2-0.35 deterministic s of the 0.5 s default budget; where its graph would not
+fit, its build stops early (:data:`parapipe.search.reuse_bound.PROJECT_FROM`) and leaves the rest to the
+relaxation, which certified Inception-v1 on the A311D profile with it."""
 
 REPLICATED_RELAXATION_MAX_CELLS = 32
 """Largest problem (blocks × PUs) on which the relaxation with replicated-stage modes runs. Measured on the zoo
@@ -88,9 +102,10 @@ BOUND_COVERS = ("mappings without replicated stages, and mappings in which each 
 class Bounds:
     """``period_s >= period_lb_s`` and ``latency_s >= latency_lb_s`` for every mapping of the problem.
 
-    ``period_method``: which bound is the largest (``relaxed-dp``, ``lp`` or ``block``); ``period_proved_optimal``:
-    the best period found reaches the bound (``period_lb_s`` is then that period); ``note``: why the relaxed
-    DP bound is missing, if it is.
+    ``period_method``: which bound is the largest (``block``, ``lp``, ``lagrangian``, ``relaxed-dp``,
+    ``reuse-lagrangian``, ``reuse-dp`` or ``stage-dp``, with `` (replicated)`` when the replicated space's bound is
+    the lesser); ``period_proved_optimal``: the best period found reaches the bound (``period_lb_s`` is then that
+    period); ``note``: why the relaxed DP bound is missing, if it is.
     """
 
     period_lb_s: float
@@ -233,7 +248,8 @@ def block_period_bound(problem: MappingProblem, replicated: bool = True,
 
 def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
                  time_limit_s: Optional[float] = 5.0, relaxed=None, replicated: bool = True,
-                 budget: Optional[Budget] = None, dispatch: Optional[np.ndarray] = None) -> Bounds:
+                 budget: Optional[Budget] = None, dispatch: Optional[np.ndarray] = None,
+                 reuse: Optional[Tuple[float, bool, str]] = None) -> Bounds:
     """Both bounds (module docstring).
 
     With ``replicated`` the period bound is the lesser of two: the bound of the PU-reuse space (mappings without
@@ -261,6 +277,9 @@ def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
     dispatch : ndarray, optional
         :func:`dispatch_table` of the pipeline terms (module docstring); None: the plain model. ``relaxed``
         must have been built with the same table.
+    reuse : tuple, optional
+        :func:`reuse_space_bound` already taken on ``problem`` with the same ``dispatch`` (dropped, like
+        ``relaxed``, when stage-level times or operating points make the bounds take another problem).
     """
     if budget is None:
         budget = Budget.of_seconds(time_limit_s, RELAX_WORK_PER_S)
@@ -268,13 +287,17 @@ def lower_bounds(problem: MappingProblem, best_period_s: Optional[float] = None,
         relaxed = None
     bound_problem = optimistic_problem(fastest_problem(problem))
     if bound_problem is not problem:  # a relaxation built on ``problem`` itself would not bound faster times
-        problem, relaxed = bound_problem, None
+        problem, relaxed, reuse = bound_problem, None, None
+    from .stage_bound import MAX_PUS as STAGE_MAX_PUS, stage_run_bounds
+
+    runs = stage_run_bounds(problem) if problem.n_pus <= STAGE_MAX_PUS else None
     rep = None
     if replicated:
         small = problem.n_blocks * problem.n_pus <= REPLICATED_RELAXATION_MAX_CELLS
-        rep = _space_bound(problem, best_period_s, budget, None, replicated=True, relax=small, dispatch=dispatch)
+        rep = _space_bound(problem, best_period_s, budget, None, replicated=True, relax=small, dispatch=dispatch,
+                           runs=runs)
     plain = _space_bound(problem, best_period_s, budget, relaxed, replicated=False,
-                         stop_s=np.inf if rep is None else rep[1], dispatch=dispatch)
+                         stop_s=np.inf if rep is None else rep[1], dispatch=dispatch, runs=runs, reuse=reuse)
     spaces = {"reuse": _space_info(plain)}
     if rep is not None:
         spaces["replicated"] = _space_info(rep)
@@ -291,13 +314,42 @@ def _space_info(bound) -> Dict[str, Any]:
     return {"method": method, "period_lb_s": float(lb), "proved": bool(proved)}
 
 
+def reuse_space_bound(problem: MappingProblem, best_period_s: float, floor_s: float, budget: Budget,
+                      relaxed=None, dispatch: Optional[np.ndarray] = None, stop_s: float = np.inf,
+                      runs: Optional[Dict[int, np.ndarray]] = None) -> Optional[Tuple[float, bool, str]]:
+    """The stage-cut DP's bound on the PU-reuse space (:func:`parapipe.search.reuse_bound.reuse_period_bound`:
+    ``(bound_s, proved, method)``, method ``""`` when it did no better than ``floor_s``) within
+    :data:`REUSE_SHARE` of what remains of ``budget``, guided by ``relaxed`` (the plain
+    :class:`parapipe.search.relaxation.Relaxed` of ``problem``, or None); None where it does not run: more PUs
+    than it handles, ``floor_s`` already within :data:`CERTIFIED_GAP` of ``best_period_s``, ``stop_s`` (the other
+    space's bound) keeping the gap out of reach, or no budget left. A bound whatever the best period found
+    later: the search takes it before its least-period pass (skipped where it certifies the gap) and hands it to
+    :func:`lower_bounds`."""
+    from .reuse_bound import MAX_PUS as REUSE_MAX_PUS, reuse_period_bound
+
+    if (problem.n_pus > REUSE_MAX_PUS or floor_s * (1 + CERTIFIED_GAP) >= best_period_s
+            or stop_s * (1 + CERTIFIED_GAP) < best_period_s or budget.over() is not None):
+        return None
+    limit = budget.limit
+    if limit is not None:
+        budget.limit = budget.used + REUSE_SHARE * (limit - budget.used)
+    try:
+        return reuse_period_bound(problem, best_period_s, floor_s, budget, dispatch, CERTIFIED_GAP, PROOF_RTOL,
+                                  relaxed.guide() if relaxed is not None else None, stop_s, runs)
+    finally:
+        budget.limit = limit
+
+
 def _space_bound(problem: MappingProblem, best_period_s: Optional[float], budget: Budget, relaxed,
                  replicated: bool, stop_s: float = np.inf, relax: bool = True,
-                 dispatch: Optional[np.ndarray] = None):
+                 dispatch: Optional[np.ndarray] = None, runs: Optional[Dict[int, np.ndarray]] = None,
+                 reuse: Optional[Tuple[float, bool, str]] = None):
     """(method, bound_s, proved, note) over the mappings without replicated stages (``replicated=False``: PUs
     may serve several stages) or over those in which each PU serves one stage (``replicated=True``, replicated
     stages included); the relaxed min-max DP runs (if ``relax``) only while the other bounds stay below
-    ``stop_s`` (no need beyond)."""
+    ``stop_s`` (no need beyond). ``runs``: :func:`parapipe.search.stage_bound.stage_run_bounds` of ``problem``
+    (shared by the stage DPs of both spaces), or None; ``reuse``: :func:`reuse_space_bound` already taken on
+    ``problem`` (then not run again)."""
     from .relaxation import relaxed_period_bound
 
     candidates = {"block": block_period_bound(problem, replicated, dispatch), "lp": lp_period_bound(problem)}
@@ -306,13 +358,25 @@ def _space_bound(problem: MappingProblem, best_period_s: Optional[float], budget
         from .stage_bound import stage_period_bound
 
         try:
-            candidates["stage-dp"] = stage_period_bound(problem, dispatch, best_period_s)
+            candidates["stage-dp"] = stage_period_bound(problem, dispatch, best_period_s, runs)
         except ValueError as exc:
             note = str(exc)
     elif relaxed is not None:
         candidates["lagrangian"] = float(relaxed.bound_s)
     floor = max(candidates.values())
-    if relax and best_period_s is not None and floor < min(stop_s, best_period_s) and budget.over() is None:
+    if not replicated and best_period_s is not None:
+        # the stage-cut DP that counts skip edges' hand-offs (:mod:`.reuse_bound`), within a share of the budget,
+        # where the bounds so far do not certify the target gap and the other space's bound does not keep it out
+        # of reach (the relaxation's min-max DP below makes a short proof attempt once it is certified)
+        got = reuse if reuse is not None else reuse_space_bound(problem, best_period_s, floor, budget, relaxed,
+                                                                dispatch, stop_s, runs)
+        if got is not None and got[2]:
+            lb, _, how = got
+            candidates[how] = lb
+            proved = lb >= best_period_s * (1 - PROOF_RTOL) and stop_s >= best_period_s
+        floor = max(candidates.values())
+    if (relax and not proved and best_period_s is not None and floor < min(stop_s, best_period_s)
+            and budget.over() is None):
         top = min(best_period_s, stop_s)
         limit = budget.limit
         if limit is not None and min(floor, stop_s) * (1 + CERTIFIED_GAP) >= best_period_s:

@@ -9,7 +9,7 @@ cost-to-go table of the best ``λ`` prunes the probes and the least-period pass 
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from .budget import Budget
 RelaxedDP = Any
 """A :class:`parapipe.search.relaxation.RelaxedDP` (not imported: that module imports this one)."""
 
-__all__ = ["LAGRANGE_UNIT", "cost_to_go", "lagrangian_period_bound"]
+__all__ = ["LAGRANGE_UNIT", "cost_to_go", "lagrangian_period_bound", "kelley"]
 
 LAGRANGE_UNIT = 15.0
 """Entries of the (NM, NM) move tables per unit of :data:`parapipe.search.budget.RELAX_WORK_PER_S` in a Lagrangian
@@ -81,26 +81,43 @@ def cost_to_go(dp: RelaxedDP, lam: np.ndarray) -> np.ndarray:
 def lagrangian_period_bound(dp: RelaxedDP, best_period_s: Optional[float] = None, iterations: int = 60,
                             budget: Optional[Budget] = None) -> Tuple[float, np.ndarray]:
     """``max over λ on the simplex of min over mode sequences of λ · busy`` (each value is a bound on the
-    period, since ``max_q busy_q >= λ · busy``), by Kelley's cutting planes (LPs solved with OR-Tools' GLOP).
+    period, since ``max_q busy_q >= λ · busy``), by Kelley's cutting planes (:func:`kelley`).
 
     Returns
     -------
     (bound_s, λ of the best value)
     """
+    return kelley(lambda lam: _lagrange_value(dp, lam), dp.k, best_period_s, iterations, budget,
+                  dp.n * dp.nm * dp.nm / LAGRANGE_UNIT)
+
+
+def kelley(value: Callable[[np.ndarray], Tuple[float, np.ndarray]], k: int, stop_at_s: Optional[float] = None,
+           iterations: int = 60, budget: Optional[Budget] = None, units_per_value: float = 0.0,
+           start: Optional[np.ndarray] = None) -> Tuple[float, np.ndarray]:
+    """``max over λ on the simplex of value(λ)`` for a concave piecewise-linear ``value`` given as ``λ -> (min
+    over some set of λ · busy, the busy (k,) vector of a minimiser)``, by Kelley's cutting planes: each minimiser
+    is a plane ``z <= λ · busy``, and the next ``λ`` maximises ``z`` over the planes so far (an LP, OR-Tools'
+    GLOP). Stops after ``iterations`` values, when the LP's optimum meets the best value (within 1e-6
+    relative: the maximum), at ``stop_at_s`` (no need beyond), or when ``budget`` runs out (each value charges
+    ``units_per_value``). ``start``: the first ``λ`` (default uniform).
+
+    Returns
+    -------
+    (best value, λ that reached it)
+    """
     from ortools.linear_solver import pywraplp
 
-    k = dp.k
-    lam = np.full(k, 1.0 / k)
+    lam = np.full(k, 1.0 / k) if start is None else np.asarray(start, dtype=float)
     best, best_lam = 0.0, lam
     cuts: List[np.ndarray] = []
     for _ in range(iterations):
-        val, busy = _lagrange_value(dp, lam)
+        val, busy = value(lam)
         if val > best:
             best, best_lam = val, lam
         cuts.append(busy)
         if budget is not None:
-            budget.spend(dp.n * dp.nm * dp.nm / LAGRANGE_UNIT)
-        if (best_period_s is not None and best >= best_period_s) or (budget is not None and budget.over()):
+            budget.spend(units_per_value)
+        if (stop_at_s is not None and best >= stop_at_s) or (budget is not None and budget.over()):
             break
         lp = pywraplp.Solver.CreateSolver("GLOP")
         x = [lp.NumVar(0.0, 1.0, f"l{q}") for q in range(k)]

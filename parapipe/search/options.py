@@ -57,8 +57,9 @@ class SearchOptions:
         in a row took this many deterministic seconds of ``time_limit_s``, that put no new point on the front
         (candidates polished most promising first, by :func:`parapipe.search.api.search`); 0: no such limit.
     bound_time_limit_s : float
-        Work budget (deterministic seconds) of the period lower bound's relaxation
-        (:func:`parapipe.search.bounds.lower_bounds`), shared with the relaxation that guides the period pass.
+        Work budget (deterministic seconds) of the period lower bounds (:func:`parapipe.search.bounds.lower_bounds`:
+        the relaxation that also guides the period pass, the stage-cut DP of the PU-reuse space, the relaxation's
+        min-max DP).
     replicate, replicate_time_limit_s : bool, float
         Also search mappings with replicated stages (:mod:`parapipe.search.replicate`), within this work budget
         (deterministic seconds).

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["SMALL_SET", "SWEEPS", "CHUNK", "pareto_mask", "front_indices", "dominates", "spread_rows"]
+__all__ = ["SMALL_SET", "SWEEPS", "CHUNK", "pareto_mask", "meet_on_grid", "front_indices", "dominates", "spread_rows"]
 
 SMALL_SET = 12
 """Up to this many rows the filter runs in plain Python (cheaper than numpy's per-call overhead; measured)."""
@@ -123,3 +123,14 @@ def spread_rows(rows: np.ndarray, cap: int) -> np.ndarray:
         if len(keep) <= cap or eps > 1:
             return np.sort(order[keep[:cap]])
         eps *= 1.5
+
+
+def meet_on_grid(x: np.ndarray, grid: float) -> np.ndarray:
+    """Rows of ``x`` (m, d) in the same cell of a ``grid``-wide lattice replaced by their componentwise minimum:
+    a row below each of them, so a lower bound computed from the result is still one, lowered by at most one
+    cell per component. Returns (m', d), m' <= m, in lexicographic order of the cells."""
+    keys = np.floor(x / grid)
+    order = np.lexsort(keys.T[::-1])
+    ks = keys[order]
+    starts = np.flatnonzero(np.r_[True, np.any(ks[1:] != ks[:-1], axis=1)])
+    return np.minimum.reduceat(x[order], starts, axis=0)

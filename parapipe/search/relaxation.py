@@ -71,7 +71,7 @@ import numpy as np
 from ..cost.problem import MappingProblem
 from .budget import Budget, BudgetExceeded
 from .lagrangian import cost_to_go, lagrangian_period_bound
-from .pareto import pareto_mask
+from .pareto import meet_on_grid, pareto_mask
 from .partitions import set_partitions
 
 __all__ = ["MAX_PUS", "GRID_REL", "CARRY_MAX_PUS", "MOVES_CACHE_MODES", "STEP_UNITS", "PARETO_UNIT", "spine", "RelaxedDP", "Relaxed", "relaxed_period_bound"]
@@ -125,16 +125,6 @@ def _comm(problem: MappingProblem, nb: float) -> np.ndarray:
     c = problem.alpha_s + nb / problem.beta_bytes_per_s
     c[np.eye(problem.n_pus, dtype=bool)] = 0.0
     return c
-
-
-def _meet_on_grid(x: np.ndarray, grid: float) -> np.ndarray:
-    """Labels in the same cell of a ``grid``-second lattice replaced by their componentwise minimum (a label
-    below each of them: the bound stays a bound, lowered by at most one cell per component per block)."""
-    keys = np.floor(x / grid)
-    order = np.lexsort(keys.T[::-1])
-    ks = keys[order]
-    starts = np.flatnonzero(np.r_[True, np.any(ks[1:] != ks[:-1], axis=1)])
-    return np.minimum.reduceat(x[order], starts, axis=0)
 
 
 def _replicated_charge(t: np.ndarray, groups: List[Tuple[int, ...]]) -> np.ndarray:
@@ -375,7 +365,7 @@ class RelaxedDP:
                 ok &= (x[:, :k] + x[:, k:k + 1] * member[m]) @ guide[0] + guide[1][v, m] < limit
             x = x[ok]
             if len(x) > 1 and grid > 0:
-                x = _meet_on_grid(x, grid)
+                x = meet_on_grid(x, grid)
             if len(x) <= 1:
                 return x
             rows = len(x)

@@ -66,7 +66,7 @@ import numpy as np
 from ..cost.problem import MappingProblem
 from .partitions import set_partitions
 
-__all__ = ["MAX_PUS", "PAIR_MAX_PUS", "WEIGHT_EXPONENTS", "stage_time_bounds", "stage_period_bound"]
+__all__ = ["MAX_PUS", "PAIR_MAX_PUS", "WEIGHT_EXPONENTS", "stage_run_bounds", "stage_time_bounds", "stage_period_bound"]
 
 WEIGHT_EXPONENTS = (0.5, 1.0, 1.5, 2.0, 3.0)
 """Exponents γ of the weighted-work bound's PU weights (any weights give a valid bound; these spread from near
@@ -158,10 +158,9 @@ def _input_bounds(problem: MappingProblem, t: np.ndarray, pus: Tuple[int, ...],
     return out
 
 
-def stage_time_bounds(problem: MappingProblem, runs: Optional[Dict[int, np.ndarray]] = None
-                      ) -> Dict[int, np.ndarray]:
-    """``lb(a, b, S)`` of the module docstring: per PU-set bit mask, an (n + 1, n + 1) array, seconds
-    (``runs``, when given, receives ``run(a, b, S)`` per mask)."""
+def stage_run_bounds(problem: MappingProblem) -> Dict[int, np.ndarray]:
+    """``run(a, b, S)`` of the module docstring (the makespan alone, no input hand-off): per PU-set bit mask, an
+    (n + 1, n + 1) array, seconds (``inf`` where a block runs on none of ``S``)."""
     t = problem.time_s
     n, k = t.shape
     out: Dict[int, np.ndarray] = {}
@@ -183,19 +182,29 @@ def stage_time_bounds(problem: MappingProblem, runs: Optional[Dict[int, np.ndarr
                 only = able.sum(axis=1) == 1
                 for i in range(r):
                     run = np.maximum(run, _range_sums(np.where(only & able[:, i], sub[:, i], 0.0)))
-            out[_mask(pus)] = _input_bounds(problem, t, pus) + run
-            if runs is not None:
-                runs[_mask(pus)] = run
+            out[_mask(pus)] = run
     return out
 
 
+def stage_time_bounds(problem: MappingProblem, runs: Optional[Dict[int, np.ndarray]] = None
+                      ) -> Dict[int, np.ndarray]:
+    """``lb(a, b, S)`` of the module docstring: per PU-set bit mask, an (n + 1, n + 1) array, seconds. ``runs``:
+    :func:`stage_run_bounds` of ``problem`` when already computed; an empty dict receives them."""
+    got = runs if runs else stage_run_bounds(problem)
+    if runs is not None and not runs:
+        runs.update(got)
+    return {m: _input_bounds(problem, problem.time_s, tuple(p for p in range(problem.n_pus) if m >> p & 1)) + run
+            for m, run in got.items()}
+
+
 def stage_period_bound(problem: MappingProblem, dispatch: Optional[np.ndarray] = None,
-                       target_s: Optional[float] = None) -> float:
+                       target_s: Optional[float] = None, runs: Optional[Dict[int, np.ndarray]] = None) -> float:
     """The bound of the module docstring, seconds: no mapping in which each PU serves at most one stage
     (replicated stages included) has a shorter period. ``dispatch``: ``d_S`` per PU-set bit mask (module
     docstring; None: 0). ``target_s`` (a period, e.g. the best one a search found): with at most
     :data:`PAIR_MAX_PUS` PUs, the second stage after a first stage is bounded from the first stage's frame shares
-    (module docstring, "Hand-off shares"); the bound then never exceeds ``target_s``.
+    (module docstring, "Hand-off shares"); the bound then never exceeds ``target_s``. ``runs``:
+    :func:`stage_run_bounds` of ``problem`` when already computed.
 
     Raises
     ------
@@ -205,7 +214,7 @@ def stage_period_bound(problem: MappingProblem, dispatch: Optional[np.ndarray] =
     n, k = problem.n_blocks, problem.n_pus
     if k > MAX_PUS:
         raise ValueError(f"{k} PUs: the stage bound handles at most {MAX_PUS}")
-    runs: Dict[int, np.ndarray] = {}
+    runs = dict(runs) if runs else {}
     lb = stage_time_bounds(problem, runs)
     if dispatch is not None:
         lb = {m: x + float(dispatch[m]) for m, x in lb.items()}
