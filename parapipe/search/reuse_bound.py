@@ -207,7 +207,8 @@ class ReuseStageDP:
         dist: List[float] = [0.0]  # per node: least λ-weighted cost of a path to it
         ids: List[Dict[Tuple[int, ...], int]] = [dict() for _ in range(n + 1)]
         ids[0][()] = 0
-        cuts, states = [0], [()]
+        cuts: List[int] = [0]
+        states: List[Tuple[int, ...]] = [()]
         src: List[int] = []
         dst: List[int] = []
         cost: List[float] = []
@@ -418,6 +419,7 @@ class ReuseStageDP:
         bound_sum = self.rest[cut_of[self.dst]] - limit * k  # a label's sum must stay below -this
         alive = np.ones(len(self.cost), dtype=bool)
         togo_lam = None
+        lam = np.zeros(k)
         if guide is not None:
             lam, h = guide
             togo_lam = h[self.dst] - limit
@@ -443,7 +445,7 @@ class ReuseStageDP:
                 y = x[None, :, :] + weight[es, None, :]  # (edges, labels, k)
                 keep = (y.max(axis=2) < limit) & (y.sum(axis=2) + bound_sum[es, None] < 0)
                 if togo_lam is not None:
-                    keep &= y @ guide[0] + togo_lam[es, None] < 0
+                    keep &= y @ lam + togo_lam[es, None] < 0
                 if budget is not None:
                     budget.spend(PROBE_ENTRY_UNITS * y.shape[0] * y.shape[1])
                 for i in np.flatnonzero(keep.any(axis=1)).tolist():
