@@ -81,9 +81,10 @@ REUSE_SHARE = 0.8
 """Share of what remains of the bound budget the stage-cut DP of :mod:`.reuse_bound` may spend on the PU-reuse
 space before the per-block relaxation's min-max DP gets the rest. Measured on the zoo × bundled profiles (``python
 benchmarks/search_bench.py``; the DP's work with ``time.process_time`` around it): where it certifies a 10 % gap
-the other bounds do not, it spent 0.2-0.35 deterministic s of the 0.5 s default budget; where its graph would not
-fit, its build stops early (:data:`parapipe.search.reuse_bound.PROJECT_FROM`) and leaves the rest to the
-relaxation, which certified Inception-v1 on the A311D profile with it."""
+the other bounds do not, it spent 0.3-0.45 deterministic s of the 0.6 s default budget
+(:class:`parapipe.search.options.SearchOptions` ``bound_time_limit_s``); where its graph would not fit, its build
+stops early (:data:`parapipe.search.reuse_bound.PROJECT_FROM`) and leaves the rest to the relaxation, which
+certified Inception-v1 on the A311D profile with it."""
 
 REPLICATED_RELAXATION_MAX_CELLS = 32
 """Largest problem (blocks × PUs) on which the relaxation with replicated-stage modes runs. Measured on the zoo

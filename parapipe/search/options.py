@@ -109,7 +109,7 @@ class SearchOptions:
     cpsat_stage_limit_s: float = 0.5
     polish_patience: int = 8
     polish_patience_s: float = 1.0
-    bound_time_limit_s: float = 0.5
+    bound_time_limit_s: float = 0.6
     period_gap: float = 0.10
     period_epsilon: float = 0.01
     period_time_limit_s: float = 2.0

@@ -71,29 +71,34 @@ __all__ = ["MAX_PUS", "EDGE_UNITS", "CALL_UNITS", "LAGRANGE_EDGE_UNITS", "PROBE_
 MAX_PUS = 5
 """Largest PU count the DP is built for (PU sets grow as 2^k, each with its stage-time table)."""
 
-EDGE_UNITS = 30.0
-"""Work units (:data:`parapipe.search.budget.RELAX_WORK_PER_S`) per edge of the graph built: the Python work of
-one move, about 8 µs. Measured with ``time.process_time`` around :class:`ReuseStageDP` on resnet50 and
-shufflenet on the A311D and RK3588 profiles (edge-heavy graphs: 3.5-4.4 M units/s charged)."""
+EDGE_UNITS = 26.0
+"""Work units (:data:`parapipe.search.budget.RELAX_WORK_PER_S`, 4 M per CPU second) per edge of the graph built:
+the Python work of one move, about 7 µs ..."""
 
-CALL_UNITS = 80.0
-"""Work units per (node, PU set) whose moves the build lists, edges or not: their stage costs and critical
-paths, about 20 µs (the same measurement on densenet121 on the A1000 profile, a graph of few edges)."""
+CALL_UNITS = 70.0
+"""... plus this per (node, PU set) whose moves the build lists, edges or not (their stage costs and critical
+paths, about 18 µs). Measured with ``time.process_time`` around :class:`ReuseStageDP` at a limit 10 % below the
+best period on resnet50, shufflenet, inception_v1 and inception_v2 on the A311D, RK3588 and AGX Orin profiles:
+3.3-4.0 M units charged per CPU second."""
 
 LAGRANGE_EDGE_UNITS = 0.15
-"""Work units per edge (and per node) of one Lagrangian value (a shortest path: numpy passes over the edges,
-about 28 M edges/s against the 4 M units/s of :data:`parapipe.search.budget.RELAX_WORK_PER_S`)."""
+"""Work units per edge (and per node) of one Lagrangian value (a shortest path: numpy passes over the edges; the
+same measurement around :meth:`ReuseStageDP.lagrange_value`: 3.1-3.2 M units per CPU second on graphs of
+2·10^4 edges)."""
 
-PROBE_ENTRY_UNITS = 0.5
-"""Work units per (edge, label) pair the probe extends (numpy over (edges, labels, PUs) arrays, about 8.5 M
-pairs/s). Both measured on shufflenet and resnet50 on the A311D and RK3588 profiles with ``time.process_time``
-around :meth:`ReuseStageDP.lagrange_value` and :meth:`ReuseStageDP.probe`, against the units charged."""
+PROBE_ENTRY_UNITS = 1.0
+"""Work units per (edge, label) pair the probe extends (numpy over (edges, labels, PUs) arrays, with its
+per-node Pareto filters charged as in :mod:`.relaxation`; the same measurement around :meth:`ReuseStageDP.probe`
+on shufflenet on the A311D and RK3588 profiles and inception_v1 on the A311D: 3.5-4.3 M units per CPU second)."""
 
 PROJECT_FROM = 0.125
 """From this fraction of the blocks on, the graph's build stops once its work so far, extrapolated linearly over
 the blocks, passes the budget (a graph it cannot finish bounds nothing; the budget is left to the per-block
-relaxation): on the zoo models x bundled profiles every build that finished stayed below that projection from
-there on (``python benchmarks/search_bench.py`` prints each model's bound and its method)."""
+relaxation). Builds do more work early on, so the projection over-estimates: measured on the zoo models × the
+A311D, RK3588, A1000 and Orin Nano profiles (the build's work per block at a limit 10 % below the best period), its
+largest value from here on was 1.06-1.18× the finished build's work where the DP certifies a gap the other bounds
+do not (resnet50, shufflenet: 0.9-1.2 M units), up to 1.45× on the largest graphs (inception_v2: 1.3-3.0 M units)
+and more only on graphs below 0.2 M units."""
 
 KEEP_LIVE = 2
 """Live producers per cut whose PUs a state keeps: the two largest tensors (a residual's shortcut and the
