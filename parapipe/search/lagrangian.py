@@ -92,14 +92,14 @@ def lagrangian_period_bound(dp: RelaxedDP, best_period_s: Optional[float] = None
 
 
 def kelley(value: Callable[[np.ndarray], Tuple[float, np.ndarray]], k: int, stop_at_s: Optional[float] = None,
-           iterations: int = 60, budget: Optional[Budget] = None, units_per_value: float = 0.0,
-           start: Optional[np.ndarray] = None) -> Tuple[float, np.ndarray]:
+           iterations: int = 60, budget: Optional[Budget] = None,
+           units_per_value: float = 0.0) -> Tuple[float, np.ndarray]:
     """``max over λ on the simplex of value(λ)`` for a concave piecewise-linear ``value`` given as ``λ -> (min
     over some set of λ · busy, the busy (k,) vector of a minimiser)``, by Kelley's cutting planes: each minimiser
     is a plane ``z <= λ · busy``, and the next ``λ`` maximises ``z`` over the planes so far (an LP, OR-Tools'
     GLOP). Stops after ``iterations`` values, when the LP's optimum meets the best value (within 1e-6
     relative: the maximum), at ``stop_at_s`` (no need beyond), or when ``budget`` runs out (each value charges
-    ``units_per_value``). ``start``: the first ``λ`` (default uniform).
+    ``units_per_value``). The first ``λ`` is uniform.
 
     Returns
     -------
@@ -107,7 +107,7 @@ def kelley(value: Callable[[np.ndarray], Tuple[float, np.ndarray]], k: int, stop
     """
     from ortools.linear_solver import pywraplp
 
-    lam = np.full(k, 1.0 / k) if start is None else np.asarray(start, dtype=float)
+    lam = np.full(k, 1.0 / k)
     best, best_lam = 0.0, lam
     cuts: List[np.ndarray] = []
     for _ in range(iterations):
