@@ -1,4 +1,5 @@
-"""Period and latency lower bounds (parapipe/search/bounds.py, relaxation.py) against brute force.
+"""Period and latency lower bounds (parapipe/search/bounds.py, relaxation.py, stage_bound.py, reuse_bound.py)
+against brute force.
 
 * the bounds hold for every enumerated mapping and for random mappings of any shape (random cuts, groups with PU
   reuse, assignments and schedule orders — schedules the searched spaces never build);
@@ -9,7 +10,10 @@
 * a proof of optimality is only claimed for the true optimum;
 * on chains (where pure pipelines are optimal) the relaxation is tight: within its 1 % label lattice of the
   brute-force optimum, hand-offs forced by unsupported blocks included; with replicated stages and forced
-  hand-offs the stage DP bound comes within 10 % of the best period found where the LP does not.
+  hand-offs the stage DP bound comes within 10 % of the best period found where the LP does not;
+* the stage-cut DP of the PU-reuse space (reuse_bound.py): its probe and Lagrangian lie below the brute-force
+  optimum, every stage of random mappings is one of its moves at no more than the stage's time, and on a residual
+  whose shortcut the per-block relaxation cannot see it reaches and proves the optimum.
 """
 from __future__ import annotations
 
