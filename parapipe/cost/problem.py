@@ -287,6 +287,16 @@ class MappingProblem:
             return 0.0
         return float(self.alpha_s[src, dst] + nbytes / self.beta_bytes_per_s[src, dst])
 
+    def comm_matrix_s(self, nbytes: float) -> np.ndarray:
+        """(k, k): :meth:`comm_s` of ``nbytes`` for every (source, destination) PU pair, seconds (0 on the
+        diagonal, and everywhere for an empty tensor)."""
+        k = self.n_pus
+        if nbytes <= 0:
+            return np.zeros((k, k))
+        c = np.asarray(self.alpha_s + nbytes / self.beta_bytes_per_s, dtype=float)
+        c[np.eye(k, dtype=bool)] = 0.0
+        return c
+
     def restrict_pus(self, keep: Sequence[int]) -> "MappingProblem":
         """Return the same problem over the PU indices ``keep`` (in that order).
 

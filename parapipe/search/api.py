@@ -285,15 +285,15 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     reuse = None  # the stage-cut DP's bound of the PU-reuse space: where it certifies the gap, no least-period pass
     if relaxed is not None and best_period > relaxed.bound_s * (1 + opts.period_gap):
         reuse = reuse_space_bound(bound_problem, best_period, relaxed.bound_s, bound_budget, relaxed, dispatch)
-    floor = max(relaxed.bound_s, reuse[0] if reuse is not None else 0.0) if relaxed is not None else 0.0
-    if relaxed is not None and best_period > floor * (1 + opts.period_gap):
-        eps = 0.0 if problem.n_blocks * problem.n_pus <= opts.exact_max_cells else opts.period_epsilon
-        period_m, period_report = period_pass(labels_problem, best_period, catalog, relaxed.guide(),
-                                              opts.period_time_limit_s, eps, opts.wall_safety_factor,
-                                              max_stages=opts.max_stages)
-        if period_m is not None:
-            m = merge_same_pu_stages(period_m)
-            cand_points.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m), origin="period"))
+        if reuse is None or best_period > reuse[0] * (1 + opts.period_gap):
+            eps = 0.0 if problem.n_blocks * problem.n_pus <= opts.exact_max_cells else opts.period_epsilon
+            period_m, period_report = period_pass(labels_problem, best_period, catalog, relaxed.guide(),
+                                                  opts.period_time_limit_s, eps, opts.wall_safety_factor,
+                                                  max_stages=opts.max_stages)
+            if period_m is not None:
+                m = merge_same_pu_stages(period_m)
+                cand_points.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m),
+                                               origin="period"))
     if op_space.op_sets is not None:  # the governors' points lie in the space too
         govs = governors(problem, cand_points, terms, evaluate)
         points += govs

@@ -101,6 +101,14 @@ class Budget:
             return WALL
         return None
 
+    def check(self, name: str, where: str) -> None:
+        """Raise :class:`BudgetExceeded` (its message ``"<name> stopped at <where> (<reason>)"``) when
+        :meth:`over`, with ``stop_point`` set to ``"<name> at <where>"``; for passes that stop at any point."""
+        why = self.over()
+        if why is not None:
+            self.stop_point = f"{name} at {where}"
+            raise BudgetExceeded(f"{name} stopped at {where} ({why})", why)
+
     def over_projected(self, done: int, total: int) -> Optional[str]:
         """:meth:`over`, or :data:`WORK` when the work counted after ``done`` of a pass's ``total`` steps,
         extrapolated linearly to ``total``, passes the limit (``projected`` is then set): for a pass that is of

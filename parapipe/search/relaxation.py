@@ -120,13 +120,6 @@ def spine(problem: MappingProblem) -> Tuple[np.ndarray, List[int]]:
     return on, prev
 
 
-def _comm(problem: MappingProblem, nb: float) -> np.ndarray:
-    """(k, k) transfer times of ``nb`` bytes, 0 on the diagonal."""
-    c = problem.alpha_s + nb / problem.beta_bytes_per_s
-    c[np.eye(problem.n_pus, dtype=bool)] = 0.0
-    return c
-
-
 def _replicated_charge(t: np.ndarray, groups: List[Tuple[int, ...]]) -> np.ndarray:
     """``h[v, g]``: the least busy time block ``v`` adds to every PU of ``groups[g]`` in a stage replicated over
     them (module docstring), ``inf`` where no partition into >= 2 replicas runs ``v``."""
@@ -235,7 +228,7 @@ class RelaxedDP:
             u = v - 1
             nb = problem.edge_nbytes.get((u, v), 0.0)
             if u in problem.preds[v] and min(problem.succs[u]) == v and nb > 0:
-                comm = _comm(problem, nb)
+                comm = problem.comm_matrix_s(nb)
                 # PUs the producer may sit on / that may run v: the mode's PU for a single-PU stage and for a
                 # spine block of a group stage (it is the mode's q), else the group's PUs that support it.
                 prod = np.where(repl[:, None] | ~on_spine[u], member, member_q) & finite[u][None, :]
@@ -245,7 +238,7 @@ class RelaxedDP:
                 h[~np.isfinite(h)] = 0.0
                 hand[v] = h
             if on_spine[v] and prev_spine[v] >= 0:
-                spine_comm[v] = _comm(problem, problem.edge_nbytes.get((prev_spine[v], v), 0.0))
+                spine_comm[v] = problem.comm_matrix_s(problem.edge_nbytes.get((prev_spine[v], v), 0.0))
         self._base: Dict[str, Any] = dict(nm=nm, member=member, single=single, pu=pu, gid=gid, repl=repl, hand=hand,
                           spine_comm=spine_comm, prev_spine=prev_spine)
         # Expanded modes (module docstring, "spine PU"): base mode m and s, the PU of the latest spine block
@@ -501,9 +494,7 @@ def relaxed_period_bound(problem: MappingProblem, best_period_s: float, floor_s:
         probe = top if (top - lo) <= 0.01 * top else 0.5 * (lo + hi)
 
 
+
 def _check(budget: Optional[Budget], v: int, n: int) -> None:
-    why = budget.over() if budget is not None else None
-    if why is not None:
-        assert budget is not None
-        budget.stop_point = f"relaxed bound at block {v} of {n}"
-        raise BudgetExceeded(f"relaxed bound stopped at block {v} of {n} ({why})", why)
+    if budget is not None:
+        budget.check("relaxed bound", f"block {v} of {n}")

@@ -116,11 +116,8 @@ def _pus(mask: int, k: int) -> List[int]:
 
 
 def _check(budget: Optional[Budget], what: str) -> None:
-    why = budget.over() if budget is not None else None
-    if why is not None:
-        assert budget is not None
-        budget.stop_point = f"reuse stage bound: {what}"
-        raise BudgetExceeded(f"reuse stage bound stopped at {what} ({why})", why)
+    if budget is not None:
+        budget.check("reuse stage bound", what)
 
 
 class ReuseStageDP:
@@ -171,8 +168,7 @@ class ReuseStageDP:
         self.hop: Dict[Tuple[int, int], np.ndarray] = {}
         self.hop_set: Dict[Tuple[int, int], np.ndarray] = {}
         for (u, v), nb in problem.edge_nbytes.items():
-            c = np.array(problem.alpha_s + nb / problem.beta_bytes_per_s if nb > 0 else np.zeros((k, k)), dtype=float)
-            c[np.eye(k, dtype=bool)] = 0.0
+            c = problem.comm_matrix_s(nb)
             per_pu = np.where(member[:, :, None], c[None], np.inf).min(axis=1)  # (2^k, k)
             self.hop[(u, v)] = per_pu
             self.hop_set[(u, v)] = np.where(member[None, :, :], per_pu[:, None, :], np.inf).min(axis=2)
@@ -213,7 +209,6 @@ class ReuseStageDP:
         ids: List[Dict[Tuple[int, ...], int]] = [dict() for _ in range(n + 1)]
         ids[0][()] = 0
         cuts: List[int] = [0]
-        states: List[Tuple[int, ...]] = [()]
         src: List[int] = []
         dst: List[int] = []
         cost: List[float] = []
@@ -242,7 +237,6 @@ class ReuseStageDP:
                         if at is None:
                             at = ids[b][nxt] = len(cuts)
                             cuts.append(b)
-                            states.append(nxt)
                             dist.append(d)
                         elif d < dist[at]:
                             dist[at] = d
@@ -253,7 +247,6 @@ class ReuseStageDP:
                 out[node] = (first, len(src))
         self.out = out
         self.node_cut = np.array(cuts)
-        self.states = states
         self.src, self.dst = np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
         self.cost, self.group = np.array(cost), np.array(group, dtype=np.int64)
         self.end = ids[n].get(())

@@ -189,12 +189,10 @@ def stage_run_bounds(problem: MappingProblem) -> Dict[int, np.ndarray]:
 def stage_time_bounds(problem: MappingProblem, runs: Optional[Dict[int, np.ndarray]] = None
                       ) -> Dict[int, np.ndarray]:
     """``lb(a, b, S)`` of the module docstring: per PU-set bit mask, an (n + 1, n + 1) array, seconds. ``runs``:
-    :func:`stage_run_bounds` of ``problem`` when already computed; an empty dict receives them."""
-    got = runs if runs else stage_run_bounds(problem)
-    if runs is not None and not runs:
-        runs.update(got)
+    :func:`stage_run_bounds` of ``problem`` when already computed."""
+    runs = runs or stage_run_bounds(problem)
     return {m: _input_bounds(problem, problem.time_s, tuple(p for p in range(problem.n_pus) if m >> p & 1)) + run
-            for m, run in got.items()}
+            for m, run in runs.items()}
 
 
 def stage_period_bound(problem: MappingProblem, dispatch: Optional[np.ndarray] = None,
@@ -214,7 +212,7 @@ def stage_period_bound(problem: MappingProblem, dispatch: Optional[np.ndarray] =
     n, k = problem.n_blocks, problem.n_pus
     if k > MAX_PUS:
         raise ValueError(f"{k} PUs: the stage bound handles at most {MAX_PUS}")
-    runs = dict(runs) if runs else {}
+    runs = runs or stage_run_bounds(problem)
     lb = stage_time_bounds(problem, runs)
     if dispatch is not None:
         lb = {m: x + float(dispatch[m]) for m, x in lb.items()}
