@@ -15,7 +15,7 @@ import pytest
 from matplotlib.image import imread
 
 from parapipe.errors import InputError
-from parapipe.mapping import parse_pareto, select_point
+from parapipe.mapping import parse_pareto, read_pareto, select_point
 from parapipe.report import (gantt_bars, gantt_from_trace, plot_gantt, plot_pareto, plot_utilisation,
                              staircase, stage_offsets_s, utilisation)
 from parapipe.report import gantt as gantt_mod
@@ -230,6 +230,32 @@ def test_plot_worker_draws_the_png_plot_pareto_draws_and_exits(doc, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["here.png", "worker.png"]
 
 
+def test_pareto_json_is_written_while_the_worker_draws(doc, tmp_path):
+    """write_outputs hands the document to the worker, writes pareto.json's temp file while the worker draws, then
+    waits for the plot; both files appear, and no temp file is left."""
+    from parapipe.app.optimize import write_outputs
+    from parapipe.app.plot_worker import PlotWorker
+
+    worker = PlotWorker()
+    real, events = worker.proc.stdout, []
+
+    class Watched:
+        def readline(self):
+            events.append(("reply", sorted(f.name for f in tmp_path.iterdir() if f.stat().st_size)))
+            return real.readline()
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    worker.proc.stdout = Watched()
+    write_outputs(doc, tmp_path, True, worker=worker)
+    assert worker.proc.returncode is not None and worker.proc.stdin.closed
+    [(what, written)] = events  # when it waited for the reply, pareto.json's temp file was written
+    assert what == "reply" and any(name.startswith(".pareto.json.") for name in written)
+    assert sorted(os.listdir(tmp_path)) == ["pareto.json", "pareto.png"]
+    assert read_pareto(tmp_path / "pareto.json") == doc
+
+
 def test_plot_worker_exits_without_a_request():
     from parapipe.app.plot_worker import PlotWorker
 
@@ -267,7 +293,8 @@ def test_ctrl_c_while_the_worker_draws_kills_it_and_leaves_no_file(doc, tmp_path
     class Interrupted:
         def readline(self):
             deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and not any(f.stat().st_size for f in tmp_path.iterdir()):
+            while time.monotonic() < deadline and not any(f.stat().st_size for f in tmp_path.iterdir()
+                                                          if f.name.endswith(".png")):
                 time.sleep(0.005)  # the worker draws, then writes the temp file
             raise KeyboardInterrupt
 

@@ -1,7 +1,8 @@
-"""The DP passes in forked worker processes (:mod:`parapipe.search.parallel`) give what they give in one process:
-the same fronts and reports (seconds apart), the reuse pass's larger budget when the disjoint pass finds
-nothing, a child's exception raised in the parent, the wall-clock safety limit reported; Ctrl-C ends the parent
-with KeyboardInterrupt and leaves no worker process behind."""
+"""The DP passes and the CP-SAT polish in forked worker processes (:mod:`parapipe.search.parallel`) give what
+they give in one process: the same fronts and reports (seconds apart), a polish whose worker dies run here, the
+reuse pass's larger budget when the disjoint pass finds nothing, a child's exception raised in the parent, the
+wall-clock safety limit reported; Ctrl-C ends the parent with KeyboardInterrupt and leaves no worker process
+behind; the load that decides the workers leaves out this process's own children."""
 from __future__ import annotations
 
 import os
@@ -44,14 +45,47 @@ def test_parallel_passes_give_the_sequential_results_on_a_zoo_model():
     assert _passes(pr, 2) == one  # reuse forked, replicated here
 
 
-def test_parallel_search_gives_the_sequential_front():
-    pr = random_problem(20, 4, seed=5)
-    a, b = (search(pr, SearchOptions(workers=w, time_limit_s=2)) for w in (1, 3))
-    assert [(p.mapping, p.objectives(), p.origin) for p in a.front()] == \
-           [(p.mapping, p.objectives(), p.origin) for p in b.front()]
+def _whole(result):
+    """Everything a search result reports but its seconds: every point, the bounds, the spaces, the polish."""
     drop = {"seconds"}
-    assert {k: {f: v for f, v in s.items() if f not in drop} for k, s in a.info["spaces"].items()} == \
-           {k: {f: v for f, v in s.items() if f not in drop} for k, s in b.info["spaces"].items()}
+    return ([(p.id, p.strategy, p.mapping, p.objectives(), p.origin, p.pareto, p.stage_schedules)
+             for p in result.points], result.bounds.info(),
+            {k: {f: v for f, v in s.items() if f not in drop} for k, s in result.info["spaces"].items()},
+            result.info["cpsat"])
+
+
+def test_parallel_search_gives_the_sequential_front():
+    """DP passes forked, then the CP-SAT polish forked next to the bounds: the same result as in one process."""
+    pr = random_problem(20, 4, seed=2)  # 10 solves for the baselines, 6 for the DP's candidates
+    a, b = (search(pr, SearchOptions(workers=w, time_limit_s=2)) for w in (1, 3))
+    assert a.info["cpsat"]["solves"] == 16 and any(p.origin == "cp-sat" for p in a.points)
+    assert _whole(a) == _whole(b)
+
+
+def test_a_polish_that_fails_only_in_its_worker_is_run_again_here(monkeypatch):
+    """The polish's worker dies without an answer: the polish runs here, with the result of one process."""
+    import parapipe.search.api as api
+
+    pr = random_problem(20, 4, seed=2)
+    one = _whole(search(pr, SearchOptions(workers=1, time_limit_s=2)))
+    parent, real, forked = os.getpid(), api._polish_candidates, []
+
+    def only_here(*args, **kw):
+        if os.getpid() != parent:
+            os._exit(3)
+        forked.append(False)
+        return real(*args, **kw)
+
+    real_workers = passes.pass_workers
+
+    def counted(*args, **kw):
+        forked.append(True)
+        return real_workers(*args, **kw)
+
+    monkeypatch.setattr(api, "_polish_candidates", only_here)
+    monkeypatch.setattr(api, "pass_workers", counted)
+    assert _whole(search(pr, SearchOptions(workers=3, time_limit_s=2))) == one
+    assert forked == [True, False]  # the polish was forked, died there, and ran here once
 
 
 def test_the_reuse_pass_gets_its_larger_budget_when_the_disjoint_pass_finds_nothing(monkeypatch):
@@ -122,6 +156,23 @@ def test_automatic_workers_fork_only_large_problems_where_cpus_are_idle(monkeypa
     assert pass_workers(big, SearchOptions()) == 1
     monkeypatch.undo()
     assert 0 <= passes._other_runnable() < 10_000
+
+
+def test_this_process_s_own_running_children_are_not_counted_as_other_load():
+    """A child that spins (as the plot process importing matplotlib) is counted by ``_running_children``, which
+    ``_other_runnable`` takes off the machine's count; once it has exited it is not."""
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        import time
+
+        deadline = time.monotonic() + 60
+        while passes._running_children() < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the interpreter has started and spins
+        assert passes._running_children() >= 1
+    finally:
+        child.kill()
+        child.wait()
+    assert passes._running_children() == 0
 
 
 @pytest.mark.parametrize("to", ["group", "parent"])
@@ -211,19 +262,40 @@ def test_idle_work_runs_here_only_while_a_worker_is_still_busy(tmp_path):
 
 
 def test_the_search_imports_its_solvers_while_it_waits_for_the_workers(monkeypatch):
-    """With polishing on and forked passes, the passes hand :func:`passes.import_solvers` to the workers'
-    idle time; without polishing they hand nothing."""
+    """With polishing on and forked passes, the passes hand the solvers' import to the workers' idle time (CP-SAT
+    only where the disjoint pass or the parallel baselines have a stage to polish); without polishing nothing."""
     import parapipe.search.parallel as parallel
 
-    seen = []
+    seen, imported = [], []
     real = parallel.run_in_workers
 
     def spy(jobs, n_workers, here, idle=None):
         seen.append(idle)
-        return real(jobs, n_workers, here, idle=idle)
+        n = len(imported)
+        got = real(jobs, n_workers, here, idle=idle)
+        if idle is not None and len(imported) == n:  # the workers were done before: what it would have imported
+            idle()
+        return got
 
     monkeypatch.setattr(parallel, "run_in_workers", spy)
+    monkeypatch.setattr(passes, "import_solvers", lambda cpsat=True: imported.append(cpsat))
     pr = random_problem(24, 4, seed=3)
     _passes(pr, 3)
     _passes(pr, 3, polish=False)
-    assert seen == [passes.import_solvers, None]
+    assert seen[0] is not None and seen[1] is None
+    assert imported == [True]
+    _passes(pr, 3, cpsat_max_blocks=1)  # no stage of one block on two PUs or more: nothing for CP-SAT
+    assert imported == [True, False]
+
+
+def test_cpsat_is_wanted_for_a_polishable_stage_of_the_disjoint_pass_or_of_a_parallel_baseline():
+    from parapipe.cost.mapping import Mapping, StageMapping
+
+    pr = random_problem(12, 3, seed=1)
+    singles = Mapping((StageMapping(0, 6, (0,), (0,) * 6), StageMapping(6, 12, (1,), (1,) * 6)))
+    group = Mapping((StageMapping(0, 6, (0,), (0,) * 6), StageMapping(6, 12, (1, 2), (1, 2) * 3)))
+    opts = SearchOptions(cpsat_max_blocks=6)  # the parallel baselines' one stage holds 12 blocks: too large
+    assert not passes.cpsat_wanted(pr, opts, [singles])
+    assert passes.cpsat_wanted(pr, opts, [singles, group])
+    assert not passes.cpsat_wanted(pr, SearchOptions(cpsat_max_blocks=6, polish=False), [group])
+    assert passes.cpsat_wanted(pr, SearchOptions(cpsat_max_blocks=12), [singles])  # the parallel baselines'

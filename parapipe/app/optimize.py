@@ -185,12 +185,14 @@ def write_outputs(doc: ParetoDoc, out_dir: Path, plot: bool = True, soc: Optiona
         if png.exists():
             png.unlink()
         return
-    with atomic_path(png, suffix=".png") as tmp_png:
-        if worker is None or not worker.draw(doc, soc, tmp_png):
+    with atomic_path(png, suffix=".png") as tmp_png, atomic_path(out_dir / "pareto.json") as tmp_json:
+        # pareto.json is written while the worker draws; both are renamed into place once both are written
+        if worker is None or not worker.draw(doc, soc, tmp_png, meanwhile=lambda: write_pareto(doc, tmp_json)):
             from parapipe.report.plots import plot_pareto
 
             plot_pareto(doc, tmp_png, soc=soc)
-        write_pareto(doc, out_dir / "pareto.json")
+        if worker is None:
+            write_pareto(doc, tmp_json)
 
 
 def check_out_dir(out_dir: Path) -> None:

@@ -19,7 +19,7 @@ import pickle
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +39,9 @@ class PlotWorker:
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                                      start_new_session=True)
 
-    def draw(self, doc: Any, soc: Any, path: Path) -> bool:
-        """Have the worker write the Pareto plot of ``doc`` to ``path`` (a temp file the caller owns); wait for it.
+    def draw(self, doc: Any, soc: Any, path: Path, meanwhile: Optional[Callable[[], None]] = None) -> bool:
+        """Have the worker write the Pareto plot of ``doc`` to ``path`` (a temp file the caller owns); run
+        ``meanwhile()`` here while it draws (such as writing pareto.json: the plot takes about 0.5 s); wait for it.
 
         Returns
         -------
@@ -50,8 +51,8 @@ class PlotWorker:
         Raises
         ------
         BaseException
-            Anything raised while waiting (KeyboardInterrupt) after the worker was killed and reaped, so that
-            it writes nothing more.
+            Anything raised by ``meanwhile()`` or while waiting (KeyboardInterrupt), after the worker was killed
+            and reaped, so that it writes nothing more.
         """
         reply = b""
         try:
@@ -61,8 +62,13 @@ class PlotWorker:
             try:
                 stdin.write(b"%d\n" % len(payload) + payload)
                 stdin.close()
-                reply = stdout.readline()
             except OSError as exc:  # the worker is gone (broken pipe)
+                log.debug("plot worker: %s", exc)
+            if meanwhile is not None:
+                meanwhile()
+            try:
+                reply = stdout.readline()
+            except OSError as exc:
                 log.debug("plot worker: %s", exc)
         finally:
             self.close()

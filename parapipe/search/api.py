@@ -10,7 +10,10 @@ and bounds the period (:mod:`.bounds`). Where the best period found is more than
 relaxation's Lagrangian bound, it adds the pipelines of single-PU stages read off that relaxation
 (:mod:`.relaxed_sequences`), takes the stage-cut DP's bound of the PU-reuse space
 (:func:`.bounds.reuse_space_bound`), and, where the best period is still more than ``period_gap`` above both,
-runs the least-period pass (:func:`.passes.period_pass`) below the best period so far.
+runs the least-period pass (:func:`.passes.period_pass`) below the best period so far. These take the best period
+found before the CP-SAT polish as their reference (the polish re-schedules blocks inside multi-PU stages; on the
+zoo models × bundled profiles it never lowered the best period), so that where :func:`.passes.pass_workers` gives
+two processes or more, a forked worker (:mod:`.parallel`) polishes while this process bounds.
 
 **Exactness.** Up to :data:`parapipe.search.options.EXACT_MAX_CELLS` blocks × PUs (e.g. 8 blocks on 4 PUs, 10 on
 3, 16 on 2) the front is the exact Pareto front of the union of the spaces searched: pure pipelines in which PUs
@@ -55,7 +58,7 @@ from .cpsat import TIME_UNIT_S
 from .options import SearchOptions
 from .op_variants import baselines_at_ops, governors, retimed
 from .pareto import pareto_mask
-from .passes import period_pass, run_passes
+from .passes import pass_workers, period_pass, run_passes
 from .polish import Polisher, stage_kinds
 from .points import OBJECTIVE_DIGITS, SearchPoint, SearchResult, objective_matrix
 from .relaxed_sequences import relaxed_sequence_mappings
@@ -258,42 +261,69 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
         best = min(p.evaluation.period_s for p in points)
         return best / overlap if overlap > 0 else best
 
-    if to_polish:  # each polished candidate right after its DP mapping (the order ties are broken in)
-        polished_at = _polish_candidates(polisher, cand_points, to_polish, opts.objectives, *patience,
-                                         lambda m: evaluate(problem, m, terms), lambda p: p.evaluation.period_s)
-        cand_points = [q for i, p in enumerate(cand_points[:n_dp])
-                       for q in ((p, polished_at[i]) if i in polished_at else (p,))] + cand_points[n_dp:]
-    # The least period of the PU-reuse space, exactly, guided by the bound's relaxation (which may already prove
-    # the best period found optimal).
+    # The period bounds, and the mappings read off them, take the best period before the polish as their
+    # reference, so that they need not wait for it: a forked worker polishes while this process bounds (the polish
+    # re-schedules the blocks inside multi-PU stages; on the zoo models x bundled profiles it never lowered the
+    # best period, which is what the bounds are judged against at the end).
     best_period = best_period_s(cand_points)
-    t_b = time.monotonic()
     # the bounds' problem: stage-level measurements may beat block sums, so bound (and guide the period pass,
     # which then never prunes a mapping the cost model could still reach) on the optimistic times
     bound_problem = optimistic_problem(labels_problem)
     dispatch = dispatch_table(problem.pu_names, terms)
-    period_report: Optional[Dict[str, Any]] = None  # the period pass's report (pareto.json: search.spaces.period)
     bound_budget = Budget.of_seconds(opts.bound_time_limit_s, RELAX_WORK_PER_S, opts.wall_safety_factor)
-    relaxed = _relaxation(bound_problem, best_period, bound_budget, dispatch)
-    if relaxed is not None and opts.reuse_pus and best_period > relaxed.bound_s * (1 + opts.period_gap):
-        # pipelines of single-PU stages read off the relaxation (a primal heuristic, module relaxed_sequences):
-        # a faster best period also tightens the least-period pass below
-        for _, m in relaxed_sequence_mappings(relaxed.dp, best_period, (relaxed.lam, relaxed.h_probe),
-                                              max_stages=opts.max_stages):
-            cand_points.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m),
-                                           origin="relaxation"))
-        best_period = best_period_s(cand_points)
-    reuse = None  # the stage-cut DP's bound of the PU-reuse space: where it certifies the gap, no least-period pass
-    if relaxed is not None and best_period > relaxed.bound_s * (1 + opts.period_gap):
-        reuse = reuse_space_bound(bound_problem, best_period, relaxed.bound_s, bound_budget, relaxed, dispatch)
-        if reuse is None or best_period > reuse[0] * (1 + opts.period_gap):
-            eps = 0.0 if problem.n_blocks * problem.n_pus <= opts.exact_max_cells else opts.period_epsilon
-            period_m, period_report = period_pass(labels_problem, best_period, catalog, relaxed.guide(),
-                                                  opts.period_time_limit_s, eps, opts.wall_safety_factor,
-                                                  max_stages=opts.max_stages)
-            if period_m is not None:
-                m = merge_same_pu_stages(period_m)
-                cand_points.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m),
-                                               origin="period"))
+
+    def bound_and_period() -> Tuple[Any, Optional[Tuple[float, bool, str]], Optional[Dict[str, Any]],
+                                    List[SearchPoint], float]:
+        """The relaxation, the stage-cut DP's bound of the PU-reuse space (where it runs), the least-period
+        pass's report (pareto.json: search.spaces.period; None where it does not run), the mappings read off
+        them, and the seconds taken."""
+        t = time.monotonic()
+        best, extra, reuse, report = best_period, [], None, None
+        relaxed = _relaxation(bound_problem, best, bound_budget, dispatch)
+        if relaxed is not None and opts.reuse_pus and best > relaxed.bound_s * (1 + opts.period_gap):
+            # pipelines of single-PU stages read off the relaxation (a primal heuristic, module relaxed_sequences):
+            # a faster best period also tightens the least-period pass below
+            for _, m in relaxed_sequence_mappings(relaxed.dp, best, (relaxed.lam, relaxed.h_probe),
+                                                  max_stages=opts.max_stages):
+                extra.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m),
+                                         origin="relaxation"))
+            if extra:
+                best = min(best, best_period_s(extra))
+        # where the stage-cut DP's bound of the PU-reuse space certifies the gap, no least-period pass: that pass
+        # finds the least period of the PU-reuse space, exactly, guided by the relaxation
+        if relaxed is not None and best > relaxed.bound_s * (1 + opts.period_gap):
+            reuse = reuse_space_bound(bound_problem, best, relaxed.bound_s, bound_budget, relaxed, dispatch)
+            if reuse is None or best > reuse[0] * (1 + opts.period_gap):
+                eps = 0.0 if problem.n_blocks * problem.n_pus <= opts.exact_max_cells else opts.period_epsilon
+                period_m, report = period_pass(labels_problem, best, catalog, relaxed.guide(),
+                                               opts.period_time_limit_s, eps, opts.wall_safety_factor,
+                                               max_stages=opts.max_stages)
+                if period_m is not None:
+                    m = merge_same_pu_stages(period_m)
+                    extra.append(SearchPoint("", "parapipe", m, evaluate(problem, m, terms), stage_kinds(m),
+                                             origin="period"))
+        return relaxed, reuse, report, extra, time.monotonic() - t
+
+    def polish() -> Tuple[Dict[int, SearchPoint], Dict[str, Any]]:
+        got = _polish_candidates(polisher, cand_points, to_polish, opts.objectives, *patience,
+                                 lambda m: evaluate(problem, m, terms), lambda p: p.evaluation.period_s)
+        return got, polisher.outcome()
+
+    polished_at: Dict[int, SearchPoint] = {}
+    if to_polish and pass_workers(problem, opts) >= 2:
+        from .parallel import run_in_workers
+
+        relaxed, reuse, period_report, extra, chain_s, forked = run_in_workers({"polish": (polish, ())}, 1,
+                                                                                bound_and_period)
+        polished_at, outcome = forked["polish"] if "polish" in forked else polish()
+        polisher.adopt(outcome)
+    else:
+        relaxed, reuse, period_report, extra, chain_s = bound_and_period()
+        if to_polish:
+            polished_at, _ = polish()
+    # each polished candidate right after its DP mapping (the order ties are broken in)
+    cand_points = [q for i, p in enumerate(cand_points[:n_dp])
+                   for q in ((p, polished_at[i]) if i in polished_at else (p,))] + cand_points[n_dp:] + extra
     if op_space.op_sets is not None:  # the governors' points lie in the space too
         govs = governors(problem, cand_points, terms, evaluate)
         points += govs
@@ -318,12 +348,13 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
     on_front = {objs[j] for j in np.flatnonzero(pareto_mask(np.array(objs)))}
     for i, p in enumerate(all_points):
         p.pareto = objs[i] in on_front
+    t_lb = time.monotonic()
     bounds = lower_bounds(bound_problem, best_period_s=best_period_s(front), relaxed=relaxed,
                           replicated=opts.replicate, budget=bound_budget, dispatch=dispatch, reuse=reuse)
     if overlap < 1.0:
         bounds = _bounds_with_overlap(bounds, overlap, min(p.evaluation.period_s for p in front))
     stats = {"search_s": time.monotonic() - t0, "dp_s": t_dp, "dp_states": n_states,
-             "bound_s": time.monotonic() - t_b}
+             "bound_s": chain_s + time.monotonic() - t_lb}
     cells = problem.n_blocks * problem.n_pus
     claimed = ["disjoint", "pipeline"] + (["reuse"] if opts.reuse_pus else []) + (
         ["replicated"] if opts.replicate else [])

@@ -79,7 +79,8 @@ class SearchOptions:
     workers : int
         Processes the DP passes run in (:func:`parapipe.search.passes.pass_workers`): 0 (default) automatic (up
         to 3 where the CPUs allow and the problem is large enough to gain), 1 all in this process; 2 or 3 fork the
-        replicated and reuse passes whatever the size. The results are the same whatever the value.
+        replicated and reuse passes whatever the size; from 2 the CP-SAT polish is forked too, next to the bounds.
+        The results are the same whatever the value.
     wall_safety_factor : float
         Wall-clock safety limit of every budget: this many times its deterministic seconds, plus
         :data:`parapipe.search.budget.SAFETY_FLOOR_S` (0: none). Only a runaway pass on a badly overloaded machine

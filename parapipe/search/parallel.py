@@ -1,4 +1,6 @@
-"""Run independent search passes in forked worker processes while this process runs another.
+"""Run independent search passes in forked worker processes while this process runs another: the PU-reuse and
+replicated DP passes next to the disjoint one (:func:`parapipe.search.passes.run_passes`), the CP-SAT polish next
+to the bounds (:func:`parapipe.search.api.search`).
 
 :func:`run_in_workers` forks one process per job (``multiprocessing``'s ``fork`` start method: a child starts
 with everything this process has imported and built, such as the memoised stage catalogue, in a few

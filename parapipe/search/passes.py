@@ -37,7 +37,8 @@ from .stages import STAGE_KINDS
 from .replicate import ReplicatedDeadline, replicated_front
 from .transitions import StageCatalog
 
-__all__ = ["SpaceReport", "run_passes", "pass_workers", "period_pass", "PARALLEL_MIN_CELLS"]
+__all__ = ["SpaceReport", "run_passes", "pass_workers", "period_pass", "import_solvers", "cpsat_wanted",
+           "PARALLEL_MIN_CELLS"]
 
 log = logging.getLogger(__name__)
 
@@ -134,9 +135,16 @@ def run_passes(problem: MappingProblem, opts, catalog: StageCatalog,
         for kind in STAGE_KINDS:  # children inherit the catalogue: built here once, not once per process
             for i in range(problem.n_blocks):
                 catalog.exits(i, kind)
-        out, reports, states, results = run_in_workers(
-            jobs, workers - 1, lambda: _disjoint(problem, opts, catalog, small, progress),
-            idle=import_solvers if opts.polish else None)
+        mine: Dict[str, Any] = {}
+
+        def here() -> Tuple[Dict[str, List[Mapping]], Dict[str, SpaceReport], int]:
+            mine["disjoint"] = _disjoint(problem, opts, catalog, small, progress)
+            return mine["disjoint"]
+
+        def idle() -> None:
+            import_solvers(cpsat=cpsat_wanted(problem, opts, mine["disjoint"][0]["disjoint"]))
+
+        out, reports, states, results = run_in_workers(jobs, workers - 1, here, idle=idle if opts.polish else None)
         for name in ("replicated", "reuse"):
             if name == "reuse" and not out["disjoint"]:
                 results.pop(name, None)  # its budget depends on the disjoint pass's (empty) result: run it again
@@ -153,13 +161,28 @@ def run_passes(problem: MappingProblem, opts, catalog: StageCatalog,
     return out, reports, states + reports["replicated"].states + reports["reuse"].states
 
 
-def import_solvers() -> None:
-    """Import OR-Tools' CP-SAT (the polish's solver) and GLOP (the bounds' LP) now, while this process would only
-    wait for the DP passes' workers: each is otherwise imported on first use, on the search's critical path
-    (``python -X importtime -c "from ortools.sat.python import cp_model"``: 0.22 s, 0.17 s of it pandas, which
-    ``cp_model`` imports; ``ortools.linear_solver.pywraplp``: 0.04 s, both on a 2-core x86-64 VM)."""
+def import_solvers(cpsat: bool = True) -> None:
+    """Import OR-Tools' GLOP (the bounds' LP) and, with ``cpsat``, CP-SAT (the polish's solver) now, while this
+    process would only wait for the DP passes' workers: each is otherwise imported on first use, on the search's
+    critical path (``python -X importtime -c "from ortools.sat.python import cp_model"``: 0.22 s, 0.17 s of it
+    pandas, which ``cp_model`` imports; ``ortools.linear_solver.pywraplp``: 0.04 s, both on a 2-core x86-64 VM)."""
     from ortools.linear_solver import pywraplp  # noqa: F401
-    from ortools.sat.python import cp_model  # noqa: F401
+
+    if cpsat:
+        from ortools.sat.python import cp_model  # noqa: F401
+
+
+def cpsat_wanted(problem: MappingProblem, opts, disjoint: List[Mapping]) -> bool:
+    """Whether the polish (``opts.polish``) will hand a stage to CP-SAT that is known before the other passes end:
+    one of the ``disjoint`` pass's mappings or of the parallel baselines has a stage
+    :func:`parapipe.search.polish.polishable`. Where none has, CP-SAT's import (0.2 s, :func:`import_solvers`)
+    would only outlast the workers (DenseNet-121 on the A1000 profile: no stage to polish, and the import ran
+    0.12 s past the last worker); a mapping of another pass that wants it imports it on first use."""
+    from .baselines import parallel_mappings
+    from .polish import polishable
+
+    return bool(opts.polish) and any(polishable(st, opts.cpsat_max_blocks) for m in
+                                     [*disjoint, *parallel_mappings(problem)] for st in m.stages)
 
 
 PARALLEL_MIN_CELLS = 96
@@ -177,9 +200,9 @@ def pass_workers(problem: MappingProblem, opts) -> int:
     Three processes on two idle CPUs share them out better than two (the parent would run the disjoint and
     replicated passes in turn): DenseNet-121 on the A1000 profile, passes 1.26 s in one process, 0.96 s in two,
     0.78 s in three (best of 8 runs of :func:`run_passes` with ``SearchOptions.workers`` 1, 2, 3 on a 2-core
-    x86-64 VM); 1
-    below :data:`PARALLEL_MIN_CELLS` blocks × PUs or where the ``fork`` start method does not exist. Whatever
-    the count, the results are the same."""
+    x86-64 VM); 1 below :data:`PARALLEL_MIN_CELLS` blocks × PUs or where the ``fork`` start method does not
+    exist. The search forks its CP-SAT polish next to the bounds where this is 2 or more. Whatever the count, the
+    results are the same."""
     if opts.workers == 1 or not hasattr(os, "fork"):
         return 1
     if opts.workers > 1:
@@ -196,17 +219,62 @@ def pass_workers(problem: MappingProblem, opts) -> int:
 
 
 def _other_runnable() -> int:
-    """Processes other than this one running or waiting for a CPU now (Linux ``/proc/loadavg``'s fourth field,
-    proc(5)); elsewhere the 1-minute load average less this process, rounded."""
-    try:
-        with open("/proc/loadavg") as f:
-            return max(0, int(f.read().split()[3].split("/")[0]) - 1)
-    except (OSError, IndexError, ValueError):
-        pass
+    """Processes other than this one and its own children running or waiting for a CPU now: the least, over
+    :data:`LOAD_READINGS` readings, of Linux ``/proc/loadavg``'s fourth field (proc(5)) less this process and its
+    children in state R (``/proc/<pid>/stat``),
+    such as the plot process importing matplotlib (:mod:`parapipe.app.plot_worker`), whose work is this command's
+    own and is done well before the search's; elsewhere the 1-minute load average less this process, rounded.
+
+    Measured: with the plot process counted, ``parapipe optimize densenet121 --soc black_sesame_a1000`` forked one
+    worker, not two, and ran the replicated pass after the disjoint pass here (0.32 s more on the search's
+    critical path of a 2-core x86-64 VM)."""
+    others = None
+    for _ in range(LOAD_READINGS):
+        try:
+            with open("/proc/loadavg") as f:
+                running = int(f.read().split()[3].split("/")[0])
+        except (OSError, IndexError, ValueError):
+            break
+        now = max(0, running - 1 - _running_children())
+        others = now if others is None else min(others, now)
+        if others == 0:
+            break
+        time.sleep(LOAD_READING_GAP_S)
+    if others is not None:
+        return others
     try:
         return max(0, int(round(os.getloadavg()[0])) - 1)
     except (AttributeError, OSError):
         return 0
+
+
+LOAD_READINGS = 3
+"""Readings of ``/proc/loadavg`` :func:`_other_runnable` takes the least of, :data:`LOAD_READING_GAP_S` apart: one
+reading also counts a kernel thread that runs for microseconds (on an idle 2-core x86-64 VM, ``python -c`` reading
+it 2000 times 0.5 ms apart counted one other process in 10 of them; during ``parapipe optimize`` more often)."""
+
+LOAD_READING_GAP_S = 0.001
+
+
+def _running_children() -> int:
+    """Children of this process in state R (Linux ``/proc/self/task/<tid>/children`` and ``/proc/<pid>/stat``);
+    0 where those cannot be read."""
+    try:
+        children = set()
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as f:
+                children.update(f.read().split())
+    except OSError:
+        return 0
+    n = 0
+    for pid in children:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:  # it has exited
+            continue
+        n += stat[stat.rfind(")") + 2:stat.rfind(")") + 3] == "R"
+    return n
 
 
 def _dp_options(problem: MappingProblem, opts, small: bool) -> DPOptions:

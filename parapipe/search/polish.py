@@ -15,13 +15,19 @@ from ..cost.problem import MappingProblem
 from .budget import CPSAT_DET_PER_S, CPSAT_MODEL_S_PER_CELL
 from .cpsat import StageSchedule, solve_stage
 
-__all__ = ["stage_kinds", "Polisher"]
+__all__ = ["stage_kinds", "polishable", "Polisher"]
 
 
 def stage_kinds(mapping: Mapping) -> List[str]:
     """Schedule label per stage: ``single-pu`` or ``greedy`` (list-scheduled); a replicated stage's label is its
     first replica's."""
     return ["single-pu" if len(st.pus) == 1 else "greedy" for st in mapping.stages]
+
+
+def polishable(stage: StageMapping, max_blocks: int) -> bool:
+    """Whether the polish hands ``stage`` to CP-SAT: multi-PU, at most ``max_blocks`` blocks, and not replicated (a
+    replicated stage keeps its replicas' list schedules)."""
+    return len(stage.pus) > 1 and stage.stop - stage.start <= max_blocks and not stage.replicas
 
 
 class Polisher:
@@ -59,13 +65,20 @@ class Polisher:
         self.n_solves = 0
         self.patience_stop = False
 
+    def outcome(self) -> Dict[str, Any]:
+        """What :meth:`adopt` takes: the counters a polish run in a forked process sends back (``n_solves``,
+        ``spent_s``, ``wall_stops``, ``patience_stop``)."""
+        return {"n_solves": self.n_solves, "spent_s": self.spent_s, "wall_stops": list(self.wall_stops),
+                "patience_stop": self.patience_stop}
+
+    def adopt(self, outcome: Dict[str, Any]) -> None:
+        """Take the counters of :meth:`outcome` (of this polisher's copy in a forked process)."""
+        self.n_solves, self.spent_s = int(outcome["n_solves"]), float(outcome["spent_s"])
+        self.wall_stops, self.patience_stop = list(outcome["wall_stops"]), bool(outcome["patience_stop"])
+
     def wants(self, mapping: Mapping) -> bool:
         """True if some stage of ``mapping`` is multi-PU and small enough to polish."""
-        return any(self._polishable(st) for st in mapping.stages)
-
-    def _polishable(self, st: StageMapping) -> bool:
-        """Multi-PU, small enough, and not replicated (a replicated stage keeps its replicas' greedy schedules)."""
-        return len(st.pus) > 1 and st.stop - st.start <= self.max_blocks and not st.replicas
+        return any(polishable(st, self.max_blocks) for st in mapping.stages)
 
     def polish(self, mapping: Mapping, solve: bool = True) -> Tuple[Mapping, List[str]]:
         """``mapping`` with each polishable stage replaced by CP-SAT's schedule, and the schedule labels
@@ -75,7 +88,7 @@ class Polisher:
         stages, kinds = [], []
         for st, kind in zip(mapping.stages, stage_kinds(mapping)):
             new = st
-            if self._polishable(st):
+            if polishable(st, self.max_blocks):
                 key = (st.start, st.stop, st.pus, st.ops)
                 at = self.problem.at_operating_points(st.op_choice())
                 if key not in self.memo and not solve:
