@@ -261,10 +261,7 @@ def search(problem: MappingProblem, options: Optional[SearchOptions] = None,
         best = min(p.evaluation.period_s for p in points)
         return best / overlap if overlap > 0 else best
 
-    # The period bounds, and the mappings read off them, take the best period before the polish as their
-    # reference, so that they need not wait for it: a forked worker polishes while this process bounds (the polish
-    # re-schedules the blocks inside multi-PU stages; on the zoo models x bundled profiles it never lowered the
-    # best period, which is what the bounds are judged against at the end).
+    # the bounds' reference: the best period before the polish (module docstring), so that it can run meanwhile
     best_period = best_period_s(cand_points)
     # the bounds' problem: stage-level measurements may beat block sums, so bound (and guide the period pass,
     # which then never prunes a mapping the cost model could still reach) on the optimistic times
