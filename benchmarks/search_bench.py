@@ -28,6 +28,9 @@
 6. ``--period-curves``: the least-period pass's counted work per block, with the projection
    (:meth:`parapipe.search.budget.Budget.over_projected`) off: whether each pass finished, and that the largest
    projection of every finished pass stays below its budget.
+7. ``--evaluate MODEL/SOC,...``: the cost model's speed: CPU seconds per :func:`parapipe.cost.evaluate.evaluate`
+   call over the mappings the search of each pair evaluates (with the profile's pipeline terms; best of 5), next
+   to ``--before``'s checkout (each in a subprocess of its own checkout), and their ratio.
 
 Wall seconds depend on the machine's load: compare the CPU column on a shared machine.
 
@@ -39,6 +42,7 @@ Run from the repository root::
     python benchmarks/search_bench.py --rates
     python benchmarks/search_bench.py --sequence-beams resnet50/amlogic_a311d,resnet50/rockchip_rk3588
     python benchmarks/search_bench.py --period-curves [--models a,b] [--process-socs x,y]
+    python benchmarks/search_bench.py --evaluate resnet50/amlogic_a311d,densenet121/black_sesame_a1000 --before DIR
 """
 from __future__ import annotations
 
@@ -380,6 +384,57 @@ def sequence_beams(pairs, beams=(8, 16, 32, 64, 128, 256), counts=(16, 64, 256))
         print(f"{model:<13} {soc:<19} {limit * 1e3:>8.2f} | " + "  ".join(cells), flush=True)
 
 
+EVALUATE_SCRIPT = r"""
+import sys, time
+import parapipe.search.api as api
+from parapipe.app.prepare import prepare
+from parapipe.cost.evaluate import evaluate
+from parapipe.search.options import SearchOptions
+
+prep = prepare(sys.argv[1], sys.argv[2])
+seen = []
+real = api.evaluate
+
+
+def spy(problem, mapping, terms=None):
+    seen.append(mapping)
+    return real(problem, mapping, terms)
+
+
+api.evaluate = spy  # what the search's memo of evaluations misses: each mapping it evaluates, once
+api.search(prep.problem, SearchOptions(workers=1), terms=prep.terms)
+best = float("inf")
+for _ in range(5):
+    t = time.process_time()
+    for m in seen:
+        evaluate(prep.problem, m, prep.terms)
+    best = min(best, time.process_time() - t)
+print(len(seen), best)
+"""
+
+
+def evaluate_speed(pairs, before):
+    """Item 7 of the module docstring: per MODEL/SOC pair, the CPU seconds of evaluating, with the profile's
+    pipeline terms, every mapping the search evaluates (:func:`parapipe.cost.evaluate.evaluate`, best of 5), in
+    this checkout and in ``before``'s (each in a subprocess of its own checkout), and their ratio."""
+    checkouts = [ROOT] + ([Path(before).resolve()] if before else [])
+    print(f"{'pair':<32} {'mappings':>8} " + " ".join(f"{'us/call ' + c.name:>16}" for c in checkouts)
+          + ("  before/now" if before else ""))
+    for pair in pairs:
+        model, soc = pair.split("/")
+        got = []
+        for c in checkouts:
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(c), str(c / "device_agents")]),
+                   "PYTHONPYCACHEPREFIX": _pycache(c)}
+            out = subprocess.run([sys.executable, "-c", EVALUATE_SCRIPT, model, soc], cwd=c, env=env,
+                                 capture_output=True, text=True, check=True).stdout.split()
+            got.append((int(out[0]), float(out[1])))
+        line = f"{pair:<32} {got[0][0]:>8} " + " ".join(f"{t / max(n, 1) * 1e6:>16.1f}" for n, t in got)
+        if before:
+            line += f"  {got[1][1] / got[0][1] * got[0][0] / max(got[1][0], 1):>10.2f}x"
+        print(line, flush=True)
+
+
 def bundled_socs() -> list:
     from parapipe.soc import list_socs
 
@@ -398,9 +453,15 @@ def main():
     ap.add_argument("--rates", action="store_true", help="only measure the work rates of the search budgets")
     ap.add_argument("--sequence-beams", default="",
                     help="only the relaxation's sequences per beam and count on these MODEL/SOC pairs (comma-separated)")
+    ap.add_argument("--evaluate", default="",
+                    help="only the cost model's speed on the mappings a search evaluates, on these MODEL/SOC pairs "
+                         "(comma-separated; with --before, next to that checkout's)")
     ap.add_argument("--period-curves", action="store_true",
                     help="only the least-period pass's work per block and its linear projection (every bundled SoC)")
     args = ap.parse_args()
+    if args.evaluate:
+        evaluate_speed(args.evaluate.split(","), args.before)
+        return
     if args.sequence_beams:
         sequence_beams(args.sequence_beams.split(","))
         return

@@ -179,6 +179,11 @@ def test_mapping_from_pu_list_runs_form_stages():
     ([StageMapping(0, 3, (0,), (0, 1, 0))], r"^stages\[0\]\.assignment\.b1: PU 'p1' is not one of the stage's PUs"),
     ([StageMapping(0, 3, (0, 1), (0, 1, 0), order=(1, 0, 2))],
      r"^stages\[0\]\.order: block 'b1' comes before its producer 'b0'"),
+    ([StageMapping(0, 3, (0, 1), (0, 1, 0), order=(0, 1))], r"^stages\[0\]\.order: does not list exactly"),  # short
+    ([StageMapping(0, 3, (0, 1), (0, 1, 0), order=(0, 1, 1))], r"^stages\[0\]\.order: does not list exactly"),
+    ([StageMapping(0, 3, (0, 1), (0, 1, 0), order=(0, 1, 2, 2))], r"^stages\[0\]\.order: does not list exactly"),
+    ([StageMapping(0, 2, (0, 1), (0, 1), order=(0, 2)), StageMapping(2, 3, (0,), (0,))],
+     r"^stages\[0\]\.order: does not list exactly"),  # a block of another stage
 ])
 def test_evaluate_rejects_bad_mappings(stages, match):
     with pytest.raises(RuleViolation, match=match):

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Mapping as TMapping, Optional, Sequence, Tuple
@@ -284,26 +285,40 @@ class MappingFacts:
 
     def __init__(self, problem: MappingProblem, mapping, evaluation):
         self.problem, self.mapping, self.evaluation = problem, mapping, evaluation
-        res = evaluation.stage_results
-        self._handoff = (0.0, res)  # stage results at the last hand-off cost asked for
-        self.traffic_nbytes = stage_traffic_nbytes(problem, mapping)
-        self.co_runners = [[r for r, other in enumerate(mapping.stages) if r != s and not set(other.pus) & set(st.pus)]
-                           for s, st in enumerate(mapping.stages)]
+        self._handoff = (0.0, evaluation.stage_results)  # stage results at the last hand-off cost asked for
         served: Dict[int, int] = {}
         for st in mapping.stages:
             for p in st.pus:
                 served[p] = served.get(p, 0) + 1
         #: per stage: one of its PUs serves another stage too (step 1)
         self.shared = [any(served[p] > 1 for p in st.pus) for st in mapping.stages]
-        k = problem.n_pus
         #: per PU: its operating-point switches per inference, s (added to its busy time, as apply_terms does)
         self.switching_s = switching_s(problem, mapping)
-        #: (stages, PUs): seconds each stage computes on each PU (block times only).
-        self.compute_s = np.zeros((len(res), k))
-        for s, st in enumerate(mapping.stages):
-            at_ops = problem.at_operating_points(st.op_choice())
+
+    # The figures below are built on first use: apply_terms needs them only with a contention term, calibration
+    # (which tries many terms on the same facts) always.
+
+    @functools.cached_property
+    def traffic_nbytes(self) -> List[float]:
+        """Per stage: its DRAM bytes per inference (:func:`stage_traffic_nbytes`)."""
+        return stage_traffic_nbytes(self.problem, self.mapping)
+
+    @functools.cached_property
+    def co_runners(self) -> List[List[int]]:
+        """Per stage: the stages on PUs disjoint from its own (they run at the same time in the pipeline)."""
+        stages = self.mapping.stages
+        return [[r for r, other in enumerate(stages) if r != s and not set(other.pus) & set(st.pus)]
+                for s, st in enumerate(stages)]
+
+    @functools.cached_property
+    def compute_s(self) -> np.ndarray:
+        """(stages, PUs): seconds each stage computes on each PU (block times only)."""
+        out = np.zeros((len(self.mapping.stages), self.problem.n_pus))
+        for s, st in enumerate(self.mapping.stages):
+            at_ops = self.problem.at_operating_points(st.op_choice())
             for v in range(st.start, st.stop):
-                self.compute_s[s, st.pu_of(v)] += at_ops.time_s[v, st.pu_of(v)]
+                out[s, st.pu_of(v)] += at_ops.time_s[v, st.pu_of(v)]
+        return out
 
     def stage_results(self, handoff_s: float) -> list:
         """The plain stage results with ``alpha + handoff_s`` between the PUs of each multi-PU stage (step 0);

@@ -129,12 +129,12 @@ def check_stages(stages: Sequence, blocks: Optional[Sequence[K]], preds: Optiona
                                         f"assign the block to a PU of its {what}" +
                                         (" or add the PU to the stage" if what == "stage" else ""))
             order = list(view.block_order())
-            if sorted(order, key=repr) != sorted(st.blocks, key=repr) or len(set(order)) != len(order):
+            members = set(st.blocks)  # the stage's blocks, each once (checked above)
+            if len(order) != len(members) or set(order) != members:
                 raise RuleViolation(s, rep, "order", "does not list exactly the stage's blocks",
                                     "list every block of the stage once, in execution order")
             if preds is not None:
                 done = set()
-                members = set(st.blocks)
                 for b in order:
                     for u in preds(b):
                         if u in members and u not in done:

@@ -118,18 +118,21 @@ def _schedule(problem: MappingProblem, stage: StageMapping,
     finish: Dict[int, float] = {}
     measured_s = problem.submodel_time_s
     scale = _task_scale(problem, stage, measured_s) if measured_s and len(stage.pus) > 1 else {}
+    first, assignment, preds, comm_s = stage.start, stage.assignment, problem.preds, problem.comm_s
+    edge_nbytes, time_s = problem.edge_nbytes, problem.time_s
+    power_w, idle_w = problem.active_power_w, problem.idle_power_w
     for v in stage.block_order():
-        p = stage.pu_of(v)
+        p = assignment[v - first]
         ready = 0.0
-        for u in problem.preds[v]:
-            if u >= stage.start:
-                ready = max(ready, finish[u] + problem.comm_s(stage.pu_of(u), p, problem.edge_nbytes.get((u, v), 0.0)))
+        for u in preds[v]:
+            if u >= first:
+                ready = max(ready, finish[u] + comm_s(assignment[u - first], p, edge_nbytes.get((u, v), 0.0)))
         s = max(ready, pu_free[p])
-        t = float(problem.time_s[v, p]) * scale.get(v, 1.0)
+        t = float(time_s[v, p]) * scale.get(v, 1.0)
         start[v], finish[v] = s, s + t
         pu_free[p] = s + t
         active[p] += t
-        dyn += t * (problem.active_power_w[v, p] - problem.idle_power_w[p])
+        dyn += t * (power_w[v, p] - idle_w[p])
     makespan = max(finish.values()) if finish else 0.0
     measured = measured_s.get((stage.pus[0], block_range(stage.start, stage.stop))) if (
         measured_s and len(stage.pus) == 1 and makespan > 0) else None
@@ -264,10 +267,17 @@ def evaluate_plain(problem: MappingProblem, mapping: Mapping, dispatch_s: Option
                 for p in view.pus:
                     busy[p] += res.period_s if w > 0 else 0.0
         views = st.replica_stages()
-        for v in range(st.start, st.stop):
-            producer_pu[v] = st.pu_of(v)
-            producers[v] = (s, tuple(res.shares), tuple(view.pu_of(v) for view in views))
-            placements.extend((v, view.pu_of(v)) for view in views)
+        shares = tuple(res.shares)
+        if len(views) == 1:  # the common case, without the per-replica generators
+            for v, p in zip(range(st.start, st.stop), st.assignment):
+                producer_pu[v] = p
+                producers[v] = (s, shares, (p,))
+                placements.append((v, p))
+        else:
+            for v in range(st.start, st.stop):
+                producer_pu[v] = st.pu_of(v)
+                producers[v] = (s, shares, tuple(view.pu_of(v) for view in views))
+                placements.extend((v, view.pu_of(v)) for view in views)
         active += res.active_s
         dyn += res.dyn_energy_j
         latency += res.time_s
