@@ -449,3 +449,22 @@ def test_reuse_stage_dp_charges_no_stage_more_than_it_costs(n, k, shape, seed):
             groups_seen += len(st.pus) > 1
             state = nxt
     assert groups_seen > 50
+
+
+def test_the_min_max_dp_only_tries_briefly_where_the_other_space_keeps_the_gap_out_of_reach():
+    """Where the other space's bound (``stop_s``) is more than the certified gap below the best period, the
+    relaxation's min-max DP could raise this space's bound no higher than it: a short attempt only
+    (``PROOF_ONLY_WORK``); without such a bound the same DP spends far more of the same budget."""
+    import parapipe.search.bounds as bounds
+    from parapipe.app.prepare import prepare
+    from parapipe.search.budget import RELAX_WORK_PER_S, Budget
+
+    pr = prepare("inception_v2", "amlogic_a311d").problem  # the DP fails to certify 10 % here with 1 s of work
+    best = 14.26e-3
+    used = {}
+    for name, stop_s in (("out of reach", best / (1 + bounds.CERTIFIED_GAP) * 0.97), ("alone", np.inf)):
+        budget = Budget.of_seconds(1.0, RELAX_WORK_PER_S)
+        _, lb, proved, _ = bounds._space_bound(pr, best, budget, None, replicated=False, stop_s=stop_s)
+        assert lb <= best and not proved
+        used[name] = budget.used
+    assert used["out of reach"] <= 2 * bounds.PROOF_ONLY_WORK < 4 * bounds.PROOF_ONLY_WORK < used["alone"], used

@@ -16,7 +16,8 @@
     stage (a residual's shortcut), which the per-block relaxation cannot see. It runs first, within
     :data:`REUSE_SHARE` of the budget, where the bounds above leave the best period more than
     :data:`CERTIFIED_GAP` above them and the other space's bound does not; then the per-block relaxation's
-    min-max DP gets what remains.
+    min-max DP gets what remains (only :data:`PROOF_ONLY_WORK` where the gap is certified already, or where
+    the other space's bound keeps it out of reach).
 
   With replicated stages in the space (``replicated=True``, the default) the bound is the lesser of that one
   (the **reuse** space: no replicated stage, PUs may serve several stages) and the bound of the **replicated**
@@ -69,13 +70,17 @@ PROOF_RTOL = 1e-9
 CERTIFIED_GAP = 0.10
 """Gap (best period / bound - 1) the project's target certifies. Once the cheap bounds (block, LP, Lagrangian,
 stage DP) certify it, the min-max relaxed DP, which may still prove the best period optimal, gets only
-:data:`PROOF_ONLY_WORK` of the budget."""
+:data:`PROOF_ONLY_WORK` of the budget; so it does where the other space's bound is more than this gap below the
+best period (the DP could raise this space's bound no higher than that one, which cannot certify)."""
 
 PROOF_ONLY_WORK = 0.05 * RELAX_WORK_PER_S
 """Work (units of :data:`parapipe.search.budget.RELAX_WORK_PER_S`: 0.05 deterministic s) of a proof attempt when
-the gap is already certified (:data:`CERTIFIED_GAP`). Measured on the zoo × A311D/A1000 (``python
-benchmarks/search_bench.py``): with the whole budget the DP took 0.4-1 s of CPU to prove DenseNet-121 optimal on the
-A1000, where the Lagrangian bound already certified a 1.7 % gap."""
+the gap is already certified (:data:`CERTIFIED_GAP`), or out of reach of the min-max DP. Measured on the zoo ×
+A311D/A1000 (``python benchmarks/search_bench.py``): with the whole budget the DP took 0.4-1 s of CPU to prove
+DenseNet-121 optimal on the A1000, where the Lagrangian bound already certified a 1.7 % gap. Out of reach, on the
+zoo × the six bundled profiles (``search`` in one process, CPU seconds): inception_v2 0.68 s less on the A311D and
+0.47 s less on the RK3588, inception_v1 on the A311D 0.23 s less; one reported bound changed, inception_v2 on the
+RK3588, 6.94 → 6.82 ms (gap 24.6 → 26.9 %, uncertified either way)."""
 
 REUSE_SHARE = 0.8
 """Share of what remains of the bound budget the stage-cut DP of :mod:`.reuse_bound` may spend on the PU-reuse
@@ -380,8 +385,10 @@ def _space_bound(problem: MappingProblem, best_period_s: Optional[float], budget
             and budget.over() is None):
         top = min(best_period_s, stop_s)
         limit = budget.limit
-        if limit is not None and min(floor, stop_s) * (1 + CERTIFIED_GAP) >= best_period_s:
-            budget.limit = min(limit, budget.used + PROOF_ONLY_WORK)  # the gap is certified: a short proof attempt
+        if limit is not None and (min(floor, stop_s) * (1 + CERTIFIED_GAP) >= best_period_s
+                                  or stop_s * (1 + CERTIFIED_GAP) < best_period_s):
+            # the gap is certified, or the other space's bound keeps it out of reach: a short attempt only
+            budget.limit = min(limit, budget.used + PROOF_ONLY_WORK)
         try:
             candidates["relaxed-dp"], proved = relaxed_period_bound(
                 problem, top, floor, budget=budget, rtol=PROOF_RTOL, relaxed=relaxed, replicated=replicated,
