@@ -221,9 +221,9 @@ def pass_workers(problem: MappingProblem, opts) -> int:
 def _other_runnable() -> int:
     """Processes other than this one and its own children running or waiting for a CPU now: the least, over
     :data:`LOAD_READINGS` readings, of Linux ``/proc/loadavg``'s fourth field (proc(5)) less this process and its
-    children in state R (``/proc/<pid>/stat``),
-    such as the plot process importing matplotlib (:mod:`parapipe.app.plot_worker`), whose work is this command's
-    own and is done well before the search's; elsewhere the 1-minute load average less this process, rounded.
+    children in state R (``/proc/<pid>/stat``), such as the plot process importing matplotlib
+    (:mod:`parapipe.app.plot_worker`), whose work is this command's own and is done well before the search's;
+    elsewhere the 1-minute load average less this process, rounded.
 
     Measured: with the plot process counted, ``parapipe optimize densenet121 --soc black_sesame_a1000`` forked one
     worker, not two, and ran the replicated pass after the disjoint pass here (0.32 s more on the search's
@@ -251,7 +251,7 @@ def _other_runnable() -> int:
 LOAD_READINGS = 3
 """Readings of ``/proc/loadavg`` :func:`_other_runnable` takes the least of, :data:`LOAD_READING_GAP_S` apart: one
 reading also counts a kernel thread that runs for microseconds (on an idle 2-core x86-64 VM, ``python -c`` reading
-it 2000 times 0.5 ms apart counted one other process in 10 of them; during ``parapipe optimize`` more often)."""
+it 2000 times 0.5 ms apart counted one other process in 10 of them)."""
 
 LOAD_READING_GAP_S = 0.001
 
