@@ -54,6 +54,14 @@ def random_mapping(pr, rng) -> Mapping:
     return Mapping(tuple(stages))
 
 
+def least_period(pr, seed: int, reuse: bool = True) -> float:
+    """The least period over every enumerated pipeline and (with ``reuse``) PU-reuse mapping of ``pr`` and 400
+    random mappings (:func:`random_mapping`, generator seeded with ``seed``): the brute-force reference."""
+    everything = np.concatenate([all_pipeline_objectives(pr)[:, 0], all_mapping_objectives(pr, reuse=reuse)[:, 0]])
+    rng = np.random.default_rng(seed)
+    return float(min(everything.min(), min(evaluate(pr, random_mapping(pr, rng)).period_s for _ in range(400))))
+
+
 def random_replicated_mapping(pr, rng) -> Mapping:
     """:func:`random_mapping` with some stages replicated: each stage, with probability 1/2, gets 1-2 more
     replicas on random PU sets disjoint from its own and each other's (PUs of other stages may repeat), each
@@ -318,11 +326,7 @@ def test_relaxation_lies_below_every_mapping(n, k, shape, seed):
     from parapipe.search.relaxation import RelaxedDP
 
     pr = random_problem(n, k, 6600 + 100 * n + 10 * k + seed, shape)
-    everything = np.concatenate([all_pipeline_objectives(pr)[:, 0],
-                                 all_mapping_objectives(pr, reuse=8 ** (n - 1) * k <= 40_000)[:, 0]])
-    rng = np.random.default_rng(seed)
-    sampled = [evaluate(pr, random_mapping(pr, rng)).period_s for _ in range(400)]
-    best = float(min(everything.min(), min(sampled)))
+    best = least_period(pr, seed, reuse=8 ** (n - 1) * k <= 40_000)
     dp = RelaxedDP(pr)
     relaxed = dp.probe(np.inf)
     assert relaxed is not None and relaxed <= best * (1 + 1e-9), (relaxed, best)
@@ -344,9 +348,7 @@ def test_relaxation_charges_the_spine_input_of_a_later_stage():
     pr = MappingProblem(list("xayw"), [(), (0,), (0,), (1, 2)],
                         {(0, 1): 1.0, (0, 2): 1.0, (1, 3): 1.0, (2, 3): 1.0}, ["cpu", "npu"], t,
                         np.full((4, 2), 2.0), [0.1, 0.1], 1.0, np.full((2, 2), 3e-3), np.full((2, 2), 1e12))
-    everything = np.concatenate([all_pipeline_objectives(pr)[:, 0], all_mapping_objectives(pr, reuse=True)[:, 0]])
-    rng = np.random.default_rng(0)
-    best = float(min(everything.min(), min(evaluate(pr, random_mapping(pr, rng)).period_s for _ in range(400))))
+    best = least_period(pr, 0)
     assert best == pytest.approx(6.5e-3, rel=1e-6)
     relaxed = RelaxedDP(pr).probe(np.inf)
     assert 0.9 * best <= relaxed <= best * (1 + 1e-9), (relaxed, best)
@@ -370,11 +372,7 @@ def test_reuse_stage_dp_lies_below_every_mapping(n, k, shape, seed):
     from parapipe.search.reuse_bound import ReuseStageDP, reuse_period_bound
 
     pr = random_problem(n, k, 7700 + 100 * n + 10 * k + seed, shape)
-    everything = np.concatenate([all_pipeline_objectives(pr)[:, 0],
-                                 all_mapping_objectives(pr, reuse=8 ** (n - 1) * k <= 40_000 and k <= 3)[:, 0]])
-    rng = np.random.default_rng(seed)
-    sampled = [evaluate(pr, random_mapping(pr, rng)).period_s for _ in range(400)]
-    best = float(min(everything.min(), min(sampled)))
+    best = least_period(pr, seed, reuse=8 ** (n - 1) * k <= 40_000 and k <= 3)
     limit = best * 1.001
     for guide in (None, Relaxed(pr, best).guide()):
         dp = ReuseStageDP(pr, limit, guide=guide)
@@ -403,9 +401,7 @@ def test_reuse_stage_dp_counts_the_shortcut_of_a_residual():
     pr = MappingProblem(["x", "a", "b", "add"], [(), (0,), (1,), (0, 2)],
                         {(0, 1): 1.0, (1, 2): 1.0, (0, 3): 1.0, (2, 3): 1.0}, ["cpu", "npu"], t,
                         np.full((4, 2), 2.0), [0.1, 0.1], 1.0, np.full((2, 2), 3e-3), np.full((2, 2), 1e12))
-    everything = np.concatenate([all_pipeline_objectives(pr)[:, 0], all_mapping_objectives(pr, reuse=True)[:, 0]])
-    rng = np.random.default_rng(0)
-    best = float(min(everything.min(), min(evaluate(pr, random_mapping(pr, rng)).period_s for _ in range(400))))
+    best = least_period(pr, 0)
     assert best == pytest.approx(8e-3, rel=1e-6)
     assert RelaxedDP(pr).probe(np.inf) < 0.7 * best  # the per-block relaxation misses the shortcut
     assert ReuseStageDP(pr, best * 1.001).probe(0.0) == pytest.approx(best, rel=1e-9)
